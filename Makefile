@@ -1,0 +1,35 @@
+# Fresh machine = Python >= 3.11 and make. Everything else is installed here.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+DEMO_MESSAGE ?= Find customers whose sales last week exceeded 50,000 and email ops@example.com to follow up
+
+.PHONY: install run up down test lint bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+up: install
+	$(BIN)/python -m turnstile.devstack up
+
+down:
+	@if [ -x $(BIN)/python ]; then $(BIN)/python -m turnstile.devstack down; fi
+
+run: up
+	$(BIN)/python starter.py seed
+	$(BIN)/python starter.py run "$(DEMO_MESSAGE)" --conversation demo-$$(date +%s) --user alice --auto-approve demo-reviewer
+
+test: install
+	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+lint: install
+	$(BIN)/ruff check .
+
+clean: down
+	rm -rf .data

@@ -1,0 +1,19 @@
+"""Activities: everything in a turn that touches the world."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from activities.memory import MemoryActivities
+from activities.model import ModelActivities
+from activities.runtime import Runtime
+from activities.tools import ToolActivities
+
+__all__ = ["Runtime", "all_activities"]
+
+
+def all_activities(rt: Runtime) -> list[Callable[..., Any]]:
+    mem, model, tools = MemoryActivities(rt), ModelActivities(rt), ToolActivities(rt)
+    return [mem.describe_service, mem.load_memory, mem.append_messages,
+            model.call_model, tools.execute_tool]

@@ -1,0 +1,71 @@
+"""The model call: one activity per model request."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities.runtime import Runtime, application_error
+from turnstile import attributes as attr
+from turnstile.activity_io import CALL_MODEL, ModelCallInput, ModelCallResult
+from turnstile.errors import (
+    DatabaseUnavailable,
+    MalformedModelResponse,
+    MemoryConflictError,
+    ModelRequestRejected,
+)
+from turnstile.providers import ModelRequest
+from turnstile.providers.openai_compat import RetryableModelError
+
+
+class ModelActivities:
+    def __init__(self, rt: Runtime) -> None:
+        self.rt = rt
+
+    @activity.defn(name=CALL_MODEL)
+    async def call_model(self, req: ModelCallInput) -> ModelCallResult:
+        wf_id = activity.info().workflow_id
+        memory = self.rt.memory
+        # A retry after the response was stored (worker lost before completing)
+        # returns the stored response instead of asking the model again.
+        stored = await asyncio.to_thread(memory.get, req.conversation_id, req.response_seq)
+        if stored is not None and stored[1] == wf_id and stored[0].role == "assistant":
+            return ModelCallResult(message=stored[0], provider=self.rt.provider.name)
+        service = self.rt.services.get(req.service)
+        tools = [t.spec for name in req.tool_names if (t := service.tool(name)) is not None]
+        try:
+            messages = await asyncio.to_thread(memory.messages, req.conversation_id)
+            response = await self.rt.provider.complete(
+                ModelRequest(messages=messages, tools=tools)
+            )
+        except RetryableModelError as exc:
+            delay = timedelta(seconds=exc.retry_after) if exc.retry_after is not None else None
+            raise ApplicationError(
+                str(exc), type=exc.error_type, next_retry_delay=delay
+            ) from exc
+        except (ModelRequestRejected, MalformedModelResponse) as exc:
+            raise application_error(exc, non_retryable=True) from exc
+        except DatabaseUnavailable as exc:
+            raise application_error(exc, non_retryable=False) from exc
+        message = response.message
+        # Calls without an id cannot be answered; give them a stable one.
+        for i, call in enumerate(message.tool_calls):
+            if not call.id:
+                call.id = f"call_{req.conversation_id}_{req.response_seq}_{i}"
+        message.attributes[attr.WORKFLOW_ID] = wf_id
+        try:
+            await asyncio.to_thread(
+                memory.put, req.conversation_id, req.response_seq, message, wf_id
+            )
+        except MemoryConflictError as exc:
+            raise application_error(exc, non_retryable=True) from exc
+        return ModelCallResult(
+            message=message,
+            usage=response.usage,
+            finish_reason=response.finish_reason,
+            model=response.model,
+            provider=self.rt.provider.name,
+        )

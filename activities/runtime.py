@@ -1,0 +1,49 @@
+"""What activities run against: one bundle per worker process."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from temporalio.exceptions import ApplicationError
+
+from turnstile.audit import AuditLog
+from turnstile.config import Settings
+from turnstile.db import Database
+from turnstile.errors import TurnstileError
+from turnstile.providers import ModelProvider, build_provider
+from turnstile.services import ServiceRegistry
+from turnstile.store import MemoryStore, ToolLedger
+
+
+@dataclass
+class Runtime:
+    settings: Settings
+    db: Database
+    services: ServiceRegistry
+    provider: ModelProvider
+    memory: MemoryStore
+    ledger: ToolLedger
+    audit: AuditLog
+
+    @classmethod
+    def build(
+        cls,
+        settings: Settings,
+        services: ServiceRegistry,
+        provider: ModelProvider | None = None,
+    ) -> Runtime:
+        db = Database(settings.database_url, readonly_url=settings.database_readonly_url)
+        return cls(
+            settings=settings,
+            db=db,
+            services=services,
+            provider=provider or build_provider(settings),
+            memory=MemoryStore(db),
+            ledger=ToolLedger(db),
+            audit=AuditLog(db, enabled=settings.audit),
+        )
+
+
+def application_error(exc: TurnstileError, *, non_retryable: bool) -> ApplicationError:
+    """A Temporal failure whose `type` is the error's stable name."""
+    return ApplicationError(str(exc), type=exc.error_type, non_retryable=non_retryable)

@@ -1,0 +1,155 @@
+"""Tool execution: one activity per tool call.
+
+Order inside one attempt: validate arguments (an argument error is returned,
+never retried) → consult the ledger (a finished call returns its stored
+result; a call lost mid-run is re-run only if the tool is idempotent) → audit
+INITIATED → run, heartbeating → store the result in memory at the slot the
+workflow assigned → audit COMPLETED. A raised error fails the attempt, so
+Temporal retries it per the tool's policy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities.runtime import Runtime, application_error
+from turnstile import attributes as attr
+from turnstile import audit
+from turnstile.activity_io import EXECUTE_TOOL, ToolExecInput, ToolOutcome
+from turnstile.contract import CallStatus
+from turnstile.errors import DatabaseUnavailable, MemoryConflictError, ToolArgumentError
+from turnstile.messages import ChatMessage
+from turnstile.tools import Tool, ToolContext, ToolExecutionError, result_to_text
+
+PREVIEW_CHARS = 400
+INTERRUPTED_TEXT = (
+    "The call to {name} was interrupted (its worker was lost mid-run) and this tool is not "
+    "safe to run twice, so it was not repeated. It may or may not have taken effect: check "
+    "its effect before trying again."
+)
+
+
+def _preview(text: str) -> str:
+    return text if len(text) <= PREVIEW_CHARS else text[: PREVIEW_CHARS - 1] + "…"
+
+
+def tool_message(call_id: str, name: str, text: str, status: CallStatus, is_error: bool,
+                 wf_id: str) -> ChatMessage:
+    return ChatMessage(
+        role="tool", content=text, tool_call_id=call_id, is_error=is_error,
+        attributes={attr.TOOL_NAME: name, attr.OUTCOME: status.value, attr.WORKFLOW_ID: wf_id},
+    )
+
+
+class ToolActivities:
+    def __init__(self, rt: Runtime) -> None:
+        self.rt = rt
+
+    @activity.defn(name=EXECUTE_TOOL)
+    async def execute_tool(self, req: ToolExecInput) -> ToolOutcome:
+        try:
+            return await self._execute(req)
+        except (DatabaseUnavailable, MemoryConflictError) as exc:
+            raise application_error(
+                exc, non_retryable=isinstance(exc, MemoryConflictError)
+            ) from exc
+
+    async def _finish(self, req: ToolExecInput, text: str, status: CallStatus,
+                      is_error: bool) -> ToolOutcome:
+        wf_id = activity.info().workflow_id
+        msg = tool_message(req.call.id, req.call.name, text, status, is_error, wf_id)
+        await asyncio.to_thread(self.rt.memory.put, req.conversation_id, req.result_seq, msg, wf_id)
+        return ToolOutcome(call_id=req.call.id, name=req.call.name, status=status.value,
+                           is_error=is_error, preview=_preview(text))
+
+    async def _execute(self, req: ToolExecInput) -> ToolOutcome:
+        info = activity.info()
+        wf_id, call = info.workflow_id, req.call
+        tool = self.rt.services.get(req.service).tool(call.name)
+        if tool is None:  # the workflow checks names first; a stale spec can still get here
+            return await self._finish(req, f"Tool {call.name!r} does not exist.",
+                                      CallStatus.UNKNOWN_TOOL, True)
+        audit_log = self.rt.audit
+        try:
+            args = tool.parse_arguments(call.arguments)
+        except ToolArgumentError as exc:
+            await asyncio.to_thread(self._audit_rejected, req, wf_id, str(exc))
+            return await self._finish(req, str(exc), CallStatus.INVALID_ARGUMENTS, True)
+
+        entry = await asyncio.to_thread(
+            self.rt.ledger.begin, wf_id, call.id, call.name, rerun_lost=tool.spec.idempotent
+        )
+        if entry.status == "COMPLETED":
+            status = CallStatus.FAILED if entry.is_error else CallStatus.COMPLETED
+            return await self._finish(req, entry.result or "", status, entry.is_error)
+        if not entry.fresh:
+            text = INTERRUPTED_TEXT.format(name=call.name)
+            await asyncio.to_thread(self.rt.ledger.complete, wf_id, call.id, text, True)
+            await asyncio.to_thread(audit_log.finished, workflow_id=wf_id, call_id=call.id,
+                                    status=audit.FAILED, error="interrupted; effect unknown")
+            return await self._finish(req, text, CallStatus.INTERRUPTED, True)
+
+        await asyncio.to_thread(
+            audit_log.started, workflow_id=wf_id, call_id=call.id,
+            conversation_id=req.conversation_id, user_id=req.user_id, tool_name=call.name,
+            arguments=call.arguments,
+        )
+        ctx = ToolContext(
+            db=self.rt.db, workflow_id=wf_id, conversation_id=req.conversation_id,
+            user_id=req.user_id, tool_call_id=call.id, attempt=info.attempt,
+            settings=self.rt.settings, heartbeat=activity.heartbeat,
+        )
+        try:
+            result = await self._run_with_heartbeat(tool, ctx, args)
+        except ToolArgumentError as exc:
+            # The tool's own validation (e.g. start after end): the model can fix it.
+            await asyncio.to_thread(self.rt.ledger.complete, wf_id, call.id, str(exc), True)
+            await asyncio.to_thread(audit_log.finished, workflow_id=wf_id, call_id=call.id,
+                                    status=audit.FAILED, error=str(exc))
+            return await self._finish(req, str(exc), CallStatus.INVALID_ARGUMENTS, True)
+        except Exception as exc:
+            # Any other failure is an execution error: Temporal retries it per the tool's policy.
+            retryable = not (isinstance(exc, ToolExecutionError) and not exc.retryable)
+            error = f"{type(exc).__name__}: {exc}"
+            await asyncio.to_thread(self.rt.ledger.attempt_failed, wf_id, call.id, error)
+            await asyncio.to_thread(audit_log.finished, workflow_id=wf_id, call_id=call.id,
+                                    status=audit.FAILED, error=error)
+            raise ApplicationError(error, type="ToolExecutionError",
+                                   non_retryable=not retryable) from exc
+        text = result_to_text(result)
+        await asyncio.to_thread(self.rt.ledger.complete, wf_id, call.id, text, False)
+        await asyncio.to_thread(audit_log.finished, workflow_id=wf_id, call_id=call.id,
+                                status=audit.COMPLETED)
+        return await self._finish(req, text, CallStatus.COMPLETED, False)
+
+    def _audit_rejected(self, req: ToolExecInput, wf_id: str, error: str) -> None:
+        self.rt.audit.started(workflow_id=wf_id, call_id=req.call.id,
+                              conversation_id=req.conversation_id, user_id=req.user_id,
+                              tool_name=req.call.name, arguments=req.call.arguments)
+        self.rt.audit.finished(workflow_id=wf_id, call_id=req.call.id, status=audit.FAILED,
+                               error=error)
+
+    @staticmethod
+    async def _run_with_heartbeat(tool: Tool, ctx: ToolContext, args: Any) -> Any:
+        """Heartbeat while the tool runs, so a lost worker is noticed within the
+        tool's heartbeat timeout and cancellation reaches the tool."""
+        interval = max(0.5, (tool.spec.heartbeat_seconds or 10.0) / 3)
+
+        async def beat() -> None:
+            while True:
+                activity.heartbeat()
+                await asyncio.sleep(interval)
+
+        beater = asyncio.create_task(beat())
+        try:
+            return await tool.invoke(ctx, args)
+        finally:
+            beater.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await beater
+

@@ -1,0 +1,170 @@
+"""Start and follow turns from a terminal.
+
+    python starter.py seed [--rows N]
+    python starter.py run "<message>" [--conversation ID] [--user ID] [--service S]
+    python starter.py status|pending WORKFLOW_ID
+    python starter.py approve|reject WORKFLOW_ID TOOL_CALL_ID --reviewer NAME [--note TEXT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import sys
+import uuid
+from typing import Any
+
+from temporalio.client import Client, WorkflowHandle
+
+from turnstile.config import Settings
+from turnstile.contract import (
+    WORKFLOW_TYPE,
+    ApproveSignal,
+    PendingApproval,
+    RejectSignal,
+    TurnInput,
+    TurnProgress,
+    TurnResult,
+)
+from turnstile.temporal_client import connect, web_ui_url
+
+
+def out(text: str = "") -> None:
+    """CLI output (this is the program's interface, not a log)."""
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+
+
+def signal_command(workflow_id: str, p: PendingApproval, reviewer: str) -> str:
+    payload = json.dumps({"tool_call_id": p.tool_call_id, "reviewer": reviewer})
+    return f"temporal workflow signal --workflow-id {workflow_id} --name approve --input '{payload}'"
+
+
+async def start_turn(client: Client, settings: Settings, turn: TurnInput,
+                     workflow_id: str | None = None) -> WorkflowHandle[Any, TurnResult]:
+    wf_id = workflow_id or f"turn-{turn.conversation_id}-{uuid.uuid4().hex[:8]}"
+    return await client.start_workflow(
+        WORKFLOW_TYPE, turn, id=wf_id, task_queue=settings.task_queue, result_type=TurnResult,
+    )
+
+
+async def follow(handle: WorkflowHandle[Any, TurnResult], settings: Settings,
+                 auto_approve: str | None = None, poll: float = 0.25) -> TurnResult:
+    """Print each step and tool call as it happens; return the result."""
+    seen, announced = 0, set()
+    result_task = asyncio.ensure_future(handle.result())
+    while not result_task.done():
+        try:
+            progress = await handle.query("status", result_type=TurnProgress)
+        except Exception:  # noqa: BLE001 - not yet queryable (no workflow task run yet)
+            progress = None
+        if progress:
+            for ev in progress.events[seen:]:
+                out(f"  [{ev.step}] {ev.detail}")
+            seen = len(progress.events)
+            for p in progress.pending_approvals:
+                if p.tool_call_id in announced:
+                    continue
+                announced.add(p.tool_call_id)
+                out(f"  waiting for approval of {p.tool_name} {json.dumps(p.arguments)[:200]}")
+                out(f"  approve with:\n    {signal_command(handle.id, p, auto_approve or 'YOU')}")
+                if auto_approve:
+                    out(f"  (demo: approving as {auto_approve!r})")
+                    await handle.signal("approve", ApproveSignal(
+                        tool_call_id=p.tool_call_id, reviewer=auto_approve,
+                        comment="approved by the make run demo"))
+        await asyncio.wait([result_task], timeout=poll)
+    result = result_task.result()
+    final = await handle.query("status", result_type=TurnProgress)
+    for ev in final.events[seen:]:
+        out(f"  [{ev.step}] {ev.detail}")
+    return result
+
+
+def print_result(result: TurnResult, settings: Settings) -> None:
+    out()
+    out(f"status: {result.status.value}   round trips: {result.round_trips}   "
+        f"provider: {result.provider}")
+    for c in result.tool_calls:
+        flag = " (error)" if c.is_error else ""
+        out(f"  tool {c.name} [{c.status.value}]{flag} {json.dumps(c.arguments)[:160]}")
+    if result.error:
+        out(f"error: {result.error.type}: {result.error.message}")
+    out()
+    out(f"answer:\n{result.answer}")
+    out()
+    out(f"Web UI: {web_ui_url(settings, result.workflow_id)}")
+
+
+async def main(argv: list[str] | None = None, client: Client | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    p_seed = sub.add_parser("seed", help="create the schema and fill sales_record")
+    p_seed.add_argument("--rows", type=int, default=5000)
+    p_run = sub.add_parser("run", help="start a turn and follow it")
+    p_run.add_argument("message")
+    p_run.add_argument("--conversation", default=None)
+    p_run.add_argument("--user", default="alice")
+    p_run.add_argument("--service", default="sales-assistant")
+    p_run.add_argument("--workflow-id", default=None)
+    p_run.add_argument("--auto-approve", metavar="REVIEWER", default=None,
+                       help="approve pending tool calls as REVIEWER (demo)")
+    p_run.add_argument("--no-follow", action="store_true")
+    for name in ("status", "pending"):
+        sub.add_parser(name).add_argument("workflow_id")
+    for name in ("approve", "reject"):
+        p = sub.add_parser(name)
+        p.add_argument("workflow_id")
+        p.add_argument("tool_call_id")
+        p.add_argument("--reviewer", required=True)
+        p.add_argument("--note", default="")
+    args = parser.parse_args(argv)
+    settings = Settings.from_env()
+
+    if args.cmd == "seed":
+        from turnstile.db import Database
+        from turnstile.sales.seed import seed
+
+        db = Database(settings.database_url, readonly_url=settings.database_readonly_url)
+        db.ensure_schema()
+        n = seed(db, rows=args.rows)
+        out(f"seeded {n} sales records into {db.dialect} ({settings.database_url})")
+        return 0
+
+    client = client or await connect(settings)
+    if args.cmd == "run":
+        turn = TurnInput(conversation_id=args.conversation or f"c-{uuid.uuid4().hex[:8]}",
+                         user_id=args.user, message=args.message, service=args.service)
+        handle = await start_turn(client, settings, turn, args.workflow_id)
+        out(f"started {handle.id} (conversation {turn.conversation_id})")
+        out(f"Web UI: {web_ui_url(settings, handle.id)}")
+        if args.no_follow:
+            return 0
+        result = await follow(handle, settings, auto_approve=args.auto_approve)
+        print_result(result, settings)
+        return 0 if result.status.value == "completed" else 1
+
+    handle = client.get_workflow_handle(args.workflow_id)
+    if args.cmd == "status":
+        progress = await handle.query("status", result_type=TurnProgress)
+        out(progress.model_dump_json(indent=2))
+    elif args.cmd == "pending":
+        pending = await handle.query("pending_approvals", result_type=list[PendingApproval])
+        out(json.dumps([p.model_dump() for p in pending], indent=2))
+    elif args.cmd == "approve":
+        await handle.signal("approve", ApproveSignal(
+            tool_call_id=args.tool_call_id, reviewer=args.reviewer, comment=args.note))
+        out(f"approve sent for {args.tool_call_id}")
+    elif args.cmd == "reject":
+        await handle.signal("reject", RejectSignal(
+            tool_call_id=args.tool_call_id, reviewer=args.reviewer, reason=args.note))
+        out(f"reject sent for {args.tool_call_id}")
+    return 0
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.WARNING)
+    sys.exit(asyncio.run(main()))

@@ -1,0 +1,6 @@
+"""Fixtures live in tests/support/, one module per real dependency."""
+
+pytest_plugins = [
+    "tests.support.temporal_server",
+    "tests.support.fake_llm",
+]

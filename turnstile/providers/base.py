@@ -1,0 +1,31 @@
+"""The one small interface every model provider implements."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from pydantic import BaseModel, Field
+
+from turnstile.messages import ChatMessage, Usage
+from turnstile.specs import ToolSpec
+
+
+class ModelRequest(BaseModel):
+    messages: list[ChatMessage]
+    tools: list[ToolSpec] = Field(default_factory=list)
+    response_format: dict[str, Any] | None = None
+
+
+class ModelResponse(BaseModel):
+    message: ChatMessage  # role "assistant": content and/or tool calls
+    usage: Usage = Field(default_factory=Usage)
+    finish_reason: str | None = None
+    model: str = ""
+
+
+class ModelProvider(Protocol):
+    name: str
+
+    async def complete(self, request: ModelRequest) -> ModelResponse: ...
+
+    async def aclose(self) -> None: ...

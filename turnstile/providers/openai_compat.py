@@ -1,0 +1,159 @@
+"""OpenAI-compatible Chat Completions over httpx (OpenAI, vLLM, Ollama,
+llama.cpp's llama-server...).
+
+Temporal owns retries: this client never retries by itself. It classifies
+each failure instead: 429/5xx/network are `ModelUnavailable` (retryable, with
+the server's Retry-After), other 4xx are `ModelRequestRejected`, and a body
+that is not a usable completion is `MalformedModelResponse`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from email.utils import parsedate_to_datetime
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+
+from turnstile.errors import MalformedModelResponse, ModelRequestRejected, ModelUnavailable
+from turnstile.messages import ChatMessage, ToolCall, Usage
+from turnstile.providers.base import ModelRequest, ModelResponse
+
+log = logging.getLogger(__name__)
+
+
+class RetryableModelError(ModelUnavailable):
+    def __init__(self, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+def parse_retry_after(value: str | None) -> float | None:
+    """Retry-After as seconds (delta-seconds or HTTP date), None if absent/invalid."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - datetime.now(UTC)).total_seconds())
+
+
+def to_openai_message(m: ChatMessage) -> dict[str, Any]:
+    out: dict[str, Any] = {"role": m.role, "content": m.content}
+    if m.role == "assistant" and m.tool_calls:
+        out["tool_calls"] = [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for c in m.tool_calls
+        ]
+    if m.role == "tool":
+        out["tool_call_id"] = m.tool_call_id
+        if out["content"] is None:
+            out["content"] = ""
+    return out
+
+
+def parse_completion(body: Any) -> ModelResponse:
+    """Read choices[0].message.{content,tool_calls}; anything else is malformed."""
+    try:
+        choice = body["choices"][0]
+        msg = choice["message"]
+    except (KeyError, IndexError, TypeError) as exc:
+        raise MalformedModelResponse(
+            f"completion has no choices[0].message: {str(body)[:300]}"
+        ) from exc
+    if not isinstance(msg, dict):
+        raise MalformedModelResponse("choices[0].message is not an object")
+    content = msg.get("content")
+    if content is not None and not isinstance(content, str):
+        raise MalformedModelResponse("choices[0].message.content is not a string")
+    calls: list[ToolCall] = []
+    raw_calls = msg.get("tool_calls") or []
+    if not isinstance(raw_calls, list):
+        raise MalformedModelResponse("choices[0].message.tool_calls is not a list")
+    for i, raw in enumerate(raw_calls):
+        fn = raw.get("function") if isinstance(raw, dict) else None
+        if not isinstance(fn, dict):
+            raise MalformedModelResponse(f"tool_calls[{i}] has no function object")
+        args = fn.get("arguments", "{}")
+        if not isinstance(args, str):
+            # Some servers send an object instead of the JSON text OpenAI specifies.
+            args = json.dumps(args)
+        calls.append(ToolCall(id=str(raw.get("id") or ""), name=str(fn.get("name") or ""),
+                              arguments=args))
+    usage = body.get("usage") or {}
+    return ModelResponse(
+        message=ChatMessage(role="assistant", content=content, tool_calls=calls),
+        usage=Usage(
+            prompt_tokens=int(usage.get("prompt_tokens") or 0),
+            completion_tokens=int(usage.get("completion_tokens") or 0),
+        ),
+        finish_reason=choice.get("finish_reason"),
+        model=str(body.get("model") or ""),
+    )
+
+
+class OpenAICompatibleProvider:
+    name = "openai-compatible"
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        api_key: str | None = None,
+        model: str | None = None,
+        timeout_seconds: float = 120.0,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        # retries=0: Temporal's activity retry policy is the only retry layer.
+        self._client = httpx.AsyncClient(
+            headers=headers,
+            timeout=httpx.Timeout(timeout_seconds, connect=10.0),
+            transport=httpx.AsyncHTTPTransport(retries=0),
+        )
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+    def payload(self, request: ModelRequest) -> dict[str, Any]:
+        body: dict[str, Any] = {"messages": [to_openai_message(m) for m in request.messages]}
+        if self.model:
+            body["model"] = self.model
+        if request.tools:
+            body["tools"] = [t.openai_schema() for t in request.tools]
+            body["tool_choice"] = "auto"
+        if request.response_format:
+            body["response_format"] = request.response_format
+        return body
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        url = f"{self.base_url}/chat/completions"
+        try:
+            resp = await self._client.post(url, json=self.payload(request))
+        except httpx.TransportError as exc:
+            raise RetryableModelError(f"model endpoint {url} unreachable: {exc!r}") from exc
+        if resp.status_code == 429 or resp.status_code >= 500:
+            raise RetryableModelError(
+                f"model endpoint answered {resp.status_code}: {resp.text[:300]}",
+                retry_after=parse_retry_after(resp.headers.get("retry-after")),
+            )
+        if resp.status_code >= 400:
+            raise ModelRequestRejected(
+                f"model endpoint refused the request with {resp.status_code}: {resp.text[:500]}"
+            )
+        try:
+            body = resp.json()
+        except ValueError as exc:
+            raise MalformedModelResponse(f"model endpoint sent non-JSON: {resp.text[:300]}") from exc
+        return parse_completion(body)

@@ -1,0 +1,52 @@
+"""Pure helpers of the turn pipeline (deterministic; safe in workflow code)."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from turnstile.errors import TemplateVariableMissing
+from turnstile.messages import ChatMessage, ToolCall
+
+_VAR = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_.]*)\s*\}\}")
+
+
+def render_template(template: str, variables: dict[str, Any]) -> str:
+    """Fill `{{name}}` placeholders; a missing variable is a clear error."""
+    missing = sorted({m.group(1) for m in _VAR.finditer(template)} - variables.keys())
+    if missing:
+        raise TemplateVariableMissing(
+            f"template needs variable(s) {', '.join(missing)}; pass them in the turn's "
+            "`variables`"
+        )
+    return _VAR.sub(lambda m: str(variables[m.group(1)]), template)
+
+
+def parsed_arguments(raw: str) -> Any:
+    """Arguments for records: the parsed object when it parses, else the raw text."""
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return raw
+
+
+# --- what the loop does after a model response (a typed union, not flags) ---
+@dataclass(frozen=True)
+class FinalAnswer:
+    text: str
+
+
+@dataclass(frozen=True)
+class RunTools:
+    calls: list[ToolCall]
+
+
+NextStep = FinalAnswer | RunTools
+
+
+def next_step(message: ChatMessage) -> NextStep:
+    if message.tool_calls:
+        return RunTools(calls=list(message.tool_calls))
+    return FinalAnswer(text=message.content or "")

@@ -1,0 +1,274 @@
+"""Chat memory and the per-call tool ledger, outside workflow history.
+
+Memory is keyed by conversation and bound to the user who opened it. Every
+write names the slot (`seq`) the workflow assigned, so a retried activity
+rewrites the same slot instead of appending twice: an insert that finds its
+slot taken by the same turn is a no-op, one that finds another writer there is
+a `MemoryConflictError`.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import BaseModel
+
+from turnstile import attributes as attr
+from turnstile.activity_io import MemorySnapshot
+from turnstile.db import Connection, Database, Dialect, schema
+from turnstile.errors import ConversationOwnershipError, MemoryConflictError
+from turnstile.messages import ChatMessage, ToolCall
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+@schema
+def _memory_ddl(dialect: Dialect) -> list[str]:
+    flag = "BOOLEAN NOT NULL DEFAULT FALSE" if dialect == "postgresql" else "INTEGER NOT NULL DEFAULT 0"
+    return [
+        """CREATE TABLE IF NOT EXISTS conversation (
+            conversation_id TEXT PRIMARY KEY,
+            user_id TEXT NOT NULL,
+            created_at TEXT NOT NULL)""",
+        f"""CREATE TABLE IF NOT EXISTS chat_message (
+            conversation_id TEXT NOT NULL,
+            seq BIGINT NOT NULL,
+            role TEXT NOT NULL,
+            content TEXT,
+            tool_calls TEXT,
+            tool_call_id TEXT,
+            is_error {flag},
+            attributes TEXT,
+            created_at TEXT,
+            workflow_id TEXT,
+            PRIMARY KEY (conversation_id, seq))""",
+        """CREATE INDEX IF NOT EXISTS chat_message_call
+            ON chat_message (conversation_id, tool_call_id)""",
+        """CREATE TABLE IF NOT EXISTS tool_call_ledger (
+            workflow_id TEXT NOT NULL,
+            tool_call_id TEXT NOT NULL,
+            tool_name TEXT NOT NULL,
+            status TEXT NOT NULL,
+            attempts INTEGER NOT NULL DEFAULT 1,
+            result TEXT,
+            is_error INTEGER NOT NULL DEFAULT 0,
+            started_at TEXT NOT NULL,
+            finished_at TEXT,
+            PRIMARY KEY (workflow_id, tool_call_id))""",
+    ]
+
+
+def _row_to_message(row: dict[str, Any]) -> ChatMessage:
+    calls = json.loads(row["tool_calls"]) if row.get("tool_calls") else []
+    return ChatMessage(
+        role=row["role"],
+        content=row.get("content"),
+        tool_calls=[ToolCall.model_validate(c) for c in calls],
+        tool_call_id=row.get("tool_call_id"),
+        is_error=bool(row.get("is_error") or False),
+        attributes=json.loads(row["attributes"]) if row.get("attributes") else {},
+    )
+
+
+class MemoryStore:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    # -- ownership ----------------------------------------------------------
+    def bind(self, conn: Connection, conversation_id: str, user_id: str) -> None:
+        """Bind a new conversation to its user; refuse anyone else's turn on it."""
+        conn.execute(
+            "INSERT INTO conversation (conversation_id, user_id, created_at) VALUES (?, ?, ?) "
+            "ON CONFLICT (conversation_id) DO NOTHING",
+            (conversation_id, user_id, now_iso()),
+        )
+        owner = conn.fetchone(
+            "SELECT user_id FROM conversation WHERE conversation_id = ?", (conversation_id,)
+        )
+        if owner is None or owner["user_id"] != user_id:
+            raise ConversationOwnershipError(
+                f"conversation {conversation_id!r} belongs to another user; "
+                "start a new conversation id"
+            )
+
+    # -- reads --------------------------------------------------------------
+    def snapshot(self, conversation_id: str, user_id: str, preview: int = 4) -> MemorySnapshot:
+        with self.db.connect() as conn:
+            self.bind(conn, conversation_id, user_id)
+            stats = conn.fetchone(
+                "SELECT COUNT(*) AS n, MAX(seq) AS last FROM chat_message WHERE conversation_id = ?",
+                (conversation_id,),
+            ) or {"n": 0, "last": None}
+            system = conn.fetchone(
+                "SELECT content FROM chat_message WHERE conversation_id = ? AND role = 'system' "
+                "ORDER BY seq DESC LIMIT 1",
+                (conversation_id,),
+            )
+            tail = conn.fetchall(
+                "SELECT * FROM chat_message WHERE conversation_id = ? ORDER BY seq DESC LIMIT ?",
+                (conversation_id, preview),
+            )
+        last = stats["last"]
+        return MemorySnapshot(
+            next_seq=0 if last is None else int(last) + 1,
+            message_count=int(stats["n"]),
+            system_prompt=system["content"] if system else None,
+            preview=[f"{r['role']}: {_row_to_message(r).preview(120)}" for r in reversed(tail)],
+        )
+
+    def messages(self, conversation_id: str) -> list[ChatMessage]:
+        """The conversation as a model should read it: the latest system
+        message first, then every other message in `seq` order."""
+        with self.db.connect() as conn:
+            rows = conn.fetchall(
+                "SELECT * FROM chat_message WHERE conversation_id = ? ORDER BY seq",
+                (conversation_id,),
+            )
+        msgs = [_row_to_message(r) for r in rows]
+        systems = [m for m in msgs if m.role == "system"]
+        return systems[-1:] + [m for m in msgs if m.role != "system"]
+
+    def get(self, conversation_id: str, seq: int) -> tuple[ChatMessage, str | None] | None:
+        with self.db.connect() as conn:
+            row = conn.fetchone(
+                "SELECT * FROM chat_message WHERE conversation_id = ? AND seq = ?",
+                (conversation_id, seq),
+            )
+        return None if row is None else (_row_to_message(row), row.get("workflow_id"))
+
+    # -- writes -------------------------------------------------------------
+    def put(
+        self, conversation_id: str, seq: int, message: ChatMessage, workflow_id: str
+    ) -> None:
+        self.append(conversation_id, seq, [message], workflow_id)
+
+    def append(
+        self, conversation_id: str, start_seq: int, messages: list[ChatMessage], workflow_id: str
+    ) -> None:
+        with self.db.connect() as conn:
+            for offset, m in enumerate(messages):
+                seq = start_seq + offset
+                cur = conn.execute(
+                    "INSERT INTO chat_message (conversation_id, seq, role, content, tool_calls, "
+                    "tool_call_id, is_error, attributes, created_at, workflow_id) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                    "ON CONFLICT (conversation_id, seq) DO NOTHING",
+                    (
+                        conversation_id,
+                        seq,
+                        m.role,
+                        m.content,
+                        json.dumps([c.model_dump() for c in m.tool_calls]) if m.tool_calls else None,
+                        m.tool_call_id,
+                        m.is_error,
+                        json.dumps(m.attributes) if m.attributes else None,
+                        now_iso(),
+                        workflow_id,
+                    ),
+                )
+                if cur.rowcount == 0:
+                    owner = conn.fetchone(
+                        "SELECT workflow_id FROM chat_message WHERE conversation_id = ? AND seq = ?",
+                        (conversation_id, seq),
+                    )
+                    if owner is None or owner["workflow_id"] != workflow_id:
+                        raise MemoryConflictError(
+                            f"message slot {seq} of conversation {conversation_id!r} was "
+                            "written by another writer; turns of one conversation must not "
+                            "interleave"
+                        )
+
+    def rewrite_tool_result(
+        self,
+        conversation_id: str,
+        tool_call_id: str,
+        content: str,
+        extra_attributes: dict[str, Any],
+    ) -> int:
+        """Replace what the model remembers of a call (saga rollback)."""
+        with self.db.connect() as conn:
+            rows = conn.fetchall(
+                "SELECT seq, attributes FROM chat_message WHERE conversation_id = ? "
+                "AND tool_call_id = ? AND role = 'tool'",
+                (conversation_id, tool_call_id),
+            )
+            for row in rows:
+                attrs = json.loads(row["attributes"]) if row["attributes"] else {}
+                attrs.update(extra_attributes)
+                conn.execute(
+                    "UPDATE chat_message SET content = ?, is_error = ?, attributes = ? "
+                    "WHERE conversation_id = ? AND seq = ?",
+                    (content, True, json.dumps(attrs), conversation_id, row["seq"]),
+                )
+            return len(rows)
+
+
+class LedgerEntry(BaseModel):
+    status: str  # STARTED | COMPLETED | ATTEMPT_FAILED
+    fresh: bool  # this attempt owns the execution
+    result: str | None = None
+    is_error: bool = False
+    attempts: int = 1
+
+
+class ToolLedger:
+    """Written once per tool call, compare-and-set: tells a new attempt
+    whether an earlier one finished, failed cleanly, or vanished mid-run."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def begin(self, workflow_id: str, call_id: str, tool_name: str, *, rerun_lost: bool) -> LedgerEntry:
+        with self.db.connect() as conn:
+            cur = conn.execute(
+                "INSERT INTO tool_call_ledger (workflow_id, tool_call_id, tool_name, status, "
+                "started_at) VALUES (?, ?, ?, 'STARTED', ?) "
+                "ON CONFLICT (workflow_id, tool_call_id) DO NOTHING",
+                (workflow_id, call_id, tool_name, now_iso()),
+            )
+            if cur.rowcount == 1:
+                return LedgerEntry(status="STARTED", fresh=True)
+            row = conn.fetchone(
+                "SELECT * FROM tool_call_ledger WHERE workflow_id = ? AND tool_call_id = ?",
+                (workflow_id, call_id),
+            )
+            assert row is not None
+            if row["status"] == "COMPLETED":
+                return LedgerEntry(
+                    status="COMPLETED", fresh=False, result=row["result"],
+                    is_error=bool(row["is_error"]), attempts=row["attempts"],
+                )
+            if row["status"] == "ATTEMPT_FAILED" or rerun_lost:
+                conn.execute(
+                    "UPDATE tool_call_ledger SET status = 'STARTED', attempts = attempts + 1, "
+                    "started_at = ? WHERE workflow_id = ? AND tool_call_id = ? AND status = ?",
+                    (now_iso(), workflow_id, call_id, row["status"]),
+                )
+                return LedgerEntry(status="STARTED", fresh=True, attempts=row["attempts"] + 1)
+            # STARTED and never finished: an earlier attempt was lost mid-run.
+            return LedgerEntry(status="STARTED", fresh=False, attempts=row["attempts"])
+
+    def complete(self, workflow_id: str, call_id: str, result: str, is_error: bool) -> None:
+        with self.db.connect() as conn:
+            conn.execute(
+                "UPDATE tool_call_ledger SET status = 'COMPLETED', result = ?, is_error = ?, "
+                "finished_at = ? WHERE workflow_id = ? AND tool_call_id = ?",
+                (result, int(is_error), now_iso(), workflow_id, call_id),
+            )
+
+    def attempt_failed(self, workflow_id: str, call_id: str, error: str) -> None:
+        """The tool raised: the attempt ended cleanly, so a retry may run it again."""
+        with self.db.connect() as conn:
+            conn.execute(
+                "UPDATE tool_call_ledger SET status = 'ATTEMPT_FAILED', result = ?, "
+                "finished_at = ? WHERE workflow_id = ? AND tool_call_id = ? AND status = 'STARTED'",
+                (error, now_iso(), workflow_id, call_id),
+            )
+
+
+def rolled_back_attributes(cause: dict[str, Any]) -> dict[str, Any]:
+    return {attr.ROLLED_BACK: True, attr.ROLLBACK_CAUSE: cause}

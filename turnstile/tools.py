@@ -1,0 +1,195 @@
+"""Tools are plain typed Python functions.
+
+    @tool(description="...", idempotent=True)
+    def querySalesData(ctx: ToolContext, startDate: date, endDate: date,
+                       minAmount: Annotated[Decimal, Field(ge=0)]) -> SalesResult: ...
+
+Name, description and JSON schema come from the function: the parameters
+(after an optional leading `ToolContext`) become a pydantic model with
+`extra="forbid"`, whose JSON schema is what the model sees and whose
+validation is the tool's first line of defence. Sync and async functions both
+work; sync ones run in a thread so they cannot block the worker's event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, get_type_hints
+
+from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+
+from turnstile.errors import DuplicateToolError, ToolArgumentError
+from turnstile.specs import RetrySpec, ToolSpec
+
+if TYPE_CHECKING:
+    from turnstile.db import Database
+
+
+@dataclass
+class ToolContext:
+    """What a running tool may know about the call that runs it."""
+
+    db: Database
+    workflow_id: str
+    conversation_id: str
+    user_id: str
+    tool_call_id: str
+    attempt: int = 1
+    settings: Any = None
+    heartbeat: Callable[..., None] = field(default=lambda *a: None)
+
+    @property
+    def idempotency_key(self) -> str:
+        """Stable across activity retries and worker crashes: one per tool call."""
+        return f"{self.workflow_id}/{self.tool_call_id}"
+
+
+class ToolExecutionError(Exception):
+    """Raise from a tool for an execution failure. `retryable=False` tells
+    Temporal not to retry (e.g. the e-mail address is refused for good)."""
+
+    def __init__(self, message: str, *, retryable: bool = True) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+
+
+Compensation = Callable[..., Any]
+
+
+@dataclass
+class Tool:
+    fn: Callable[..., Any]
+    spec: ToolSpec
+    args_model: type[BaseModel]
+    takes_context: bool
+    compensate: Compensation | None = None
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def parse_arguments(self, raw: str) -> BaseModel:
+        """Validate the model's raw JSON arguments; ToolArgumentError says what to fix."""
+        try:
+            data = json.loads(raw) if raw.strip() else {}
+        except json.JSONDecodeError as exc:
+            raise ToolArgumentError(
+                f"arguments for {self.name} are not valid JSON ({exc.msg} at position "
+                f"{exc.pos}); send a JSON object matching the tool's schema"
+            ) from exc
+        if not isinstance(data, dict):
+            raise ToolArgumentError(
+                f"arguments for {self.name} must be a JSON object, got {type(data).__name__}"
+            )
+        try:
+            return self.args_model.model_validate(data)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in err['loc']) or '(arguments)'}: {err['msg']}"
+                for err in exc.errors(include_url=False)
+            )
+            raise ToolArgumentError(f"invalid arguments for {self.name}: {problems}") from exc
+
+    async def invoke(self, ctx: ToolContext, args: BaseModel) -> Any:
+        kwargs = {name: getattr(args, name) for name in type(args).model_fields}
+        call_args = (ctx,) if self.takes_context else ()
+        if inspect.iscoroutinefunction(self.fn):
+            return await self.fn(*call_args, **kwargs)
+        return await asyncio.to_thread(self.fn, *call_args, **kwargs)
+
+    def compensation(self, fn: Compensation) -> Compensation:
+        """Declare the compensation (decorator): fn(ctx, arguments, result)."""
+        self.compensate = fn
+        self.spec.compensation = f"{self.name}.compensate"
+        return fn
+
+
+def tool(
+    fn: Callable[..., Any] | None = None,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    idempotent: bool = False,
+    requires_approval: bool = False,
+    fatal_on_failure: bool = False,
+    timeout_seconds: float = 60.0,
+    heartbeat_seconds: float | None = 10.0,
+    retry: RetrySpec | None = None,
+    approval_timeout_seconds: float = 3600.0,
+) -> Any:
+    """Turn a typed function into a Tool (usable bare or with options)."""
+
+    def build(f: Callable[..., Any]) -> Tool:
+        hints = get_type_hints(f, include_extras=True)
+        params = list(inspect.signature(f).parameters.values())
+        takes_context = bool(params) and hints.get(params[0].name) is ToolContext
+        if takes_context:
+            params = params[1:]
+        fields: dict[str, Any] = {}
+        for p in params:
+            if p.name not in hints:
+                raise TypeError(f"tool {f.__name__}: parameter {p.name!r} needs a type annotation")
+            default = ... if p.default is inspect.Parameter.empty else p.default
+            fields[p.name] = (hints[p.name], default)
+        tool_name = name or f.__name__
+        args_model = create_model(
+            f"{tool_name}Arguments", __config__=ConfigDict(extra="forbid"), **fields
+        )
+        schema = args_model.model_json_schema()
+        schema.pop("title", None)
+        doc = inspect.getdoc(f) or ""
+        spec = ToolSpec(
+            name=tool_name,
+            description=description or doc or tool_name,
+            parameters=schema,
+            idempotent=idempotent,
+            requires_approval=requires_approval,
+            fatal_on_failure=fatal_on_failure,
+            start_to_close_seconds=timeout_seconds,
+            heartbeat_seconds=heartbeat_seconds,
+            retry=retry or RetrySpec(),
+            approval_timeout_seconds=approval_timeout_seconds,
+        )
+        return Tool(fn=f, spec=spec, args_model=args_model, takes_context=takes_context)
+
+    return build(fn) if fn is not None else build
+
+
+class ToolRegistry:
+    """Tools by name. A duplicate name fails here, at registration."""
+
+    def __init__(self, tools: Iterable[Tool] = ()) -> None:
+        self._tools: dict[str, Tool] = {}
+        for t in tools:
+            self.add(t)
+
+    def add(self, t: Tool) -> Tool:
+        if t.name in self._tools:
+            raise DuplicateToolError(f"a tool named {t.name!r} is already registered")
+        self._tools[t.name] = t
+        return t
+
+    def get(self, name: str) -> Tool | None:
+        return self._tools.get(name)
+
+    def names(self) -> list[str]:
+        return list(self._tools)
+
+    def __iter__(self) -> Iterator[Tool]:
+        return iter(self._tools.values())
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+
+def result_to_text(result: Any) -> str:
+    """The text the model reads for a tool's return value."""
+    if isinstance(result, str):
+        return result
+    if isinstance(result, BaseModel):
+        return result.model_dump_json(by_alias=True)
+    return json.dumps(result, default=str, ensure_ascii=False)

@@ -1,0 +1,82 @@
+"""One process that serves the task queue (workflows and activities) and runs
+the e-mail sender loop. `--no-sender` / `--sender-only` split them for scaling.
+Configuration comes only from the environment (contract.md)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import concurrent.futures
+import logging
+import signal
+import threading
+
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from activities import Runtime, all_activities
+from turnstile.config import Settings
+from turnstile.plugins import load_services
+from turnstile.temporal_client import connect
+from workflows import AgentTurn
+
+log = logging.getLogger("turnstile.worker")
+
+
+def build_worker(client: Client, rt: Runtime, **overrides: object) -> Worker:
+    """The Temporal worker for one runtime (tests pass their own client/runtime)."""
+    options: dict[str, object] = {
+        "task_queue": rt.settings.task_queue,
+        "workflows": [AgentTurn],
+        "activities": all_activities(rt),
+        # Sync activities (database work) run on this pool.
+        "activity_executor": concurrent.futures.ThreadPoolExecutor(max_workers=32),
+        "max_concurrent_activities": 32,
+    }
+    options.update(overrides)
+    return Worker(client, **options)  # type: ignore[arg-type]
+
+
+async def run(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--no-sender", action="store_true", help="do not run the e-mail sender")
+    group.add_argument("--sender-only", action="store_true", help="run only the e-mail sender")
+    args = parser.parse_args(argv)
+
+    settings = Settings.from_env()
+    rt = Runtime.build(settings, load_services(settings))
+    rt.db.ensure_schema()
+    stop = threading.Event()
+    loop = asyncio.get_running_loop()
+    done = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, lambda: (stop.set(), done.set()))
+
+    tasks: list[asyncio.Future[object]] = []
+    if not args.no_sender:
+        from turnstile.sales.sender import run_sender
+
+        tasks.append(asyncio.ensure_future(asyncio.to_thread(run_sender, rt.db, settings, stop)))
+        log.info("e-mail sender running (SMTP %s:%s)", settings.smtp_host, settings.smtp_port)
+    if args.sender_only:
+        await done.wait()
+    else:
+        client = await connect(settings)
+        worker = build_worker(client, rt)
+        log.info("worker serving task queue %r on %s (%s, provider %s)", settings.task_queue,
+                 settings.temporal_address, rt.db, rt.provider.name)
+        async with worker:
+            await done.wait()
+    stop.set()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    await rt.provider.aclose()
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    asyncio.run(run())
+
+
+if __name__ == "__main__":
+    main()
