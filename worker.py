@@ -17,6 +17,7 @@ from temporalio.worker import Worker
 from activities import Runtime, all_activities
 from turnstile.config import Settings
 from turnstile.plugins import load_services
+from turnstile.search_attributes import ensure_search_attributes
 from turnstile.temporal_client import connect
 from workflows import AgentTurn
 
@@ -63,6 +64,7 @@ async def run(argv: list[str] | None = None) -> None:
         await done.wait()
     else:
         client = await connect(settings)
+        rt.search_attributes = await ensure_search_attributes(client, settings.temporal_namespace)
         worker = build_worker(client, rt)
         log.info("worker serving task queue %r on %s (%s, provider %s)", settings.task_queue,
                  settings.temporal_address, rt.db, rt.provider.name)

@@ -8,6 +8,7 @@ from typing import Any
 from activities.memory import MemoryActivities
 from activities.model import ModelActivities
 from activities.runtime import Runtime
+from activities.saga import SagaActivities
 from activities.tools import ToolActivities
 
 __all__ = ["Runtime", "all_activities"]
@@ -15,5 +16,7 @@ __all__ = ["Runtime", "all_activities"]
 
 def all_activities(rt: Runtime) -> list[Callable[..., Any]]:
     mem, model, tools = MemoryActivities(rt), ModelActivities(rt), ToolActivities(rt)
-    return [mem.describe_service, mem.load_memory, mem.append_messages,
-            model.call_model, tools.execute_tool]
+    saga = SagaActivities(rt)
+    return [mem.describe_service, mem.load_memory, mem.append_messages, mem.resolve_tools,
+            model.call_model, tools.execute_tool,
+            saga.compensate_tool, saga.record_compensation_failure]

@@ -24,6 +24,7 @@ class Runtime:
     memory: MemoryStore
     ledger: ToolLedger
     audit: AuditLog
+    search_attributes: bool = False  # set by the worker after checking the namespace
 
     @classmethod
     def build(

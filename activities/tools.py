@@ -24,7 +24,7 @@ from turnstile.activity_io import EXECUTE_TOOL, ToolExecInput, ToolOutcome
 from turnstile.contract import CallStatus
 from turnstile.errors import DatabaseUnavailable, MemoryConflictError, ToolArgumentError
 from turnstile.messages import ChatMessage
-from turnstile.tools import Tool, ToolContext, ToolExecutionError, result_to_text
+from turnstile.tools import Tool, ToolContext, ToolExecutionError, ToolResult, result_to_text
 
 PREVIEW_CHARS = 400
 INTERRUPTED_TEXT = (
@@ -60,9 +60,11 @@ class ToolActivities:
             ) from exc
 
     async def _finish(self, req: ToolExecInput, text: str, status: CallStatus,
-                      is_error: bool) -> ToolOutcome:
+                      is_error: bool, state: dict[str, Any] | None = None) -> ToolOutcome:
         wf_id = activity.info().workflow_id
         msg = tool_message(req.call.id, req.call.name, text, status, is_error, wf_id)
+        if state:
+            msg.attributes[attr.STATE] = state
         await asyncio.to_thread(self.rt.memory.put, req.conversation_id, req.result_seq, msg, wf_id)
         return ToolOutcome(call_id=req.call.id, name=req.call.name, status=status.value,
                            is_error=is_error, preview=_preview(text))
@@ -81,6 +83,12 @@ class ToolActivities:
             await asyncio.to_thread(self._audit_rejected, req, wf_id, str(exc))
             return await self._finish(req, str(exc), CallStatus.INVALID_ARGUMENTS, True)
 
+        if req.approval is not None:
+            d = req.approval
+            await asyncio.to_thread(
+                audit_log.decision, workflow_id=wf_id, tool_name=call.name,
+                tool_call_id=call.id, approved=d.approved, reviewer=d.reviewer, note=d.note,
+                decided_at=d.decided_at)
         entry = await asyncio.to_thread(
             self.rt.ledger.begin, wf_id, call.id, call.name, rerun_lost=tool.spec.idempotent
         )
@@ -122,10 +130,11 @@ class ToolActivities:
             raise ApplicationError(error, type="ToolExecutionError",
                                    non_retryable=not retryable) from exc
         text = result_to_text(result)
+        state = result.state if isinstance(result, ToolResult) else None
         await asyncio.to_thread(self.rt.ledger.complete, wf_id, call.id, text, False)
         await asyncio.to_thread(audit_log.finished, workflow_id=wf_id, call_id=call.id,
                                 status=audit.COMPLETED)
-        return await self._finish(req, text, CallStatus.COMPLETED, False)
+        return await self._finish(req, text, CallStatus.COMPLETED, False, state)
 
     def _audit_rejected(self, req: ToolExecInput, wf_id: str, error: str) -> None:
         self.rt.audit.started(workflow_id=wf_id, call_id=req.call.id,

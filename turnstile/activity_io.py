@@ -10,13 +10,18 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from turnstile.contract import ApprovalDecision
 from turnstile.messages import ChatMessage, ToolCall, Usage
+from turnstile.specs import ToolSpec
 
 DESCRIBE_SERVICE = "turnstile.describe_service"
 LOAD_MEMORY = "turnstile.load_memory"
 APPEND_MESSAGES = "turnstile.append_messages"
 CALL_MODEL = "turnstile.call_model"
 EXECUTE_TOOL = "turnstile.execute_tool"
+COMPENSATE_TOOL = "turnstile.compensate_tool"
+RECORD_COMPENSATION_FAILURE = "turnstile.record_compensation_failure"
+RESOLVE_TOOLS = "turnstile.resolve_tools"
 
 
 class DescribeServiceInput(BaseModel):
@@ -38,11 +43,24 @@ class MemorySnapshot(BaseModel):
     preview: list[str] = Field(default_factory=list)  # last few, truncated
 
 
+class AuditEntry(BaseModel):
+    """A tool call the workflow settled without running it (unknown tool,
+    rejection, disabled by a breaker, retries exhausted)."""
+
+    call_id: str
+    tool_name: str
+    arguments: str
+    status: str  # audit status: FAILED ...
+    error: str
+
+
 class AppendMessagesInput(BaseModel):
     conversation_id: str
     user_id: str
     start_seq: int
     messages: list[ChatMessage]
+    audit: list[AuditEntry] = Field(default_factory=list)
+    decisions: list[ApprovalDecision] = Field(default_factory=list)
 
 
 class ModelCallInput(BaseModel):
@@ -67,6 +85,7 @@ class ToolExecInput(BaseModel):
     service: str
     call: ToolCall
     result_seq: int  # where the tool-result message is stored
+    approval: ApprovalDecision | None = None  # recorded with the execution
 
 
 class ToolOutcome(BaseModel):
@@ -76,3 +95,34 @@ class ToolOutcome(BaseModel):
     is_error: bool
     preview: str  # bounded; the full result is in memory
     attributes: dict[str, Any] = Field(default_factory=dict)
+
+
+class CompensateInput(BaseModel):
+    conversation_id: str
+    user_id: str
+    service: str
+    call: ToolCall
+    cause: dict[str, Any]  # {type, message, call_id, tool}: why the turn is rolled back
+
+
+class CompensateResult(BaseModel):
+    call_id: str
+    description: str
+
+
+class CompensationFailure(BaseModel):
+    conversation_id: str
+    call: ToolCall
+    cause: dict[str, Any]
+    error: str
+
+
+class ResolveToolsInput(BaseModel):
+    conversation_id: str
+    user_id: str
+    service: str
+    known: list[str]
+
+
+class ResolvedTools(BaseModel):
+    added: list[ToolSpec] = Field(default_factory=list)

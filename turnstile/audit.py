@@ -53,6 +53,15 @@ def _audit_ddl(dialect: Dialect) -> list[str]:
             error_message TEXT)""",
         """CREATE INDEX IF NOT EXISTS tool_execution_log_workflow
             ON tool_execution_log (workflow_id)""",
+        """CREATE TABLE IF NOT EXISTS approval_decision (
+            workflow_id TEXT NOT NULL,
+            tool_call_id TEXT NOT NULL,
+            tool_name TEXT NOT NULL,
+            approved INTEGER NOT NULL,
+            reviewer TEXT NOT NULL,
+            note TEXT,
+            decided_at TEXT NOT NULL,
+            PRIMARY KEY (workflow_id, tool_call_id))""",
     ]
 
 
@@ -102,6 +111,25 @@ class AuditLog:
                 "WHERE execution_id = ?",
                 (status, now_iso(), mask(error) if error else None,
                  execution_id(workflow_id, call_id)),
+            )
+
+    def settled(self, *, workflow_id: str, call_id: str, conversation_id: str, user_id: str,
+                tool_name: str, arguments: str, status: str, error: str) -> None:
+        """A call the workflow settled without running the tool: one complete row."""
+        self.started(workflow_id=workflow_id, call_id=call_id, conversation_id=conversation_id,
+                     user_id=user_id, tool_name=tool_name, arguments=arguments)
+        self.finished(workflow_id=workflow_id, call_id=call_id, status=status, error=error)
+
+    def decision(self, *, workflow_id: str, tool_name: str, tool_call_id: str, approved: bool,
+                 reviewer: str, note: str, decided_at: str) -> None:
+        """Who decided what about which call, and when. Recorded even with
+        TURNSTILE_AUDIT off: an approval is part of the call, not a log line."""
+        with self.db.connect() as conn:
+            conn.execute(
+                "INSERT INTO approval_decision (workflow_id, tool_call_id, tool_name, approved, "
+                "reviewer, note, decided_at) VALUES (?, ?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT (workflow_id, tool_call_id) DO NOTHING",
+                (workflow_id, tool_call_id, tool_name, int(approved), reviewer, note, decided_at),
             )
 
     def rows(self, workflow_id: str) -> list[dict[str, Any]]:

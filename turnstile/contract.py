@@ -100,6 +100,16 @@ class RejectSignal(BaseModel):
     reason: str = ""
 
 
+class ReviewInput(BaseModel):
+    """Input of the `review` update (programmatic clients): validated before
+    it is accepted, unlike a signal."""
+
+    tool_call_id: str
+    reviewer: str
+    approved: bool
+    note: str = ""
+
+
 class PendingApproval(BaseModel):
     tool_call_id: str
     tool_name: str
@@ -110,6 +120,7 @@ class PendingApproval(BaseModel):
 
 class ApprovalDecision(BaseModel):
     tool_call_id: str
+    tool_name: str = ""
     approved: bool
     reviewer: str
     note: str = ""

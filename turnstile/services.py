@@ -2,12 +2,31 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from turnstile.errors import ConfigurationError, UnknownServiceError
 from turnstile.specs import LoopPolicy, ServiceSpec
 from turnstile.tools import Tool, ToolRegistry
+
+
+@dataclass(frozen=True)
+class ProviderContext:
+    conversation_id: str
+    user_id: str
+    state: dict[str, Any]  # merged `turnstile.state` of the conversation's tool results
+    known: list[str]  # tools the model has already seen this turn
+
+
+@dataclass
+class ToolProvider:
+    """A dynamic tool provider: offers tools from its catalogue according to
+    the conversation's state. Asked before each round; it can only add tools."""
+
+    name: str
+    catalogue: ToolRegistry
+    select: Callable[[ProviderContext], Iterable[str]]
 
 
 @dataclass
@@ -18,6 +37,17 @@ class Service:
     user_template: str = "{{message}}"
     description: str = ""
     loop: LoopPolicy = field(default_factory=LoopPolicy)
+    providers: list[ToolProvider] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        # One namespace of tool names across static tools and catalogues.
+        seen = set(self.tools.names())
+        for p in self.providers:
+            for name in p.catalogue.names():
+                if name in seen:
+                    raise ConfigurationError(
+                        f"service {self.name!r}: tool {name!r} is registered twice")
+                seen.add(name)
 
     def spec(self) -> ServiceSpec:
         return ServiceSpec(
@@ -27,10 +57,26 @@ class Service:
             user_template=self.user_template,
             tools=[t.spec for t in self.tools],
             loop=self.loop,
+            dynamic_tools=bool(self.providers),
         )
 
     def tool(self, name: str) -> Tool | None:
-        return self.tools.get(name)
+        found = self.tools.get(name)
+        for p in self.providers:
+            found = found or p.catalogue.get(name)
+        return found
+
+    def offered(self, ctx: ProviderContext) -> list[Tool]:
+        """Tools the providers offer now, in provider order, without duplicates."""
+        out: dict[str, Tool] = {}
+        for p in self.providers:
+            for name in p.select(ctx):
+                t = p.catalogue.get(name)
+                if t is None:
+                    raise ConfigurationError(
+                        f"provider {p.name!r} offered {name!r}, which is not in its catalogue")
+                out.setdefault(name, t)
+        return list(out.values())
 
 
 class ServiceRegistry:

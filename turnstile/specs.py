@@ -12,6 +12,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from turnstile.breakers import BreakerPolicy
+
 
 class RetrySpec(BaseModel):
     """Temporal retry policy of one tool's activity."""
@@ -56,9 +58,12 @@ class LoopPolicy(BaseModel):
     max_round_trips: int = 100
     on_unknown_tool: Literal["tell_model", "fail"] = "tell_model"
     on_invalid_arguments: Literal["tell_model", "fail"] = "tell_model"
+    on_rejection: Literal["tell_model", "fail"] = "tell_model"  # a reviewer said no
     argument_error_budget: int = 3  # per tool per turn, then the turn fails
     model_timeout_seconds: float = 180.0  # one model request
     model_retry_window_seconds: float = 6 * 3600.0  # survive a provider outage this long
+    compensation_attempts: int = 5  # each compensation's activity retries
+    breakers: BreakerPolicy = Field(default_factory=BreakerPolicy)
 
 
 class ServiceSpec(BaseModel):
@@ -68,6 +73,8 @@ class ServiceSpec(BaseModel):
     user_template: str = "{{message}}"
     tools: list[ToolSpec] = Field(default_factory=list)
     loop: LoopPolicy = Field(default_factory=LoopPolicy)
+    dynamic_tools: bool = False  # ask the service's tool providers before each round
+    search_attributes: bool = False  # the namespace has Turnstile's search attributes
 
     def tool(self, name: str) -> ToolSpec | None:
         return next((t for t in self.tools if t.name == name), None)

@@ -132,6 +132,15 @@ class MemoryStore:
         systems = [m for m in msgs if m.role == "system"]
         return systems[-1:] + [m for m in msgs if m.role != "system"]
 
+    def state(self, conversation_id: str) -> dict[str, Any]:
+        """Cross-round state: `turnstile.state` of every tool result that was not
+        rolled back, merged in `seq` order (later values win)."""
+        merged: dict[str, Any] = {}
+        for m in self.messages(conversation_id):
+            if m.role == "tool" and not m.attributes.get(attr.ROLLED_BACK):
+                merged.update(m.attributes.get(attr.STATE) or {})
+        return merged
+
     def get(self, conversation_id: str, seq: int) -> tuple[ChatMessage, str | None] | None:
         with self.db.connect() as conn:
             row = conn.fetchone(
@@ -251,6 +260,13 @@ class ToolLedger:
                 return LedgerEntry(status="STARTED", fresh=True, attempts=row["attempts"] + 1)
             # STARTED and never finished: an earlier attempt was lost mid-run.
             return LedgerEntry(status="STARTED", fresh=False, attempts=row["attempts"])
+
+    def result(self, workflow_id: str, call_id: str) -> str | None:
+        with self.db.connect() as conn:
+            row = conn.fetchone(
+                "SELECT result FROM tool_call_ledger WHERE workflow_id = ? AND tool_call_id = ? "
+                "AND status = 'COMPLETED'", (workflow_id, call_id))
+        return None if row is None else row["result"]
 
     def complete(self, workflow_id: str, call_id: str, result: str, is_error: bool) -> None:
         with self.db.connect() as conn:

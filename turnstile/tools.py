@@ -57,6 +57,16 @@ class ToolExecutionError(Exception):
         self.retryable = retryable
 
 
+@dataclass
+class ToolResult:
+    """Return this instead of a plain value to also hand state to later rounds
+    and turns: `state` is stored on the tool-result message (attribute
+    `turnstile.state`) and read back by tool providers via `ProviderContext`."""
+
+    content: Any
+    state: dict[str, Any] = field(default_factory=dict)
+
+
 Compensation = Callable[..., Any]
 
 
@@ -102,10 +112,18 @@ class Tool:
         return await asyncio.to_thread(self.fn, *call_args, **kwargs)
 
     def compensation(self, fn: Compensation) -> Compensation:
-        """Declare the compensation (decorator): fn(ctx, arguments, result)."""
+        """Declare the compensation (decorator): fn(ctx, arguments, result) where
+        `arguments` is the validated arguments model and `result` the stored
+        result (parsed JSON when it parses). Its return value describes the undo."""
         self.compensate = fn
         self.spec.compensation = f"{self.name}.compensate"
         return fn
+
+    async def undo(self, ctx: ToolContext, args: BaseModel, result: Any) -> Any:
+        assert self.compensate is not None
+        if inspect.iscoroutinefunction(self.compensate):
+            return await self.compensate(ctx, args, result)
+        return await asyncio.to_thread(self.compensate, ctx, args, result)
 
 
 def tool(
@@ -188,6 +206,8 @@ class ToolRegistry:
 
 def result_to_text(result: Any) -> str:
     """The text the model reads for a tool's return value."""
+    if isinstance(result, ToolResult):
+        return result_to_text(result.content)
     if isinstance(result, str):
         return result
     if isinstance(result, BaseModel):

@@ -20,7 +20,7 @@ with workflow.unsafe.imports_passed_through():
     # Pure pydantic models and helpers: passed through so the sandbox does not
     # re-import pydantic on every workflow run.
     from turnstile import activity_io as io
-    from turnstile import attributes as attr
+    from turnstile.breakers import Breakers, BreakerTripped
     from turnstile.contract import (
         WORKFLOW_TYPE,
         ApprovalDecision,
@@ -28,58 +28,38 @@ with workflow.unsafe.imports_passed_through():
         CallStatus,
         PendingApproval,
         RejectSignal,
-        ToolCallRecord,
+        ReviewInput,
         TurnErrorInfo,
-        TurnEvent,
         TurnInput,
         TurnProgress,
         TurnResult,
         TurnStatus,
     )
     from turnstile.errors import RoundTripCapExceeded, TurnstileError
-    from turnstile.messages import ChatMessage, ToolCall, Usage
-    from turnstile.specs import ServiceSpec, ToolSpec
-    from turnstile.steps import FinalAnswer, RunTools, next_step, parsed_arguments, render_template
-    from workflows.tool_options import memory_options, model_options, tool_options
-
-MAX_EVENTS = 200
-
-
-class TurnStopped(Exception):
-    """Ends the turn with a status and a typed error (not a workflow failure)."""
-
-    def __init__(self, status: TurnStatus, error_type: str, message: str) -> None:
-        super().__init__(message)
-        self.status, self.error_type = status, error_type
+    from turnstile.messages import ChatMessage, ToolCall
+    from turnstile.specs import ServiceSpec
+    from turnstile.steps import FinalAnswer, RunTools, next_step, render_template
+    from workflows.state import TurnState, TurnStopped
+    from workflows.tool_options import model_options
+    from workflows.tool_round import RoundWrites, ToolRound
 
 
 @workflow.defn(name=WORKFLOW_TYPE)
 class AgentTurn:
     def __init__(self) -> None:
-        self._step = "starting"
-        self._round_trips = 0
-        self._calls: list[ToolCallRecord] = []
-        self._events: list[TurnEvent] = []
-        self._pending: dict[str, PendingApproval] = {}
-        self._decisions: dict[str, ApprovalDecision] = {}
-        self._refused: list[str] = []
-        self._usage = Usage()
-        self._provider = ""
-        self._seq = 0
-        self._arg_errors: dict[str, int] = {}
+        self.s = TurnState()
 
-    # -- queries and signals (contract.md) -----------------------------------
+    # -- queries, signals, update (contract.md) --------------------------------
     @workflow.query(name="status")
     def status(self) -> TurnProgress:
-        return TurnProgress(
-            step=self._step, round_trips=self._round_trips, tool_calls=self._calls,
-            pending_approvals=list(self._pending.values()), refused_signals=self._refused,
-            events=self._events,
-        )
+        s = self.s
+        return TurnProgress(step=s.step, round_trips=s.round_trips, tool_calls=s.calls,
+                            pending_approvals=list(s.pending.values()),
+                            refused_signals=s.refused, events=s.events)
 
     @workflow.query(name="pending_approvals")
     def pending_approvals(self) -> list[PendingApproval]:
-        return list(self._pending.values())
+        return list(self.s.pending.values())
 
     @workflow.signal(name="approve")
     def approve(self, signal: ApproveSignal) -> None:
@@ -89,38 +69,69 @@ class AgentTurn:
     def reject(self, signal: RejectSignal) -> None:
         self._decide(signal.tool_call_id, False, signal.reviewer, signal.reason)
 
+    @workflow.update(name="review")
+    def review(self, decision: ReviewInput) -> str:
+        self._decide(decision.tool_call_id, decision.approved, decision.reviewer, decision.note)
+        return "approved" if decision.approved else "rejected"
+
+    @review.validator
+    def _validate_review(self, decision: ReviewInput) -> None:
+        if not decision.reviewer.strip():
+            raise ValueError("a review needs a reviewer")
+        if decision.tool_call_id not in self.s.pending:
+            raise ValueError(f"no pending approval for tool call {decision.tool_call_id!r}; "
+                             f"pending: {sorted(self.s.pending) or 'none'}")
+
     def _decide(self, call_id: str, approved: bool, reviewer: str, note: str) -> None:
-        verb = "approve" if approved else "reject"
-        if call_id not in self._pending or call_id in self._decisions:
+        s = self.s
+        if call_id not in s.pending or call_id in s.decisions or not reviewer.strip():
             # Never silently accepted: a decision must name a call awaiting one.
+            verb = "approve" if approved else "reject"
             reason = f"{verb} by {reviewer!r} for {call_id!r} refused: no pending approval"
             workflow.logger.warning(reason)
-            self._refused.append(reason)
+            s.refused.append(reason)
             return
-        self._decisions[call_id] = ApprovalDecision(
-            tool_call_id=call_id, approved=approved, reviewer=reviewer, note=note,
-            decided_at=workflow.now().isoformat(),
-        )
+        s.decisions[call_id] = ApprovalDecision(
+            tool_call_id=call_id, tool_name=s.pending[call_id].tool_name, approved=approved,
+            reviewer=reviewer, note=note, decided_at=workflow.now().isoformat())
 
-    # -- the pipeline --------------------------------------------------------
+    # -- the pipeline ------------------------------------------------------------
     @workflow.run
     async def run(self, turn: TurnInput) -> TurnResult:
+        s = self.s
+        s.turn = turn
         try:
             answer = await self._pipeline(turn)
         except TurnStopped as stop:
-            return self._result(turn, stop.status, None, TurnErrorInfo(
-                type=stop.error_type, message=str(stop)))
-        return self._result(turn, TurnStatus.COMPLETED, answer, None)
+            error = TurnErrorInfo(type=stop.error_type, message=str(stop))
+            status = stop.status
+            if s.compensable:
+                status = await self._roll_back(turn, error, stop.call_id)
+            return await self._result(turn, status, None, error)
+        except asyncio.CancelledError:
+            # `temporal workflow cancel`: undo what was done, then end as Canceled.
+            if s.compensable:
+                error = TurnErrorInfo(type="TurnCancelled", message="the turn was cancelled")
+                await self._roll_back(turn, error, None)
+            raise
+        return await self._result(turn, TurnStatus.COMPLETED, answer, None)
 
     async def _pipeline(self, turn: TurnInput) -> str:
-        spec = await self._activity(io.DESCRIBE_SERVICE, io.DescribeServiceInput(
-            service=turn.service), ServiceSpec, "describe_service", TurnStatus.REFUSED)
+        s = self.s
+        s.step = "describe_service"
+        spec: ServiceSpec = await s.activity(
+            io.DESCRIBE_SERVICE, io.DescribeServiceInput(service=turn.service), ServiceSpec,
+            "describe_service", TurnStatus.REFUSED)
+        s.search_attributes = spec.search_attributes
+        await s.publish()
         # 1. load chat memory (a snapshot: where to write, a bounded preview)
-        memory = await self._activity(io.LOAD_MEMORY, io.LoadMemoryInput(
-            conversation_id=turn.conversation_id, user_id=turn.user_id),
+        s.step = "load_memory"
+        memory: io.MemorySnapshot = await s.activity(
+            io.LOAD_MEMORY, io.LoadMemoryInput(conversation_id=turn.conversation_id,
+                                               user_id=turn.user_id),
             io.MemorySnapshot, "load_memory", TurnStatus.REFUSED)
-        self._seq = memory.next_seq
-        self._event("load_memory", f"{memory.message_count} stored message(s)")
+        s.seq = memory.next_seq
+        s.event("load_memory", f"{memory.message_count} stored message(s)")
         # 2-3. system and user messages from the service's templates
         variables = {**turn.variables, "message": turn.message}
         try:
@@ -129,182 +140,128 @@ class AgentTurn:
         except TurnstileError as exc:
             raise TurnStopped(TurnStatus.FAILED, exc.error_type, str(exc)) from exc
         # 4. turn started
-        self._event("turn_started", f"conversation {turn.conversation_id}, user {turn.user_id}")
+        s.event("turn_started", f"conversation {turn.conversation_id}, user {turn.user_id}")
         # 10. write memory: the user message is stored before the model is called
-        new = [ChatMessage(role="system", content=system)] if system and system != memory.system_prompt else []
+        new = []
+        if system and system != memory.system_prompt:
+            new.append(ChatMessage(role="system", content=system))
         new.append(ChatMessage(role="user", content=user))
-        await self._append(turn, new)
+        await s.append(new)
         # 12-14. tool context, first model request, tool round-trip loop
         return await self._loop(turn, spec)
 
     async def _loop(self, turn: TurnInput, spec: ServiceSpec) -> str:
-        tool_names = [t.name for t in spec.tools]
+        s = self.s
+        s.tool_names = [t.name for t in spec.tools]
+        breakers = Breakers(spec.loop.breakers)
         while True:
-            response = await self._call_model(turn, spec, tool_names)
+            if spec.dynamic_tools:
+                await self._resolve_tools(turn, spec)
+            response = await self._call_model(turn, spec)
             step = next_step(response.message)
             if isinstance(step, FinalAnswer):
-                self._event("answer", step.text[:160])
+                s.event("answer", step.text[:160])
                 return step.text
             assert isinstance(step, RunTools)
-            self._round_trips += 1
-            if self._round_trips > spec.loop.max_round_trips:
+            s.round_trips += 1
+            if s.round_trips > spec.loop.max_round_trips:
                 err = RoundTripCapExceeded(spec.loop.max_round_trips)
                 raise TurnStopped(TurnStatus.FAILED, err.error_type, str(err))
-            await self._run_round(turn, spec, step.calls)
+            try:
+                breakers.before_round([c.name for c in step.calls])
+            except BreakerTripped as trip:
+                await self._record_trip(step.calls, trip)
+                raise TurnStopped(TurnStatus.FAILED, trip.kind, str(trip)) from trip
+            s.step = "tools"
+            await ToolRound(s, turn, spec, breakers).run(step.calls, s.alloc(len(step.calls)))
 
-    async def _call_model(self, turn: TurnInput, spec: ServiceSpec,
-                          tool_names: list[str]) -> io.ModelCallResult:
-        self._step = "model_call"
-        seq = self._alloc(1)
-        result = await self._activity(
+    async def _record_trip(self, calls: list[ToolCall], trip: BreakerTripped) -> None:
+        """The calls a breaker stopped still get results and audit rows."""
+        s = self.s
+        base = s.alloc(len(calls))
+        writes = RoundWrites()
+        for i, call in enumerate(calls):
+            s.finish(s.new_call(call), CallStatus.FAILED, str(trip))
+            writes.settle(base + i, call, CallStatus.FAILED, f"not run: {trip}")
+        await s.append([m for _, m in writes.messages], seq=base, audit=writes.audit)
+
+    async def _resolve_tools(self, turn: TurnInput, spec: ServiceSpec) -> None:
+        """Step 12: dynamic providers may add tools, never remove one."""
+        s = self.s
+        resolved: io.ResolvedTools = await s.activity(
+            io.RESOLVE_TOOLS, io.ResolveToolsInput(
+                conversation_id=turn.conversation_id, user_id=turn.user_id,
+                service=turn.service, known=s.tool_names),
+            io.ResolvedTools, "resolve_tools", TurnStatus.FAILED)
+        for t in resolved.added:
+            if spec.tool(t.name) is None:
+                spec.tools.append(t)
+                s.tool_names.append(t.name)
+                s.event("tools_added", t.name)
+
+    async def _call_model(self, turn: TurnInput, spec: ServiceSpec) -> io.ModelCallResult:
+        s = self.s
+        s.step = "model_call"
+        result: io.ModelCallResult = await s.activity(
             io.CALL_MODEL,
             io.ModelCallInput(conversation_id=turn.conversation_id, service=turn.service,
-                              tool_names=tool_names, response_seq=seq, round=self._round_trips),
-            io.ModelCallResult, f"model round {self._round_trips + 1}", TurnStatus.FAILED,
-            options=model_options(spec.loop),
-        )
-        self._usage = self._usage + result.usage
-        self._provider = result.provider
+                              tool_names=list(s.tool_names), response_seq=s.alloc(1),
+                              round=s.round_trips),
+            io.ModelCallResult, f"model round {s.round_trips + 1}", TurnStatus.FAILED,
+            options=model_options(spec.loop))
+        s.usage = s.usage + result.usage
+        s.provider = result.provider
         calls = ", ".join(c.name for c in result.message.tool_calls)
-        self._event("model_call", f"asked for {calls}" if calls else "answered")
+        s.event("model_call", f"asked for {calls}" if calls else "answered")
         return result
 
-    async def _run_round(self, turn: TurnInput, spec: ServiceSpec, calls: list[ToolCall]) -> None:
-        """Run one response's calls: concurrently if several; results in call order."""
-        self._step = "tools"
-        base = self._alloc(len(calls))
-        records = [ToolCallRecord(id=c.id, name=c.name, arguments=parsed_arguments(c.arguments),
-                                  round=self._round_trips) for c in calls]
-        self._calls.extend(records)
-        late: list[tuple[int, ChatMessage]] = []  # results the workflow itself writes
-        jobs = [self._one_call(turn, spec, c, r, base + i, late)
-                for i, (c, r) in enumerate(zip(calls, records, strict=True))]
-        outcome = await asyncio.gather(*jobs, return_exceptions=True)
-        for seq, msg in sorted(late, key=lambda x: x[0]):
-            await self._append(turn, [msg], seq=seq)
-        for o in outcome:
-            if isinstance(o, BaseException):
-                raise o
+    # -- saga ------------------------------------------------------------------------
+    async def _roll_back(self, turn: TurnInput, error: TurnErrorInfo,
+                         failing_call: str | None) -> TurnStatus:
+        """Compensate completed calls in reverse order of completion."""
+        s = self.s
+        s.step = "compensating"
+        cause = {"type": error.type, "message": error.message, "call_id": failing_call}
+        failed = []
+        for call, rec in reversed(s.compensable):
+            s.event("compensate", f"undo {call.name} ({call.id})")
+            try:
+                await workflow.execute_activity(
+                    io.COMPENSATE_TOOL,
+                    io.CompensateInput(conversation_id=turn.conversation_id,
+                                       user_id=turn.user_id, service=turn.service, call=call,
+                                       cause=cause),
+                    result_type=io.CompensateResult, summary=f"undo {call.name}",
+                    start_to_close_timeout=timedelta(seconds=60),
+                    retry_policy=RetryPolicy(maximum_attempts=5,
+                                             initial_interval=timedelta(seconds=1)))
+            except ActivityError as exc:
+                cause_exc = exc.cause
+                reason = (cause_exc.message if isinstance(cause_exc, ApplicationError)
+                          else str(cause_exc or exc))
+                failed.append(rec)
+                rec.status = CallStatus.COMPLETED
+                s.event("compensation_failed", f"{call.name} ({call.id}): {reason}")
+                await s.activity(io.RECORD_COMPENSATION_FAILURE, io.CompensationFailure(
+                    conversation_id=turn.conversation_id, call=call, cause=cause,
+                    error=reason), type(None), f"record failed undo of {call.name}",
+                    TurnStatus.COMPENSATION_FAILED)
+                continue
+            rec.status, rec.rolled_back, rec.is_error = CallStatus.ROLLED_BACK, True, True
+        if failed:
+            names = ", ".join(f"{r.name} ({r.id})" for r in failed)
+            error.message += f"; compensation failed, effect may remain: {names}"
+            return TurnStatus.COMPENSATION_FAILED
+        return TurnStatus.ROLLED_BACK
 
-    async def _one_call(self, turn: TurnInput, spec: ServiceSpec, call: ToolCall,
-                        rec: ToolCallRecord, seq: int,
-                        late: list[tuple[int, ChatMessage]]) -> None:
-        tool = spec.tool(call.name)
-        if tool is None:
-            self._finish(rec, CallStatus.UNKNOWN_TOOL, "unknown tool")
-            if spec.loop.on_unknown_tool == "fail":
-                late.append((seq, _result_msg(call, f"Tool {call.name!r} does not exist.", rec)))
-                raise TurnStopped(TurnStatus.FAILED, "UnknownTool",
-                                  f"the model called {call.name!r}, which does not exist")
-            names = ", ".join(t.name for t in spec.tools)
-            late.append((seq, _result_msg(
-                call, f"Tool {call.name!r} does not exist. Available tools: {names}.", rec)))
-            return
-        if tool.requires_approval:
-            decision = await self._await_approval(call, rec, tool)
-            if not decision.approved:
-                text = (f"The call to {call.name} was rejected by {decision.reviewer}"
-                        + (f": {decision.note}" if decision.note else "") + ". It did not run.")
-                self._finish(rec, CallStatus.REJECTED, text)
-                late.append((seq, _result_msg(call, text, rec)))
-                return
-        self._event("tool_call", f"{call.name} {call.arguments[:120]}")
-        try:
-            out = await workflow.execute_activity(
-                io.EXECUTE_TOOL,
-                io.ToolExecInput(conversation_id=turn.conversation_id, user_id=turn.user_id,
-                                 service=turn.service, call=call, result_seq=seq),
-                result_type=io.ToolOutcome, summary=call.name, **tool_options(tool),
-            )
-        except ActivityError as exc:
-            cause = exc.cause
-            text = f"{call.name} failed: {cause.message if isinstance(cause, ApplicationError) else exc}"
-            self._finish(rec, CallStatus.FAILED, text)
-            late.append((seq, _result_msg(call, text, rec)))
-            if tool.fatal_on_failure:
-                raise TurnStopped(TurnStatus.FAILED, "FatalToolFailure", text) from exc
-            return
-        self._finish(rec, CallStatus(out.status), out.preview)
-        if out.status == CallStatus.INVALID_ARGUMENTS:
-            self._arg_errors[call.name] = self._arg_errors.get(call.name, 0) + 1
-            if (spec.loop.on_invalid_arguments == "fail"
-                    or self._arg_errors[call.name] > spec.loop.argument_error_budget):
-                raise TurnStopped(TurnStatus.FAILED, "ToolArgumentError", out.preview)
-
-    async def _await_approval(self, call: ToolCall, rec: ToolCallRecord,
-                              tool: ToolSpec) -> ApprovalDecision:
-        self._step = "awaiting_approval"
-        now = workflow.now()
-        timeout = timedelta(seconds=tool.approval_timeout_seconds)
-        self._pending[call.id] = PendingApproval(
-            tool_call_id=call.id, tool_name=call.name, arguments=rec.arguments,
-            requested_at=now.isoformat(), deadline=(now + timeout).isoformat())
-        self._event("awaiting_approval", f"{call.name} call {call.id}")
-        try:
-            await workflow.wait_condition(lambda: call.id in self._decisions, timeout=timeout)
-        except TimeoutError:
-            self._decisions[call.id] = ApprovalDecision(
-                tool_call_id=call.id, approved=False, reviewer="deadline",
-                note=f"no decision within {tool.approval_timeout_seconds:g} s",
-                decided_at=workflow.now().isoformat())
-        finally:
-            self._pending.pop(call.id, None)
-        decision = self._decisions[call.id]
-        self._event("approval", f"{call.name} {'approved' if decision.approved else 'rejected'} "
-                                f"by {decision.reviewer}")
-        self._step = "tools"
-        return decision
-
-    # -- plumbing --------------------------------------------------------------
-    async def _activity(self, name: str, arg: object, result_type: type, summary: str,
-                        status_on_error: TurnStatus, options: dict | None = None):  # type: ignore[no-untyped-def]
-        """Run an edge activity; a non-retryable failure ends the turn with its type."""
-        self._step = summary.split(" ")[0]
-        try:
-            return await workflow.execute_activity(
-                name, arg, result_type=result_type, summary=summary,
-                **(options or memory_options()))
-        except ActivityError as exc:
-            cause = exc.cause
-            if isinstance(cause, ApplicationError):
-                raise TurnStopped(status_on_error, cause.type or "ApplicationError",
-                                  cause.message) from exc
-            raise TurnStopped(status_on_error, type(cause).__name__, str(cause)) from exc
-
-    async def _append(self, turn: TurnInput, messages: list[ChatMessage],
-                      seq: int | None = None) -> None:
-        start = self._alloc(len(messages)) if seq is None else seq
-        await self._activity(io.APPEND_MESSAGES, io.AppendMessagesInput(
-            conversation_id=turn.conversation_id, user_id=turn.user_id, start_seq=start,
-            messages=messages), type(None), "append_messages", TurnStatus.FAILED)
-
-    def _alloc(self, n: int) -> int:
-        start, self._seq = self._seq, self._seq + n
-        return start
-
-    def _event(self, step: str, detail: str) -> None:
-        self._events.append(TurnEvent(step=step, detail=detail))
-        del self._events[:-MAX_EVENTS]
-        workflow.logger.info("%s: %s", step, detail)
-
-    def _finish(self, rec: ToolCallRecord, status: CallStatus, preview: str) -> None:
-        rec.status = status
-        rec.is_error = status not in (CallStatus.COMPLETED, CallStatus.PENDING)
-        rec.result_preview = preview[:400]
-        self._event("tool_result", f"{rec.name}: {status.value}")
-
-    def _result(self, turn: TurnInput, status: TurnStatus, answer: str | None,
-                error: TurnErrorInfo | None) -> TurnResult:
-        self._step = status.value
-        self._event("turn_completed", f"{status.value}, {self._round_trips} round trip(s)")
+    async def _result(self, turn: TurnInput, status: TurnStatus, answer: str | None,
+                      error: TurnErrorInfo | None) -> TurnResult:
+        s = self.s
+        s.step = status.value
+        s.event("turn_completed", f"{status.value}, {s.round_trips} round trip(s)")
+        await s.publish()
         return TurnResult(
-            status=status, answer=answer, round_trips=self._round_trips, tool_calls=self._calls,
+            status=status, answer=answer, round_trips=s.round_trips, tool_calls=s.calls,
             error=error, workflow_id=workflow.info().workflow_id,
-            conversation_id=turn.conversation_id, service=turn.service, provider=self._provider,
-            usage=self._usage.model_dump(),
-        )
-
-
-def _result_msg(call: ToolCall, text: str, rec: ToolCallRecord) -> ChatMessage:
-    return ChatMessage(role="tool", content=text, tool_call_id=call.id, is_error=True,
-                       attributes={attr.TOOL_NAME: call.name, attr.OUTCOME: rec.status.value})
+            conversation_id=turn.conversation_id, service=turn.service, provider=s.provider,
+            usage=s.usage.model_dump())

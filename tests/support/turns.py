@@ -13,6 +13,7 @@ from activities import Runtime
 from turnstile.config import Settings
 from turnstile.contract import WORKFLOW_TYPE, TurnInput, TurnResult
 from turnstile.providers import ModelProvider
+from turnstile.search_attributes import ensure_search_attributes
 from turnstile.services import Service, ServiceRegistry
 from worker import build_worker
 
@@ -45,6 +46,7 @@ async def running_worker(client: Client, task_queue: str, database_url: str,
     })
     rt = Runtime.build(settings, ServiceRegistry(services), provider)
     rt.db.ensure_schema()
+    rt.search_attributes = await ensure_search_attributes(client, "default")
     async with build_worker(client, rt, **worker_options):
         yield Turns(client, rt)
     await rt.provider.aclose()

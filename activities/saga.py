@@ -1,0 +1,76 @@
+"""Compensations: undo a completed call, then make memory and the audit log
+say so. Each runs as its own retried activity, scheduled by the workflow in
+reverse order of completion."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities.runtime import Runtime
+from turnstile import attributes as attr
+from turnstile import audit
+from turnstile.activity_io import (
+    COMPENSATE_TOOL,
+    RECORD_COMPENSATION_FAILURE,
+    CompensateInput,
+    CompensateResult,
+    CompensationFailure,
+)
+from turnstile.tools import ToolContext, result_to_text
+
+
+def rolled_back_text(name: str, cause: dict[str, Any], description: str) -> str:
+    return (f"ROLLED BACK: this call to {name} was undone because the turn failed "
+            f"({cause.get('type')}: {cause.get('message')}). Its effect no longer exists. "
+            f"Undo: {description}")
+
+
+class SagaActivities:
+    def __init__(self, rt: Runtime) -> None:
+        self.rt = rt
+
+    @activity.defn(name=COMPENSATE_TOOL)
+    async def compensate_tool(self, req: CompensateInput) -> CompensateResult:
+        info = activity.info()
+        wf_id, call = info.workflow_id, req.call
+        tool = self.rt.services.get(req.service).tool(call.name)
+        if tool is None or tool.compensate is None:
+            raise ApplicationError(f"{call.name} declares no compensation",
+                                   type="NoCompensation", non_retryable=True)
+        raw = await asyncio.to_thread(self.rt.ledger.result, wf_id, call.id)
+        try:
+            stored: Any = json.loads(raw or "null")
+        except ValueError:
+            stored = raw
+        ctx = ToolContext(db=self.rt.db, workflow_id=wf_id, conversation_id=req.conversation_id,
+                          user_id=req.user_id, tool_call_id=call.id, attempt=info.attempt,
+                          settings=self.rt.settings, heartbeat=activity.heartbeat)
+        description = result_to_text(
+            await tool.undo(ctx, tool.parse_arguments(call.arguments), stored))
+        await asyncio.to_thread(
+            self.rt.memory.rewrite_tool_result, req.conversation_id, call.id,
+            rolled_back_text(call.name, req.cause, description),
+            {attr.ROLLED_BACK: True, attr.ROLLBACK_CAUSE: req.cause},
+        )
+        await asyncio.to_thread(self.rt.audit.finished, workflow_id=wf_id, call_id=call.id,
+                                status=audit.ROLLED_BACK,
+                                error=f"rolled back: {req.cause.get('message')}")
+        return CompensateResult(call_id=call.id, description=description)
+
+    @activity.defn(name=RECORD_COMPENSATION_FAILURE)
+    def record_compensation_failure(self, req: CompensationFailure) -> None:
+        """A compensation that kept failing is a state, not a log line."""
+        wf_id = activity.info().workflow_id
+        text = (f"WARNING: the turn failed ({req.cause.get('type')}: {req.cause.get('message')}) "
+                f"and undoing this call to {req.call.name} failed ({req.error}). Its effect MAY "
+                "STILL EXIST: check before relying on it or repeating it.")
+        self.rt.memory.rewrite_tool_result(
+            req.conversation_id, req.call.id, text,
+            {attr.EFFECT_MAY_REMAIN: True, attr.ROLLBACK_CAUSE: req.cause})
+        self.rt.audit.finished(workflow_id=wf_id, call_id=req.call.id,
+                               status=audit.COMPENSATION_FAILED, error=req.error)

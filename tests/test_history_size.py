@@ -1,0 +1,41 @@
+"""The bytes a turn adds to its history do not grow with the conversation."""
+
+from __future__ import annotations
+
+from temporalio.client import Client
+
+from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
+from tests.support.services import make_service
+from tests.support.turns import running_worker
+from turnstile.contract import TurnStatus
+
+
+def _prefill(db, conversation: str, n: int) -> None:  # type: ignore[no-untyped-def]
+    """Rows as another program would insert them: only the four required columns."""
+    with db.connect() as conn:
+        conn.execute("INSERT INTO conversation (conversation_id, user_id, created_at) "
+                     "VALUES (?, 'alice', '2026-01-01')", (conversation,))
+        conn.executemany(
+            "INSERT INTO chat_message (conversation_id, seq, role, content) VALUES (?, ?, ?, ?)",
+            [(conversation, i, "user" if i % 2 == 0 else "assistant",
+              f"message number {i:06d} " + "x" * 200) for i in range(n)])
+
+
+async def test_history_bytes_independent_of_conversation_length(
+        client: Client, task_queue: str, tmp_path, fake_llm: FakeLLM) -> None:
+    sizes = {}
+    async with running_worker(client, task_queue, f"sqlite:///{tmp_path}/t.db",
+                              [make_service()], llm_url=fake_llm.url) as turns:
+        for n in (10, 1000):
+            conv = f"long-{n}"
+            _prefill(turns.rt.db, conv, n)
+            fake_llm.script(tool_reply((f"call-{n}", "add", {"a": 1, "b": 2})), text_reply("3"))
+            handle = await turns.start("1+2?", conversation=conv)
+            result = await handle.result()
+            assert result.status == TurnStatus.COMPLETED
+            # The model really saw the whole conversation...
+            assert len(fake_llm.requests[-1]["messages"]) == n + 4  # system, user, assistant, tool
+            history = await handle.fetch_history()
+            sizes[n] = sum(e.ByteSize() for e in history.events)
+    # ...but the history did not carry it: a few bytes (digits of counters and ids).
+    assert abs(sizes[1000] - sizes[10]) < 64, sizes

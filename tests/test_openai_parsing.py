@@ -1,0 +1,50 @@
+"""Reading completions and classifying HTTP failures (no server needed)."""
+
+from __future__ import annotations
+
+import pytest
+
+from turnstile.audit import mask
+from turnstile.errors import MalformedModelResponse
+from turnstile.providers.openai_compat import parse_completion, parse_retry_after
+
+
+def test_tool_calls_and_usage_are_read() -> None:
+    r = parse_completion({"model": "m", "usage": {"prompt_tokens": 3, "completion_tokens": 4},
+                          "choices": [{"finish_reason": "tool_calls", "message": {
+                              "role": "assistant", "content": None, "tool_calls": [
+                                  {"id": "a", "type": "function",
+                                   "function": {"name": "f", "arguments": "{\"x\": 1}"}}]}}]})
+    assert r.message.tool_calls[0].name == "f"
+    assert r.message.tool_calls[0].arguments == '{"x": 1}'
+    assert r.usage.prompt_tokens == 3 and r.finish_reason == "tool_calls"
+
+
+def test_object_arguments_are_normalised_to_json_text() -> None:
+    r = parse_completion({"choices": [{"message": {"tool_calls": [
+        {"id": "a", "function": {"name": "f", "arguments": {"x": 1}}}]}}]})
+    assert r.message.tool_calls[0].arguments == '{"x": 1}'
+
+
+@pytest.mark.parametrize("body", [
+    {}, {"choices": []}, {"choices": [{}]}, {"choices": [{"message": "hi"}]},
+    {"choices": [{"message": {"content": 5}}]},
+    {"choices": [{"message": {"tool_calls": {"id": "x"}}}]},
+    {"choices": [{"message": {"tool_calls": [{"id": "x"}]}}]},
+])
+def test_malformed_bodies_are_typed_errors(body: dict) -> None:
+    with pytest.raises(MalformedModelResponse):
+        parse_completion(body)
+
+
+def test_retry_after_forms() -> None:
+    assert parse_retry_after("3") == 3.0
+    assert parse_retry_after(None) is None
+    assert parse_retry_after("soon") is None
+    assert parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT") == 0.0  # in the past
+
+
+def test_audit_masks_emails_and_phones() -> None:
+    text = mask('{"to": "ops.team@example.com", "phone": "+1 (555) 123-4567", "n": 42}')
+    assert "ops.team@" not in text and "o***@example.com" in text
+    assert "555" not in text and text.count("*") >= 9 and '"n": 42' in text

@@ -1,0 +1,86 @@
+"""Circuit breakers of one turn (design.md §2). Pure and deterministic: the
+workflow feeds them what happened and asks what to do next."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pydantic import BaseModel
+
+
+class BreakerPolicy(BaseModel):
+    enabled: bool = True
+    consecutive_failures: int = 3  # same tool failing N times in a row → disabled
+    max_tool_executions: int = 15  # per turn → "task too complex"
+    max_alternations: int = 5  # A/B/A/B switches tolerated within the window
+    alternation_window: int = 12  # most recent calls examined
+
+
+TOO_COMPLEX = ("task too complex: more than {cap} tool executions in one turn; split it into "
+               "steps and ask again")
+DISABLED = ("Tool {name} is disabled for the rest of this turn after {n} consecutive failures. "
+            "Do not call it again; answer with what you have or explain what failed.")
+
+
+class BreakerTripped(Exception):
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind  # error type in the turn result: TooManyToolCalls | LoopDetected
+
+
+@dataclass
+class Breakers:
+    policy: BreakerPolicy
+    executions: int = 0
+    history: list[str] = field(default_factory=list)  # tool names in call order
+    failures_in_row: dict[str, int] = field(default_factory=dict)
+    disabled: set[str] = field(default_factory=set)
+
+    def before_round(self, names: list[str]) -> None:
+        """Raise if running these calls would exceed the turn's limits."""
+        if not self.policy.enabled:
+            return
+        runnable = [n for n in names if n not in self.disabled]
+        if self.executions + len(runnable) > self.policy.max_tool_executions:
+            raise BreakerTripped("TooManyToolCalls",
+                                 TOO_COMPLEX.format(cap=self.policy.max_tool_executions))
+        switches = alternations(self.history + names, self.policy.alternation_window)
+        if switches > self.policy.max_alternations:
+            a, b = (self.history + names)[-2:]
+            raise BreakerTripped(
+                "LoopDetected",
+                f"loop detected: the model alternated between {a} and {b} {switches} times; "
+                "the turn was stopped")
+
+    def is_disabled(self, name: str) -> bool:
+        return self.policy.enabled and name in self.disabled
+
+    def record(self, name: str, executed: bool, failed: bool) -> bool:
+        """Record one call's outcome; True when this failure disabled the tool."""
+        self.history.append(name)
+        if executed:
+            self.executions += 1
+        if not failed:
+            self.failures_in_row[name] = 0
+            return False
+        self.failures_in_row[name] = self.failures_in_row.get(name, 0) + 1
+        if (self.policy.enabled and name not in self.disabled
+                and self.failures_in_row[name] >= self.policy.consecutive_failures):
+            self.disabled.add(name)
+            return True
+        return False
+
+
+def alternations(names: list[str], window: int) -> int:
+    """Switches in the trailing A/B/A/B run within the last `window` calls."""
+    recent = names[-window:]
+    if len(recent) < 2 or recent[-1] == recent[-2]:
+        return 0
+    a, b = recent[-1], recent[-2]
+    switches = 0
+    for i in range(len(recent) - 1, 0, -1):
+        pair = {recent[i], recent[i - 1]}
+        if pair != {a, b} or recent[i] == recent[i - 1]:
+            break
+        switches += 1
+    return switches

@@ -1,0 +1,124 @@
+"""The state of one turn, shared by the pipeline, the tool round and the saga.
+
+Deterministic code only: it schedules activities and records what happened.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import SearchAttributeKey
+from temporalio.exceptions import ActivityError, ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    from turnstile import activity_io as io
+    from turnstile.contract import (
+        ApprovalDecision,
+        CallStatus,
+        PendingApproval,
+        ToolCallRecord,
+        TurnEvent,
+        TurnInput,
+        TurnStatus,
+    )
+    from turnstile.messages import ChatMessage, ToolCall, Usage
+    from turnstile.steps import parsed_arguments
+    from workflows.tool_options import memory_options
+
+MAX_EVENTS = 200
+
+# Registered by `make up` / the worker (see turnstile.search_attributes).
+SA_STATUS = SearchAttributeKey.for_keyword("TurnstileStatus")
+SA_PENDING = SearchAttributeKey.for_int("TurnstilePendingApprovals")
+SA_CONVERSATION = SearchAttributeKey.for_keyword("TurnstileConversation")
+
+
+class TurnStopped(Exception):
+    """Ends the turn with a status and a typed error (not a workflow failure)."""
+
+    def __init__(self, status: TurnStatus, error_type: str, message: str,
+                 call_id: str | None = None) -> None:
+        super().__init__(message)
+        self.status, self.error_type, self.call_id = status, error_type, call_id
+
+
+class TurnState:
+    def __init__(self) -> None:
+        self.turn: TurnInput | None = None
+        self.step = "starting"
+        self.round_trips = 0
+        self.calls: list[ToolCallRecord] = []
+        self.events: list[TurnEvent] = []
+        self.pending: dict[str, PendingApproval] = {}
+        self.decisions: dict[str, ApprovalDecision] = {}
+        self.refused: list[str] = []
+        self.usage = Usage()
+        self.provider = ""
+        self.seq = 0
+        self.argument_errors: dict[str, int] = {}
+        self.compensable: list[tuple[ToolCall, ToolCallRecord]] = []  # completion order
+        self.tool_names: list[str] = []
+        self.search_attributes = False
+
+    # -- records ---------------------------------------------------------------
+    def new_call(self, call: ToolCall) -> ToolCallRecord:
+        rec = ToolCallRecord(id=call.id, name=call.name,
+                             arguments=parsed_arguments(call.arguments), round=self.round_trips)
+        self.calls.append(rec)
+        return rec
+
+    def finish(self, rec: ToolCallRecord, status: CallStatus, preview: str) -> None:
+        rec.status = status
+        rec.is_error = status not in (CallStatus.COMPLETED, CallStatus.PENDING)
+        rec.result_preview = preview[:400]
+        self.event("tool_result", f"{rec.name}: {status.value}")
+
+    def event(self, step: str, detail: str) -> None:
+        self.events.append(TurnEvent(step=step, detail=detail))
+        del self.events[:-MAX_EVENTS]
+        workflow.logger.info("%s: %s", step, detail)
+
+    def alloc(self, n: int) -> int:
+        """Reserve `n` consecutive memory slots."""
+        start, self.seq = self.seq, self.seq + n
+        return start
+
+    # -- activities shared by every part of the turn ---------------------------
+    async def activity(self, name: str, arg: object, result_type: type, summary: str,
+                       status_on_error: TurnStatus, options: dict[str, Any] | None = None) -> Any:
+        """Run an activity; a failure after its retries ends the turn with its type."""
+        try:
+            return await workflow.execute_activity(
+                name, arg, result_type=result_type, summary=summary,
+                **(options or memory_options()))
+        except ActivityError as exc:
+            cause = exc.cause
+            if isinstance(cause, ApplicationError):
+                raise TurnStopped(status_on_error, cause.type or "ApplicationError",
+                                  cause.message) from exc
+            raise TurnStopped(status_on_error, type(cause).__name__, str(cause)) from exc
+
+    async def append(self, messages: list[ChatMessage], seq: int | None = None,
+                     audit: list[io.AuditEntry] | None = None,
+                     decisions: list[ApprovalDecision] | None = None) -> None:
+        assert self.turn is not None
+        start = self.alloc(len(messages)) if seq is None else seq
+        await self.activity(io.APPEND_MESSAGES, io.AppendMessagesInput(
+            conversation_id=self.turn.conversation_id, user_id=self.turn.user_id,
+            start_seq=start, messages=messages, audit=audit or [], decisions=decisions or []),
+            type(None), "append_messages", TurnStatus.FAILED)
+
+    async def publish(self) -> None:
+        """Make the turn findable: memo always, search attributes when registered
+        (`temporal workflow list --query 'TurnstilePendingApprovals > 0'`)."""
+        memo = {"turnstile_status": self.step, "pending_approvals": len(self.pending)}
+        if self.turn is not None:
+            memo["conversation_id"] = self.turn.conversation_id
+        workflow.upsert_memo(memo)
+        if self.search_attributes and self.turn is not None:
+            workflow.upsert_search_attributes([
+                SA_STATUS.value_set(self.step),
+                SA_PENDING.value_set(len(self.pending)),
+                SA_CONVERSATION.value_set(self.turn.conversation_id),
+            ])
