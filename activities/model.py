@@ -51,10 +51,13 @@ class ModelActivities:
         except DatabaseUnavailable as exc:
             raise application_error(exc, non_retryable=False) from exc
         message = response.message
-        # Calls without an id cannot be answered; give them a stable one.
+        # A result is matched to its call by id: a call without one, or reusing
+        # one, gets a fresh id that is stable for this response.
+        taken = set(req.taken_call_ids)
         for i, call in enumerate(message.tool_calls):
-            if not call.id:
-                call.id = f"call_{req.conversation_id}_{req.response_seq}_{i}"
+            if not call.id or call.id in taken:
+                call.id = f"{call.id or 'call'}~{req.response_seq}.{i}"
+            taken.add(call.id)
         message.attributes[attr.WORKFLOW_ID] = wf_id
         try:
             await asyncio.to_thread(

@@ -123,7 +123,7 @@ class ToolActivities:
         except Exception as exc:
             # Any other failure is an execution error: Temporal retries it per the tool's policy.
             retryable = not (isinstance(exc, ToolExecutionError) and not exc.retryable)
-            error = f"{type(exc).__name__}: {exc}"
+            error = str(exc) if isinstance(exc, ToolExecutionError) else f"{type(exc).__name__}: {exc}"
             await asyncio.to_thread(self.rt.ledger.attempt_failed, wf_id, call.id, error)
             await asyncio.to_thread(audit_log.finished, workflow_id=wf_id, call_id=call.id,
                                     status=audit.FAILED, error=error)

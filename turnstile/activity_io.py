@@ -69,6 +69,7 @@ class ModelCallInput(BaseModel):
     tool_names: list[str]
     response_seq: int  # where the assistant message is stored
     round: int
+    taken_call_ids: list[str] = Field(default_factory=list)  # ids used earlier in the turn
 
 
 class ModelCallResult(BaseModel):

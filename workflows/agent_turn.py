@@ -206,7 +206,7 @@ class AgentTurn:
             io.CALL_MODEL,
             io.ModelCallInput(conversation_id=turn.conversation_id, service=turn.service,
                               tool_names=list(s.tool_names), response_seq=s.alloc(1),
-                              round=s.round_trips),
+                              round=s.round_trips, taken_call_ids=[c.id for c in s.calls]),
             io.ModelCallResult, f"model round {s.round_trips + 1}", TurnStatus.FAILED,
             options=model_options(spec.loop))
         s.usage = s.usage + result.usage

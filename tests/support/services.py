@@ -8,9 +8,10 @@ from typing import Annotated
 
 from pydantic import Field
 
-from turnstile.services import Service, ServiceRegistry
-from turnstile.specs import RetrySpec
-from turnstile.tools import ToolContext, ToolExecutionError, ToolRegistry, tool
+from turnstile.breakers import BreakerPolicy
+from turnstile.services import ProviderContext, Service, ServiceRegistry, ToolProvider
+from turnstile.specs import LoopPolicy, RetrySpec
+from turnstile.tools import ToolContext, ToolExecutionError, ToolRegistry, ToolResult, tool
 
 
 def _effects_table(ctx: ToolContext) -> None:
@@ -64,16 +65,45 @@ def alwaysFails(reason: str = "backend down") -> dict:  # noqa: N802
     raise ToolExecutionError(reason)
 
 
-def make_service(name: str = "test", **loop: object) -> Service:
-    from turnstile.specs import LoopPolicy
+@tool(retry=RetrySpec(maximum_attempts=5, initial_interval_seconds=0.1))
+def refuses(reason: str = "address refused for good") -> dict:
+    """Fails with an error that retrying cannot fix."""
+    raise ToolExecutionError(reason, retryable=False)
 
+
+@tool(idempotent=True)
+def echo(text: str) -> dict:
+    """Echo text back."""
+    return {"echo": text}
+
+
+@tool(idempotent=True)
+def unlock(code: str) -> ToolResult:
+    """Unlock the secret tool (state for later rounds and turns)."""
+    return ToolResult(content={"unlocked": True}, state={"unlocked_by": code})
+
+
+@tool(idempotent=True)
+def secret() -> dict:
+    """Only offered once unlocked."""
+    return {"secret": 42}
+
+
+def _offer_secret(ctx: ProviderContext) -> list[str]:
+    return ["secret"] if ctx.state.get("unlocked_by") else []
+
+
+def make_service(name: str = "test", *, breakers: dict | None = None,
+                 **loop: object) -> Service:
     return Service(
         name=name,
         system_prompt="You are a test assistant for {{team}}.",
-        tools=ToolRegistry([add, slowWrite, slowUpsert, alwaysFails]),
-        loop=LoopPolicy(**loop),  # type: ignore[arg-type]
+        tools=ToolRegistry([add, slowWrite, slowUpsert, alwaysFails, refuses, echo, unlock]),
+        loop=LoopPolicy(**loop, breakers=BreakerPolicy(**(breakers or {}))),  # type: ignore[arg-type]
+        providers=[ToolProvider("secrets", ToolRegistry([secret]), _offer_secret)],
     )
 
 
 def register(registry: ServiceRegistry) -> None:
     registry.add(make_service())
+    registry.add(make_service("test-saga", max_round_trips=10))
