@@ -48,6 +48,7 @@ with workflow.unsafe.imports_passed_through():
 class AgentTurn:
     def __init__(self) -> None:
         self.s = TurnState()
+        self.spec = ServiceSpec(name="")  # replaced by describe_service
 
     # -- queries, signals, update (contract.md) --------------------------------
     @workflow.query(name="status")
@@ -123,6 +124,7 @@ class AgentTurn:
             io.DESCRIBE_SERVICE, io.DescribeServiceInput(service=turn.service), ServiceSpec,
             "describe_service", TurnStatus.REFUSED)
         s.search_attributes = spec.search_attributes
+        self.spec = spec
         await s.publish()
         # 1. load chat memory (a snapshot: where to write, a bounded preview)
         s.step = "load_memory"
@@ -231,10 +233,11 @@ class AgentTurn:
                     io.CompensateInput(conversation_id=turn.conversation_id,
                                        user_id=turn.user_id, service=turn.service, call=call,
                                        cause=cause),
-                    result_type=io.CompensateResult, summary=f"undo {call.name}",
+                    result_type=io.CompensateResult, summary=f"undo {call.name} {call.id}",
                     start_to_close_timeout=timedelta(seconds=60),
-                    retry_policy=RetryPolicy(maximum_attempts=5,
-                                             initial_interval=timedelta(seconds=1)))
+                    retry_policy=RetryPolicy(
+                        maximum_attempts=self.spec.loop.compensation_attempts,
+                        initial_interval=timedelta(seconds=1)))
             except ActivityError as exc:
                 cause_exc = exc.cause
                 reason = (cause_exc.message if isinstance(cause_exc, ApplicationError)

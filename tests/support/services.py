@@ -89,6 +89,59 @@ def secret() -> dict:
     return {"secret": 42}
 
 
+@tool(idempotent=True)
+def reserve(ctx: ToolContext, item: str) -> dict:
+    """Reserve an item (compensable: the reservation is cancelled on rollback)."""
+    _effects_table(ctx)
+    with ctx.db.connect() as conn:
+        if not conn.fetchone("SELECT 1 AS x FROM test_side_effect WHERE call_key = ?",
+                             (ctx.idempotency_key,)):
+            conn.execute("INSERT INTO test_side_effect (call_key, tool, note) VALUES (?, ?, ?)",
+                         (ctx.idempotency_key, "reserve", item))
+    return {"reserved": item}
+
+
+@reserve.compensation
+def _cancel_reservation(ctx: ToolContext, args, result) -> str:  # type: ignore[no-untyped-def]
+    with ctx.db.connect() as conn:
+        conn.execute("UPDATE test_side_effect SET note = 'CANCELLED' WHERE call_key = ?",
+                     (ctx.idempotency_key,))
+    return f"reservation of {args.item} cancelled"
+
+
+@tool(idempotent=True)
+def stickyReserve(ctx: ToolContext, item: str) -> dict:  # noqa: N802
+    """A reservation whose undo always fails."""
+    return {"reserved": item}
+
+
+@stickyReserve.compensation
+def _cannot_undo(ctx: ToolContext, args, result) -> str:  # type: ignore[no-untyped-def]
+    raise RuntimeError("the reservation system refuses cancellations")
+
+
+@tool(fatal_on_failure=True, retry=RetrySpec(maximum_attempts=1))
+def mustSucceed() -> dict:  # noqa: N802
+    """Fails terminally; its failure means the task cannot be done."""
+    raise ToolExecutionError("the outbox is unavailable", retryable=False)
+
+
+@tool(idempotent=True, requires_approval=True, approval_timeout_seconds=2)
+def sendMoney(ctx: ToolContext, to: str, amount: int) -> dict:  # noqa: N802
+    """Pay someone (needs a reviewer's approval; 2 s deadline in tests)."""
+    _effects_table(ctx)
+    with ctx.db.connect() as conn:
+        conn.execute("INSERT INTO test_side_effect (call_key, tool, note) VALUES (?, ?, ?)",
+                     (ctx.idempotency_key, "sendMoney", f"{to}:{amount}"))
+    return {"paid": amount, "to": to}
+
+
+@tool(idempotent=True, requires_approval=True, approval_timeout_seconds=600)
+def sendMoneySlowly(ctx: ToolContext, to: str, amount: int) -> dict:  # noqa: N802
+    """Pay someone (approval with a long deadline)."""
+    return sendMoney.fn(ctx, to, amount)
+
+
 def _offer_secret(ctx: ProviderContext) -> list[str]:
     return ["secret"] if ctx.state.get("unlocked_by") else []
 
@@ -98,7 +151,8 @@ def make_service(name: str = "test", *, breakers: dict | None = None,
     return Service(
         name=name,
         system_prompt="You are a test assistant for {{team}}.",
-        tools=ToolRegistry([add, slowWrite, slowUpsert, alwaysFails, refuses, echo, unlock]),
+        tools=ToolRegistry([add, slowWrite, slowUpsert, alwaysFails, refuses, echo, unlock,
+                            reserve, stickyReserve, mustSucceed, sendMoney, sendMoneySlowly]),
         loop=LoopPolicy(**loop, breakers=BreakerPolicy(**(breakers or {}))),  # type: ignore[arg-type]
         providers=[ToolProvider("secrets", ToolRegistry([secret]), _offer_secret)],
     )

@@ -1,0 +1,181 @@
+"""Approvals by signal and update (design.md §3, contract.md names)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
+
+from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
+from tests.support.services import make_service, side_effects
+from tests.support.turns import running_worker
+from turnstile.contract import (
+    ApproveSignal,
+    CallStatus,
+    PendingApproval,
+    RejectSignal,
+    ReviewInput,
+    TurnProgress,
+    TurnStatus,
+)
+from turnstile.db import Database
+
+
+def db_url(tmp_path) -> str:  # type: ignore[no-untyped-def]
+    return f"sqlite:///{tmp_path}/t.db"
+
+
+async def wait_pending(handle: WorkflowHandle, n: int = 1) -> list[PendingApproval]:
+    for _ in range(200):
+        pending = await handle.query("pending_approvals", result_type=list[PendingApproval])
+        if len(pending) >= n:
+            return pending
+        await asyncio.sleep(0.05)
+    raise TimeoutError("no pending approval appeared")
+
+
+def decisions(db: Database, wf_id: str) -> list[dict[str, Any]]:
+    with db.connect() as conn:
+        return conn.fetchall("SELECT tool_call_id, approved, reviewer, note FROM "
+                             "approval_decision WHERE workflow_id = ? ORDER BY tool_call_id",
+                             (wf_id,))
+
+
+PAY = tool_reply(("p1", "sendMoneySlowly", {"to": "bob@example.com", "amount": 10}))
+
+
+async def test_approve_runs_the_call_and_is_audited(client: Client, task_queue: str, tmp_path,
+                                                    fake_llm: FakeLLM) -> None:
+    fake_llm.script(PAY, text_reply("paid"))
+    async with running_worker(client, task_queue, db_url(tmp_path), [make_service()],
+                              llm_url=fake_llm.url) as turns:
+        handle = await turns.start("pay bob")
+        [pending] = await wait_pending(handle)
+        assert pending.tool_name == "sendMoneySlowly"
+        assert pending.arguments == {"to": "bob@example.com", "amount": 10}
+        assert side_effects(turns.rt.db, handle.id) == []  # paused before executing
+        await handle.signal("approve", ApproveSignal(tool_call_id="p1", reviewer="carol",
+                                                     comment="ok"))
+        result = await handle.result()
+        assert result.status == TurnStatus.COMPLETED
+        assert result.tool_calls[0].status == CallStatus.COMPLETED
+        assert len(side_effects(turns.rt.db, handle.id)) == 1
+        assert decisions(turns.rt.db, handle.id) == [
+            {"tool_call_id": "p1", "approved": 1, "reviewer": "carol", "note": "ok"}]
+
+
+async def test_reject_reaches_the_model_as_error(client: Client, task_queue: str, tmp_path,
+                                                 fake_llm: FakeLLM) -> None:
+    fake_llm.script(PAY, text_reply("not paid"))
+    async with running_worker(client, task_queue, db_url(tmp_path), [make_service()],
+                              llm_url=fake_llm.url) as turns:
+        handle = await turns.start("pay bob")
+        await wait_pending(handle)
+        await handle.signal("reject", RejectSignal(tool_call_id="p1", reviewer="carol",
+                                                   reason="amount looks wrong"))
+        result = await handle.result()
+        assert side_effects(turns.rt.db, handle.id) == []
+        assert decisions(turns.rt.db, handle.id)[0]["approved"] == 0
+    assert result.status == TurnStatus.COMPLETED
+    assert result.tool_calls[0].status == CallStatus.REJECTED and result.tool_calls[0].is_error
+    told = [m for m in fake_llm.requests[1]["messages"] if m["role"] == "tool"][0]["content"]
+    assert "rejected by carol: amount looks wrong" in told
+
+
+async def test_deadline_rejects(client: Client, task_queue: str, tmp_path,
+                                fake_llm: FakeLLM) -> None:
+    fake_llm.script(tool_reply(("p1", "sendMoney", {"to": "bob", "amount": 1})),
+                    text_reply("timed out"))
+    async with running_worker(client, task_queue, db_url(tmp_path), [make_service()],
+                              llm_url=fake_llm.url) as turns:
+        result = await turns.run("pay bob")  # nobody answers: the 2 s deadline passes
+    assert result.tool_calls[0].status == CallStatus.REJECTED
+    told = [m for m in fake_llm.requests[1]["messages"] if m["role"] == "tool"][0]["content"]
+    assert "rejected by deadline: no decision within 2 s" in told
+
+
+async def test_unknown_and_early_signals_are_refused(client: Client, task_queue: str, tmp_path,
+                                                     fake_llm: FakeLLM) -> None:
+    fake_llm.script(PAY, text_reply("paid"))
+    async with running_worker(client, task_queue, db_url(tmp_path), [make_service()],
+                              llm_url=fake_llm.url) as turns:
+        handle = await turns.start("pay bob")
+        # Early: the call id the model is about to use, before the turn asks for it.
+        await handle.signal("approve", ApproveSignal(tool_call_id="p1", reviewer="eager"))
+        await wait_pending(handle)
+        await handle.signal("approve", ApproveSignal(tool_call_id="nope", reviewer="carol"))
+        await asyncio.sleep(0.3)
+        progress = await handle.query("status", result_type=TurnProgress)
+        assert progress.step == "awaiting_approval"  # neither signal released the call
+        assert len(progress.refused_signals) == 2
+        assert "'eager'" in progress.refused_signals[0] and "'nope'" in progress.refused_signals[1]
+        await handle.signal("approve", ApproveSignal(tool_call_id="p1", reviewer="carol"))
+        result = await handle.result()
+    assert result.status == TurnStatus.COMPLETED
+    assert result.tool_calls[0].status == CallStatus.COMPLETED
+
+
+async def test_two_approvals_in_one_round(client: Client, task_queue: str, tmp_path,
+                                          fake_llm: FakeLLM) -> None:
+    fake_llm.script(tool_reply(("a", "sendMoneySlowly", {"to": "ann", "amount": 1}),
+                               ("b", "sendMoneySlowly", {"to": "ben", "amount": 2})),
+                    text_reply("done"))
+    async with running_worker(client, task_queue, db_url(tmp_path), [make_service()],
+                              llm_url=fake_llm.url) as turns:
+        handle = await turns.start("pay both")
+        pending = await wait_pending(handle, 2)
+        assert sorted(p.tool_call_id for p in pending) == ["a", "b"]
+        await handle.signal("reject", RejectSignal(tool_call_id="b", reviewer="carol"))
+        await handle.signal("approve", ApproveSignal(tool_call_id="a", reviewer="carol"))
+        result = await handle.result()
+        effects = side_effects(turns.rt.db, handle.id)
+    assert [c.status for c in result.tool_calls] == [CallStatus.COMPLETED, CallStatus.REJECTED]
+    assert [e["note"] for e in effects] == ["ann:1"]
+
+
+async def test_review_update_validates(client: Client, task_queue: str, tmp_path,
+                                       fake_llm: FakeLLM) -> None:
+    fake_llm.script(PAY, text_reply("paid"))
+    async with running_worker(client, task_queue, db_url(tmp_path), [make_service()],
+                              llm_url=fake_llm.url) as turns:
+        handle = await turns.start("pay bob")
+        await wait_pending(handle)
+        with pytest.raises(WorkflowUpdateFailedError) as err:
+            await handle.execute_update("review", ReviewInput(tool_call_id="zzz", reviewer="c",
+                                                              approved=True))
+        assert "no pending approval for tool call 'zzz'" in str(err.value.cause)
+        with pytest.raises(WorkflowUpdateFailedError):
+            await handle.execute_update("review", ReviewInput(tool_call_id="p1", reviewer=" ",
+                                                              approved=True))
+        verdict = await handle.execute_update(
+            "review", ReviewInput(tool_call_id="p1", reviewer="carol", approved=True),
+            result_type=str)
+        assert verdict == "approved"
+        result = await handle.result()
+    assert result.tool_calls[0].status == CallStatus.COMPLETED
+
+
+async def test_waiting_turns_are_findable(client: Client, task_queue: str, tmp_path,
+                                          fake_llm: FakeLLM) -> None:
+    fake_llm.script(PAY, text_reply("paid"))
+    async with running_worker(client, task_queue, db_url(tmp_path), [make_service()],
+                              llm_url=fake_llm.url) as turns:
+        assert turns.rt.search_attributes
+        handle = await turns.start("pay bob", conversation="c-find")
+        await wait_pending(handle)
+        query = ('TurnstilePendingApprovals > 0 AND TurnstileConversation = "c-find" '
+                 f'AND WorkflowId = "{handle.id}"')
+        found: list[str] = []
+        for _ in range(100):  # visibility is eventually consistent
+            found = [w.id async for w in client.list_workflows(query)]
+            if found:
+                break
+            await asyncio.sleep(0.1)
+        assert found == [handle.id]
+        desc = await handle.describe()
+        memo = await desc.memo_value("pending_approvals")
+        assert memo == 1
+        await handle.signal("approve", ApproveSignal(tool_call_id="p1", reviewer="carol"))
+        await handle.result()
