@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+from collections.abc import Awaitable
 from dataclasses import dataclass
+from typing import TypeVar
 
+from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from turnstile.audit import AuditLog
@@ -48,3 +53,26 @@ class Runtime:
 def application_error(exc: TurnstileError, *, non_retryable: bool) -> ApplicationError:
     """A Temporal failure whose `type` is the error's stable name."""
     return ApplicationError(str(exc), type=exc.error_type, non_retryable=non_retryable)
+
+
+T = TypeVar("T")
+
+
+async def with_heartbeat(work: Awaitable[T], heartbeat_seconds: float | None) -> T:
+    """Heartbeat while `work` runs, so a lost worker is noticed within the
+    heartbeat timeout (not the much longer start-to-close timeout) and a
+    cancellation reaches the work."""
+    interval = max(0.5, (heartbeat_seconds or 10.0) / 3)
+
+    async def beat() -> None:
+        while True:
+            activity.heartbeat()
+            await asyncio.sleep(interval)
+
+    beater = asyncio.create_task(beat())
+    try:
+        return await work
+    finally:
+        beater.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await beater

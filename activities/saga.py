@@ -11,7 +11,7 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.runtime import Runtime
+from activities.runtime import Runtime, with_heartbeat
 from turnstile import attributes as attr
 from turnstile import audit
 from turnstile.activity_io import (
@@ -50,8 +50,8 @@ class SagaActivities:
         ctx = ToolContext(db=self.rt.db, workflow_id=wf_id, conversation_id=req.conversation_id,
                           user_id=req.user_id, tool_call_id=call.id, attempt=info.attempt,
                           settings=self.rt.settings, heartbeat=activity.heartbeat)
-        description = result_to_text(
-            await tool.undo(ctx, tool.parse_arguments(call.arguments), stored))
+        undo = tool.undo(ctx, tool.parse_arguments(call.arguments), stored)
+        description = result_to_text(await with_heartbeat(undo, tool.spec.heartbeat_seconds))
         await asyncio.to_thread(
             self.rt.memory.rewrite_tool_result, req.conversation_id, call.id,
             rolled_back_text(call.name, req.cause, description),

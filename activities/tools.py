@@ -11,20 +11,19 @@ Temporal retries it per the tool's policy.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from typing import Any
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.runtime import Runtime, application_error
+from activities.runtime import Runtime, application_error, with_heartbeat
 from turnstile import attributes as attr
 from turnstile import audit
 from turnstile.activity_io import EXECUTE_TOOL, ToolExecInput, ToolOutcome
 from turnstile.contract import CallStatus
 from turnstile.errors import DatabaseUnavailable, MemoryConflictError, ToolArgumentError
 from turnstile.messages import ChatMessage
-from turnstile.tools import Tool, ToolContext, ToolExecutionError, ToolResult, result_to_text
+from turnstile.tools import ToolContext, ToolExecutionError, ToolResult, result_to_text
 
 PREVIEW_CHARS = 400
 INTERRUPTED_TEXT = (
@@ -113,7 +112,7 @@ class ToolActivities:
             settings=self.rt.settings, heartbeat=activity.heartbeat,
         )
         try:
-            result = await self._run_with_heartbeat(tool, ctx, args)
+            result = await with_heartbeat(tool.invoke(ctx, args), tool.spec.heartbeat_seconds)
         except ToolArgumentError as exc:
             # The tool's own validation (e.g. start after end): the model can fix it.
             await asyncio.to_thread(self.rt.ledger.complete, wf_id, call.id, str(exc), True)
@@ -142,23 +141,3 @@ class ToolActivities:
                               tool_name=req.call.name, arguments=req.call.arguments)
         self.rt.audit.finished(workflow_id=wf_id, call_id=req.call.id, status=audit.FAILED,
                                error=error)
-
-    @staticmethod
-    async def _run_with_heartbeat(tool: Tool, ctx: ToolContext, args: Any) -> Any:
-        """Heartbeat while the tool runs, so a lost worker is noticed within the
-        tool's heartbeat timeout and cancellation reaches the tool."""
-        interval = max(0.5, (tool.spec.heartbeat_seconds or 10.0) / 3)
-
-        async def beat() -> None:
-            while True:
-                activity.heartbeat()
-                await asyncio.sleep(interval)
-
-        beater = asyncio.create_task(beat())
-        try:
-            return await tool.invoke(ctx, args)
-        finally:
-            beater.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await beater
-

@@ -12,7 +12,16 @@ from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.services import side_effects
 from tests.support.temporal_server import DevServer
 from tests.support.worker_process import WorkerProcess
-from turnstile.contract import WORKFLOW_TYPE, CallStatus, TurnInput, TurnResult, TurnStatus
+from turnstile.audit import AuditLog
+from turnstile.contract import (
+    WORKFLOW_TYPE,
+    ApproveSignal,
+    CallStatus,
+    PendingApproval,
+    TurnInput,
+    TurnResult,
+    TurnStatus,
+)
 from turnstile.db import Database
 
 
@@ -66,3 +75,80 @@ async def test_worker_killed_mid_tool(client: Client, temporal_server: DevServer
     else:
         assert '"written": "once"' in tool_msg["content"]
 
+
+
+async def _wait(predicate, timeout: float = 30) -> None:  # type: ignore[no-untyped-def]
+    for _ in range(int(timeout / 0.1)):
+        if await predicate():
+            return
+        await asyncio.sleep(0.1)
+    raise TimeoutError("condition not reached")
+
+
+async def test_worker_killed_while_waiting_for_approval(
+        client: Client, temporal_server: DevServer, task_queue: str, tmp_path,
+        fake_llm: FakeLLM) -> None:
+    db_url = f"sqlite:///{tmp_path}/t.db"
+    env = {"TEMPORAL_ADDRESS": temporal_server.address, "TURNSTILE_TASK_QUEUE": task_queue,
+           "DATABASE_URL": db_url, "LLM_BASE_URL": fake_llm.url}
+    fake_llm.script(tool_reply(("p1", "sendMoneySlowly", {"to": "bob", "amount": 3})),
+                    text_reply("paid"))
+    first = WorkerProcess(tmp_path / "worker1.log", env).start()
+    wf_id = f"kill-approval-{task_queue}"
+    try:
+        handle = await client.start_workflow(
+            WORKFLOW_TYPE, TurnInput(conversation_id="c-ka", user_id="alice", message="pay",
+                                     service="test", variables={"team": "ops"}),
+            id=wf_id, task_queue=task_queue, result_type=TurnResult)
+
+        async def pending() -> bool:
+            return bool(await handle.query("pending_approvals", result_type=list[PendingApproval]))
+
+        await _wait(pending)
+    finally:
+        first.kill()
+    # No worker: the approval is still recorded by the server.
+    await handle.signal("approve", ApproveSignal(tool_call_id="p1", reviewer="carol"))
+    second = WorkerProcess(tmp_path / "worker2.log", env).start()
+    try:
+        result = await asyncio.wait_for(handle.result(), timeout=60)
+    finally:
+        second.stop()
+    assert result.status == TurnStatus.COMPLETED
+    assert [c.status for c in result.tool_calls] == [CallStatus.COMPLETED]
+    assert len(side_effects(Database(db_url), wf_id)) == 1
+
+
+async def test_worker_killed_during_compensation(
+        client: Client, temporal_server: DevServer, task_queue: str, tmp_path,
+        fake_llm: FakeLLM) -> None:
+    db_url = f"sqlite:///{tmp_path}/t.db"
+    env = {"TEMPORAL_ADDRESS": temporal_server.address, "TURNSTILE_TASK_QUEUE": task_queue,
+           "DATABASE_URL": db_url, "LLM_BASE_URL": fake_llm.url}
+    fake_llm.script(tool_reply(("r1", "slowUndoReserve", {"item": "hall"})),
+                    tool_reply(("m1", "mustSucceed", {})))
+    db = Database(db_url)
+    first = WorkerProcess(tmp_path / "worker1.log", env).start()
+    wf_id = f"kill-undo-{task_queue}"
+    try:
+        handle = await client.start_workflow(
+            WORKFLOW_TYPE, TurnInput(conversation_id="c-ku", user_id="alice", message="book",
+                                     service="test", variables={"team": "ops"}),
+            id=wf_id, task_queue=task_queue, result_type=TurnResult)
+
+        async def undoing() -> bool:
+            return any(e["note"] == "CANCELLING" for e in side_effects(db, wf_id))
+
+        await _wait(undoing)
+    finally:
+        first.kill()
+    second = WorkerProcess(tmp_path / "worker2.log", env).start()
+    try:
+        result = await asyncio.wait_for(handle.result(), timeout=60)
+    finally:
+        second.stop()
+    assert result.status == TurnStatus.ROLLED_BACK
+    assert result.tool_calls[0].status == CallStatus.ROLLED_BACK
+    assert [e["note"] for e in side_effects(db, wf_id)] == ["CANCELLED"]
+    assert [r["status"] for r in AuditLog(db).rows(wf_id) if r["tool_name"] == "slowUndoReserve"] \
+        == ["ROLLED_BACK"]

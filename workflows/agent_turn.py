@@ -10,10 +10,7 @@ conversation's length.
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
-
 from temporalio import workflow
-from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
@@ -40,7 +37,7 @@ with workflow.unsafe.imports_passed_through():
     from turnstile.specs import ServiceSpec
     from turnstile.steps import FinalAnswer, RunTools, next_step, render_template
     from workflows.state import TurnState, TurnStopped
-    from workflows.tool_options import model_options
+    from workflows.tool_options import compensation_options, model_options
     from workflows.tool_round import RoundWrites, ToolRound
 
 
@@ -234,10 +231,7 @@ class AgentTurn:
                                        user_id=turn.user_id, service=turn.service, call=call,
                                        cause=cause),
                     result_type=io.CompensateResult, summary=f"undo {call.name} {call.id}",
-                    start_to_close_timeout=timedelta(seconds=60),
-                    retry_policy=RetryPolicy(
-                        maximum_attempts=self.spec.loop.compensation_attempts,
-                        initial_interval=timedelta(seconds=1)))
+                    **compensation_options(self.spec.tool(call.name), self.spec.loop))
             except ActivityError as exc:
                 cause_exc = exc.cause
                 reason = (cause_exc.message if isinstance(cause_exc, ApplicationError)

@@ -46,3 +46,14 @@ def tool_options(tool: ToolSpec) -> dict[str, Any]:
             maximum_attempts=r.maximum_attempts,
         ),
     }
+
+
+def compensation_options(tool: ToolSpec | None, loop: LoopPolicy) -> dict[str, Any]:
+    """A compensation keeps its tool's timeouts, retried `compensation_attempts` times."""
+    heartbeat = tool.heartbeat_seconds if tool else None
+    return {
+        "start_to_close_timeout": tool.start_to_close if tool else timedelta(seconds=60),
+        "heartbeat_timeout": timedelta(seconds=heartbeat) if heartbeat else None,
+        "retry_policy": RetryPolicy(initial_interval=timedelta(seconds=1),
+                                    maximum_attempts=loop.compensation_attempts),
+    }

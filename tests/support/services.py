@@ -109,6 +109,24 @@ def _cancel_reservation(ctx: ToolContext, args, result) -> str:  # type: ignore[
     return f"reservation of {args.item} cancelled"
 
 
+@tool(idempotent=True, heartbeat_seconds=2)
+def slowUndoReserve(ctx: ToolContext, item: str) -> dict:  # noqa: N802
+    """A reservation whose undo takes a while (idempotent undo)."""
+    return reserve.fn(ctx, item)
+
+
+@slowUndoReserve.compensation
+async def _slow_cancel(ctx: ToolContext, args, result) -> str:  # type: ignore[no-untyped-def]
+    with ctx.db.connect() as conn:
+        conn.execute("UPDATE test_side_effect SET note = 'CANCELLING' WHERE call_key = ? "
+                     "AND note <> 'CANCELLED'", (ctx.idempotency_key,))
+    await asyncio.sleep(4)
+    with ctx.db.connect() as conn:
+        conn.execute("UPDATE test_side_effect SET note = 'CANCELLED' WHERE call_key = ?",
+                     (ctx.idempotency_key,))
+    return f"reservation of {args.item} cancelled (attempt {ctx.attempt})"
+
+
 @tool(idempotent=True)
 def stickyReserve(ctx: ToolContext, item: str) -> dict:  # noqa: N802
     """A reservation whose undo always fails."""
@@ -152,7 +170,7 @@ def make_service(name: str = "test", *, breakers: dict | None = None,
         name=name,
         system_prompt="You are a test assistant for {{team}}.",
         tools=ToolRegistry([add, slowWrite, slowUpsert, alwaysFails, refuses, echo, unlock,
-                            reserve, stickyReserve, mustSucceed, sendMoney, sendMoneySlowly]),
+                            reserve, slowUndoReserve, stickyReserve, mustSucceed, sendMoney, sendMoneySlowly]),
         loop=LoopPolicy(**loop, breakers=BreakerPolicy(**(breakers or {}))),  # type: ignore[arg-type]
         providers=[ToolProvider("secrets", ToolRegistry([secret]), _offer_secret)],
     )
