@@ -1,0 +1,165 @@
+"""Property: whatever a model sends back, the turn ends in a defined state.
+
+Hypothesis generates 500 malformed or hostile model responses (bad JSON,
+wrong types, unknown tools, huge arguments, empty names, duplicate call ids,
+4xx statuses). Each drives one real turn on the dev server through the HTTP
+provider. Asserted for every one: the turn returns a result with a known
+status, and its history holds no workflow-task failure (which would mean the
+workflow code itself crashed and would retry forever).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from temporalio.api.enums.v1 import EventType
+
+from tests.support.fake_llm import FakeLLM, Raw, text_reply
+from tests.support.services import add, echo, mustSucceed, refuses, reserve, unlock
+from tests.support.temporal_server import DevServer, connect
+from tests.support.turns import Turns, running_worker
+from turnstile.contract import TurnStatus
+from turnstile.services import Service
+from turnstile.specs import LoopPolicy
+from turnstile.tools import ToolRegistry
+
+EXAMPLES = 500
+REAL = ["add", "echo", "refuses", "unlock", "reserve", "mustSucceed"]
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner,
+                                                                 max_size=4),
+    max_leaves=10)
+
+names = st.sampled_from(REAL) | st.sampled_from(["", " ", "nope", "add ", "ADD", "x" * 300]) \
+    | st.text(max_size=30)
+arguments = st.one_of(
+    json_values.map(json.dumps),  # any JSON: often not an object, often wrong fields
+    st.text(max_size=50),  # not JSON at all
+    st.fixed_dictionaries({"a": st.integers(-5, 5), "b": st.integers(-5, 5)}).map(json.dumps),
+    st.fixed_dictionaries({"text": st.text(max_size=10)}).map(json.dumps),
+    st.integers(1_000, 200_000).map(lambda n: json.dumps({"text": "y" * n})),  # huge
+    st.just("{}"),
+)
+call_ids = st.sampled_from(["", "dup", "dup", "c1"]) | st.text(max_size=12)
+tool_call = st.fixed_dictionaries({
+    "id": call_ids, "type": st.just("function"),
+    "function": st.fixed_dictionaries({"name": names, "arguments": arguments}),
+}) | json_values  # sometimes not a call object at all
+
+completion = st.fixed_dictionaries({
+    "choices": st.lists(st.fixed_dictionaries({
+        "message": st.fixed_dictionaries({
+            "role": st.just("assistant"),
+            "content": st.none() | st.text(max_size=40) | st.integers(),
+            "tool_calls": st.none() | st.lists(tool_call, max_size=4) | json_values,
+        }),
+        "finish_reason": st.sampled_from(["stop", "tool_calls", None]),
+    }), max_size=2),
+    "usage": st.none() | st.fixed_dictionaries({"prompt_tokens": st.integers(0, 9)}),
+})
+
+responses = st.one_of(
+    completion.map(json.dumps),
+    json_values.map(json.dumps),
+    st.text(max_size=80),  # not JSON
+    st.just(""),
+).map(lambda body: Raw(200, body)) | st.builds(
+    Raw, st.sampled_from([400, 401, 404, 413, 422]), st.text(max_size=40))
+
+
+class LoopThread:
+    """An event loop in a thread, hosting a worker, so a sync Hypothesis test
+    can drive async turns."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+
+    def run(self, coro: Any, timeout: float) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+
+
+@pytest.fixture
+def fuzz_turns(temporal_server: DevServer, tmp_path, fake_llm: FakeLLM) -> Iterator[
+        tuple[LoopThread, Turns, dict[str, Raw]]]:
+    cases: dict[str, Raw] = {}
+
+    def reply(request: dict[str, Any]) -> Any:
+        msgs = request["messages"]
+        user = max(i for i, m in enumerate(msgs) if m["role"] == "user")
+        if any(m["role"] == "tool" for m in msgs[user:]):
+            return text_reply("done")  # after any tool result, the model gives up politely
+        return cases[msgs[user]["content"]]
+
+    fake_llm.default = reply
+    service = Service(
+        name="fuzz", tools=ToolRegistry([add, echo, refuses, unlock, reserve, mustSucceed]),
+        loop=LoopPolicy(model_retry_window_seconds=30))
+    lt = LoopThread()
+    started = asyncio.Event()
+    stop = asyncio.Event()
+    box: dict[str, Turns] = {}
+
+    async def host() -> None:
+        client = await connect(temporal_server.address)
+        async with running_worker(client, f"fuzz-{uuid.uuid4().hex[:8]}",
+                                  f"sqlite:///{tmp_path}/fuzz.db", [service],
+                                  llm_url=fake_llm.url) as turns:
+            box["turns"] = turns
+            started.set()
+            await stop.wait()
+
+    hosting = asyncio.run_coroutine_threadsafe(host(), lt.loop)
+    lt.run(asyncio.wait_for(started.wait(), 30), 40)
+    yield lt, box["turns"], cases
+    lt.loop.call_soon_threadsafe(stop.set)
+    hosting.result(30)
+    lt.close()
+
+
+DEFINED = {TurnStatus.COMPLETED, TurnStatus.FAILED, TurnStatus.ROLLED_BACK,
+           TurnStatus.COMPENSATION_FAILED}
+
+
+def test_any_model_response_ends_in_a_defined_state(fuzz_turns) -> None:  # type: ignore[no-untyped-def]
+    lt, turns, cases = fuzz_turns
+    seen_statuses: set[TurnStatus] = set()
+
+    @settings(max_examples=EXAMPLES, deadline=None, derandomize=True,
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @given(response=responses)
+    def one(response: Raw) -> None:
+        key = f"case-{uuid.uuid4().hex}"
+        cases[key] = response
+
+        async def turn() -> tuple[Any, list[Any]]:
+            handle = await turns.start(key, service="fuzz", conversation=key)
+            result = await handle.result()
+            history = await handle.fetch_history()
+            return result, [e.event_type for e in history.events]
+
+        result, events = lt.run(turn(), timeout=60)
+        assert result.status in DEFINED, result
+        assert EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED not in events
+        if result.status != TurnStatus.COMPLETED:
+            assert result.error is not None and result.error.type and result.error.message
+        seen_statuses.add(result.status)
+
+    one()
+    # The generator really reached both ends: turns that completed and turns that failed.
+    assert {TurnStatus.COMPLETED, TurnStatus.FAILED} <= seen_statuses
