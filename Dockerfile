@@ -1,0 +1,28 @@
+# Turnstile worker image: `python worker.py` (see docker-compose.yml for the
+# --no-sender / --sender-only split, the SMTP sink and starter.py).
+FROM python:3.11-slim
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    TURNSTILE_DATA_DIR=/data
+
+WORKDIR /app
+
+# Dependencies first (pinned in pyproject.toml), so code edits reuse this layer.
+COPY pyproject.toml ./
+RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" \
+        > /tmp/requirements.txt \
+    && pip install -r /tmp/requirements.txt \
+    && rm /tmp/requirements.txt
+
+COPY . .
+RUN pip install . \
+    && useradd --create-home --uid 10001 turnstile \
+    && mkdir -p /data/mail \
+    && chown -R turnstile:turnstile /data
+
+USER turnstile
+
+CMD ["python", "worker.py"]

@@ -1,0 +1,130 @@
+"""Sales reference app benchmark: query latency and e-mail sender throughput.
+
+    .venv/bin/python -m bench.sales                # 1,000,000 rows (slow to seed)
+    .venv/bin/python -m bench.sales --rows 20000
+
+For SQLite (a temporary file) and, when it answers, PostgreSQL (database
+`turnstile_bench`, created if missing on the server of --postgres-url):
+seed N rows, then time `querySalesData` for random one-week ranges, the
+way the tool runs it (a fresh read-only connection per call), and report
+p50/p95; then queue --mails e-mails and time the sender delivering them to
+the local SMTP server (mails/s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import socket
+import statistics
+import tempfile
+import time
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
+from pathlib import Path
+from urllib.parse import urlparse, urlunparse
+
+import psycopg
+
+from turnstile.config import Settings
+from turnstile.db import Database
+from turnstile.sales import outbox
+from turnstile.sales.query import run_sales_query
+from turnstile.sales.seed import PERIOD_DAYS, seed
+from turnstile.sales.sender import SenderConfig, deliver_due
+from turnstile.sales.smtp_server import LocalSmtpServer
+
+DEFAULT_PG = "postgresql://postgres@127.0.0.1:5432/turnstile_bench"
+
+
+def postgres_database(url: str) -> Database | None:
+    """The benchmark database, created if missing; None if the server is down."""
+    parsed = urlparse(url)
+    name = parsed.path.lstrip("/")
+    admin = urlunparse(parsed._replace(path="/postgres"))
+    try:
+        with psycopg.connect(admin, autocommit=True, connect_timeout=3) as conn:
+            exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,))
+            if exists.fetchone() is None:
+                conn.execute(f'CREATE DATABASE "{name}"')
+    except psycopg.OperationalError as exc:
+        print(f"PostgreSQL at {parsed.hostname}:{parsed.port}: not reachable ({exc}); skipped")
+        return None
+    return Database(url)
+
+
+def percentile(samples: list[float], q: int) -> float:
+    return statistics.quantiles(samples, n=100, method="inclusive")[q - 1]
+
+
+def bench_queries(db: Database, today: date, queries: int) -> tuple[float, float, int]:
+    rng = random.Random(7)
+    latencies = []
+    matched = 0
+    for _ in range(queries):
+        start = today - timedelta(days=rng.randint(7, PERIOD_DAYS))
+        began = time.perf_counter()
+        with db.connect(readonly=True) as conn:
+            result = run_sales_query(
+                conn, start, start + timedelta(days=6), Decimal(50_000), today=today
+            )
+        latencies.append((time.perf_counter() - began) * 1000)
+        matched += result.totalCount
+    return percentile(latencies, 50), percentile(latencies, 95), matched // queries
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def bench_sender(db: Database, mails: int, workdir: Path) -> float:
+    port = free_port()
+    settings = Settings(smtp_host="127.0.0.1", smtp_port=port)
+    run = datetime.now(UTC).strftime("%H%M%S%f")
+    for i in range(mails):
+        outbox.enqueue(db, idempotency_key=f"bench-{run}/{i}", recipient=f"ops{i}@example.com",
+                       subject=f"Bench {i}", body="Customers above threshold: ...")
+    config = SenderConfig(batch_size=100)
+    with LocalSmtpServer(workdir / f"mail-{db.dialect}-{run}", port=port):
+        began = time.perf_counter()
+        sent = 0
+        while sent < mails:
+            delivered = deliver_due(db, settings, config)
+            if delivered == 0:
+                raise RuntimeError(f"sender stalled after {sent} of {mails} mails")
+            sent += delivered
+        elapsed = time.perf_counter() - began
+    return mails / elapsed
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--queries", type=int, default=50)
+    parser.add_argument("--mails", type=int, default=200)
+    parser.add_argument("--postgres-url", default=DEFAULT_PG)
+    args = parser.parse_args(argv)
+    today = datetime.now(UTC).date()
+    with tempfile.TemporaryDirectory(prefix="turnstile-bench-") as tmp:
+        workdir = Path(tmp)
+        backends = [Database(f"sqlite:///{workdir / 'bench.db'}")]
+        pg = postgres_database(args.postgres_url)
+        if pg is not None:
+            backends.append(pg)
+        print(f"rows={args.rows:,} queries={args.queries} mails={args.mails}")
+        for db in backends:
+            began = time.perf_counter()
+            seed(db, rows=args.rows, today=today)
+            seeded = time.perf_counter() - began
+            p50, p95, matched = bench_queries(db, today, args.queries)
+            rate = bench_sender(db, args.mails, workdir)
+            print(
+                f"{db.dialect:<10} seed {seeded:6.1f} s | one-week query p50 {p50:7.1f} ms "
+                f"p95 {p95:7.1f} ms (~{matched} customers > 50,000) | sender {rate:6.1f} mails/s"
+            )
+
+
+if __name__ == "__main__":
+    main()
