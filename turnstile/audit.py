@@ -19,9 +19,12 @@ COMPLETED = "COMPLETED"
 FAILED = "FAILED"
 ROLLED_BACK = "ROLLED_BACK"
 COMPENSATION_FAILED = "COMPENSATION_FAILED"
+MAX_PARAMS_CHARS = 16_384  # the audit row records what was asked, not megabytes of it
 
-_EMAIL = re.compile(r"([A-Za-z0-9._%+-])[A-Za-z0-9._%+-]*@([A-Za-z0-9.-]+\.[A-Za-z]{2,})")
-_PHONE = re.compile(r"(?<!\w)(\+?\d[\d\s().-]{6,}\d)(?!\w)")
+# Bounded repetitions (RFC 5321 caps a local part at 64 characters): an
+# unbounded `[...]*@` backtracks quadratically over megabytes of arguments.
+_EMAIL = re.compile(r"([A-Za-z0-9._%+-])[A-Za-z0-9._%+-]{0,63}@([A-Za-z0-9-]{1,63}(?:\.[A-Za-z0-9-]{1,63}){0,8}\.[A-Za-z]{2,24})")
+_PHONE = re.compile(r"(?<![\w+])(\+?\d[\d\s().-]{6,20}\d)(?!\w)")
 
 
 def mask(text: str) -> str:
@@ -87,6 +90,8 @@ class AuditLog:
         if not self.enabled:
             return
         params = arguments if isinstance(arguments, str) else json.dumps(arguments, default=str)
+        if len(params) > MAX_PARAMS_CHARS:
+            params = params[:MAX_PARAMS_CHARS] + f"... [truncated, {len(params)} chars in all]"
         with self.db.connect() as conn:
             conn.execute(
                 "INSERT INTO tool_execution_log (execution_id, workflow_id, conversation_id, "

@@ -35,6 +35,8 @@ class Settings:
     audit: bool = True
     data_dir: Path = DATA_DIR
     plugins: tuple[str, ...] = ()
+    payload_threshold: int = 256 * 1024  # bytes; larger payloads are claim-checked
+    otlp_endpoint: str | None = None
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -54,5 +56,7 @@ class Settings:
             smtp_port=int(e.get("SMTP_PORT") or d.smtp_port),
             audit=_flag(e.get("TURNSTILE_AUDIT"), True),
             data_dir=Path(e.get("TURNSTILE_DATA_DIR") or DATA_DIR),
+            payload_threshold=int(e.get("TURNSTILE_PAYLOAD_THRESHOLD") or d.payload_threshold),
+            otlp_endpoint=e.get("OTEL_EXPORTER_OTLP_ENDPOINT") or None,
             plugins=tuple(p for p in (e.get("TURNSTILE_PLUGINS") or "").split(",") if p.strip()),
         )

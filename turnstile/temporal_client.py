@@ -2,17 +2,30 @@
 
 from __future__ import annotations
 
-from temporalio.client import Client
+from collections.abc import Sequence
+
+from temporalio.client import Client, Interceptor
+from temporalio.converter import DataConverter
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from turnstile.config import Settings
+from turnstile.db import Database
+from turnstile.payload_store import data_converter as payload_data_converter
 
 
-async def connect(settings: Settings) -> Client:
+def converter(settings: Settings) -> DataConverter:
+    """pydantic JSON, with payloads above the threshold claim-checked into the
+    project's database (turnstile.payload_store)."""
+    db = Database(settings.database_url, readonly_url=settings.database_readonly_url)
+    return payload_data_converter(db, pydantic_data_converter, settings.payload_threshold)
+
+
+async def connect(settings: Settings, interceptors: Sequence[Interceptor] = ()) -> Client:
     return await Client.connect(
         settings.temporal_address,
         namespace=settings.temporal_namespace,
-        data_converter=pydantic_data_converter,
+        data_converter=converter(settings),
+        interceptors=interceptors,
     )
 
 

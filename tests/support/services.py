@@ -160,6 +160,12 @@ def sendMoneySlowly(ctx: ToolContext, to: str, amount: int) -> dict:  # noqa: N8
     return sendMoney.fn(ctx, to, amount)
 
 
+@tool(idempotent=True)
+def bigResult(megabytes: float) -> str:  # noqa: N802
+    """Return a result of the given size."""
+    return "z" * int(megabytes * 1024 * 1024)
+
+
 def _offer_secret(ctx: ProviderContext) -> list[str]:
     return ["secret"] if ctx.state.get("unlocked_by") else []
 
@@ -170,7 +176,7 @@ def make_service(name: str = "test", *, breakers: dict | None = None,
         name=name,
         system_prompt="You are a test assistant for {{team}}.",
         tools=ToolRegistry([add, slowWrite, slowUpsert, alwaysFails, refuses, echo, unlock,
-                            reserve, slowUndoReserve, stickyReserve, mustSucceed, sendMoney, sendMoneySlowly]),
+                            reserve, slowUndoReserve, stickyReserve, mustSucceed, sendMoney, sendMoneySlowly, bigResult]),
         loop=LoopPolicy(**loop, breakers=BreakerPolicy(**(breakers or {}))),  # type: ignore[arg-type]
         providers=[ToolProvider("secrets", ToolRegistry([secret]), _offer_secret)],
     )
