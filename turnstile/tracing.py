@@ -1,0 +1,129 @@
+"""OpenTelemetry: Temporal's tracing interceptor plus spans for model and tool
+calls with GenAI semantic-convention attributes.
+
+Exported over OTLP/HTTP when OTEL_EXPORTER_OTLP_ENDPOINT is set, otherwise to
+a JSON-lines file under .data/ (the embedded default) so a user can read the
+spans without a collector. Workflow spans come from the interceptor, which
+does not create them while a workflow replays; model and tool spans are made
+inside activities, which never replay: no span is emitted twice.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.trace import Span, Status, StatusCode
+from temporalio.contrib.opentelemetry import TracingInterceptor
+
+from turnstile.config import Settings
+
+log = logging.getLogger(__name__)
+TRACER = "turnstile"
+_configured = False
+_lock = threading.Lock()
+
+
+class JsonLinesSpanExporter(SpanExporter):
+    """One JSON object per finished span, appended to a file."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        lines = [span.to_json(indent=None) for span in spans]
+        with self._lock, open(self.path, "a", encoding="utf-8") as f:
+            for line in lines:
+                f.write(line + "\n")
+        return SpanExportResult.SUCCESS
+
+    def shutdown(self) -> None:
+        return None
+
+
+def setup_tracing(settings: Settings, service_name: str) -> TracerProvider | None:
+    """Install the process's tracer provider once; returns it (None if one was
+    already installed, e.g. by the host application)."""
+    global _configured
+    with _lock:
+        if _configured:
+            return None
+        provider = TracerProvider(resource=Resource.create({"service.name": service_name}))
+        if settings.otlp_endpoint:
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+            exporter: SpanExporter = OTLPSpanExporter(
+                endpoint=settings.otlp_endpoint.rstrip("/") + "/v1/traces")
+            log.info("tracing: OTLP/HTTP to %s", settings.otlp_endpoint)
+        else:
+            exporter = JsonLinesSpanExporter(settings.data_dir / "traces.jsonl")
+            log.info("tracing: spans written to %s", settings.data_dir / "traces.jsonl")
+        provider.add_span_processor(BatchSpanProcessor(exporter))
+        trace.set_tracer_provider(provider)
+        _configured = True
+        return provider
+
+
+def interceptors() -> list[TracingInterceptor]:
+    """Temporal's tracing interceptor, for the client (workers inherit it)."""
+    return [TracingInterceptor()]
+
+
+@contextmanager
+def model_span(provider: str, model: str | None, round_: int) -> Iterator[Span]:
+    tracer = trace.get_tracer(TRACER)
+    with tracer.start_as_current_span(f"chat {model or provider}",
+                                      kind=trace.SpanKind.CLIENT) as span:
+        span.set_attribute("gen_ai.operation.name", "chat")
+        span.set_attribute("gen_ai.provider.name", provider)
+        if model:
+            span.set_attribute("gen_ai.request.model", model)
+        span.set_attribute("turnstile.round", round_)
+        yield span
+
+
+def record_model_response(span: Span, *, model: str, input_tokens: int, output_tokens: int,
+                          finish_reason: str | None, tool_calls: int) -> None:
+    if model:
+        span.set_attribute("gen_ai.response.model", model)
+    span.set_attribute("gen_ai.usage.input_tokens", input_tokens)
+    span.set_attribute("gen_ai.usage.output_tokens", output_tokens)
+    if finish_reason:
+        span.set_attribute("gen_ai.response.finish_reasons", [finish_reason])
+    span.set_attribute("turnstile.tool_calls", tool_calls)
+
+
+@contextmanager
+def tool_span(name: str, call_id: str, attempt: int) -> Iterator[Span]:
+    tracer = trace.get_tracer(TRACER)
+    with tracer.start_as_current_span(f"execute_tool {name}",
+                                      kind=trace.SpanKind.INTERNAL) as span:
+        span.set_attribute("gen_ai.operation.name", "execute_tool")
+        span.set_attribute("gen_ai.tool.name", name)
+        span.set_attribute("gen_ai.tool.call.id", call_id)
+        span.set_attribute("turnstile.tool.attempt", attempt)
+        yield span
+
+
+def record_tool_outcome(span: Span, outcome: str, is_error: bool) -> None:
+    span.set_attribute("turnstile.tool.outcome", outcome)
+    if is_error:
+        span.set_status(Status(StatusCode.ERROR, outcome))
+
+
+def read_spans(path: Path) -> list[dict[str, Any]]:
+    """Spans from a JSON-lines trace file (for tests and curious users)."""
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
