@@ -1,6 +1,7 @@
 """Fixtures live in tests/support/, one module per real dependency."""
 
 pytest_plugins = [
+    "tests.support.databases",
     "tests.support.temporal_server",
     "tests.support.fake_llm",
 ]

@@ -1,0 +1,123 @@
+"""Database fixtures: real SQLite files and a real PostgreSQL server.
+
+PostgreSQL is the one at 127.0.0.1:5432 (user postgres, trust auth), or
+TEST_POSTGRES_ADMIN_URL. Tests that need it are skipped, with the reason,
+when it does not answer.
+
+- `sqlite_url`: a fresh SQLite file per test.
+- `postgres_url`: one fresh database `turnstile_t_<hex>` per test session,
+  dropped (WITH FORCE) at the end. Creating a database costs ~0.1 s, so the
+  `db` fixture reuses it and empties its tables between tests instead.
+- `db`: parametrized over BACKENDS, a `Database` with `ensure_schema()` applied
+  and no rows in any table.
+- `temporary_postgres_database()` (also as the `postgres_database_factory`
+  fixture): a context manager for tests or module-scoped fixtures that want a
+  database of their own.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from pathlib import Path
+from urllib.parse import urlparse, urlunparse
+
+import psycopg
+import pytest
+
+from turnstile.db import Database
+
+BACKENDS = ["sqlite", "postgresql"]
+ADMIN_URL = os.environ.get("TEST_POSTGRES_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/test")
+
+_reachable: bool | None = None
+
+
+def postgres_reachable() -> bool:
+    global _reachable
+    if _reachable is None:
+        try:
+            psycopg.connect(ADMIN_URL, connect_timeout=3).close()
+            _reachable = True
+        except psycopg.OperationalError:
+            _reachable = False
+    return _reachable
+
+
+def require_postgres() -> None:
+    if not postgres_reachable():
+        pytest.skip(f"PostgreSQL not reachable at {ADMIN_URL}")
+
+
+@contextmanager
+def temporary_postgres_database() -> Iterator[str]:
+    """Create `turnstile_t_<hex>`, yield its URL, drop it afterwards."""
+    require_postgres()
+    name = f"turnstile_t_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(ADMIN_URL, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield urlunparse(urlparse(ADMIN_URL)._replace(path=f"/{name}"))
+    finally:
+        with psycopg.connect(ADMIN_URL, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def sqlite_file_url(path: Path) -> str:
+    return f"sqlite:///{path}"
+
+
+def empty_all_tables(db: Database) -> None:
+    """Delete every row of every table, whoever owns the table."""
+    with db.connect() as conn:
+        if db.dialect == "postgresql":
+            names = [
+                r["tablename"]
+                for r in conn.fetchall(
+                    "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()"
+                )
+            ]
+            if names:
+                quoted = ", ".join(f'"{n}"' for n in names)
+                conn.execute(f"TRUNCATE {quoted} RESTART IDENTITY CASCADE")
+        else:
+            names = [
+                r["name"]
+                for r in conn.fetchall(
+                    "SELECT name FROM sqlite_master WHERE type = 'table'"
+                    " AND name NOT LIKE 'sqlite_%'"
+                )
+            ]
+            for n in names:
+                conn.execute(f'DELETE FROM "{n}"')
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    return sqlite_file_url(tmp_path / "turnstile.db")
+
+
+@pytest.fixture(scope="session")
+def postgres_database_factory() -> Callable[[], AbstractContextManager[str]]:
+    return temporary_postgres_database
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    with temporary_postgres_database() as url:
+        yield url
+
+
+@pytest.fixture(params=BACKENDS)
+def db(request: pytest.FixtureRequest, tmp_path: Path) -> Database:
+    if request.param == "postgresql":
+        url = request.getfixturevalue("postgres_url")
+    else:
+        url = sqlite_file_url(tmp_path / "turnstile.db")
+    database = Database(url)
+    database.ensure_schema()
+    if database.dialect == "postgresql":
+        empty_all_tables(database)  # shared per session: start every test empty
+    return database

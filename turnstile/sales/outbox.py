@@ -1,0 +1,237 @@
+"""The e-mail outbox: `email_task` rows and every allowed state change.
+
+    QUEUED --claim--> SENDING --accepted--> SENT
+                         |--refused/unreachable--> FAILED --(after 1 s, 5 s)--> SENDING ...
+                         |--3rd failure or permanent 5xx--> DEAD
+                         '--outcome unknown--> FAILED + possibly_sent
+    QUEUED/FAILED --cancel--> CANCELLED          FAILED --requeue--> QUEUED
+
+Every change is a compare-and-set UPDATE (`WHERE status = <what we saw>`), so
+two senders, or a sender and a compensation, never both win. A claim bumps
+`attempts` and records the sender id; (`claimed_by`, `attempts`) is the
+claim token that later marks the outcome.
+
+"Possibly sent": a task found in SENDING longer than a sender could take
+(sender crashed), or one whose connection broke after the message data went
+out, may or may not have reached the SMTP server: SMTP has no way to ask. It
+becomes FAILED with `possibly_sent` set and a `last_error` saying so, and the
+sender never retries it on its own: an automatic retry could send a second
+copy. `retryEmailTask` refuses it too (the model cannot look into a mailbox);
+a person who checked the recipient's mailbox for the task's Message-ID (fixed
+per task, recorded at creation) re-queues it with `requeue(...,
+allow_possibly_sent=True)`. Every attempt reuses that Message-ID, so a
+duplicate that does happen is recognisable as one.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+from typing import Any
+
+from turnstile.db import Connection, Database
+from turnstile.sales.schema import now_text, utc_text
+
+
+class EmailStatus(StrEnum):
+    QUEUED = "QUEUED"
+    SENDING = "SENDING"
+    SENT = "SENT"
+    FAILED = "FAILED"
+    DEAD = "DEAD"
+    CANCELLED = "CANCELLED"
+
+
+POSSIBLY_SENT = "possibly sent"  # prefix of last_error for the uncertain case
+
+
+@dataclass(frozen=True)
+class EmailTask:
+    task_id: str
+    idempotency_key: str
+    recipient: str
+    subject: str
+    body: str
+    status: EmailStatus
+    attempts: int
+    last_error: str | None
+    created_at: str
+    updated_at: str
+    message_id: str
+    next_attempt_at: str | None
+    claimed_by: str | None
+    claimed_at: str | None
+    sent_at: str | None
+    possibly_sent: bool
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> EmailTask:
+        fields = {**row, "status": EmailStatus(row["status"])}
+        fields["possibly_sent"] = bool(row["possibly_sent"])  # 0/1 on SQLite
+        return cls(**fields)
+
+
+def message_id_for(task_id: str) -> str:
+    return f"<{task_id}@turnstile.local>"
+
+
+def _after(seconds: float) -> str:
+    return utc_text(datetime.now(UTC) + timedelta(seconds=seconds))
+
+
+def _get(conn: Connection, task_id: str) -> EmailTask | None:
+    row = conn.fetchone("SELECT * FROM email_task WHERE task_id = ?", (task_id,))
+    return EmailTask.from_row(row) if row else None
+
+
+def get(db: Database, task_id: str) -> EmailTask | None:
+    with db.connect() as conn:
+        return _get(conn, task_id)
+
+
+def enqueue(
+    db: Database, *, idempotency_key: str, recipient: str, subject: str, body: str
+) -> tuple[EmailTask, bool]:
+    """Queue one e-mail; the same key returns the existing task. -> (task, created)."""
+    task_id = f"mail-{uuid.uuid4().hex}"
+    now = now_text()
+    with db.connect() as conn:
+        cur = conn.execute(
+            """INSERT INTO email_task (task_id, idempotency_key, recipient, subject, body,
+                   status, attempts, created_at, updated_at, message_id)
+               VALUES (?, ?, ?, ?, ?, ?, 0, ?, ?, ?)
+               ON CONFLICT (idempotency_key) DO NOTHING""",
+            (task_id, idempotency_key, recipient, subject, body, EmailStatus.QUEUED, now, now,
+             message_id_for(task_id)),
+        )
+        created = cur.rowcount == 1
+        task = _by_key(conn, idempotency_key)
+    assert task is not None  # inserted or already there, in this transaction
+    return task, created
+
+
+def _by_key(conn: Connection, idempotency_key: str) -> EmailTask | None:
+    row = conn.fetchone("SELECT * FROM email_task WHERE idempotency_key = ?", (idempotency_key,))
+    return EmailTask.from_row(row) if row else None
+
+
+def find_by_key(db: Database, idempotency_key: str) -> EmailTask | None:
+    with db.connect() as conn:
+        return _by_key(conn, idempotency_key)
+
+
+def cancel(db: Database, task_id: str) -> tuple[bool, EmailTask | None]:
+    """QUEUED/FAILED -> CANCELLED. -> (cancelled now, task as it is afterwards)."""
+    with db.connect() as conn:
+        cur = conn.execute(
+            "UPDATE email_task SET status = ?, next_attempt_at = NULL, updated_at = ?"
+            " WHERE task_id = ? AND status IN (?, ?)",
+            (EmailStatus.CANCELLED, now_text(), task_id, EmailStatus.QUEUED, EmailStatus.FAILED),
+        )
+        return cur.rowcount == 1, _get(conn, task_id)
+
+
+def requeue(
+    db: Database, task_id: str, *, allow_possibly_sent: bool = False
+) -> tuple[bool, EmailTask | None]:
+    """FAILED -> QUEUED, due now. A possibly-sent task only with the explicit flag."""
+    with db.connect() as conn:
+        cur = conn.execute(
+            "UPDATE email_task SET status = ?, next_attempt_at = NULL, possibly_sent = ?,"
+            " updated_at = ? WHERE task_id = ? AND status = ? AND (possibly_sent = ? OR ?)",
+            (EmailStatus.QUEUED, False, now_text(), task_id, EmailStatus.FAILED, False,
+             allow_possibly_sent),
+        )
+        return cur.rowcount == 1, _get(conn, task_id)
+
+
+def due(db: Database, limit: int) -> list[EmailTask]:
+    """Tasks a sender may claim now: QUEUED, or FAILED whose retry time came."""
+    with db.connect() as conn:
+        rows = conn.fetchall(
+            "SELECT * FROM email_task WHERE status = ?"
+            " OR (status = ? AND possibly_sent = ? AND next_attempt_at <= ?)"
+            " ORDER BY created_at, task_id LIMIT ?",
+            (EmailStatus.QUEUED, EmailStatus.FAILED, False, now_text(), limit),
+        )
+    return [EmailTask.from_row(r) for r in rows]
+
+
+def claim(db: Database, task: EmailTask, sender_id: str) -> bool:
+    """Compare-and-set QUEUED/FAILED -> SENDING; False if another sender won."""
+    now = now_text()
+    with db.connect() as conn:
+        cur = conn.execute(
+            "UPDATE email_task SET status = ?, attempts = attempts + 1, claimed_by = ?,"
+            " claimed_at = ?, next_attempt_at = NULL, updated_at = ?"
+            " WHERE task_id = ? AND status = ? AND attempts = ?",
+            (EmailStatus.SENDING, sender_id, now, now, task.task_id, task.status, task.attempts),
+        )
+        return cur.rowcount == 1
+
+
+def mark_sent(db: Database, task_id: str, sender_id: str, attempt: int) -> bool:
+    # Only the claim token: if stale recovery or a cancel changed the status
+    # while we were sending, the truth is still that the server accepted it.
+    now = now_text()
+    with db.connect() as conn:
+        cur = conn.execute(
+            "UPDATE email_task SET status = ?, sent_at = ?, updated_at = ?, last_error = NULL,"
+            " possibly_sent = ? WHERE task_id = ? AND claimed_by = ? AND attempts = ?",
+            (EmailStatus.SENT, now, now, False, task_id, sender_id, attempt),
+        )
+        return cur.rowcount == 1
+
+
+def mark_failed(
+    db: Database,
+    task_id: str,
+    sender_id: str,
+    attempt: int,
+    error: str,
+    *,
+    retry_after: float | None,
+    possibly_sent: bool = False,
+) -> EmailStatus | None:
+    """SENDING -> FAILED, due again after `retry_after` s; DEAD when
+    `retry_after` is None; FAILED and parked when `possibly_sent`. Returns the
+    new status, or None if the claim was lost. It also overrides a stale-recovery
+    "possibly sent" guess on our own claim: this sender knows how far it got."""
+    if possibly_sent:
+        status, next_at = EmailStatus.FAILED, None
+    elif retry_after is None:
+        status, next_at = EmailStatus.DEAD, None
+    else:
+        status, next_at = EmailStatus.FAILED, _after(retry_after)
+    with db.connect() as conn:
+        cur = conn.execute(
+            "UPDATE email_task SET status = ?, last_error = ?, next_attempt_at = ?,"
+            " possibly_sent = ?, updated_at = ?"
+            " WHERE task_id = ? AND claimed_by = ? AND attempts = ? AND status IN (?, ?)",
+            (status, error[:2000], next_at, possibly_sent, now_text(), task_id, sender_id, attempt,
+             EmailStatus.SENDING, EmailStatus.FAILED),
+        )
+        return status if cur.rowcount == 1 else None
+
+
+def recover_stale(db: Database, older_than_seconds: float) -> int:
+    """SENDING for too long (its sender died) -> FAILED + possibly_sent."""
+    cutoff = _after(-older_than_seconds)
+    with db.connect() as conn:
+        cur = conn.execute(
+            "UPDATE email_task SET status = ?, possibly_sent = ?, next_attempt_at = NULL,"
+            " last_error = ?, updated_at = ? WHERE status = ? AND claimed_at < ?",
+            (
+                EmailStatus.FAILED,
+                True,
+                f"{POSSIBLY_SENT}: the sender stopped while delivering; the SMTP server may "
+                "have accepted it. Not retried automatically: check the recipient's mailbox "
+                "for the Message-ID first",
+                now_text(),
+                EmailStatus.SENDING,
+                cutoff,
+            ),
+        )
+        return cur.rowcount

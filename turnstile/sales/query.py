@@ -1,0 +1,235 @@
+"""The sales query behind `querySalesData`: validation, SQL, result shape.
+
+Three validation levels, each with a message the model can act on:
+
+1. schema   — pydantic types on the tool's parameters (`IsoDate`, `Money`):
+              ISO `YYYY-MM-DD` dates only, amounts >= 0;
+2. tool     — `check_period`: start <= end, at most `MAX_RANGE_DAYS` days;
+3. query    — `aggregate_sql` refuses to build a query without a time range,
+              so no code path can turn into a full-table scan.
+
+The model never sends SQL: values only reach the database as bound parameters
+through a read-only connection, under a statement timeout.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import date, timedelta
+from decimal import ROUND_FLOOR, Decimal
+from typing import Annotated, Any
+
+from pydantic import BaseModel, BeforeValidator, Field
+
+from turnstile.db import Connection
+from turnstile.errors import ToolArgumentError
+from turnstile.sales.schema import day_start_text
+from turnstile.tools import ToolExecutionError
+
+MAX_RANGE_DAYS = 366
+FULL_LIST_LIMIT = 100  # up to this many matches are all returned...
+TRUNCATED_LIMIT = 10  # ...beyond it only the top ones, with the true total
+QUERY_TIMEOUT_SECONDS = 5.0
+MAX_AMOUNT = Decimal("1000000000000")  # keeps cents inside BIGINT
+
+_ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+
+
+def _iso_date_only(value: Any) -> Any:
+    # pydantic's lax date parsing also takes Unix timestamps and datetimes;
+    # the model must say a calendar day, unambiguously.
+    if isinstance(value, date):
+        return value
+    if isinstance(value, str) and _ISO_DATE.fullmatch(value):
+        return value  # pydantic still checks that the day exists
+    raise ValueError(f"expected an ISO date YYYY-MM-DD such as 2025-03-03, got {value!r:.60}")
+
+
+IsoDate = Annotated[date, BeforeValidator(_iso_date_only)]
+Money = Annotated[Decimal, Field(ge=0, le=MAX_AMOUNT)]
+
+
+class SalesRecord(BaseModel):
+    customerId: str
+    customerName: str
+    customerEmail: str
+    totalAmount: str = Field(description="sum over the period, formatted, e.g. 52,340.00")
+    orderCount: int
+    lastOrderDate: str = Field(description="YYYY-MM-DD (UTC) of the latest order in the period")
+
+
+class SalesQueryResult(BaseModel):
+    """Explicit fields, pre-formatted values: nothing for the model to compute."""
+
+    periodStart: str
+    periodEnd: str
+    minAmount: str
+    salesRecords: list[SalesRecord]
+    totalCount: int = Field(description="customers matching, even when not all are returned")
+    returnedCount: int
+    noDataReason: str | None = None
+    note: str | None = None
+
+
+def format_cents(cents: int) -> str:
+    sign = "-" if cents < 0 else ""
+    whole, rest = divmod(abs(int(cents)), 100)
+    return f"{sign}{whole:,}.{rest:02d}"
+
+
+def floor_cents(amount: Decimal) -> int:
+    # total > amount  <=>  total_cents > floor(amount * 100) for integer cents
+    return int((amount * 100).to_integral_value(rounding=ROUND_FLOOR))
+
+
+def check_period(start: date, end: date) -> None:
+    """Tool-level validation (level 2)."""
+    if start > end:
+        raise ToolArgumentError(
+            f"startDate {start} is after endDate {end}: swap them, or give the first day "
+            "of the period as startDate and the last day as endDate (both inclusive)"
+        )
+    days = (end - start).days + 1
+    if days > MAX_RANGE_DAYS:
+        raise ToolArgumentError(
+            f"the period {start}..{end} spans {days} days; the limit is {MAX_RANGE_DAYS}. "
+            "Query at most one year at a time and combine the results"
+        )
+
+
+class EmptyConditionError(ToolArgumentError):
+    """A query without a restricting condition would scan the whole table."""
+
+
+def aggregate_sql(start_text: str | None, end_text: str | None) -> str:
+    """Per-customer totals in [start, end) above a threshold (level 3).
+
+    Parameters, in order: start, end (exclusive), threshold cents, limit.
+    """
+    if not start_text or not end_text:
+        raise EmptyConditionError(
+            "refusing to query sales without a date range (it would scan every sale): "
+            "give startDate and endDate"
+        )
+    # COUNT(*) OVER () counts the groups that passed HAVING: the true total
+    # even though at most `limit` rows come back.
+    return """
+        SELECT customer_id,
+               MAX(customer_name) AS customer_name,
+               MAX(customer_email) AS customer_email,
+               SUM(amount_cents) AS total_cents,
+               COUNT(*) AS order_count,
+               MAX(create_time) AS last_order,
+               COUNT(*) OVER () AS matching
+        FROM sales_record
+        WHERE create_time >= ? AND create_time < ?
+        GROUP BY customer_id
+        HAVING SUM(amount_cents) > ?
+        ORDER BY total_cents DESC, customer_id
+        LIMIT ?
+    """
+
+
+@contextmanager
+def statement_timeout(conn: Connection, seconds: float) -> Iterator[None]:
+    """Bound one query's run time on either backend; raise ToolExecutionError."""
+    if conn.dialect == "postgresql":
+        from psycopg.errors import QueryCanceled
+
+        # SET takes no bind parameters; the value is an int we computed.
+        conn.execute(f"SET LOCAL statement_timeout = {max(1, int(seconds * 1000))}")
+        try:
+            yield
+        except QueryCanceled as exc:
+            raise _timeout_error(seconds) from exc
+        return
+    deadline = time.monotonic() + seconds
+    # The handler runs every N SQLite VM instructions; non-zero aborts the query.
+    conn.raw.set_progress_handler(lambda: int(time.monotonic() > deadline), 10_000)
+    try:
+        yield
+    except sqlite3.OperationalError as exc:
+        if "interrupted" in str(exc):
+            raise _timeout_error(seconds) from exc
+        raise
+    finally:
+        conn.raw.set_progress_handler(None, 0)
+
+
+def _timeout_error(seconds: float) -> ToolExecutionError:
+    # Not retryable: the same query would time out again; a shorter period won't.
+    return ToolExecutionError(
+        f"the sales query took longer than {seconds:g} s and was stopped; "
+        "query a shorter period",
+        retryable=False,
+    )
+
+
+def run_sales_query(
+    conn: Connection,
+    start: date,
+    end: date,
+    min_amount: Decimal,
+    *,
+    today: date,
+    timeout_seconds: float = QUERY_TIMEOUT_SECONDS,
+) -> SalesQueryResult:
+    check_period(start, end)
+    start_text = day_start_text(start)
+    end_text = day_start_text(end + timedelta(days=1))  # end day is inclusive
+    threshold = floor_cents(min_amount)
+    sql = aggregate_sql(start_text, end_text)
+    with statement_timeout(conn, timeout_seconds):
+        rows = conn.fetchall(sql, (start_text, end_text, threshold, FULL_LIST_LIMIT + 1))
+        orders_in_period = None
+        if not rows:
+            found = conn.fetchone(
+                "SELECT COUNT(*) AS n FROM sales_record WHERE create_time >= ? AND create_time < ?",
+                (start_text, end_text),
+            )
+            orders_in_period = int(found["n"]) if found else 0
+    total = int(rows[0]["matching"]) if rows else 0
+    shown = rows if total <= FULL_LIST_LIMIT else rows[:TRUNCATED_LIMIT]
+    records = [
+        SalesRecord(
+            customerId=r["customer_id"],
+            customerName=r["customer_name"],
+            customerEmail=r["customer_email"],
+            totalAmount=format_cents(int(r["total_cents"])),
+            orderCount=int(r["order_count"]),
+            lastOrderDate=str(r["last_order"])[:10],
+        )
+        for r in shown
+    ]
+    min_text = format_cents(threshold) if min_amount * 100 == threshold else f"{min_amount:,f}"
+    result = SalesQueryResult(
+        periodStart=start.isoformat(),
+        periodEnd=end.isoformat(),
+        minAmount=min_text,
+        salesRecords=records,
+        totalCount=total,
+        returnedCount=len(records),
+    )
+    if total > FULL_LIST_LIMIT:
+        result.note = (
+            f"{total} customers matched; only the top {TRUNCATED_LIMIT} by total are listed. "
+            "Raise minAmount or shorten the period to see all of them"
+        )
+    if orders_in_period is not None:
+        result.noDataReason = _no_data_reason(start, end, today, orders_in_period, min_text)
+    return result
+
+
+def _no_data_reason(start: date, end: date, today: date, orders: int, min_text: str) -> str:
+    if start > today:
+        return f"the period starts after today ({today}); there are no future sales"
+    if orders == 0:
+        return f"no sales were recorded between {start} and {end}"
+    return (
+        f"{orders} orders were recorded between {start} and {end}, "
+        f"but no customer's total exceeded {min_text}"
+    )

@@ -1,0 +1,377 @@
+"""The six tools of the `sales-assistant` service (contract.md, "Reference tools").
+
+Names and parameters are camelCase because they are what the model sees.
+Argument types carry the first validation level (see turnstile.sales.query);
+writes are keyed by `ctx.idempotency_key`, so running the same call twice
+(an activity retry after a lost worker) changes nothing the second time, which
+is why the two create tools are declared idempotent too.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import time
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BaseModel, Field
+
+from turnstile.config import Settings
+from turnstile.errors import ToolArgumentError
+from turnstile.sales import outbox
+from turnstile.sales.outbox import EmailStatus, EmailTask
+from turnstile.sales.query import IsoDate, Money, SalesQueryResult, run_sales_query
+from turnstile.sales.schema import now_text
+from turnstile.sales.sender import SenderConfig
+from turnstile.tools import ToolContext, ToolExecutionError, Undo, tool
+
+_EMAIL = re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}")
+_CUSTOMER_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_TASK_ID = re.compile(r"mail-[0-9a-f]{32}")
+
+
+def _matching(pattern: re.Pattern[str], what: str) -> AfterValidator:
+    def check(value: str) -> str:
+        if not pattern.fullmatch(value):
+            raise ValueError(f"{value!r:.80} is not {what}")
+        return value
+
+    return AfterValidator(check)
+
+
+def _one_line(value: str) -> str:
+    # Line breaks in a header are header injection; other control characters
+    # (NUL above all: PostgreSQL text cannot hold it) are never meant.
+    if any(ord(ch) < 32 or ord(ch) == 127 for ch in value):
+        raise ValueError("must be a single line of text (no line breaks or control characters)")
+    return value
+
+
+def _no_nul(value: str) -> str:
+    if "\x00" in value:
+        raise ValueError("must not contain NUL (\\x00) characters")
+    return value
+
+
+EmailAddress = Annotated[
+    str,
+    Field(max_length=254, json_schema_extra={"format": "email"}),
+    _matching(_EMAIL, "one e-mail address such as ops@example.com"),
+]
+CustomerId = Annotated[
+    str,
+    Field(max_length=64, description="a customerId returned by querySalesData, e.g. C0007"),
+    _matching(_CUSTOMER_ID, "a customer id (letters, digits, '-' or '_'), e.g. C0007"),
+]
+TaskId = Annotated[
+    str,
+    Field(max_length=37, description="the taskId returned by createEmailTask"),
+    _matching(_TASK_ID, "an e-mail task id such as mail-0123456789abcdef0123456789abcdef"),
+]
+OneLine = Annotated[str, Field(min_length=1, max_length=200), AfterValidator(_one_line)]
+Note = Annotated[str, Field(min_length=1, max_length=2000), AfterValidator(_no_nul)]
+Body = Annotated[str, Field(min_length=1, max_length=20_000), AfterValidator(_no_nul)]
+
+
+def _settings(ctx: ToolContext) -> Settings:
+    return ctx.settings if isinstance(ctx.settings, Settings) else Settings.from_env()
+
+
+def _field(value: Any, name: str) -> Any:
+    """A field of a stored tool result or argument set, whatever shape the
+    runtime hands back (model, dict, JSON text)."""
+    if isinstance(value, BaseModel):
+        value = value.model_dump()
+    elif isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return None
+    return value.get(name) if isinstance(value, dict) else None
+
+
+# --- querySalesData ---------------------------------------------------------
+
+
+@tool(idempotent=True, timeout_seconds=30.0)
+def querySalesData(
+    ctx: ToolContext,
+    startDate: Annotated[IsoDate, Field(description="first day, inclusive, YYYY-MM-DD")],
+    endDate: Annotated[IsoDate, Field(description="last day, inclusive, YYYY-MM-DD")],
+    minAmount: Annotated[Money, Field(description="a customer's total must exceed this")],
+) -> SalesQueryResult:
+    """Customers whose total sales in [startDate, endDate] exceeded minAmount,
+    largest first, with formatted totals. At most 366 days per query. When more
+    than 100 customers match, only the top 10 are listed and totalCount says how
+    many matched. An empty result carries noDataReason."""
+    with ctx.db.connect(readonly=True) as conn:
+        return run_sales_query(conn, startDate, endDate, minAmount, today=datetime.now(UTC).date())
+
+
+# --- createFollowUpTask ------------------------------------------------------
+
+
+class FollowUpTask(BaseModel):
+    id: int
+    customerId: str
+    status: str
+
+
+class FollowUpResult(BaseModel):
+    createdByCall: str
+    assignee: str
+    createdCount: int
+    followUpTasks: list[FollowUpTask]
+
+
+@tool(idempotent=True)
+def createFollowUpTask(
+    ctx: ToolContext,
+    customerIds: Annotated[list[CustomerId], Field(min_length=1, max_length=100)],
+    assignee: OneLine,
+    note: Note,
+) -> FollowUpResult:
+    """Create one OPEN follow-up task per customer, assigned to `assignee`.
+    Use customerId values from querySalesData."""
+    ids = list(dict.fromkeys(customerIds))  # a repeated id is one task
+    marks = ", ".join(["?"] * len(ids))
+    with ctx.db.connect(readonly=True) as conn:
+        # No index on customer_id: one scan, on a write the model makes rarely.
+        known = {
+            r["customer_id"]
+            for r in conn.fetchall(
+                f"SELECT DISTINCT customer_id FROM sales_record WHERE customer_id IN ({marks})", ids
+            )
+        }
+    unknown = [c for c in ids if c not in known]
+    if unknown:
+        raise ToolArgumentError(
+            f"unknown customerIds: {', '.join(unknown)}; use the customerId values that "
+            "querySalesData returned"
+        )
+    key = ctx.idempotency_key
+    now = now_text()
+    with ctx.db.connect() as conn:
+        conn.executemany(
+            "INSERT INTO follow_up_task (customer_id, assignee, note, status, created_by_call,"
+            " created_at) VALUES (?, ?, ?, 'OPEN', ?, ?)"
+            " ON CONFLICT (created_by_call, customer_id) DO NOTHING",
+            [(c, assignee, note, key, now) for c in ids],
+        )
+        rows = conn.fetchall(
+            "SELECT id, customer_id, status FROM follow_up_task WHERE created_by_call = ?"
+            " ORDER BY id",
+            (key,),
+        )
+    tasks = [
+        FollowUpTask(id=r["id"], customerId=r["customer_id"], status=r["status"]) for r in rows
+    ]
+    return FollowUpResult(
+        createdByCall=key, assignee=assignee, createdCount=len(tasks), followUpTasks=tasks
+    )
+
+
+@createFollowUpTask.compensation
+def cancel_follow_up_tasks(ctx: ToolContext, arguments: Any, result: Any) -> str:
+    key = _field(result, "createdByCall") or ctx.idempotency_key
+    with ctx.db.connect() as conn:
+        cur = conn.execute(
+            "UPDATE follow_up_task SET status = 'CANCELLED'"
+            " WHERE created_by_call = ? AND status <> 'CANCELLED'",
+            (key,),
+        )
+        total = conn.fetchone(
+            "SELECT COUNT(*) AS n FROM follow_up_task WHERE created_by_call = ?", (key,)
+        )
+    return (
+        f"cancelled {cur.rowcount} follow-up task(s) created by call {key} "
+        f"({int(total['n']) if total else 0} in total, all CANCELLED now)"
+    )
+
+
+# --- e-mail --------------------------------------------------------------------
+
+
+class EmailConfigReport(BaseModel):
+    smtpHost: str
+    smtpPort: int
+    reachable: bool
+    detail: str
+    note: str = "createEmailTask only queues a message; the sender process delivers it"
+
+
+@tool(idempotent=True, timeout_seconds=15.0)
+def checkEmailConfig(ctx: ToolContext) -> EmailConfigReport:
+    """Which SMTP server the e-mail sender delivers to, and whether it accepts
+    TCP connections right now. Sends nothing."""
+    settings = _settings(ctx)
+    started = time.monotonic()
+    try:
+        with socket.create_connection((settings.smtp_host, settings.smtp_port), timeout=3):
+            pass
+        reachable, detail = True, f"connected in {(time.monotonic() - started) * 1000:.0f} ms"
+    except OSError as exc:
+        reachable, detail = False, f"cannot connect: {exc}"
+    return EmailConfigReport(
+        smtpHost=settings.smtp_host, smtpPort=settings.smtp_port, reachable=reachable,
+        detail=detail,
+    )
+
+
+class EmailTaskView(BaseModel):
+    taskId: str
+    status: EmailStatus
+    recipient: str
+    subject: str
+    attempts: int
+    maxAttempts: int
+    lastError: str | None
+    possiblySent: bool
+    createdAt: str
+    updatedAt: str
+    sentAt: str | None
+    nextAttemptAt: str | None
+    messageId: str
+    explanation: str
+
+    @classmethod
+    def of(cls, task: EmailTask) -> EmailTaskView:
+        return cls(
+            taskId=task.task_id, status=task.status, recipient=task.recipient,
+            subject=task.subject, attempts=task.attempts,
+            maxAttempts=SenderConfig().max_attempts, lastError=task.last_error,
+            possiblySent=task.possibly_sent, createdAt=task.created_at,
+            updatedAt=task.updated_at, sentAt=task.sent_at, nextAttemptAt=task.next_attempt_at,
+            messageId=task.message_id, explanation=_explain(task),
+        )
+
+
+def _explain(task: EmailTask) -> str:
+    match task.status:
+        case EmailStatus.QUEUED:
+            return "queued; nothing has been sent yet. The sender delivers it shortly"
+        case EmailStatus.SENDING:
+            return "being delivered right now"
+        case EmailStatus.SENT:
+            return f"accepted by the SMTP server at {task.sent_at}"
+        case EmailStatus.FAILED if task.possibly_sent:
+            return (
+                "delivery was interrupted: it may or may not have arrived. It is not "
+                "retried automatically; a person must check the recipient's mailbox"
+            )
+        case EmailStatus.FAILED:
+            return (
+                f"attempt {task.attempts} failed; the sender retries it at {task.next_attempt_at}"
+            )
+        case EmailStatus.DEAD:
+            return f"gave up after {task.attempts} attempt(s); it was not sent"
+        case EmailStatus.CANCELLED:
+            return "cancelled before it was sent"
+    return task.status.value
+
+
+class EmailTaskCreated(BaseModel):
+    taskId: str
+    status: EmailStatus
+    recipient: str
+    subject: str
+    note: str
+
+
+@tool(requires_approval=True, fatal_on_failure=True, idempotent=True)
+def createEmailTask(
+    ctx: ToolContext,
+    to: EmailAddress,
+    subject: OneLine,
+    body: Body,
+) -> EmailTaskCreated:
+    """Queue one e-mail for delivery (needs approval). Returns a taskId with
+    status QUEUED: nothing is sent yet. Follow it with getEmailTaskStatus."""
+    task, created = outbox.enqueue(
+        ctx.db, idempotency_key=ctx.idempotency_key, recipient=to, subject=subject, body=body
+    )
+    note = (
+        "queued; nothing has been sent yet. Check delivery with getEmailTaskStatus"
+        if created
+        else f"this call already queued this task; current status {task.status.value}"
+    )
+    return EmailTaskCreated(
+        taskId=task.task_id, status=task.status, recipient=task.recipient,
+        subject=task.subject, note=note,
+    )
+
+
+@createEmailTask.compensation
+def cancel_email_task(ctx: ToolContext, arguments: Any, result: Any) -> Undo | str:
+    task_id = _field(result, "taskId")
+    if task_id:
+        task = outbox.get(ctx.db, task_id)
+    else:  # no recorded result: the task, if any, carries this call's key
+        task = outbox.find_by_key(ctx.db, ctx.idempotency_key)
+    if task is None:
+        return "no e-mail task was created by this call; nothing to undo"
+    cancelled, now = outbox.cancel(ctx.db, task.task_id)
+    task = now or task
+    if cancelled and task.possibly_sent:
+        return Undo(
+            f"e-mail task {task.task_id} cancelled, but an earlier delivery attempt was "
+            "interrupted: it may already have reached the recipient (effect may remain)",
+            undone=False,
+        )
+    if cancelled:
+        return f"e-mail task {task.task_id} cancelled before it was sent; nothing was delivered"
+    match task.status:
+        case EmailStatus.SENT:
+            return Undo(
+                f"e-mail task {task.task_id} was already sent to {task.recipient} at "
+                f"{task.sent_at}; an e-mail cannot be recalled: the effect remains",
+                undone=False,
+            )
+        case EmailStatus.SENDING:
+            return Undo(
+                f"e-mail task {task.task_id} is being delivered right now and cannot be "
+                "stopped; it will most likely arrive: the effect remains",
+                undone=False,
+            )
+        case EmailStatus.DEAD:
+            return f"e-mail task {task.task_id} was never delivered (DEAD); nothing to undo"
+    return f"e-mail task {task.task_id} was already {task.status.value}; nothing to undo"
+
+
+def _task(ctx: ToolContext, task_id: str) -> EmailTask:
+    task = outbox.get(ctx.db, task_id)
+    if task is None:
+        raise ToolArgumentError(
+            f"no e-mail task {task_id}; use the taskId that createEmailTask returned"
+        )
+    return task
+
+
+@tool(idempotent=True)
+def getEmailTaskStatus(ctx: ToolContext, taskId: TaskId) -> EmailTaskView:
+    """Delivery status of an e-mail task: QUEUED, SENDING, SENT, FAILED (retried
+    automatically), DEAD (gave up) or CANCELLED."""
+    return EmailTaskView.of(_task(ctx, taskId))
+
+
+@tool
+def retryEmailTask(ctx: ToolContext, taskId: TaskId) -> EmailTaskView:
+    """Re-queue a FAILED e-mail task for immediate delivery. Only FAILED tasks
+    can be retried."""
+    requeued, task = outbox.requeue(ctx.db, taskId)
+    if requeued and task is not None:
+        return EmailTaskView.of(task)
+    task = _task(ctx, taskId)
+    if task.status is EmailStatus.FAILED and task.possibly_sent:
+        reason = (
+            "its last delivery was interrupted and it may already have arrived; re-sending "
+            "could deliver it twice, so a person must check the recipient's mailbox first"
+        )
+    else:
+        reason = (
+            f"only FAILED tasks can be retried, and this one is {task.status.value} "
+            f"({_explain(task)})"
+        )
+    raise ToolExecutionError(f"cannot retry e-mail task {taskId}: {reason}", retryable=False)
