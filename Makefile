@@ -23,9 +23,10 @@ down:
 
 run: up
 	$(BIN)/python starter.py seed
-	$(BIN)/python starter.py run "$(DEMO_MESSAGE)" --conversation demo-$$(date +%s) --user alice --auto-approve demo-reviewer
+	$(BIN)/python starter.py run "$(DEMO_MESSAGE)" --conversation demo-$$(date +%s) --user alice --auto-approve demo-reviewer --show-effects
 
 test: install
+	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 lint: install

@@ -3,6 +3,7 @@
     python starter.py seed [--rows N]
     python starter.py run "<message>" [--conversation ID] [--user ID] [--service S]
     python starter.py status|pending WORKFLOW_ID
+    python starter.py stream WORKFLOW_ID   (partial model text of a streaming service)
     python starter.py approve|reject WORKFLOW_ID TOOL_CALL_ID --reviewer NAME [--note TEXT]
 """
 
@@ -39,7 +40,8 @@ def out(text: str = "") -> None:
 
 def signal_command(workflow_id: str, p: PendingApproval, reviewer: str) -> str:
     payload = json.dumps({"tool_call_id": p.tool_call_id, "reviewer": reviewer})
-    return f"temporal workflow signal --workflow-id {workflow_id} --name approve --input '{payload}'"
+    return (f"temporal workflow signal --workflow-id {workflow_id} --name approve "
+            f"--input '{payload}'")
 
 
 async def start_turn(client: Client, settings: Settings, turn: TurnInput,
@@ -98,6 +100,25 @@ def print_result(result: TurnResult, settings: Settings) -> None:
     out(f"Web UI: {web_ui_url(settings, result.workflow_id)}")
 
 
+async def stream_turn(handle: WorkflowHandle[Any, Any], settings: Settings) -> None:
+    """Follow `turn_stream` (step 8) until the turn has ended."""
+    from temporalio.client import WorkflowExecutionStatus
+
+    from turnstile.db import Database
+    from turnstile.streaming import follow_stream
+
+    async def running() -> bool:
+        return (await handle.describe()).status == WorkflowExecutionStatus.RUNNING
+
+    def write(text: str) -> None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+
+    db = Database(settings.database_url, readonly_url=settings.database_readonly_url)
+    await follow_stream(db, handle.id, running, write)
+    out()
+
+
 async def main(argv: list[str] | None = None, client: Client | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -113,8 +134,12 @@ async def main(argv: list[str] | None = None, client: Client | None = None) -> i
     p_run.add_argument("--auto-approve", metavar="REVIEWER", default=None,
                        help="approve pending tool calls as REVIEWER (demo)")
     p_run.add_argument("--no-follow", action="store_true")
+    p_run.add_argument("--show-effects", action="store_true",
+                       help="afterwards, show the e-mail tasks, mails and audit rows (demo)")
     for name in ("status", "pending"):
         sub.add_parser(name).add_argument("workflow_id")
+    sub.add_parser("stream", help="print a turn's partial model output as it arrives "
+                   "(services with streaming on)").add_argument("workflow_id")
     for name in ("approve", "reject"):
         p = sub.add_parser(name)
         p.add_argument("workflow_id")
@@ -145,9 +170,19 @@ async def main(argv: list[str] | None = None, client: Client | None = None) -> i
             return 0
         result = await follow(handle, settings, auto_approve=args.auto_approve)
         print_result(result, settings)
+        if args.show_effects and turn.service == "sales-assistant":
+            from turnstile.db import Database
+            from turnstile.sales.report import report_effects
+
+            db = Database(settings.database_url, readonly_url=settings.database_readonly_url)
+            await asyncio.to_thread(report_effects, db, handle.id,
+                                    settings.data_dir / "mail", out)
         return 0 if result.status.value == "completed" else 1
 
     handle = client.get_workflow_handle(args.workflow_id)
+    if args.cmd == "stream":
+        await stream_turn(handle, settings)
+        return 0
     if args.cmd == "status":
         progress = await handle.query("status", result_type=TurnProgress)
         out(progress.model_dump_json(indent=2))

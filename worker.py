@@ -19,6 +19,8 @@ from turnstile.config import Settings
 from turnstile.plugins import load_services
 from turnstile.search_attributes import ensure_search_attributes
 from turnstile.temporal_client import connect
+from turnstile.tracing import interceptors as tracing_interceptors
+from turnstile.tracing import setup_tracing
 from workflows import AgentTurn
 
 log = logging.getLogger("turnstile.worker")
@@ -46,6 +48,7 @@ async def run(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
 
     settings = Settings.from_env()
+    setup_tracing(settings, "turnstile-worker")
     rt = Runtime.build(settings, load_services(settings))
     rt.db.ensure_schema()
     stop = threading.Event()
@@ -63,7 +66,7 @@ async def run(argv: list[str] | None = None) -> None:
     if args.sender_only:
         await done.wait()
     else:
-        client = await connect(settings)
+        client = await connect(settings, interceptors=tracing_interceptors())
         rt.search_attributes = await ensure_search_attributes(client, settings.temporal_namespace)
         worker = build_worker(client, rt)
         log.info("worker serving task queue %r on %s (%s, provider %s)", settings.task_queue,
@@ -76,7 +79,8 @@ async def run(argv: list[str] | None = None) -> None:
 
 
 def main() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     asyncio.run(run())
 
 

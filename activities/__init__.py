@@ -7,6 +7,7 @@ from typing import Any
 
 from activities.memory import MemoryActivities
 from activities.model import ModelActivities
+from activities.pipeline import PipelineActivities
 from activities.runtime import Runtime
 from activities.saga import SagaActivities
 from activities.tools import ToolActivities
@@ -16,7 +17,10 @@ __all__ = ["Runtime", "all_activities"]
 
 def all_activities(rt: Runtime) -> list[Callable[..., Any]]:
     mem, model, tools = MemoryActivities(rt), ModelActivities(rt), ToolActivities(rt)
-    saga = SagaActivities(rt)
+    saga, pipe = SagaActivities(rt), PipelineActivities(rt)
     return [mem.describe_service, mem.load_memory, mem.append_messages, mem.resolve_tools,
             model.call_model, tools.execute_tool,
-            saga.compensate_tool, saga.record_compensation_failure]
+            saga.compensate_tool, saga.record_compensation_failure,
+            pipe.transform_system_message, pipe.retrieve, pipe.input_guardrails,
+            pipe.moderate, pipe.output_guardrails, pipe.parse_output, pipe.discard_message,
+            pipe.publish_event]

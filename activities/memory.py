@@ -34,7 +34,9 @@ class MemoryActivities:
     @activity.defn(name=DESCRIBE_SERVICE)
     def describe_service(self, req: DescribeServiceInput) -> ServiceSpec:
         try:
-            spec = self.rt.services.get(req.service).spec()
+            # Step 9's choice (schema vs instructions) depends on this worker's provider.
+            takes_schema = bool(getattr(self.rt.provider, "supports_response_format", False))
+            spec = self.rt.services.get(req.service).spec(provider_takes_schema=takes_schema)
         except UnknownServiceError as exc:
             raise application_error(exc, non_retryable=True) from exc
         spec.search_attributes = self.rt.search_attributes

@@ -8,6 +8,7 @@ from datetime import timedelta
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.model_stream import request_model
 from activities.runtime import Runtime, application_error
 from turnstile import attributes as attr
 from turnstile.activity_io import CALL_MODEL, ModelCallInput, ModelCallResult
@@ -19,6 +20,7 @@ from turnstile.errors import (
 )
 from turnstile.providers import ModelRequest
 from turnstile.providers.openai_compat import RetryableModelError
+from turnstile.tracing import model_span, record_model_response
 
 
 class ModelActivities:
@@ -36,11 +38,17 @@ class ModelActivities:
             return ModelCallResult(message=stored[0], provider=self.rt.provider.name)
         service = self.rt.services.get(req.service)
         tools = [t.spec for name in req.tool_names if (t := service.tool(name)) is not None]
+        provider = self.rt.provider
         try:
-            messages = await asyncio.to_thread(memory.messages, req.conversation_id)
-            response = await self.rt.provider.complete(
-                ModelRequest(messages=messages, tools=tools)
-            )
+            messages = await asyncio.to_thread(memory.messages, req.conversation_id, wf_id)
+            with model_span(provider.name, getattr(provider, "model", None), req.round) as span:
+                response = await request_model(self.rt, req, ModelRequest(
+                    messages=messages, tools=tools, response_format=req.response_format), wf_id)
+                record_model_response(
+                    span, model=response.model, input_tokens=response.usage.prompt_tokens,
+                    output_tokens=response.usage.completion_tokens,
+                    finish_reason=response.finish_reason,
+                    tool_calls=len(response.message.tool_calls))
         except RetryableModelError as exc:
             delay = timedelta(seconds=exc.retry_after) if exc.retry_after is not None else None
             raise ApplicationError(

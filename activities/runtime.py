@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 from temporalio import activity
@@ -15,6 +15,7 @@ from turnstile.audit import AuditLog
 from turnstile.config import Settings
 from turnstile.db import Database
 from turnstile.errors import TurnstileError
+from turnstile.events import EventBus
 from turnstile.providers import ModelProvider, build_provider
 from turnstile.services import ServiceRegistry
 from turnstile.store import MemoryStore, ToolLedger
@@ -30,6 +31,7 @@ class Runtime:
     ledger: ToolLedger
     audit: AuditLog
     search_attributes: bool = False  # set by the worker after checking the namespace
+    events: EventBus = field(default_factory=EventBus)  # listeners of TurnStarted/Completed
 
     @classmethod
     def build(

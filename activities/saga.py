@@ -21,7 +21,7 @@ from turnstile.activity_io import (
     CompensateResult,
     CompensationFailure,
 )
-from turnstile.tools import ToolContext, result_to_text
+from turnstile.tools import ToolContext, Undo, result_to_text
 
 
 def rolled_back_text(name: str, cause: dict[str, Any], description: str) -> str:
@@ -50,8 +50,13 @@ class SagaActivities:
         ctx = ToolContext(db=self.rt.db, workflow_id=wf_id, conversation_id=req.conversation_id,
                           user_id=req.user_id, tool_call_id=call.id, attempt=info.attempt,
                           settings=self.rt.settings, heartbeat=activity.heartbeat)
-        undo = tool.undo(ctx, tool.parse_arguments(call.arguments), stored)
-        description = result_to_text(await with_heartbeat(undo, tool.spec.heartbeat_seconds))
+        work = tool.undo(ctx, tool.parse_arguments(call.arguments), stored)
+        outcome = await with_heartbeat(work, tool.spec.heartbeat_seconds)
+        if isinstance(outcome, Undo) and not outcome.undone:
+            await asyncio.to_thread(self._effect_remains, req, wf_id, outcome.description)
+            return CompensateResult(call_id=call.id, description=outcome.description,
+                                    undone=False)
+        description = outcome.description if isinstance(outcome, Undo) else result_to_text(outcome)
         await asyncio.to_thread(
             self.rt.memory.rewrite_tool_result, req.conversation_id, call.id,
             rolled_back_text(call.name, req.cause, description),
@@ -61,6 +66,17 @@ class SagaActivities:
                                 status=audit.ROLLED_BACK,
                                 error=f"rolled back: {req.cause.get('message')}")
         return CompensateResult(call_id=call.id, description=description)
+
+    def _effect_remains(self, req: CompensateInput, wf_id: str, description: str) -> None:
+        text = (f"NOT UNDONE: the turn failed ({req.cause.get('type')}: "
+                f"{req.cause.get('message')}) but this call to {req.call.name} could not be "
+                f"undone and its effect remains: {description}")
+        self.rt.memory.rewrite_tool_result(
+            req.conversation_id, req.call.id, text,
+            {attr.EFFECT_MAY_REMAIN: True, attr.ROLLBACK_CAUSE: req.cause})
+        self.rt.audit.finished(workflow_id=wf_id, call_id=req.call.id,
+                               status=audit.COMPENSATION_FAILED,
+                               error=f"effect remains: {description}")
 
     @activity.defn(name=RECORD_COMPENSATION_FAILURE)
     def record_compensation_failure(self, req: CompensationFailure) -> None:

@@ -24,6 +24,7 @@ from turnstile.contract import CallStatus
 from turnstile.errors import DatabaseUnavailable, MemoryConflictError, ToolArgumentError
 from turnstile.messages import ChatMessage
 from turnstile.tools import ToolContext, ToolExecutionError, ToolResult, result_to_text
+from turnstile.tracing import record_tool_outcome, tool_span
 
 PREVIEW_CHARS = 400
 INTERRUPTED_TEXT = (
@@ -52,7 +53,10 @@ class ToolActivities:
     @activity.defn(name=EXECUTE_TOOL)
     async def execute_tool(self, req: ToolExecInput) -> ToolOutcome:
         try:
-            return await self._execute(req)
+            with tool_span(req.call.name, req.call.id, activity.info().attempt) as span:
+                outcome = await self._execute(req)
+                record_tool_outcome(span, outcome.status, outcome.is_error)
+                return outcome
         except (DatabaseUnavailable, MemoryConflictError) as exc:
             raise application_error(
                 exc, non_retryable=isinstance(exc, MemoryConflictError)
@@ -122,7 +126,8 @@ class ToolActivities:
         except Exception as exc:
             # Any other failure is an execution error: Temporal retries it per the tool's policy.
             retryable = not (isinstance(exc, ToolExecutionError) and not exc.retryable)
-            error = str(exc) if isinstance(exc, ToolExecutionError) else f"{type(exc).__name__}: {exc}"
+            error = (str(exc) if isinstance(exc, ToolExecutionError)
+                     else f"{type(exc).__name__}: {exc}")
             await asyncio.to_thread(self.rt.ledger.attempt_failed, wf_id, call.id, error)
             await asyncio.to_thread(audit_log.finished, workflow_id=wf_id, call_id=call.id,
                                     status=audit.FAILED, error=error)

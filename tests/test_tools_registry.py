@@ -63,6 +63,7 @@ def test_duplicate_names_fail_at_registration() -> None:
 
 
 def test_templates_fill_variables_and_name_missing_ones() -> None:
-    assert render_template("Hi {{ name }}, {{message}}", {"name": "Bo", "message": "m"}) == "Hi Bo, m"
+    filled = render_template("Hi {{ name }}, {{message}}", {"name": "Bo", "message": "m"})
+    assert filled == "Hi Bo, m"
     with pytest.raises(TemplateVariableMissing, match="region"):
         render_template("Sales in {{region}}", {"message": "m"})

@@ -22,6 +22,16 @@ EXECUTE_TOOL = "turnstile.execute_tool"
 COMPENSATE_TOOL = "turnstile.compensate_tool"
 RECORD_COMPENSATION_FAILURE = "turnstile.record_compensation_failure"
 RESOLVE_TOOLS = "turnstile.resolve_tools"
+# The pipeline's optional steps (docs/pipeline.md); scheduled only when the
+# service has the component, so a plain service's history is unchanged.
+TRANSFORM_SYSTEM_MESSAGE = "turnstile.transform_system_message"  # step 2
+RETRIEVE = "turnstile.retrieve"  # step 5
+INPUT_GUARDRAILS = "turnstile.input_guardrails"  # step 7
+MODERATE = "turnstile.moderate"  # step 11
+OUTPUT_GUARDRAILS = "turnstile.output_guardrails"  # step 15
+PARSE_OUTPUT = "turnstile.parse_output"  # step 16
+DISCARD_MESSAGE = "turnstile.discard_message"  # step 15 retry / refused answers
+PUBLISH_EVENT = "turnstile.publish_event"  # steps 4 and 17 (local activity)
 
 
 class DescribeServiceInput(BaseModel):
@@ -70,6 +80,8 @@ class ModelCallInput(BaseModel):
     response_seq: int  # where the assistant message is stored
     round: int
     taken_call_ids: list[str] = Field(default_factory=list)  # ids used earlier in the turn
+    stream: bool = False  # step 8: stream partial text to `turn_stream`
+    response_format: dict[str, Any] | None = None  # step 9: JSON schema for the provider
 
 
 class ModelCallResult(BaseModel):
@@ -109,6 +121,7 @@ class CompensateInput(BaseModel):
 class CompensateResult(BaseModel):
     call_id: str
     description: str
+    undone: bool = True  # False: the effect could not be removed and remains
 
 
 class CompensationFailure(BaseModel):
@@ -127,3 +140,97 @@ class ResolveToolsInput(BaseModel):
 
 class ResolvedTools(BaseModel):
     added: list[ToolSpec] = Field(default_factory=list)
+
+
+# --- the pipeline's optional steps -------------------------------------------
+class TransformSystemInput(BaseModel):
+    conversation_id: str
+    user_id: str
+    service: str
+    system_message: str  # rendered from the service's template
+    variables: dict[str, Any] = Field(default_factory=dict)
+
+
+class TransformedSystem(BaseModel):
+    system_message: str
+
+
+class RetrieveInput(BaseModel):
+    conversation_id: str
+    user_id: str
+    service: str
+    query: str  # the user message after its template
+    raw_message: str
+    top_k: int
+    max_chars: int
+
+
+class Snippet(BaseModel):
+    doc_id: str
+    title: str
+    text: str
+    score: float = 0.0
+
+
+class Retrieved(BaseModel):
+    snippets: list[Snippet] = Field(default_factory=list)
+
+
+class AttachmentMeta(BaseModel):
+    """An attachment without its inline data (guardrails see this)."""
+
+    type: str
+    mime_type: str | None = None
+    url: str | None = None
+    chars: int = 0
+
+
+class InputGuardrailsInput(BaseModel):
+    conversation_id: str
+    user_id: str
+    service: str
+    message: str  # final user message (after retrieval)
+    raw_message: str
+    variables: dict[str, Any] = Field(default_factory=dict)
+    attachments: list[AttachmentMeta] = Field(default_factory=list)
+
+
+class OutputGuardrailsInput(BaseModel):
+    conversation_id: str
+    user_id: str
+    service: str
+    answer: str
+    user_message: str
+    raw_message: str
+    attempt: int = 0
+
+
+class ModerateInput(BaseModel):
+    conversation_id: str
+    user_id: str
+    service: str
+    text: str
+    raw_message: str
+
+
+class ModerationResult(BaseModel):
+    flagged: bool = False
+    categories: list[str] = Field(default_factory=list)
+    source: str = ""  # which moderator(s) answered
+
+
+class ParseOutputInput(BaseModel):
+    service: str
+    answer: str
+
+
+class ParsedOutput(BaseModel):
+    ok: bool
+    value: dict[str, Any] | None = None  # the typed answer as a JSON object
+    error: str = ""
+
+
+class DiscardInput(BaseModel):
+    conversation_id: str
+    seq: int
+    reason: str

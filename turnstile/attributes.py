@@ -13,3 +13,7 @@ ROLLBACK_CAUSE = "turnstile.rollback_cause"  # {call_id, tool, reason} that caus
 EFFECT_MAY_REMAIN = "turnstile.effect_may_remain"  # compensation failed
 RAW_USER_MESSAGE = "turnstile.raw_user_message"  # user messages changed by retrieval
 STATE = "turnstile.state"  # tool-provided cross-round state (dict)
+AUGMENTED_USER_MESSAGE = "turnstile.augmented_user_message"  # retrieval, memory "original"
+RETRIEVED_SOURCES = "turnstile.retrieved_sources"  # [{doc_id, title}] behind a user message
+DISCARDED = "turnstile.discarded"  # an answer the output guardrails threw away: never resent
+REPROMPT = "turnstile.reprompt"  # user messages the pipeline wrote: why (guardrail, parse)

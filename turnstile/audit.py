@@ -23,7 +23,9 @@ MAX_PARAMS_CHARS = 16_384  # the audit row records what was asked, not megabytes
 
 # Bounded repetitions (RFC 5321 caps a local part at 64 characters): an
 # unbounded `[...]*@` backtracks quadratically over megabytes of arguments.
-_EMAIL = re.compile(r"([A-Za-z0-9._%+-])[A-Za-z0-9._%+-]{0,63}@([A-Za-z0-9-]{1,63}(?:\.[A-Za-z0-9-]{1,63}){0,8}\.[A-Za-z]{2,24})")
+_EMAIL = re.compile(r"([A-Za-z0-9._%+-])[A-Za-z0-9._%+-]{0,63}@"
+                    r"([A-Za-z0-9-]{1,63}(?:\.[A-Za-z0-9-]{1,63}){0,8}\.[A-Za-z]{2,24})")
+_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")  # ISO dates look like numbers, not phones
 _PHONE = re.compile(r"(?<![\w+])(\+?\d[\d\s().-]{6,20}\d)(?!\w)")
 
 
@@ -33,7 +35,7 @@ def mask(text: str) -> str:
 
     def phone(m: re.Match[str]) -> str:
         digits = re.sub(r"\D", "", m.group(1))
-        if len(digits) < 7:
+        if len(digits) < 7 or _DATE.fullmatch(m.group(1)):
             return m.group(1)
         return "*" * (len(digits) - 2) + digits[-2:]
 

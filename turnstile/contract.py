@@ -8,6 +8,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from turnstile.messages import Attachment
+
 WORKFLOW_TYPE = "AgentTurn"
 DEFAULT_TASK_QUEUE = "agent-turns"
 
@@ -18,6 +20,9 @@ class TurnInput(BaseModel):
     message: str
     service: str = "sales-assistant"
     variables: dict[str, Any] = Field(default_factory=dict)
+    # Images for the user message (step 6): [{type: image_url|image_base64,
+    # url|data, mime_type}]. Inline data is capped (PipelinePolicy).
+    attachments: list[Attachment] = Field(default_factory=list)
 
 
 class TurnStatus(StrEnum):
@@ -26,6 +31,7 @@ class TurnStatus(StrEnum):
     REFUSED = "refused"  # the turn was not allowed to run (e.g. foreign conversation)
     ROLLED_BACK = "rolled_back"
     COMPENSATION_FAILED = "compensation_failed"
+    MODERATED = "moderated"  # moderation flagged the input; nothing of it is answered
 
 
 class CallStatus(StrEnum):

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import urlparse, urlunparse
+from urllib.parse import quote, urlparse, urlunparse
 
 from turnstile.errors import DatabaseUnavailable
 
@@ -106,7 +106,9 @@ class Database:
         try:
             if self.dialect == "sqlite":
                 if readonly:
-                    uri = f"file:{self.path}?mode=ro"
+                    # One leading slash ("sqlite:////abs" gives "//abs", which a
+                    # file: URI would read as a host) and quoted ("?", "#", "%").
+                    uri = f"file:{quote('/' + self.path.as_posix().lstrip('/'))}?mode=ro"
                     raw = sqlite3.connect(uri, uri=True, timeout=30)
                 else:
                     raw = sqlite3.connect(self.path, timeout=30)
@@ -148,8 +150,11 @@ class Database:
         """Create every registered table and index that is missing."""
         # Import the table owners so their providers are registered.
         import turnstile.audit  # noqa: F401
+        import turnstile.payload_store  # noqa: F401
+        import turnstile.retrieval  # noqa: F401
         import turnstile.sales.schema  # noqa: F401
         import turnstile.store  # noqa: F401
+        import turnstile.streaming  # noqa: F401
 
         with self._schema_lock, self.connect() as conn:
             if self.dialect == "postgresql":

@@ -103,7 +103,8 @@ class Stack:
         if self._alive("temporal") or answers(host or "localhost", int(port)):
             log.info("Temporal answers at %s", s.temporal_address)
         else:
-            self._spawn("temporal", temporal_dev_command(int(port), 8233, self.data / "temporal.db"))
+            self._spawn("temporal",
+                        temporal_dev_command(int(port), 8233, self.data / "temporal.db"))
             wait_until(lambda: answers(host or "localhost", int(port)), 60, "Temporal dev server")
             log.info("Temporal dev server up; Web UI http://localhost:8233")
         if s.smtp_host in ("localhost", "127.0.0.1") and not self._alive("smtp"):

@@ -82,3 +82,27 @@ class ToolArgumentError(TurnstileError):
 
 class UnknownToolError(TurnstileError):
     error_type = "UnknownTool"
+
+
+# --- the pipeline's optional steps (docs/pipeline.md) -----------------------
+class AttachmentError(TurnstileError):
+    """An attachment the turn cannot take (shape, count or inline size)."""
+
+    error_type = "AttachmentError"
+
+
+class ModerationUnavailable(TurnstileError):
+    """The moderator could not give a verdict; `retryable` says whether trying
+    again may help (429/5xx/network) or not (a refused request)."""
+
+    error_type = "ModerationUnavailable"
+
+    def __init__(self, message: str, *, retryable: bool = True) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+
+
+class OutputParseError(TurnstileError):
+    """The model's answer did not parse into the service's return type, re-asks included."""
+
+    error_type = "OutputParseError"

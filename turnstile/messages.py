@@ -18,6 +18,31 @@ class ToolCall(BaseModel):
     arguments: str = "{}"
 
 
+class Attachment(BaseModel):
+    """A multimodal part of a user message (design.md step 6).
+
+    `image_url` carries `url` (https:// or data:); `image_base64` carries
+    `data` (base64, no data: prefix) and `mime_type`. Checked by the pipeline
+    (step 6), not here: a validator on workflow input would fail the workflow
+    task forever instead of ending the turn with a clear error."""
+
+    type: str = "image_url"  # image_url | image_base64 (any other value: step 6 refuses it)
+    url: str | None = None
+    data: str | None = None
+    mime_type: str | None = None
+
+    def inline_chars(self) -> int:
+        """Characters of inline data this part puts into payloads."""
+        inline_url = self.url if self.url and self.url.startswith("data:") else ""
+        return len(self.data or "") + len(inline_url)
+
+    def as_url(self) -> str:
+        """The OpenAI `image_url.url` value: the URL, or a data: URL."""
+        if self.type == "image_base64":
+            return f"data:{self.mime_type or 'application/octet-stream'};base64,{self.data or ''}"
+        return self.url or ""
+
+
 class ChatMessage(BaseModel):
     role: Role
     content: str | None = None
@@ -27,6 +52,9 @@ class ChatMessage(BaseModel):
     # Cross-round state and provenance; names are a compatibility contract
     # (see turnstile.attributes).
     attributes: dict[str, Any] = Field(default_factory=dict)
+    # Multimodal parts of a user message, sent as OpenAI content parts after
+    # the text (stored in `chat_message_part`, not in `chat_message`).
+    parts: list[Attachment] = Field(default_factory=list)
 
     def preview(self, limit: int = 160) -> str:
         text = self.content or ""

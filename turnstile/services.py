@@ -1,12 +1,25 @@
-"""Services: a named set of tools plus the prompts and policies of its turns."""
+"""Services: a named set of tools plus the prompts, policies and pipeline
+components of its turns.
+
+The components (transformer, retriever, guardrails, moderator, return type)
+are worker-side callables run in activities; `spec()` describes them as data
+(names, flags, the output schema) for the workflow (docs/pipeline.md).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import BaseModel
+
 from turnstile.errors import ConfigurationError, UnknownServiceError
+from turnstile.guardrails import Guardrail, component_name
+from turnstile.moderation import Moderator
+from turnstile.output_format import output_spec
+from turnstile.pipeline_spec import PipelinePolicy, PipelineSpec
+from turnstile.retrieval import Document, FullTextRetriever, Retriever
 from turnstile.specs import LoopPolicy, ServiceSpec
 from turnstile.tools import Tool, ToolRegistry
 
@@ -29,6 +42,21 @@ class ToolProvider:
     select: Callable[[ProviderContext], Iterable[str]]
 
 
+@dataclass(frozen=True)
+class SystemMessageContext:
+    conversation_id: str
+    user_id: str
+    service: str
+    system_message: str  # rendered from the service's template
+    variables: dict[str, Any]
+    settings: Any = None  # the worker's turnstile.config.Settings
+
+
+# Step 2: returns the system message to use (may read clocks, files, databases:
+# it runs in an activity).
+SystemTransformer = Callable[[SystemMessageContext], "str | Awaitable[str]"]
+
+
 @dataclass
 class Service:
     name: str
@@ -38,6 +66,15 @@ class Service:
     description: str = ""
     loop: LoopPolicy = field(default_factory=LoopPolicy)
     providers: list[ToolProvider] = field(default_factory=list)
+    # -- pipeline components (docs/pipeline.md) --
+    pipeline: PipelinePolicy = field(default_factory=PipelinePolicy)
+    system_transformer: SystemTransformer | None = None  # step 2
+    documents: list[Document] = field(default_factory=list)  # step 5, full-text indexed
+    retriever: Retriever | None = None  # step 5; default: full text over `documents`
+    input_guardrails: list[Guardrail] = field(default_factory=list)  # step 7
+    output_type: type[BaseModel] | None = None  # steps 9 and 16
+    moderator: Moderator | None = None  # step 11
+    output_guardrails: list[Guardrail] = field(default_factory=list)  # step 15
 
     def __post_init__(self) -> None:
         # One namespace of tool names across static tools and catalogues.
@@ -48,8 +85,29 @@ class Service:
                     raise ConfigurationError(
                         f"service {self.name!r}: tool {name!r} is registered twice")
                 seen.add(name)
+        if self.retriever is None and self.documents:
+            self.retriever = FullTextRetriever(self.documents)
+        if self.output_type is not None and not (
+                isinstance(self.output_type, type) and issubclass(self.output_type, BaseModel)):
+            raise ConfigurationError(
+                f"service {self.name!r}: output_type must be a pydantic model class")
 
-    def spec(self) -> ServiceSpec:
+    def pipeline_spec(self, provider_takes_schema: bool = False) -> PipelineSpec:
+        def name(component: object) -> str | None:
+            return None if component is None else component_name(component)
+
+        return PipelineSpec(
+            policy=self.pipeline,
+            system_transformer=name(self.system_transformer),
+            retriever=name(self.retriever),
+            input_guardrails=[component_name(g) for g in self.input_guardrails],
+            output=(output_spec(self.output_type, self.pipeline.output_format,
+                                provider_takes_schema) if self.output_type else None),
+            moderator=name(self.moderator),
+            output_guardrails=[component_name(g) for g in self.output_guardrails],
+        )
+
+    def spec(self, provider_takes_schema: bool = False) -> ServiceSpec:
         return ServiceSpec(
             name=self.name,
             description=self.description,
@@ -58,6 +116,7 @@ class Service:
             tools=[t.spec for t in self.tools],
             loop=self.loop,
             dynamic_tools=bool(self.providers),
+            pipeline=self.pipeline_spec(provider_takes_schema),
         )
 
     def tool(self, name: str) -> Tool | None:
@@ -96,7 +155,8 @@ class ServiceRegistry:
             return self._services[name]
         except KeyError:
             known = ", ".join(sorted(self._services)) or "none"
-            raise UnknownServiceError(f"unknown service {name!r}; known services: {known}") from None
+            raise UnknownServiceError(
+                f"unknown service {name!r}; known services: {known}") from None
 
     def names(self) -> list[str]:
         return sorted(self._services)

@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from turnstile.breakers import BreakerPolicy
+from turnstile.pipeline_spec import PipelineSpec
 
 
 class RetrySpec(BaseModel):
@@ -75,6 +76,7 @@ class ServiceSpec(BaseModel):
     loop: LoopPolicy = Field(default_factory=LoopPolicy)
     dynamic_tools: bool = False  # ask the service's tool providers before each round
     search_attributes: bool = False  # the namespace has Turnstile's search attributes
+    pipeline: PipelineSpec = Field(default_factory=PipelineSpec)  # steps 2, 5-9, 11, 15-17
 
     def tool(self, name: str) -> ToolSpec | None:
         return next((t for t in self.tools if t.name == name), None)

@@ -19,6 +19,7 @@ from turnstile import attributes as attr
 from turnstile.activity_io import MemorySnapshot
 from turnstile.db import Connection, Database, Dialect, schema
 from turnstile.errors import ConversationOwnershipError, MemoryConflictError
+from turnstile.message_parts import read_parts, write_parts
 from turnstile.messages import ChatMessage, ToolCall
 
 
@@ -28,7 +29,8 @@ def now_iso() -> str:
 
 @schema
 def _memory_ddl(dialect: Dialect) -> list[str]:
-    flag = "BOOLEAN NOT NULL DEFAULT FALSE" if dialect == "postgresql" else "INTEGER NOT NULL DEFAULT 0"
+    flag = ("BOOLEAN NOT NULL DEFAULT FALSE" if dialect == "postgresql"
+            else "INTEGER NOT NULL DEFAULT 0")
     return [
         """CREATE TABLE IF NOT EXISTS conversation (
             conversation_id TEXT PRIMARY KEY,
@@ -100,7 +102,8 @@ class MemoryStore:
         with self.db.connect() as conn:
             self.bind(conn, conversation_id, user_id)
             stats = conn.fetchone(
-                "SELECT COUNT(*) AS n, MAX(seq) AS last FROM chat_message WHERE conversation_id = ?",
+                "SELECT COUNT(*) AS n, MAX(seq) AS last FROM chat_message "
+                "WHERE conversation_id = ?",
                 (conversation_id,),
             ) or {"n": 0, "last": None}
             system = conn.fetchone(
@@ -120,15 +123,28 @@ class MemoryStore:
             preview=[f"{r['role']}: {_row_to_message(r).preview(120)}" for r in reversed(tail)],
         )
 
-    def messages(self, conversation_id: str) -> list[ChatMessage]:
+    def messages(self, conversation_id: str, workflow_id: str | None = None) -> list[ChatMessage]:
         """The conversation as a model should read it: the latest system
-        message first, then every other message in `seq` order."""
+        message first, then every other message in `seq` order, with its
+        images. Answers the output guardrails discarded are left out; a user
+        message stored without its retrieved text (retrieval memory
+        "original") gets that text back for the turn `workflow_id` only."""
         with self.db.connect() as conn:
             rows = conn.fetchall(
                 "SELECT * FROM chat_message WHERE conversation_id = ? ORDER BY seq",
                 (conversation_id,),
             )
-        msgs = [_row_to_message(r) for r in rows]
+            parts = read_parts(conn, conversation_id)
+        msgs = []
+        for r in rows:
+            m = _row_to_message(r)
+            if m.attributes.get(attr.DISCARDED):
+                continue
+            augmented = m.attributes.get(attr.AUGMENTED_USER_MESSAGE)
+            if augmented and workflow_id is not None and r.get("workflow_id") == workflow_id:
+                m.content = augmented
+            m.parts = parts.get(int(r["seq"]), [])
+            msgs.append(m)
         systems = [m for m in msgs if m.role == "system"]
         return systems[-1:] + [m for m in msgs if m.role != "system"]
 
@@ -171,7 +187,8 @@ class MemoryStore:
                         seq,
                         m.role,
                         m.content,
-                        json.dumps([c.model_dump() for c in m.tool_calls]) if m.tool_calls else None,
+                        (json.dumps([c.model_dump() for c in m.tool_calls])
+                         if m.tool_calls else None),
                         m.tool_call_id,
                         m.is_error,
                         json.dumps(m.attributes) if m.attributes else None,
@@ -179,9 +196,12 @@ class MemoryStore:
                         workflow_id,
                     ),
                 )
+                if cur.rowcount == 1 and m.parts:
+                    write_parts(conn, conversation_id, seq, m.parts)
                 if cur.rowcount == 0:
                     owner = conn.fetchone(
-                        "SELECT workflow_id FROM chat_message WHERE conversation_id = ? AND seq = ?",
+                        "SELECT workflow_id FROM chat_message "
+                        "WHERE conversation_id = ? AND seq = ?",
                         (conversation_id, seq),
                     )
                     if owner is None or owner["workflow_id"] != workflow_id:
@@ -190,6 +210,21 @@ class MemoryStore:
                             "written by another writer; turns of one conversation must not "
                             "interleave"
                         )
+
+    def discard(self, conversation_id: str, seq: int, reason: str) -> None:
+        """Mark an answer the model must never be sent again (output guardrail
+        retry); the row stays for the record. Idempotent."""
+        with self.db.connect() as conn:
+            row = conn.fetchone(
+                "SELECT attributes FROM chat_message WHERE conversation_id = ? AND seq = ?",
+                (conversation_id, seq))
+            if row is None:
+                return
+            attrs = json.loads(row["attributes"]) if row["attributes"] else {}
+            attrs[attr.DISCARDED] = reason
+            conn.execute(
+                "UPDATE chat_message SET attributes = ? WHERE conversation_id = ? AND seq = ?",
+                (json.dumps(attrs), conversation_id, seq))
 
     def rewrite_tool_result(
         self,
@@ -231,7 +266,8 @@ class ToolLedger:
     def __init__(self, db: Database) -> None:
         self.db = db
 
-    def begin(self, workflow_id: str, call_id: str, tool_name: str, *, rerun_lost: bool) -> LedgerEntry:
+    def begin(self, workflow_id: str, call_id: str, tool_name: str, *,
+              rerun_lost: bool) -> LedgerEntry:
         with self.db.connect() as conn:
             cur = conn.execute(
                 "INSERT INTO tool_call_ledger (workflow_id, tool_call_id, tool_name, status, "

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from temporalio.client import Client, Interceptor
-from temporalio.converter import DataConverter
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.converter import DataConverter
 
 from turnstile.config import Settings
 from turnstile.db import Database

@@ -67,6 +67,18 @@ class ToolResult:
     state: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass
+class Undo:
+    """What a compensation may return to say how the undo went. Returning
+    anything else means the effect was undone. `undone=False` is the honest
+    answer when the effect cannot be removed (an e-mail already delivered):
+    memory and the audit log then say the effect remains, and the turn ends
+    `compensation_failed` instead of `rolled_back`."""
+
+    description: str
+    undone: bool = True
+
+
 Compensation = Callable[..., Any]
 
 

@@ -10,6 +10,8 @@ conversation's length.
 from __future__ import annotations
 
 import asyncio
+from typing import Any
+
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
@@ -32,10 +34,11 @@ with workflow.unsafe.imports_passed_through():
         TurnResult,
         TurnStatus,
     )
-    from turnstile.errors import RoundTripCapExceeded, TurnstileError
+    from turnstile.errors import RoundTripCapExceeded
     from turnstile.messages import ChatMessage, ToolCall
     from turnstile.specs import ServiceSpec
-    from turnstile.steps import FinalAnswer, RunTools, next_step, render_template
+    from turnstile.steps import FinalAnswer, RunTools, next_step
+    from workflows.pipeline_steps import PipelineSteps
     from workflows.state import TurnState, TurnStopped
     from workflows.tool_options import compensation_options, model_options
     from workflows.tool_round import RoundWrites, ToolRound
@@ -46,6 +49,10 @@ class AgentTurn:
     def __init__(self) -> None:
         self.s = TurnState()
         self.spec = ServiceSpec(name="")  # replaced by describe_service
+        self.steps: PipelineSteps | None = None
+        self.breakers: Breakers | None = None
+        self.stream = False  # step 8, decided once per turn
+        self.response_format: dict[str, Any] | None = None  # step 9
 
     # -- queries, signals, update (contract.md) --------------------------------
     @workflow.query(name="status")
@@ -98,23 +105,28 @@ class AgentTurn:
     async def run(self, turn: TurnInput) -> TurnResult:
         s = self.s
         s.turn = turn
+        self.steps = PipelineSteps(s, turn, self.spec)
         try:
             answer = await self._pipeline(turn)
         except TurnStopped as stop:
             error = TurnErrorInfo(type=stop.error_type, message=str(stop))
             status = stop.status
-            if s.compensable:
-                status = await self._roll_back(turn, error, stop.call_id)
-            return await self._result(turn, status, None, error)
+            if s.compensable and stop.compensate:
+                rolled = await self._roll_back(turn, error, stop.call_id)
+                # A more specific end (moderated) stays visible unless an undo failed.
+                if status is TurnStatus.FAILED or rolled is TurnStatus.COMPENSATION_FAILED:
+                    status = rolled
+            return await self._result(turn, status, stop.answer, error)
         except asyncio.CancelledError:
             # `temporal workflow cancel`: undo what was done, then end as Canceled.
             if s.compensable:
                 error = TurnErrorInfo(type="TurnCancelled", message="the turn was cancelled")
                 await self._roll_back(turn, error, None)
+            await self.steps.turn_completed(None, "cancelled")
             raise
         return await self._result(turn, TurnStatus.COMPLETED, answer, None)
 
-    async def _pipeline(self, turn: TurnInput) -> str:
+    async def _pipeline(self, turn: TurnInput) -> Any:
         s = self.s
         s.step = "describe_service"
         spec: ServiceSpec = await s.activity(
@@ -122,6 +134,7 @@ class AgentTurn:
             "describe_service", TurnStatus.REFUSED)
         s.search_attributes = spec.search_attributes
         self.spec = spec
+        steps = self.steps = PipelineSteps(s, turn, spec)
         await s.publish()
         # 1. load chat memory (a snapshot: where to write, a bounded preview)
         s.step = "load_memory"
@@ -131,28 +144,43 @@ class AgentTurn:
             io.MemorySnapshot, "load_memory", TurnStatus.REFUSED)
         s.seq = memory.next_seq
         s.event("load_memory", f"{memory.message_count} stored message(s)")
-        # 2-3. system and user messages from the service's templates
-        variables = {**turn.variables, "message": turn.message}
-        try:
-            system = render_template(spec.system_prompt, variables)
-            user = render_template(spec.user_template, variables)
-        except TurnstileError as exc:
-            raise TurnStopped(TurnStatus.FAILED, exc.error_type, str(exc)) from exc
-        # 4. turn started
-        s.event("turn_started", f"conversation {turn.conversation_id}, user {turn.user_id}")
+        s.step = "prepare"
+        system = await steps.system_message()  # 2. system message (+ transformer)
+        user = steps.user_message()  # 3. user message from its template
+        await steps.turn_started()  # 4. "turn started" event
+        user = await steps.retrieval(user)  # 5. retrieval: the user message only
+        user = steps.attachments(user)  # 6. multimodal parts
+        await steps.input_guardrails(user)  # 7. input guardrails see the final message
+        self.stream = steps.streaming()  # 8. streaming, once per turn
+        user, self.response_format = steps.output_format(user)  # 9. output format
+        steps.user = user
         # 10. write memory: the user message is stored before the model is called
         new = []
         if system and system != memory.system_prompt:
             new.append(ChatMessage(role="system", content=system))
-        new.append(ChatMessage(role="user", content=user))
+        new.append(user.stored(spec.pipeline.policy))
         await s.append(new)
-        # 12-14. tool context, first model request, tool round-trip loop
-        return await self._loop(turn, spec)
+        steps.start_moderation(user)  # 11. moderation, concurrently with the model
+        try:
+            answer = await self._loop(turn, spec)  # 12-14. tools, model, round trips
+            await steps.check_moderation(wait=True)  # 11. checked before the answer
+            while True:
+                reask = await steps.output_guardrails(answer)  # 15. output guardrails
+                typed: Any = None
+                if reask is None:
+                    reask, typed = await steps.parse(answer)  # 16. parse to the return type
+                if reask is None:
+                    return typed
+                await steps.reask(reask)
+                answer = await self._loop(turn, spec)
+        finally:
+            steps.cancel_moderation()
 
     async def _loop(self, turn: TurnInput, spec: ServiceSpec) -> str:
         s = self.s
         s.tool_names = [t.name for t in spec.tools]
-        breakers = Breakers(spec.loop.breakers)
+        # One set of breakers per turn: a re-ask (steps 15/16) does not reset them.
+        breakers = self.breakers = self.breakers or Breakers(spec.loop.breakers)
         while True:
             if spec.dynamic_tools:
                 await self._resolve_tools(turn, spec)
@@ -162,26 +190,34 @@ class AgentTurn:
                 s.event("answer", step.text[:160])
                 return step.text
             assert isinstance(step, RunTools)
+            assert self.steps is not None
+            try:
+                await self.steps.check_moderation(wait=False)  # a flagged input runs no tools
+            except TurnStopped as stop:
+                await self._record_unrun(step.calls, str(stop))
+                raise
             s.round_trips += 1
             if s.round_trips > spec.loop.max_round_trips:
                 err = RoundTripCapExceeded(spec.loop.max_round_trips)
+                await self._record_unrun(step.calls, str(err))
                 raise TurnStopped(TurnStatus.FAILED, err.error_type, str(err))
             try:
                 breakers.before_round([c.name for c in step.calls])
             except BreakerTripped as trip:
-                await self._record_trip(step.calls, trip)
+                await self._record_unrun(step.calls, str(trip))
                 raise TurnStopped(TurnStatus.FAILED, trip.kind, str(trip)) from trip
             s.step = "tools"
             await ToolRound(s, turn, spec, breakers).run(step.calls, s.alloc(len(step.calls)))
 
-    async def _record_trip(self, calls: list[ToolCall], trip: BreakerTripped) -> None:
-        """The calls a breaker stopped still get results and audit rows."""
+    async def _record_unrun(self, calls: list[ToolCall], reason: str) -> None:
+        """The calls a breaker, the cap or moderation stopped still get results (memory
+        never keeps a tool call without its result) and audit rows."""
         s = self.s
         base = s.alloc(len(calls))
         writes = RoundWrites()
         for i, call in enumerate(calls):
-            s.finish(s.new_call(call), CallStatus.FAILED, str(trip))
-            writes.settle(base + i, call, CallStatus.FAILED, f"not run: {trip}")
+            s.finish(s.new_call(call), CallStatus.FAILED, reason)
+            writes.settle(base + i, call, CallStatus.FAILED, f"not run: {reason}")
         await s.append([m for _, m in writes.messages], seq=base, audit=writes.audit)
 
     async def _resolve_tools(self, turn: TurnInput, spec: ServiceSpec) -> None:
@@ -201,11 +237,13 @@ class AgentTurn:
     async def _call_model(self, turn: TurnInput, spec: ServiceSpec) -> io.ModelCallResult:
         s = self.s
         s.step = "model_call"
+        s.answer_seq = s.alloc(1)
         result: io.ModelCallResult = await s.activity(
             io.CALL_MODEL,
             io.ModelCallInput(conversation_id=turn.conversation_id, service=turn.service,
-                              tool_names=list(s.tool_names), response_seq=s.alloc(1),
-                              round=s.round_trips, taken_call_ids=[c.id for c in s.calls]),
+                              tool_names=list(s.tool_names), response_seq=s.answer_seq,
+                              round=s.round_trips, taken_call_ids=[c.id for c in s.calls],
+                              stream=self.stream, response_format=self.response_format),
             io.ModelCallResult, f"model round {s.round_trips + 1}", TurnStatus.FAILED,
             options=model_options(spec.loop))
         s.usage = s.usage + result.usage
@@ -225,7 +263,7 @@ class AgentTurn:
         for call, rec in reversed(s.compensable):
             s.event("compensate", f"undo {call.name} ({call.id})")
             try:
-                await workflow.execute_activity(
+                undo: io.CompensateResult = await workflow.execute_activity(
                     io.COMPENSATE_TOOL,
                     io.CompensateInput(conversation_id=turn.conversation_id,
                                        user_id=turn.user_id, service=turn.service, call=call,
@@ -244,6 +282,10 @@ class AgentTurn:
                     error=reason), type(None), f"record failed undo of {call.name}",
                     TurnStatus.COMPENSATION_FAILED)
                 continue
+            if not undo.undone:  # e.g. an e-mail already sent: reported, never "rolled back"
+                failed.append(rec)
+                s.event("compensation_failed", f"{call.name} ({call.id}): {undo.description}")
+                continue
             rec.status, rec.rolled_back, rec.is_error = CallStatus.ROLLED_BACK, True, True
         if failed:
             names = ", ".join(f"{r.name} ({r.id})" for r in failed)
@@ -251,14 +293,18 @@ class AgentTurn:
             return TurnStatus.COMPENSATION_FAILED
         return TurnStatus.ROLLED_BACK
 
-    async def _result(self, turn: TurnInput, status: TurnStatus, answer: str | None,
+    async def _result(self, turn: TurnInput, status: TurnStatus, answer: Any,
                       error: TurnErrorInfo | None) -> TurnResult:
+        """17. "turn completed" event, return."""
         s = self.s
         s.step = status.value
         s.event("turn_completed", f"{status.value}, {s.round_trips} round trip(s)")
         await s.publish()
-        return TurnResult(
+        result = TurnResult(
             status=status, answer=answer, round_trips=s.round_trips, tool_calls=s.calls,
             error=error, workflow_id=workflow.info().workflow_id,
             conversation_id=turn.conversation_id, service=turn.service, provider=s.provider,
             usage=s.usage.model_dump())
+        assert self.steps is not None
+        await self.steps.turn_completed(result, status.value)
+        return result

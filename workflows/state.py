@@ -35,12 +35,18 @@ SA_CONVERSATION = SearchAttributeKey.for_keyword("TurnstileConversation")
 
 
 class TurnStopped(Exception):
-    """Ends the turn with a status and a typed error (not a workflow failure)."""
+    """Ends the turn with a status and a typed error (not a workflow failure).
+
+    `answer` is what the user is told instead (a guardrail's or moderation's
+    message); `compensate=False` keeps completed tool effects (an output
+    guardrail's plain `fail` refuses the answer, not the work)."""
 
     def __init__(self, status: TurnStatus, error_type: str, message: str,
-                 call_id: str | None = None) -> None:
+                 call_id: str | None = None, *, answer: str | None = None,
+                 compensate: bool = True) -> None:
         super().__init__(message)
         self.status, self.error_type, self.call_id = status, error_type, call_id
+        self.answer, self.compensate = answer, compensate
 
 
 class TurnState:
@@ -60,6 +66,7 @@ class TurnState:
         self.compensable: list[tuple[ToolCall, ToolCallRecord]] = []  # completion order
         self.tool_names: list[str] = []
         self.search_attributes = False
+        self.answer_seq: int | None = None  # memory slot of the latest model response
 
     # -- records ---------------------------------------------------------------
     def new_call(self, call: ToolCall) -> ToolCallRecord:

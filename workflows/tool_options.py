@@ -57,3 +57,22 @@ def compensation_options(tool: ToolSpec | None, loop: LoopPolicy) -> dict[str, A
         "retry_policy": RetryPolicy(initial_interval=timedelta(seconds=1),
                                     maximum_attempts=loop.compensation_attempts),
     }
+
+
+def pipeline_options() -> dict[str, Any]:
+    """A service's pipeline component (retriever, guardrail, moderator...): a
+    broken one fails the turn after a few attempts instead of stalling it."""
+    return {
+        "start_to_close_timeout": timedelta(seconds=60),
+        "retry_policy": RetryPolicy(initial_interval=timedelta(seconds=1),
+                                    maximum_interval=timedelta(seconds=10),
+                                    maximum_attempts=3),
+    }
+
+
+def event_options() -> dict[str, Any]:
+    """Turn events (local activity): listeners are quick and never fail the turn."""
+    return {
+        "start_to_close_timeout": timedelta(seconds=10),
+        "retry_policy": RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=3),
+    }

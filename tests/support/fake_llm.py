@@ -2,12 +2,18 @@
 
 Tests queue replies (completion bodies, or raw HTTP status/headers/body) and
 read back every request the server received, in order.
+
+A request with `"stream": true` gets the scripted completion as server-sent
+events (content in pieces, `stream_delay` seconds apart). `POST .../moderations`
+is answered by `moderation` (default: not flagged) and recorded in
+`moderation_requests`, apart from the chat requests.
 """
 
 from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -42,11 +48,45 @@ def tool_reply(*calls: tuple[str, str, dict[str, Any] | str]) -> dict[str, Any]:
             "usage": {"prompt_tokens": 10, "completion_tokens": 5}}
 
 
+def moderation_reply(flagged: bool, *categories: str) -> dict[str, Any]:
+    return {"id": "modr", "model": "fake-moderation", "results": [
+        {"flagged": flagged, "categories": dict.fromkeys(categories, True)}]}
+
+
+def sse_chunks(reply: dict[str, Any], piece: int = 6) -> list[dict[str, Any]]:
+    """A completion body as the chunks a streaming server sends."""
+    choice = reply["choices"][0]
+    msg = choice["message"]
+    base = {"id": reply.get("id", "cmpl"), "model": reply.get("model", "fake"),
+            "object": "chat.completion.chunk"}
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+    out = [chunk({"role": "assistant"})]
+    text = msg.get("content") or ""
+    out += [chunk({"content": text[i:i + piece]}) for i in range(0, len(text), piece)]
+    for i, call in enumerate(msg.get("tool_calls") or []):
+        args = call["function"]["arguments"]
+        half = len(args) // 2
+        out.append(chunk({"tool_calls": [{"index": i, "id": call["id"], "type": "function",
+                                          "function": {"name": call["function"]["name"],
+                                                       "arguments": args[:half]}}]}))
+        out.append(chunk({"tool_calls": [{"index": i, "function": {"arguments": args[half:]}}]}))
+    out.append(chunk({}, choice.get("finish_reason") or "stop"))
+    if reply.get("usage"):
+        out.append({**base, "choices": [], "usage": reply["usage"]})
+    return out
+
+
 class FakeLLM:
     def __init__(self) -> None:
         self.replies: list[Reply] = []
         self.requests: list[dict[str, Any]] = []
         self.default: Reply | None = None
+        self.stream_delay = 0.0
+        self.moderation: Reply = moderation_reply(False)
+        self.moderation_requests: list[dict[str, Any]] = []
         self._lock = threading.Lock()
         fake = self
 
@@ -59,7 +99,13 @@ class FakeLLM:
                 body = json.loads(self.rfile.read(length) or b"{}")
                 body["_path"] = self.path
                 body["_auth"] = self.headers.get("authorization")
-                reply = fake._next(body)
+                if self.path.endswith("/moderations"):
+                    reply = fake._moderate(body)
+                else:
+                    reply = fake._next(body)
+                    if body.get("stream") and not isinstance(reply, Raw):
+                        self._stream(reply)
+                        return
                 if isinstance(reply, Raw):
                     status, text, headers = reply.status, reply.body, reply.headers
                 else:
@@ -72,6 +118,19 @@ class FakeLLM:
                     self.send_header(k, v)
                 self.end_headers()
                 self.wfile.write(data)
+
+            def _stream(self, reply: dict[str, Any]) -> None:
+                # HTTP/1.0 without content-length: the body ends when the connection closes.
+                self.send_response(200)
+                self.send_header("content-type", "text/event-stream")
+                self.end_headers()
+                for chunk in sse_chunks(reply):
+                    self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                    self.wfile.flush()
+                    if fake.stream_delay:
+                        time.sleep(fake.stream_delay)
+                self.wfile.write(b"data: [DONE]\n\n")
+                self.wfile.flush()
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
@@ -86,6 +145,12 @@ class FakeLLM:
             return Raw(500, '{"error": "fake LLM has no scripted reply left"}')
         return reply(request) if callable(reply) else reply
 
+    def _moderate(self, request: dict[str, Any]) -> dict[str, Any] | Raw:
+        with self._lock:
+            self.moderation_requests.append(request)
+            reply = self.moderation
+        return reply(request) if callable(reply) else reply
+
     def script(self, *replies: Reply) -> None:
         with self._lock:
             self.replies.extend(replies)
@@ -95,6 +160,9 @@ class FakeLLM:
             self.replies.clear()
             self.requests.clear()
             self.default = None
+            self.stream_delay = 0.0
+            self.moderation = moderation_reply(False)
+            self.moderation_requests.clear()
 
     def close(self) -> None:
         self.server.shutdown()

@@ -176,7 +176,8 @@ def make_service(name: str = "test", *, breakers: dict | None = None,
         name=name,
         system_prompt="You are a test assistant for {{team}}.",
         tools=ToolRegistry([add, slowWrite, slowUpsert, alwaysFails, refuses, echo, unlock,
-                            reserve, slowUndoReserve, stickyReserve, mustSucceed, sendMoney, sendMoneySlowly, bigResult]),
+                            reserve, slowUndoReserve, stickyReserve, mustSucceed, sendMoney,
+                            sendMoneySlowly, bigResult]),
         loop=LoopPolicy(**loop, breakers=BreakerPolicy(**(breakers or {}))),  # type: ignore[arg-type]
         providers=[ToolProvider("secrets", ToolRegistry([secret]), _offer_secret)],
     )

@@ -38,11 +38,11 @@ class Turns:
 @asynccontextmanager
 async def running_worker(client: Client, task_queue: str, database_url: str,
                          services: list[Service], provider: ModelProvider | None = None,
-                         llm_url: str | None = None, **worker_options: Any
-                         ) -> AsyncIterator[Turns]:
+                         llm_url: str | None = None, env: dict[str, str] | None = None,
+                         **worker_options: Any) -> AsyncIterator[Turns]:
     settings = Settings.from_env({
         "TURNSTILE_TASK_QUEUE": task_queue, "DATABASE_URL": database_url,
-        **({"LLM_BASE_URL": llm_url} if llm_url else {}),
+        **({"LLM_BASE_URL": llm_url} if llm_url else {}), **(env or {}),
     })
     rt = Runtime.build(settings, ServiceRegistry(services), provider)
     rt.db.ensure_schema()

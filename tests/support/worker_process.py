@@ -19,8 +19,8 @@ class WorkerProcess:
 
     def start(self) -> WorkerProcess:
         offset = self.log.stat().st_size if self.log.exists() else 0
-        full_env = {**os.environ, **self.env, "TURNSTILE_PLUGINS": "tests.support.services:register",
-                    "PYTHONPATH": str(ROOT)}
+        full_env = {**os.environ, **self.env, "PYTHONPATH": str(ROOT),
+                    "TURNSTILE_PLUGINS": "tests.support.services:register"}
         self.proc = spawn([sys.executable, str(ROOT / "worker.py"), *self.args], self.log,
                           env=full_env, cwd=ROOT)
 

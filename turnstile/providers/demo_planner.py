@@ -15,6 +15,7 @@ import re
 from datetime import date, timedelta
 from typing import Any
 
+from turnstile.attributes import RAW_USER_MESSAGE
 from turnstile.messages import ChatMessage, ToolCall
 from turnstile.providers.base import ModelRequest, ModelResponse
 
@@ -51,6 +52,7 @@ def parse_period(text: str, today: date) -> tuple[date, date]:
 
 class DemoPlanner:
     name = "offline-demo-planner"
+    supports_response_format = False  # it cannot write JSON: typed services get instructions
     model = "turnstile-demo-planner"
 
     def __init__(self, today: Any = None) -> None:
@@ -65,7 +67,11 @@ class DemoPlanner:
     async def complete(self, request: ModelRequest) -> ModelResponse:
         msgs = request.messages
         last_user = max((i for i, m in enumerate(msgs) if m.role == "user"), default=-1)
-        text = (msgs[last_user].content or "") if last_user >= 0 else ""
+        # Plan from the user's own words: retrieved text (step 5) may hold
+        # numbers and addresses that are not the request's.
+        user = msgs[last_user] if last_user >= 0 else None
+        text = ((user.attributes.get(RAW_USER_MESSAGE) or user.content or "")
+                if user is not None else "")
         results = self._results_since(msgs[last_user + 1 :])
         available = {t.name for t in request.tools}
         ids = f"call_{len(msgs)}"
@@ -104,7 +110,8 @@ class DemoPlanner:
         records = body.get("salesRecords") or []
         if not records:
             reason = body.get("noDataReason") or "no customer matched"
-            return _say(f"No customers matched ({reason}), so no follow-up and no e-mail were created.")
+            return _say(f"No customers matched ({reason}), so no follow-up and no e-mail "
+                        "were created.")
         lines = [
             f"- {r.get('customerName')} ({r.get('customerId')}): {r.get('totalAmount')}"
             for r in records
@@ -127,7 +134,8 @@ class DemoPlanner:
                 calls.append(ToolCall(id=f"{ids}_{len(calls)}", name="createEmailTask",
                                       arguments=json.dumps({
                                           "to": recipient.group(0),
-                                          "subject": f"Follow up: {total} customer(s) over threshold",
+                                          "subject":
+                                              f"Follow up: {total} customer(s) over threshold",
                                           "body": body_text})))
             return _call(*calls)
         summary = f"{total} customer(s) matched:\n" + "\n".join(lines)

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import json
 import logging
-from email.utils import parsedate_to_datetime
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
 from typing import Any
 
 import httpx
@@ -20,6 +21,7 @@ import httpx
 from turnstile.errors import MalformedModelResponse, ModelRequestRejected, ModelUnavailable
 from turnstile.messages import ChatMessage, ToolCall, Usage
 from turnstile.providers.base import ModelRequest, ModelResponse
+from turnstile.providers.openai_stream import read_sse
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +52,10 @@ def parse_retry_after(value: str | None) -> float | None:
 
 def to_openai_message(m: ChatMessage) -> dict[str, Any]:
     out: dict[str, Any] = {"role": m.role, "content": m.content}
+    if m.role == "user" and m.parts:
+        # Step 6: images go after the text, in the content-parts format.
+        out["content"] = [{"type": "text", "text": m.content or ""}] + [
+            {"type": "image_url", "image_url": {"url": p.as_url()}} for p in m.parts]
     if m.role == "assistant" and m.tool_calls:
         out["tool_calls"] = [
             {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
@@ -104,6 +110,9 @@ def parse_completion(body: Any) -> ModelResponse:
 
 class OpenAICompatibleProvider:
     name = "openai-compatible"
+    # Step 9: send the JSON schema as `response_format` (OpenAI, vLLM,
+    # llama-server and Ollama take it); False appends format instructions.
+    supports_response_format = True
 
     def __init__(
         self,
@@ -112,7 +121,9 @@ class OpenAICompatibleProvider:
         api_key: str | None = None,
         model: str | None = None,
         timeout_seconds: float = 120.0,
+        supports_response_format: bool = True,
     ) -> None:
+        self.supports_response_format = supports_response_format
         self.base_url = base_url.rstrip("/")
         self.model = model
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
@@ -143,6 +154,32 @@ class OpenAICompatibleProvider:
             resp = await self._client.post(url, json=self.payload(request))
         except httpx.TransportError as exc:
             raise RetryableModelError(f"model endpoint {url} unreachable: {exc!r}") from exc
+        self._raise_for_status(resp)
+        try:
+            body = resp.json()
+        except ValueError as exc:
+            raise MalformedModelResponse(
+                f"model endpoint sent non-JSON: {resp.text[:300]}") from exc
+        return parse_completion(body)
+
+    async def stream(self, request: ModelRequest,
+                     on_text: Callable[[str], Awaitable[None]]) -> ModelResponse:
+        """Step 8: the same request with `stream: true`; each content delta is
+        handed to `on_text` as it arrives, the assembled message returned."""
+        body = {**self.payload(request), "stream": True,
+                "stream_options": {"include_usage": True}}
+        url = f"{self.base_url}/chat/completions"
+        try:
+            async with self._client.stream("POST", url, json=body) as resp:
+                if resp.status_code >= 400:
+                    await resp.aread()
+                    self._raise_for_status(resp)
+                return parse_completion(await read_sse(resp.aiter_lines(), on_text))
+        except httpx.TransportError as exc:
+            raise RetryableModelError(f"model endpoint {url} unreachable: {exc!r}") from exc
+
+    @staticmethod
+    def _raise_for_status(resp: httpx.Response) -> None:
         if resp.status_code == 429 or resp.status_code >= 500:
             raise RetryableModelError(
                 f"model endpoint answered {resp.status_code}: {resp.text[:300]}",
@@ -152,8 +189,3 @@ class OpenAICompatibleProvider:
             raise ModelRequestRejected(
                 f"model endpoint refused the request with {resp.status_code}: {resp.text[:500]}"
             )
-        try:
-            body = resp.json()
-        except ValueError as exc:
-            raise MalformedModelResponse(f"model endpoint sent non-JSON: {resp.text[:300]}") from exc
-        return parse_completion(body)

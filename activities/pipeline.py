@@ -1,0 +1,154 @@
+"""Activities of the pipeline's optional steps (docs/pipeline.md): they run
+the service's components — transformer, retriever, guardrails, moderator,
+return type — and publish the turn's events. The workflow schedules each only
+when the service has the component.
+
+A component that raises fails the attempt with a typed ApplicationError, so
+Temporal retries it per the pipeline's retry policy (bounded); the workflow
+then ends the turn with that type.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities.runtime import Runtime, application_error
+from turnstile import activity_io as io
+from turnstile.callables import invoke
+from turnstile.errors import (
+    ConfigurationError,
+    DatabaseUnavailable,
+    ModerationUnavailable,
+    TurnstileError,
+)
+from turnstile.events import TurnEventRecord
+from turnstile.guardrails import (
+    AttachmentInfo,
+    GuardrailError,
+    InputGuardrailContext,
+    OutputGuardrailContext,
+    run_chain,
+)
+from turnstile.moderation import ModerationContext, moderate
+from turnstile.output_format import parse_answer
+from turnstile.pipeline_spec import GuardrailVerdict
+from turnstile.retrieval import RetrievalContext, within_budget
+from turnstile.services import Service, SystemMessageContext
+
+
+def _component_error(kind: str, exc: Exception) -> ApplicationError:
+    if isinstance(exc, TurnstileError):
+        return application_error(exc, non_retryable=isinstance(exc, ConfigurationError))
+    return ApplicationError(f"{kind} raised {type(exc).__name__}: {exc}", type=kind)
+
+
+class PipelineActivities:
+    def __init__(self, rt: Runtime) -> None:
+        self.rt = rt
+
+    def _service(self, name: str) -> Service:
+        return self.rt.services.get(name)
+
+    @activity.defn(name=io.TRANSFORM_SYSTEM_MESSAGE)
+    async def transform_system_message(self, req: io.TransformSystemInput
+                                       ) -> io.TransformedSystem:
+        service = self._service(req.service)
+        if service.system_transformer is None:
+            return io.TransformedSystem(system_message=req.system_message)
+        ctx = SystemMessageContext(
+            conversation_id=req.conversation_id, user_id=req.user_id, service=req.service,
+            system_message=req.system_message, variables=req.variables,
+            settings=self.rt.settings)
+        try:
+            text = await invoke(service.system_transformer, ctx)
+        except Exception as exc:  # the service's callable: reported under its step's type
+            raise _component_error("SystemTransformerError", exc) from exc
+        if not isinstance(text, str):
+            raise ApplicationError(f"system transformer returned {type(text).__name__}, not str",
+                                   type="SystemTransformerError", non_retryable=True)
+        return io.TransformedSystem(system_message=text)
+
+    @activity.defn(name=io.RETRIEVE)
+    async def retrieve(self, req: io.RetrieveInput) -> io.Retrieved:
+        service = self._service(req.service)
+        if service.retriever is None:
+            return io.Retrieved()
+        ctx = RetrievalContext(db=self.rt.db, service=req.service,
+                               conversation_id=req.conversation_id, user_id=req.user_id,
+                               query=req.query, raw_message=req.raw_message, top_k=req.top_k)
+        try:
+            found = await invoke(service.retriever, ctx)
+        except DatabaseUnavailable as exc:
+            raise application_error(exc, non_retryable=False) from exc
+        except Exception as exc:  # the service's callable
+            raise _component_error("RetrievalError", exc) from exc
+        snippets = [io.Snippet.model_validate(s) for s in list(found)[: req.top_k]]
+        # The snippets enter the workflow's history: their size is the policy's, not the corpus's.
+        return io.Retrieved(snippets=within_budget(snippets, req.max_chars))
+
+    @activity.defn(name=io.INPUT_GUARDRAILS)
+    async def input_guardrails(self, req: io.InputGuardrailsInput) -> GuardrailVerdict:
+        service = self._service(req.service)
+        ctx = InputGuardrailContext(
+            conversation_id=req.conversation_id, user_id=req.user_id, service=req.service,
+            message=req.message, raw_message=req.raw_message, variables=req.variables,
+            attachments=[AttachmentInfo(type=a.type, mime_type=a.mime_type, url=a.url,
+                                        chars=a.chars) for a in req.attachments])
+        try:
+            return await run_chain(service.input_guardrails, ctx)
+        except GuardrailError as exc:
+            raise ApplicationError(str(exc), type="GuardrailError") from exc
+
+    @activity.defn(name=io.OUTPUT_GUARDRAILS)
+    async def output_guardrails(self, req: io.OutputGuardrailsInput) -> GuardrailVerdict:
+        service = self._service(req.service)
+        ctx = OutputGuardrailContext(
+            conversation_id=req.conversation_id, user_id=req.user_id, service=req.service,
+            answer=req.answer, user_message=req.user_message, raw_message=req.raw_message,
+            attempt=req.attempt)
+        try:
+            return await run_chain(service.output_guardrails, ctx)
+        except GuardrailError as exc:
+            raise ApplicationError(str(exc), type="GuardrailError") from exc
+
+    @activity.defn(name=io.MODERATE)
+    async def moderate(self, req: io.ModerateInput) -> io.ModerationResult:
+        service = self._service(req.service)
+        if service.moderator is None:
+            return io.ModerationResult(source="none")
+        ctx = ModerationContext(conversation_id=req.conversation_id, user_id=req.user_id,
+                                service=req.service, text=req.text,
+                                raw_message=req.raw_message, settings=self.rt.settings)
+        try:
+            return await moderate(service.moderator, ctx)
+        except ModerationUnavailable as exc:
+            raise application_error(exc, non_retryable=not exc.retryable) from exc
+        except Exception as exc:  # the service's callable
+            raise _component_error("ModerationUnavailable", exc) from exc
+
+    @activity.defn(name=io.PARSE_OUTPUT)
+    def parse_output(self, req: io.ParseOutputInput) -> io.ParsedOutput:
+        output_type = self._service(req.service).output_type
+        if output_type is None:
+            raise application_error(ConfigurationError(
+                f"service {req.service!r} declares no output_type"), non_retryable=True)
+        try:
+            return io.ParsedOutput(ok=True, value=parse_answer(req.answer, output_type))
+        except ValueError as exc:
+            return io.ParsedOutput(ok=False, error=str(exc))
+
+    @activity.defn(name=io.DISCARD_MESSAGE)
+    async def discard_message(self, req: io.DiscardInput) -> None:
+        try:
+            await asyncio.to_thread(self.rt.memory.discard, req.conversation_id, req.seq,
+                                    req.reason)
+        except DatabaseUnavailable as exc:
+            raise application_error(exc, non_retryable=False) from exc
+
+    @activity.defn(name=io.PUBLISH_EVENT)
+    def publish_event(self, event: TurnEventRecord) -> list[str]:
+        """Returns the errors of listeners that failed (logged, never raised)."""
+        return self.rt.events.publish(event)

@@ -1,0 +1,51 @@
+"""Multimodal parts of stored messages (step 6), in their own table.
+
+`chat_message` stays exactly as contract.md describes it (a row inserted by
+another program is still a valid message); a message's images live in
+`chat_message_part`, keyed by the message's (conversation_id, seq), and are
+joined back when memory is read.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from turnstile.db import Connection, Dialect, schema
+from turnstile.messages import Attachment
+
+
+@schema
+def _parts_ddl(dialect: Dialect) -> list[str]:
+    return [
+        """CREATE TABLE IF NOT EXISTS chat_message_part (
+            conversation_id TEXT NOT NULL,
+            seq BIGINT NOT NULL,
+            idx INTEGER NOT NULL,
+            type TEXT NOT NULL,
+            url TEXT,
+            data TEXT,
+            mime_type TEXT,
+            PRIMARY KEY (conversation_id, seq, idx))""",
+    ]
+
+
+def write_parts(conn: Connection, conversation_id: str, seq: int,
+                parts: list[Attachment]) -> None:
+    """Idempotent: a retried memory write finds its parts already there."""
+    for idx, p in enumerate(parts):
+        conn.execute(
+            "INSERT INTO chat_message_part (conversation_id, seq, idx, type, url, data, "
+            "mime_type) VALUES (?, ?, ?, ?, ?, ?, ?) "
+            "ON CONFLICT (conversation_id, seq, idx) DO NOTHING",
+            (conversation_id, seq, idx, p.type, p.url, p.data, p.mime_type))
+
+
+def read_parts(conn: Connection, conversation_id: str) -> dict[int, list[Attachment]]:
+    rows = conn.fetchall(
+        "SELECT seq, type, url, data, mime_type FROM chat_message_part "
+        "WHERE conversation_id = ? ORDER BY seq, idx", (conversation_id,))
+    out: dict[int, list[Attachment]] = defaultdict(list)
+    for r in rows:
+        out[int(r["seq"])].append(Attachment(type=r["type"], url=r["url"], data=r["data"],
+                                             mime_type=r["mime_type"]))
+    return out

@@ -1,0 +1,129 @@
+"""Partial model output while a turn runs (step 8), outside workflow history.
+
+A streaming model activity appends coalesced text chunks to `turn_stream`
+(`workflow_id, response_seq, attempt, chunk`); `python starter.py stream
+WORKFLOW_ID` (or any SQL reader) follows them. History only ever holds the
+final message, as without streaming.
+
+Bounded: chunks are coalesced (>= FLUSH_CHARS or every FLUSH_SECONDS), at most
+MAX_CHUNKS per model response attempt (then a final "…" chunk and nothing
+more), and rows older than RETENTION_SECONDS are deleted whenever a new
+stream opens. A retried attempt streams again under its own `attempt`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from turnstile.db import Database, Dialect, schema
+from turnstile.store import now_iso
+
+FLUSH_CHARS = 64
+FLUSH_SECONDS = 0.2
+MAX_CHUNKS = 1000
+RETENTION_SECONDS = 24 * 3600.0
+
+
+@schema
+def _stream_ddl(dialect: Dialect) -> list[str]:
+    return [
+        """CREATE TABLE IF NOT EXISTS turn_stream (
+            workflow_id TEXT NOT NULL,
+            response_seq BIGINT NOT NULL,
+            attempt INTEGER NOT NULL,
+            chunk INTEGER NOT NULL,
+            text TEXT NOT NULL,
+            done INTEGER NOT NULL DEFAULT 0,
+            created_at TEXT NOT NULL,
+            PRIMARY KEY (workflow_id, response_seq, attempt, chunk))""",
+        "CREATE INDEX IF NOT EXISTS turn_stream_created ON turn_stream (created_at)",
+    ]
+
+
+class StreamWriter:
+    """Coalesces deltas of one model response attempt into rows."""
+
+    def __init__(self, db: Database, workflow_id: str, response_seq: int, attempt: int) -> None:
+        self.db, self.key = db, (workflow_id, response_seq, attempt)
+        self.chunk = 0
+        self.pending = ""
+        self.last_flush = time.monotonic()
+        self.truncated = False
+
+    def _insert(self, text: str, done: bool) -> None:
+        with self.db.connect() as conn:
+            conn.execute(
+                "INSERT INTO turn_stream (workflow_id, response_seq, attempt, chunk, text, done, "
+                "created_at) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT "
+                "(workflow_id, response_seq, attempt, chunk) DO NOTHING",
+                (*self.key, self.chunk, text, int(done), now_iso()))
+        self.chunk += 1
+
+    async def open(self) -> None:
+        # Same format as `now_iso()`, so the text comparison is a time comparison.
+        cutoff = (datetime.now(UTC) - timedelta(seconds=RETENTION_SECONDS)).isoformat(
+            timespec="milliseconds")
+        await asyncio.to_thread(self._prune, cutoff)
+
+    def _prune(self, cutoff: str) -> None:
+        with self.db.connect() as conn:
+            conn.execute("DELETE FROM turn_stream WHERE created_at < ?", (cutoff,))
+
+    async def add(self, text: str) -> None:
+        if self.truncated or not text:
+            return
+        self.pending += text
+        due = time.monotonic() - self.last_flush >= FLUSH_SECONDS
+        if len(self.pending) >= FLUSH_CHARS or due:
+            await self._flush(done=False)
+
+    async def _flush(self, done: bool) -> None:
+        text, self.pending = self.pending, ""
+        if self.chunk >= MAX_CHUNKS - 1 and not done:
+            text, done, self.truncated = text + "…", True, True
+        if text or done:
+            await asyncio.to_thread(self._insert, text, done)
+        self.last_flush = time.monotonic()
+
+    async def close(self) -> None:
+        if not self.truncated:
+            await self._flush(done=True)
+
+
+def read_stream(db: Database, workflow_id: str,
+                after: tuple[int, int, int] = (-1, 0, -1)) -> list[dict[str, Any]]:
+    """Rows after position `after` = (response_seq, attempt, chunk), in order."""
+    s, a, c = after
+    with db.connect() as conn:
+        return conn.fetchall(
+            "SELECT response_seq, attempt, chunk, text, done FROM turn_stream "
+            "WHERE workflow_id = ? AND (response_seq > ? OR (response_seq = ? AND "
+            "(attempt > ? OR (attempt = ? AND chunk > ?)))) "
+            "ORDER BY response_seq, attempt, chunk",
+            (workflow_id, s, s, a, a, c))
+
+
+async def follow_stream(db: Database, workflow_id: str, running: Callable[[], Awaitable[bool]],
+                        write: Callable[[str], None], poll: float = 0.2) -> int:
+    """Write the turn's partial text as it arrives until the turn has ended;
+    returns the number of chunks read."""
+    pos: tuple[int, int, int] = (-1, 0, -1)
+    seen = 0
+    while True:
+        alive = await running()
+        rows = await asyncio.to_thread(read_stream, db, workflow_id, pos)
+        for r in rows:
+            if pos[0] >= 0 and r["response_seq"] != pos[0]:
+                write("\n")
+            elif r["response_seq"] == pos[0] and r["attempt"] != pos[1]:
+                write("\n[model request retried]\n")
+            write(r["text"])
+            pos = (int(r["response_seq"]), int(r["attempt"]), int(r["chunk"]))
+            seen += 1
+        if not alive and not rows:
+            return seen
+        await asyncio.sleep(poll)
