@@ -59,9 +59,11 @@ async def run(argv: list[str] | None = None) -> None:
 
     tasks: list[asyncio.Future[object]] = []
     if not args.no_sender:
-        from turnstile.sales.sender import run_sender
+        from turnstile.sales.sender import SenderConfig, run_sender
 
-        tasks.append(asyncio.ensure_future(asyncio.to_thread(run_sender, rt.db, settings, stop)))
+        config = SenderConfig(stale_after_seconds=settings.sender_stale_seconds)
+        tasks.append(asyncio.ensure_future(
+            asyncio.to_thread(run_sender, rt.db, settings, stop, 0.5, config)))
         log.info("e-mail sender running (SMTP %s:%s)", settings.smtp_host, settings.smtp_port)
     if args.sender_only:
         await done.wait()

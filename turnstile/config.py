@@ -36,6 +36,7 @@ class Settings:
     data_dir: Path = DATA_DIR
     plugins: tuple[str, ...] = ()
     payload_threshold: int = 256 * 1024  # bytes; larger payloads are claim-checked
+    sender_stale_seconds: float = 300.0  # a SENDING task older than this was lost mid-send
     otlp_endpoint: str | None = None
 
     @classmethod
@@ -56,6 +57,8 @@ class Settings:
             smtp_port=int(e.get("SMTP_PORT") or d.smtp_port),
             audit=_flag(e.get("TURNSTILE_AUDIT"), True),
             data_dir=Path(e.get("TURNSTILE_DATA_DIR") or DATA_DIR),
+            sender_stale_seconds=float(e.get("TURNSTILE_SENDER_STALE_SECONDS")
+                                       or d.sender_stale_seconds),
             payload_threshold=int(e.get("TURNSTILE_PAYLOAD_THRESHOLD") or d.payload_threshold),
             otlp_endpoint=e.get("OTEL_EXPORTER_OTLP_ENDPOINT") or None,
             plugins=tuple(p for p in (e.get("TURNSTILE_PLUGINS") or "").split(",") if p.strip()),

@@ -13,8 +13,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 class WorkerProcess:
-    def __init__(self, log: Path, env: dict[str, str], args: tuple[str, ...] = ("--no-sender",)):
-        self.log, self.env, self.args = log, env, args
+    def __init__(self, log: Path, env: dict[str, str], args: tuple[str, ...] = ("--no-sender",),
+                 ready_marker: bytes = b"worker serving task queue"):
+        self.log, self.env, self.args, self.marker = log, env, args, ready_marker
         self.proc = None
 
     def start(self) -> WorkerProcess:
@@ -30,7 +31,7 @@ class WorkerProcess:
                 raise RuntimeError(f"worker exited: {self.log.read_text()[-2000:]}")
             with open(self.log, "rb") as f:
                 f.seek(offset)
-                return b"worker serving task queue" in f.read()
+                return self.marker in f.read()
 
         wait_for(ready, 60, "worker process")
         return self
