@@ -1,12 +1,15 @@
-"""SIGKILL the worker while a tool runs; a new worker finishes the turn and the
-tool's side effect exists exactly once."""
+"""SIGKILL the worker at the worst moments — mid-tool, while a turn waits for
+approval, mid-compensation — and let a new worker finish: every effect is
+applied or undone exactly once."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 import pytest
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowHandle
 
 from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.services import side_effects
@@ -25,12 +28,49 @@ from turnstile.contract import (
 from turnstile.db import Database
 
 
-async def _wait_for_effect(db: Database, key_prefix: str, timeout: float = 30) -> None:
-    for _ in range(int(timeout / 0.1)):
-        if side_effects(db, key_prefix):
-            return
-        await asyncio.sleep(0.1)
-    raise TimeoutError("the tool never started")
+class Crash:
+    """A turn on a subprocess worker that is SIGKILLed once `moment` holds,
+    then finished by a second worker process."""
+
+    def __init__(self, client: Client, server: DevServer, task_queue: str, tmp_path: Path,
+                 llm_url: str) -> None:
+        self.client, self.task_queue, self.tmp = client, task_queue, tmp_path
+        db_url = f"sqlite:///{tmp_path}/t.db"
+        self.db = Database(db_url)
+        self.env = {"TEMPORAL_ADDRESS": server.address, "TURNSTILE_TASK_QUEUE": task_queue,
+                    "DATABASE_URL": db_url, "LLM_BASE_URL": llm_url}
+
+    async def kill_when(self, wf_id: str, message: str,
+                        moment: Callable[[WorkflowHandle], Awaitable[bool]]) -> WorkflowHandle:
+        first = WorkerProcess(self.tmp / "worker1.log", self.env).start()
+        try:
+            handle = await self.client.start_workflow(
+                WORKFLOW_TYPE, TurnInput(conversation_id=f"c-{wf_id}", user_id="alice",
+                                         message=message, service="test",
+                                         variables={"team": "ops"}),
+                id=wf_id, task_queue=self.task_queue, result_type=TurnResult)
+            for _ in range(300):
+                if await moment(handle):
+                    break
+                await asyncio.sleep(0.1)
+            else:
+                raise TimeoutError(f"{wf_id}: the moment to kill never came")
+        finally:
+            first.kill()
+        return handle
+
+    async def resume(self, handle: WorkflowHandle) -> TurnResult:
+        second = WorkerProcess(self.tmp / "worker2.log", self.env).start()
+        try:
+            return await asyncio.wait_for(handle.result(), timeout=60)
+        finally:
+            second.stop()
+
+
+@pytest.fixture
+def crash(client: Client, temporal_server: DevServer, task_queue: str, tmp_path: Path,
+          fake_llm: FakeLLM) -> Crash:
+    return Crash(client, temporal_server, task_queue, tmp_path, fake_llm.url)
 
 
 @pytest.mark.parametrize(("tool", "expected"), [
@@ -39,31 +79,18 @@ async def _wait_for_effect(db: Database, key_prefix: str, timeout: float = 30) -
     # not safe to run twice: never re-run blindly; the model is told it was interrupted
     ("slowWrite", CallStatus.INTERRUPTED),
 ])
-async def test_worker_killed_mid_tool(client: Client, temporal_server: DevServer, task_queue: str,
-                                      tmp_path, fake_llm: FakeLLM, tool: str,
+async def test_worker_killed_mid_tool(crash: Crash, fake_llm: FakeLLM, tool: str,
                                       expected: CallStatus) -> None:
-    db_url = f"sqlite:///{tmp_path}/t.db"
-    env = {"TEMPORAL_ADDRESS": temporal_server.address, "TURNSTILE_TASK_QUEUE": task_queue,
-           "DATABASE_URL": db_url, "LLM_BASE_URL": fake_llm.url}
     fake_llm.script(tool_reply(("call-k", tool, {"note": "once", "seconds": 4})),
                     text_reply("done"))
-    db = Database(db_url)
-    first = WorkerProcess(tmp_path / "worker1.log", env).start()
-    try:
-        wf_id = f"kill-{tool}-{task_queue}"
-        handle = await client.start_workflow(
-            WORKFLOW_TYPE, TurnInput(conversation_id="c-kill", user_id="alice", message="go",
-                                     service="test", variables={"team": "ops"}),
-            id=wf_id, task_queue=task_queue, result_type=TurnResult)
-        await _wait_for_effect(db, wf_id)
-        first.kill()
-    finally:
-        first.kill()
-    second = WorkerProcess(tmp_path / "worker2.log", env).start()
-    try:
-        result = await asyncio.wait_for(handle.result(), timeout=60)
-    finally:
-        second.stop()
+    wf_id = f"kill-{tool}-{crash.task_queue}"
+
+    async def tool_running(_: WorkflowHandle) -> bool:
+        return bool(side_effects(crash.db, wf_id))
+
+    handle = await crash.kill_when(wf_id, "go", tool_running)
+    result = await crash.resume(handle)
+    db = crash.db
     assert result.status == TurnStatus.COMPLETED, result.error
     assert [c.status for c in result.tool_calls] == [expected]
     assert len(side_effects(db, wf_id)) == 1
@@ -77,76 +104,34 @@ async def test_worker_killed_mid_tool(client: Client, temporal_server: DevServer
 
 
 
-async def _wait(predicate, timeout: float = 30) -> None:  # type: ignore[no-untyped-def]
-    for _ in range(int(timeout / 0.1)):
-        if await predicate():
-            return
-        await asyncio.sleep(0.1)
-    raise TimeoutError("condition not reached")
-
-
-async def test_worker_killed_while_waiting_for_approval(
-        client: Client, temporal_server: DevServer, task_queue: str, tmp_path,
-        fake_llm: FakeLLM) -> None:
-    db_url = f"sqlite:///{tmp_path}/t.db"
-    env = {"TEMPORAL_ADDRESS": temporal_server.address, "TURNSTILE_TASK_QUEUE": task_queue,
-           "DATABASE_URL": db_url, "LLM_BASE_URL": fake_llm.url}
+async def test_worker_killed_while_waiting_for_approval(crash: Crash, fake_llm: FakeLLM) -> None:
     fake_llm.script(tool_reply(("p1", "sendMoneySlowly", {"to": "bob", "amount": 3})),
                     text_reply("paid"))
-    first = WorkerProcess(tmp_path / "worker1.log", env).start()
-    wf_id = f"kill-approval-{task_queue}"
-    try:
-        handle = await client.start_workflow(
-            WORKFLOW_TYPE, TurnInput(conversation_id="c-ka", user_id="alice", message="pay",
-                                     service="test", variables={"team": "ops"}),
-            id=wf_id, task_queue=task_queue, result_type=TurnResult)
+    wf_id = f"kill-approval-{crash.task_queue}"
 
-        async def pending() -> bool:
-            return bool(await handle.query("pending_approvals", result_type=list[PendingApproval]))
+    async def waiting(handle: WorkflowHandle) -> bool:
+        return bool(await handle.query("pending_approvals", result_type=list[PendingApproval]))
 
-        await _wait(pending)
-    finally:
-        first.kill()
+    handle = await crash.kill_when(wf_id, "pay", waiting)
     # No worker: the approval is still recorded by the server.
     await handle.signal("approve", ApproveSignal(tool_call_id="p1", reviewer="carol"))
-    second = WorkerProcess(tmp_path / "worker2.log", env).start()
-    try:
-        result = await asyncio.wait_for(handle.result(), timeout=60)
-    finally:
-        second.stop()
+    result = await crash.resume(handle)
     assert result.status == TurnStatus.COMPLETED
     assert [c.status for c in result.tool_calls] == [CallStatus.COMPLETED]
-    assert len(side_effects(Database(db_url), wf_id)) == 1
+    assert len(side_effects(crash.db, wf_id)) == 1
 
 
-async def test_worker_killed_during_compensation(
-        client: Client, temporal_server: DevServer, task_queue: str, tmp_path,
-        fake_llm: FakeLLM) -> None:
-    db_url = f"sqlite:///{tmp_path}/t.db"
-    env = {"TEMPORAL_ADDRESS": temporal_server.address, "TURNSTILE_TASK_QUEUE": task_queue,
-           "DATABASE_URL": db_url, "LLM_BASE_URL": fake_llm.url}
+async def test_worker_killed_during_compensation(crash: Crash, fake_llm: FakeLLM) -> None:
     fake_llm.script(tool_reply(("r1", "slowUndoReserve", {"item": "hall"})),
                     tool_reply(("m1", "mustSucceed", {})))
-    db = Database(db_url)
-    first = WorkerProcess(tmp_path / "worker1.log", env).start()
-    wf_id = f"kill-undo-{task_queue}"
-    try:
-        handle = await client.start_workflow(
-            WORKFLOW_TYPE, TurnInput(conversation_id="c-ku", user_id="alice", message="book",
-                                     service="test", variables={"team": "ops"}),
-            id=wf_id, task_queue=task_queue, result_type=TurnResult)
+    wf_id = f"kill-undo-{crash.task_queue}"
+    db = crash.db
 
-        async def undoing() -> bool:
-            return any(e["note"] == "CANCELLING" for e in side_effects(db, wf_id))
+    async def undoing(_: WorkflowHandle) -> bool:
+        return any(e["note"] == "CANCELLING" for e in side_effects(db, wf_id))
 
-        await _wait(undoing)
-    finally:
-        first.kill()
-    second = WorkerProcess(tmp_path / "worker2.log", env).start()
-    try:
-        result = await asyncio.wait_for(handle.result(), timeout=60)
-    finally:
-        second.stop()
+    handle = await crash.kill_when(wf_id, "book", undoing)
+    result = await crash.resume(handle)
     assert result.status == TurnStatus.ROLLED_BACK
     assert result.tool_calls[0].status == CallStatus.ROLLED_BACK
     assert [e["note"] for e in side_effects(db, wf_id)] == ["CANCELLED"]
