@@ -19,6 +19,7 @@ def all_activities(rt: Runtime) -> list[Callable[..., Any]]:
     mem, model, tools = MemoryActivities(rt), ModelActivities(rt), ToolActivities(rt)
     saga, pipe = SagaActivities(rt), PipelineActivities(rt)
     return [mem.describe_service, mem.load_memory, mem.append_messages, mem.resolve_tools,
+            mem.release_conversation,
             model.call_model, tools.execute_tool,
             saga.compensate_tool, saga.record_compensation_failure,
             pipe.transform_system_message, pipe.retrieve, pipe.input_guardrails,

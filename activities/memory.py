@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from temporalio import activity
+from temporalio.client import WorkflowExecutionStatus
+from temporalio.service import RPCError, RPCStatusCode
 
 from activities.runtime import Runtime, application_error
 from turnstile.activity_io import (
     APPEND_MESSAGES,
     DESCRIBE_SERVICE,
     LOAD_MEMORY,
+    RELEASE_CONVERSATION,
     RESOLVE_TOOLS,
     AppendMessagesInput,
     DescribeServiceInput,
@@ -18,11 +23,13 @@ from turnstile.activity_io import (
     ResolveToolsInput,
 )
 from turnstile.errors import (
+    ConversationBusy,
     ConversationOwnershipError,
     DatabaseUnavailable,
     MemoryConflictError,
     UnknownServiceError,
 )
+from turnstile.conversation_lock import ConversationLocks, Holder
 from turnstile.services import ProviderContext
 from turnstile.specs import ServiceSpec
 
@@ -43,13 +50,38 @@ class MemoryActivities:
         return spec
 
     @activity.defn(name=LOAD_MEMORY)
-    def load_memory(self, req: LoadMemoryInput) -> MemorySnapshot:
+    async def load_memory(self, req: LoadMemoryInput) -> MemorySnapshot:
+        """Step 1: check ownership, take the conversation's lock, read a snapshot."""
+        memory, conv = self.rt.memory, req.conversation_id
         try:
-            return self.rt.memory.snapshot(req.conversation_id, req.user_id)
+            await asyncio.to_thread(memory.check_owner, conv, req.user_id)
+            await self._lock(conv)
+            return await asyncio.to_thread(memory.snapshot, conv, req.user_id)
         except ConversationOwnershipError as exc:
             raise application_error(exc, non_retryable=True) from exc
-        except DatabaseUnavailable as exc:
+        except (DatabaseUnavailable, ConversationBusy) as exc:
             raise application_error(exc, non_retryable=False) from exc
+
+    async def _lock(self, conversation_id: str) -> None:
+        info = activity.info()
+        me = Holder(info.workflow_id or "", info.workflow_run_id or "")
+        locks = ConversationLocks(self.rt.db)
+        holder = await asyncio.to_thread(locks.acquire, conversation_id, me)
+        if holder is None:
+            return
+        if await _gone(holder) and await asyncio.to_thread(
+                locks.take_over, conversation_id, holder, me):
+            activity.logger.warning("took over the lock of %s from ended turn %s",
+                                    conversation_id, holder.workflow_id)
+            return
+        raise ConversationBusy(f"conversation {conversation_id!r} is in use by turn "
+                               f"{holder.workflow_id}; this turn waits until it ends")
+
+    @activity.defn(name=RELEASE_CONVERSATION)
+    def release_conversation(self, req: LoadMemoryInput) -> None:
+        info = activity.info()
+        ConversationLocks(self.rt.db).release(
+            req.conversation_id, Holder(info.workflow_id or "", info.workflow_run_id or ""))
 
     @activity.defn(name=RESOLVE_TOOLS)
     def resolve_tools(self, req: ResolveToolsInput) -> ResolvedTools:
@@ -79,3 +111,15 @@ class MemoryActivities:
             raise application_error(exc, non_retryable=True) from exc
         except DatabaseUnavailable as exc:
             raise application_error(exc, non_retryable=False) from exc
+
+
+async def _gone(holder: Holder) -> bool:
+    """Has the turn holding a lock ended without releasing it?"""
+    try:
+        desc = await activity.client().get_workflow_handle(
+            holder.workflow_id, run_id=holder.run_id).describe()
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.NOT_FOUND:
+            return True
+        raise
+    return desc.status != WorkflowExecutionStatus.RUNNING

@@ -22,6 +22,7 @@ EXECUTE_TOOL = "turnstile.execute_tool"
 COMPENSATE_TOOL = "turnstile.compensate_tool"
 RECORD_COMPENSATION_FAILURE = "turnstile.record_compensation_failure"
 RESOLVE_TOOLS = "turnstile.resolve_tools"
+RELEASE_CONVERSATION = "turnstile.release_conversation"
 # The pipeline's optional steps (docs/pipeline.md); scheduled only when the
 # service has the component, so a plain service's history is unchanged.
 TRANSFORM_SYSTEM_MESSAGE = "turnstile.transform_system_message"  # step 2

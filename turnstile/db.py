@@ -150,6 +150,7 @@ class Database:
         """Create every registered table and index that is missing."""
         # Import the table owners so their providers are registered.
         import turnstile.audit  # noqa: F401
+        import turnstile.conversation_lock  # noqa: F401
         import turnstile.payload_store  # noqa: F401
         import turnstile.retrieval  # noqa: F401
         import turnstile.sales.schema  # noqa: F401

@@ -42,6 +42,12 @@ class ConversationOwnershipError(TurnstileError):
     error_type = "ConversationNotOwned"
 
 
+class ConversationBusy(TurnstileError):
+    """Another turn of the conversation is running; this one waits (retryable)."""
+
+    error_type = "ConversationBusy"
+
+
 class TemplateVariableMissing(TurnstileError):
     error_type = "TemplateVariableMissing"
 

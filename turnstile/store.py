@@ -98,6 +98,10 @@ class MemoryStore:
             )
 
     # -- reads --------------------------------------------------------------
+    def check_owner(self, conversation_id: str, user_id: str) -> None:
+        with self.db.connect() as conn:
+            self.bind(conn, conversation_id, user_id)
+
     def snapshot(self, conversation_id: str, user_id: str, preview: int = 4) -> MemorySnapshot:
         with self.db.connect() as conn:
             self.bind(conn, conversation_id, user_id)

@@ -50,6 +50,7 @@ class AgentTurn:
         self.s = TurnState()
         self.spec = ServiceSpec(name="")  # replaced by describe_service
         self.steps: PipelineSteps | None = None
+        self.locked = False  # holds the conversation's lock (turnstile.conversation_lock)
         self.breakers: Breakers | None = None
         self.stream = False  # step 8, decided once per turn
         self.response_format: dict[str, Any] | None = None  # step 9
@@ -122,6 +123,7 @@ class AgentTurn:
             if s.compensable:
                 error = TurnErrorInfo(type="TurnCancelled", message="the turn was cancelled")
                 await self._roll_back(turn, error, None)
+            await self._release(turn)
             await self.steps.turn_completed(None, "cancelled")
             raise
         return await self._result(turn, TurnStatus.COMPLETED, answer, None)
@@ -142,6 +144,7 @@ class AgentTurn:
             io.LOAD_MEMORY, io.LoadMemoryInput(conversation_id=turn.conversation_id,
                                                user_id=turn.user_id),
             io.MemorySnapshot, "load_memory", TurnStatus.REFUSED)
+        self.locked = True  # load_memory took the conversation's lock
         s.seq = memory.next_seq
         s.event("load_memory", f"{memory.message_count} stored message(s)")
         s.step = "prepare"
@@ -293,12 +296,22 @@ class AgentTurn:
             return TurnStatus.COMPENSATION_FAILED
         return TurnStatus.ROLLED_BACK
 
+    async def _release(self, turn: TurnInput) -> None:
+        """Let the conversation's next turn in."""
+        if self.locked:
+            await self.s.activity(
+                io.RELEASE_CONVERSATION, io.LoadMemoryInput(
+                    conversation_id=turn.conversation_id, user_id=turn.user_id),
+                type(None), "release_conversation", TurnStatus.FAILED)
+            self.locked = False
+
     async def _result(self, turn: TurnInput, status: TurnStatus, answer: Any,
                       error: TurnErrorInfo | None) -> TurnResult:
         """17. "turn completed" event, return."""
         s = self.s
         s.step = status.value
         s.event("turn_completed", f"{status.value}, {s.round_trips} round trip(s)")
+        await self._release(turn)
         await s.publish()
         result = TurnResult(
             status=status, answer=answer, round_trips=s.round_trips, tool_calls=s.calls,

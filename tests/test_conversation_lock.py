@@ -1,0 +1,58 @@
+"""Turns of one conversation never interleave (design.md §5)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client
+
+from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
+from tests.support.services import make_service
+from tests.support.turns import running_worker
+from turnstile.contract import PendingApproval, TurnStatus
+from turnstile.store import MemoryStore
+
+
+async def test_second_turn_waits_for_the_first(client: Client, task_queue: str, tmp_path,
+                                               fake_llm: FakeLLM) -> None:
+    # FIFO replies: if the second turn ran during the first one's tool call, it
+    # would take the first turn's answer and the assertions below would fail.
+    fake_llm.script(tool_reply(("k1", "slowUpsert", {"note": "one", "seconds": 2})),
+                    text_reply("first done"), text_reply("second done"))
+    async with running_worker(client, task_queue, f"sqlite:///{tmp_path}/t.db",
+                              [make_service()], llm_url=fake_llm.url) as turns:
+        first = await turns.start("first", conversation="c-shared")
+        await asyncio.sleep(0.3)
+        second = await turns.start("second", conversation="c-shared")
+        r1, r2 = await asyncio.gather(first.result(), second.result())
+        stored = MemoryStore(turns.rt.db).messages("c-shared")
+    assert (r1.status, r1.answer) == (TurnStatus.COMPLETED, "first done")
+    assert (r2.status, r2.answer) == (TurnStatus.COMPLETED, "second done")
+    assert [(m.role, m.content) for m in stored if m.role in ("user", "assistant")] == [
+        ("user", "first"), ("assistant", None), ("assistant", "first done"),
+        ("user", "second"), ("assistant", "second done")]
+    # The second turn saw the whole first turn.
+    assert [m["content"] for m in fake_llm.requests[2]["messages"] if m["role"] == "user"] == [
+        "first", "second"]
+    # It waited visibly: its load_memory ran more than one attempt (ConversationBusy).
+    history = await second.fetch_history()
+    attempts = [e.activity_task_started_event_attributes.attempt for e in history.events
+                if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED]
+    assert max(attempts) > 1
+
+
+async def test_lock_of_a_terminated_turn_is_taken_over(client: Client, task_queue: str,
+                                                       tmp_path, fake_llm: FakeLLM) -> None:
+    fake_llm.script(tool_reply(("p1", "sendMoneySlowly", {"to": "bob", "amount": 1})),
+                    text_reply("after"))
+    async with running_worker(client, task_queue, f"sqlite:///{tmp_path}/t.db",
+                              [make_service()], llm_url=fake_llm.url) as turns:
+        stuck = await turns.start("pay", conversation="c-stuck")
+        for _ in range(100):
+            if await stuck.query("pending_approvals", result_type=list[PendingApproval]):
+                break
+            await asyncio.sleep(0.05)
+        await stuck.terminate("operator gave up")  # ends without releasing the lock
+        result = await asyncio.wait_for(turns.run("next", conversation="c-stuck"), 30)
+    assert result.status == TurnStatus.COMPLETED and result.answer == "after"

@@ -1,0 +1,64 @@
+"""One turn at a time per conversation, so memory stays in order.
+
+A turn takes the conversation's lock when it loads memory and gives it back
+when it ends. A second turn started meanwhile finds the lock taken: its
+load_memory attempt fails with the retryable `ConversationBusy`, and
+Temporal retries it (every attempt visible in the history) until the first
+turn ends — or, after the activity's schedule-to-close window, the waiting
+turn ends `refused`. A holder that no longer runs (terminated, timed out)
+is detected through Temporal and its lock taken over with compare-and-set.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from turnstile.db import Database, Dialect, schema
+from turnstile.store import now_iso
+
+
+@schema
+def _lock_ddl(dialect: Dialect) -> list[str]:
+    return ["""CREATE TABLE IF NOT EXISTS conversation_lock (
+        conversation_id TEXT PRIMARY KEY,
+        workflow_id TEXT NOT NULL,
+        run_id TEXT NOT NULL,
+        acquired_at TEXT NOT NULL)"""]
+
+
+@dataclass(frozen=True)
+class Holder:
+    workflow_id: str
+    run_id: str
+
+
+class ConversationLocks:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def acquire(self, conversation_id: str, me: Holder) -> Holder | None:
+        """None when `me` holds the lock now; otherwise the current holder."""
+        with self.db.connect() as conn:
+            conn.execute(
+                "INSERT INTO conversation_lock (conversation_id, workflow_id, run_id, "
+                "acquired_at) VALUES (?, ?, ?, ?) ON CONFLICT (conversation_id) DO NOTHING",
+                (conversation_id, me.workflow_id, me.run_id, now_iso()))
+            row = conn.fetchone("SELECT workflow_id, run_id FROM conversation_lock "
+                                "WHERE conversation_id = ?", (conversation_id,))
+        holder = Holder(row["workflow_id"], row["run_id"]) if row else None
+        return None if holder == me else holder
+
+    def take_over(self, conversation_id: str, stale: Holder, me: Holder) -> bool:
+        with self.db.connect() as conn:
+            cur = conn.execute(
+                "UPDATE conversation_lock SET workflow_id = ?, run_id = ?, acquired_at = ? "
+                "WHERE conversation_id = ? AND workflow_id = ? AND run_id = ?",
+                (me.workflow_id, me.run_id, now_iso(), conversation_id, stale.workflow_id,
+                 stale.run_id))
+            return cur.rowcount == 1
+
+    def release(self, conversation_id: str, me: Holder) -> None:
+        with self.db.connect() as conn:
+            conn.execute("DELETE FROM conversation_lock WHERE conversation_id = ? "
+                         "AND workflow_id = ? AND run_id = ?",
+                         (conversation_id, me.workflow_id, me.run_id))
