@@ -22,6 +22,7 @@ from turnstile.activity_io import (
     ResolvedTools,
     ResolveToolsInput,
 )
+from turnstile.conversation_lock import ConversationLocks, Holder
 from turnstile.errors import (
     ConversationBusy,
     ConversationOwnershipError,
@@ -29,7 +30,6 @@ from turnstile.errors import (
     MemoryConflictError,
     UnknownServiceError,
 )
-from turnstile.conversation_lock import ConversationLocks, Holder
 from turnstile.services import ProviderContext
 from turnstile.specs import ServiceSpec
 
