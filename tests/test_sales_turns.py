@@ -48,10 +48,10 @@ def email_tasks(db: Database, wf_id: str) -> list[dict[str, Any]]:
                              (wf_id + "/%",))
 
 
-async def test_demo_turn_end_to_end(client: Client, task_queue: str, tmp_path) -> None:
-    url = f"sqlite:///{tmp_path}/sales.db"
-    db = Database(url)
-    db.ensure_schema()
+async def test_demo_turn_end_to_end(client: Client, task_queue: str, tmp_path,
+                                    db: Database) -> None:
+    """On SQLite and on PostgreSQL (memory, audit, locks, outbox, read-only role)."""
+    url = db.url
     seed(db, rows=3000, today=TODAY)
     port = free_port()
     env = {"SMTP_PORT": str(port), "SMTP_HOST": "127.0.0.1"}
