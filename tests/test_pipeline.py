@@ -96,7 +96,10 @@ async def test_order_sensitive_facts(client: Client, task_queue: str, tmp_path,
                              "append_messages", "moderate", "call_model"]
     assert timeline.index(("completed", "turnstile.call_model")) < timeline.index(
         ("completed", "turnstile.moderate"))  # concurrent: the model answered first
-    assert timeline[-1] == ("completed", "turnstile.parse_output")  # checked, then parsed
+    # Checked, then parsed, then the conversation is handed to its next turn.
+    assert timeline[-3:] == [("completed", "turnstile.parse_output"),
+                             ("scheduled", "turnstile.release_conversation"),
+                             ("completed", "turnstile.release_conversation")]
     assert moderator.calls == [user["content"]]
 
 
