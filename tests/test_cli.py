@@ -28,14 +28,16 @@ MESSAGE = ("Find customers whose sales last week exceeded 50,000 and email ops@e
            "to follow up")
 
 
-async def temporal(server: DevServer, *args: str) -> str:
-    """`temporal ARGS... --address ...` in a subprocess; its stdout."""
+async def temporal(server: DevServer, *args: str, check: bool = True) -> str:
+    """`temporal ARGS... --address ...` in a subprocess; its stdout ("" on failure
+    when not checked)."""
     proc = await asyncio.create_subprocess_exec(
         temporal_binary(), *args, "--address", server.address,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     out, err = await proc.communicate()
-    assert proc.returncode == 0, f"temporal {' '.join(args)}: {err.decode()}"
-    return out.decode()
+    if check:
+        assert proc.returncode == 0, f"temporal {' '.join(args)}: {err.decode()}"
+    return out.decode() if proc.returncode == 0 else ""
 
 
 async def test_readme_cli_flow(client: Client, temporal_server: DevServer, task_queue: str,
@@ -52,9 +54,10 @@ async def test_readme_cli_flow(client: Client, temporal_server: DevServer, task_
                        "--type", "AgentTurn", "--workflow-id", wf, "--input", json.dumps(turn))
         pending: list[dict] = []
         for _ in range(200):
+            # Until its first workflow task has run, a new turn cannot answer queries.
             out = await temporal(temporal_server, "workflow", "query", "--workflow-id", wf,
-                                 "--name", "pending_approvals", "--output", "json")
-            pending = json.loads(out)["queryResult"][0]
+                                 "--name", "pending_approvals", "--output", "json", check=False)
+            pending = json.loads(out)["queryResult"][0] if out else []
             if pending:
                 break
             await asyncio.sleep(0.05)
@@ -96,13 +99,14 @@ async def test_starter_status_and_pending(client: Client, temporal_server: DevSe
                 "DATABASE_URL": url}
     env = {**os.environ, **env_args}
 
-    async def starter(*args: str) -> str:
+    async def starter(*args: str, check: bool = True) -> str:
         proc = await asyncio.create_subprocess_exec(
             sys.executable, str(ROOT / "starter.py"), *args, env=env, cwd=ROOT,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         out, err = await proc.communicate()
-        assert proc.returncode == 0, err.decode()
-        return out.decode()
+        if check:
+            assert proc.returncode == 0, err.decode()
+        return out.decode() if proc.returncode == 0 else ""
 
     wf = f"turn-starter-{task_queue}"
     async with running_worker(client, task_queue, url, [build_sales_service()],
@@ -111,7 +115,8 @@ async def test_starter_status_and_pending(client: Client, temporal_server: DevSe
         assert f"started {wf}" in out and "/namespaces/default/workflows/" in out
         pending: list = []
         for _ in range(200):
-            pending = json.loads(await starter("pending", wf))
+            # Until its first workflow task has run, a new turn cannot answer queries.
+            pending = json.loads(await starter("pending", wf, check=False) or "[]")
             if pending:
                 break
             await asyncio.sleep(0.05)
