@@ -96,11 +96,15 @@ class ToolActivities:
             self.rt.ledger.begin, wf_id, call.id, call.name, rerun_lost=tool.spec.idempotent
         )
         if entry.status == "COMPLETED":
-            status = CallStatus.FAILED if entry.is_error else CallStatus.COMPLETED
-            return await self._finish(req, entry.result or "", status, entry.is_error)
+            # A finished attempt whose completion was lost: replay what it reported.
+            status = CallStatus(entry.outcome) if entry.outcome else (
+                CallStatus.FAILED if entry.is_error else CallStatus.COMPLETED)
+            return await self._finish(req, entry.result or "", status, entry.is_error,
+                                      entry.state)
         if not entry.fresh:
             text = INTERRUPTED_TEXT.format(name=call.name)
-            await asyncio.to_thread(self.rt.ledger.complete, wf_id, call.id, text, True)
+            await asyncio.to_thread(self.rt.ledger.complete, wf_id, call.id, text, True,
+                                    CallStatus.INTERRUPTED.value)
             await asyncio.to_thread(audit_log.finished, workflow_id=wf_id, call_id=call.id,
                                     status=audit.FAILED, error="interrupted; effect unknown")
             return await self._finish(req, text, CallStatus.INTERRUPTED, True)
@@ -119,7 +123,8 @@ class ToolActivities:
             result = await with_heartbeat(tool.invoke(ctx, args), tool.spec.heartbeat_seconds)
         except ToolArgumentError as exc:
             # The tool's own validation (e.g. start after end): the model can fix it.
-            await asyncio.to_thread(self.rt.ledger.complete, wf_id, call.id, str(exc), True)
+            await asyncio.to_thread(self.rt.ledger.complete, wf_id, call.id, str(exc), True,
+                                    CallStatus.INVALID_ARGUMENTS.value)
             await asyncio.to_thread(audit_log.finished, workflow_id=wf_id, call_id=call.id,
                                     status=audit.FAILED, error=str(exc))
             return await self._finish(req, str(exc), CallStatus.INVALID_ARGUMENTS, True)
@@ -135,7 +140,8 @@ class ToolActivities:
                                    non_retryable=not retryable) from exc
         text = result_to_text(result)
         state = result.state if isinstance(result, ToolResult) else None
-        await asyncio.to_thread(self.rt.ledger.complete, wf_id, call.id, text, False)
+        await asyncio.to_thread(self.rt.ledger.complete, wf_id, call.id, text, False,
+                                CallStatus.COMPLETED.value, state)
         await asyncio.to_thread(audit_log.finished, workflow_id=wf_id, call_id=call.id,
                                 status=audit.COMPLETED)
         return await self._finish(req, text, CallStatus.COMPLETED, False, state)

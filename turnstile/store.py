@@ -58,6 +58,8 @@ def _memory_ddl(dialect: Dialect) -> list[str]:
             attempts INTEGER NOT NULL DEFAULT 1,
             result TEXT,
             is_error INTEGER NOT NULL DEFAULT 0,
+            outcome TEXT,
+            state TEXT,
             started_at TEXT NOT NULL,
             finished_at TEXT,
             PRIMARY KEY (workflow_id, tool_call_id))""",
@@ -260,6 +262,8 @@ class LedgerEntry(BaseModel):
     fresh: bool  # this attempt owns the execution
     result: str | None = None
     is_error: bool = False
+    outcome: str | None = None  # the CallStatus the finished attempt reported
+    state: dict[str, Any] | None = None  # cross-round state the tool returned
     attempts: int = 1
 
 
@@ -290,6 +294,8 @@ class ToolLedger:
                 return LedgerEntry(
                     status="COMPLETED", fresh=False, result=row["result"],
                     is_error=bool(row["is_error"]), attempts=row["attempts"],
+                    outcome=row["outcome"],
+                    state=json.loads(row["state"]) if row["state"] else None,
                 )
             if row["status"] == "ATTEMPT_FAILED" or rerun_lost:
                 conn.execute(
@@ -308,12 +314,15 @@ class ToolLedger:
                 "AND status = 'COMPLETED'", (workflow_id, call_id))
         return None if row is None else row["result"]
 
-    def complete(self, workflow_id: str, call_id: str, result: str, is_error: bool) -> None:
+    def complete(self, workflow_id: str, call_id: str, result: str, is_error: bool,
+                 outcome: str, state: dict[str, Any] | None = None) -> None:
         with self.db.connect() as conn:
             conn.execute(
                 "UPDATE tool_call_ledger SET status = 'COMPLETED', result = ?, is_error = ?, "
-                "finished_at = ? WHERE workflow_id = ? AND tool_call_id = ?",
-                (result, int(is_error), now_iso(), workflow_id, call_id),
+                "outcome = ?, state = ?, finished_at = ? "
+                "WHERE workflow_id = ? AND tool_call_id = ?",
+                (result, int(is_error), outcome, json.dumps(state) if state else None,
+                 now_iso(), workflow_id, call_id),
             )
 
     def attempt_failed(self, workflow_id: str, call_id: str, error: str) -> None:
