@@ -27,10 +27,12 @@ run: up
 
 test: install
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 lint: install
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 
 clean: down
 	rm -rf .data

@@ -54,8 +54,13 @@ async def run(argv: list[str] | None = None) -> None:
     stop = threading.Event()
     loop = asyncio.get_running_loop()
     done = asyncio.Event()
+
+    def shutdown() -> None:
+        stop.set()
+        done.set()
+
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, lambda: (stop.set(), done.set()))
+        loop.add_signal_handler(sig, shutdown)
 
     tasks: list[asyncio.Future[object]] = []
     if not args.no_sender:

@@ -8,7 +8,7 @@ from temporalio import activity
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.runtime import Runtime, application_error
+from activities.runtime import Runtime, application_error, turn_workflow_id
 from turnstile.activity_io import (
     APPEND_MESSAGES,
     DESCRIBE_SERVICE,
@@ -94,7 +94,7 @@ class MemoryActivities:
 
     @activity.defn(name=APPEND_MESSAGES)
     def append_messages(self, req: AppendMessagesInput) -> None:
-        wf_id = activity.info().workflow_id
+        wf_id = turn_workflow_id()
         try:
             self.rt.memory.append(req.conversation_id, req.start_seq, req.messages, wf_id)
             for e in req.audit:

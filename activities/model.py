@@ -9,7 +9,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.model_stream import request_model
-from activities.runtime import Runtime, application_error
+from activities.runtime import Runtime, application_error, turn_workflow_id
 from turnstile import attributes as attr
 from turnstile.activity_io import CALL_MODEL, ModelCallInput, ModelCallResult
 from turnstile.errors import (
@@ -29,7 +29,7 @@ class ModelActivities:
 
     @activity.defn(name=CALL_MODEL)
     async def call_model(self, req: ModelCallInput) -> ModelCallResult:
-        wf_id = activity.info().workflow_id
+        wf_id = turn_workflow_id()
         memory = self.rt.memory
         # A retry after the response was stored (worker lost before completing)
         # returns the stored response instead of asking the model again.

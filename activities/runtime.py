@@ -78,3 +78,14 @@ async def with_heartbeat(work: Awaitable[T], heartbeat_seconds: float | None) ->
         beater.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await beater
+
+
+def turn_workflow_id() -> str:
+    """The id of the turn running this activity. Turnstile's activities only
+    make sense inside a turn (the SDK types the id optional for standalone
+    activities)."""
+    wf_id = activity.info().workflow_id
+    if not wf_id:
+        raise ApplicationError("Turnstile activities run only inside an AgentTurn workflow",
+                               type="NotInWorkflow", non_retryable=True)
+    return wf_id

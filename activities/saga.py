@@ -11,7 +11,7 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.runtime import Runtime, with_heartbeat
+from activities.runtime import Runtime, turn_workflow_id, with_heartbeat
 from turnstile import attributes as attr
 from turnstile import audit
 from turnstile.activity_io import (
@@ -37,7 +37,7 @@ class SagaActivities:
     @activity.defn(name=COMPENSATE_TOOL)
     async def compensate_tool(self, req: CompensateInput) -> CompensateResult:
         info = activity.info()
-        wf_id, call = info.workflow_id, req.call
+        wf_id, call = turn_workflow_id(), req.call
         tool = self.rt.services.get(req.service).tool(call.name)
         if tool is None or tool.compensate is None:
             raise ApplicationError(f"{call.name} declares no compensation",
@@ -81,7 +81,7 @@ class SagaActivities:
     @activity.defn(name=RECORD_COMPENSATION_FAILURE)
     def record_compensation_failure(self, req: CompensationFailure) -> None:
         """A compensation that kept failing is a state, not a log line."""
-        wf_id = activity.info().workflow_id
+        wf_id = turn_workflow_id()
         text = (f"WARNING: the turn failed ({req.cause.get('type')}: {req.cause.get('message')}) "
                 f"and undoing this call to {req.call.name} failed ({req.error}). Its effect MAY "
                 "STILL EXIST: check before relying on it or repeating it.")

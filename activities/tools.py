@@ -16,7 +16,7 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.runtime import Runtime, application_error, with_heartbeat
+from activities.runtime import Runtime, application_error, turn_workflow_id, with_heartbeat
 from turnstile import attributes as attr
 from turnstile import audit
 from turnstile.activity_io import EXECUTE_TOOL, ToolExecInput, ToolOutcome
@@ -64,7 +64,7 @@ class ToolActivities:
 
     async def _finish(self, req: ToolExecInput, text: str, status: CallStatus,
                       is_error: bool, state: dict[str, Any] | None = None) -> ToolOutcome:
-        wf_id = activity.info().workflow_id
+        wf_id = turn_workflow_id()
         msg = tool_message(req.call.id, req.call.name, text, status, is_error, wf_id)
         if state:
             msg.attributes[attr.STATE] = state
@@ -74,7 +74,7 @@ class ToolActivities:
 
     async def _execute(self, req: ToolExecInput) -> ToolOutcome:
         info = activity.info()
-        wf_id, call = info.workflow_id, req.call
+        wf_id, call = turn_workflow_id(), req.call
         tool = self.rt.services.get(req.service).tool(call.name)
         if tool is None:  # the workflow checks names first; a stale spec can still get here
             return await self._finish(req, f"Tool {call.name!r} does not exist.",

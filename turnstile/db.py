@@ -121,10 +121,10 @@ class Database:
             url = self.url
             if readonly:
                 url = self.readonly_url or reader_url(self.url)
-            raw = psycopg.connect(url, connect_timeout=10)
+            pg: Any = psycopg.connect(url, connect_timeout=10)
             if readonly:
-                raw.read_only = True
-            return raw
+                pg.read_only = True
+            return pg
         except sqlite3.OperationalError as exc:
             raise DatabaseUnavailable(f"cannot open SQLite database {self.path}: {exc}") from exc
         except Exception as exc:  # psycopg.OperationalError and friends

@@ -103,7 +103,7 @@ class PipelineSteps:
         except ActivityError as exc:  # an event never changes the turn's outcome
             workflow.logger.warning("%s not delivered: %s", event.kind, _reason(exc))
 
-    def _event_ids(self, kind: str) -> dict[str, str]:
+    def _event_ids(self, kind: str) -> dict[str, Any]:
         info = workflow.info()
         return {"event_id": f"{info.workflow_id}/{info.run_id}/{kind}",
                 "workflow_id": info.workflow_id, "run_id": info.run_id, **self._ids(),
@@ -257,8 +257,8 @@ class PipelineSteps:
                               f"re-ask(s): {verdict.message}", answer=verdict.message,
                               compensate=False)
         self.reasks += 1
-        kind: Literal["retry", "reprompt"] = "retry" if verdict.outcome == "retry" else "reprompt"
-        return Reask(kind, verdict.guidance or verdict.message, source)
+        mode: Literal["retry", "reprompt"] = "retry" if verdict.outcome == "retry" else "reprompt"
+        return Reask(mode, verdict.guidance or verdict.message, source)
 
     # -- 16. parse to the return type ----------------------------------------------------------
     async def parse(self, answer: str) -> tuple[Reask | None, Any]:

@@ -121,7 +121,7 @@ class DemoPlanner:
         wanted = {"createFollowUpTask", "createEmailTask"} & available
         if recipient and wanted and not (wanted & results.keys()):
             customer_ids = [str(r.get("customerId")) for r in records]
-            calls = []
+            calls: list[ToolCall] = []
             if "createFollowUpTask" in wanted:
                 calls.append(ToolCall(id=f"{ids}_{len(calls)}", name="createFollowUpTask",
                                       arguments=json.dumps({
