@@ -333,7 +333,3 @@ class ToolLedger:
                 "finished_at = ? WHERE workflow_id = ? AND tool_call_id = ? AND status = 'STARTED'",
                 (error, now_iso(), workflow_id, call_id),
             )
-
-
-def rolled_back_attributes(cause: dict[str, Any]) -> dict[str, Any]:
-    return {attr.ROLLED_BACK: True, attr.ROLLBACK_CAUSE: cause}

@@ -10,13 +10,11 @@ inside activities, which never replay: no span is emitted twice.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
@@ -121,9 +119,3 @@ def record_tool_outcome(span: Span, outcome: str, is_error: bool) -> None:
     if is_error:
         span.set_status(Status(StatusCode.ERROR, outcome))
 
-
-def read_spans(path: Path) -> list[dict[str, Any]]:
-    """Spans from a JSON-lines trace file (for tests and curious users)."""
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
