@@ -16,10 +16,10 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 up: install
-	$(BIN)/python -m turnstile.devstack up
+	$(BIN)/python -m turnstile.runtime.devstack up
 
 down:
-	@if [ -x $(BIN)/python ]; then $(BIN)/python -m turnstile.devstack down; fi
+	@if [ -x $(BIN)/python ]; then $(BIN)/python -m turnstile.runtime.devstack down; fi
 
 run: up
 	$(BIN)/python starter.py seed

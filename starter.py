@@ -20,8 +20,7 @@ from typing import Any
 
 from temporalio.client import Client, WorkflowHandle
 
-from turnstile.config import Settings
-from turnstile.contract import (
+from turnstile.engine.contract import (
     WORKFLOW_TYPE,
     ApproveSignal,
     PendingApproval,
@@ -30,7 +29,9 @@ from turnstile.contract import (
     TurnProgress,
     TurnResult,
 )
-from turnstile.temporal_client import connect, web_ui_url
+from turnstile.runtime.client import connect, web_ui_url
+from turnstile.runtime.config import Settings
+from turnstile.stores.schema import ensure_schema
 
 
 def out(text: str = "") -> None:
@@ -105,8 +106,8 @@ async def stream_turn(handle: WorkflowHandle[Any, Any], settings: Settings) -> N
     """Follow `turn_stream` (step 8) until the turn has ended."""
     from temporalio.client import WorkflowExecutionStatus
 
-    from turnstile.db import Database
-    from turnstile.streaming import follow_stream
+    from turnstile.stores.db import Database
+    from turnstile.stores.streaming import follow_stream
 
     async def running() -> bool:
         return (await handle.describe()).status == WorkflowExecutionStatus.RUNNING
@@ -151,11 +152,11 @@ async def main(argv: list[str] | None = None, client: Client | None = None) -> i
     settings = Settings.from_env()
 
     if args.cmd == "seed":
-        from turnstile.db import Database
         from turnstile.sales.seed import seed
+        from turnstile.stores.db import Database
 
         db = Database(settings.database_url, readonly_url=settings.database_readonly_url)
-        db.ensure_schema()
+        ensure_schema(db)
         n = seed(db, rows=args.rows)
         out(f"seeded {n} sales records into {db.dialect} ({settings.database_url})")
         return 0
@@ -172,8 +173,8 @@ async def main(argv: list[str] | None = None, client: Client | None = None) -> i
         result = await follow(handle, settings, auto_approve=args.auto_approve)
         print_result(result, settings)
         if args.show_effects and turn.service == "sales-assistant":
-            from turnstile.db import Database
             from turnstile.sales.report import report_effects
+            from turnstile.stores.db import Database
 
             db = Database(settings.database_url, readonly_url=settings.database_readonly_url)
             await asyncio.to_thread(report_effects, db, handle.id,

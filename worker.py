@@ -15,12 +15,14 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from activities import Runtime, all_activities
-from turnstile.config import Settings
-from turnstile.plugins import load_services
-from turnstile.search_attributes import ensure_search_attributes
-from turnstile.temporal_client import connect
-from turnstile.tracing import interceptors as tracing_interceptors
-from turnstile.tracing import setup_tracing
+from turnstile.runtime.client import connect
+from turnstile.runtime.config import Settings
+from turnstile.runtime.plugins import load_services
+from turnstile.runtime.search_attributes import ensure_search_attributes
+from turnstile.runtime.tracing import interceptors as tracing_interceptors
+from turnstile.runtime.tracing import setup_tracing
+from turnstile.sales.service import build_sales_service  # the reference app (+ its tables)
+from turnstile.stores.schema import ensure_schema
 from workflows import AgentTurn
 
 log = logging.getLogger("turnstile.worker")
@@ -49,8 +51,8 @@ async def run(argv: list[str] | None = None) -> None:
 
     settings = Settings.from_env()
     setup_tracing(settings, "turnstile-worker")
-    rt = Runtime.build(settings, load_services(settings))
-    rt.db.ensure_schema()
+    rt = Runtime.build(settings, load_services(settings, [build_sales_service()]))
+    ensure_schema(rt.db)
     stop = threading.Event()
     loop = asyncio.get_running_loop()
     done = asyncio.Event()

@@ -10,6 +10,7 @@ from activities.model import ModelActivities
 from activities.pipeline import PipelineActivities
 from activities.runtime import Runtime
 from activities.saga import SagaActivities
+from activities.service import ServiceActivities
 from activities.tools import ToolActivities
 
 __all__ = ["Runtime", "all_activities"]
@@ -17,9 +18,9 @@ __all__ = ["Runtime", "all_activities"]
 
 def all_activities(rt: Runtime) -> list[Callable[..., Any]]:
     mem, model, tools = MemoryActivities(rt), ModelActivities(rt), ToolActivities(rt)
-    saga, pipe = SagaActivities(rt), PipelineActivities(rt)
-    return [mem.describe_service, mem.load_memory, mem.append_messages, mem.resolve_tools,
-            mem.release_conversation,
+    saga, pipe, svc = SagaActivities(rt), PipelineActivities(rt), ServiceActivities(rt)
+    return [svc.describe_service, svc.resolve_tools,
+            mem.load_memory, mem.append_messages, mem.release_conversation,
             model.call_model, tools.execute_tool,
             saga.compensate_tool, saga.record_compensation_failure,
             pipe.transform_system_message, pipe.retrieve, pipe.input_guardrails,

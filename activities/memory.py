@@ -1,4 +1,4 @@
-"""Activities at the edges of a turn: service description and chat memory."""
+"""Activities of chat memory: load (ownership, lock, snapshot), append, release."""
 
 from __future__ import annotations
 
@@ -9,45 +9,26 @@ from temporalio.client import WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.runtime import Runtime, application_error, turn_workflow_id
-from turnstile.activity_io import (
+from turnstile.engine.activity_io import (
     APPEND_MESSAGES,
-    DESCRIBE_SERVICE,
     LOAD_MEMORY,
     RELEASE_CONVERSATION,
-    RESOLVE_TOOLS,
     AppendMessagesInput,
-    DescribeServiceInput,
     LoadMemoryInput,
     MemorySnapshot,
-    ResolvedTools,
-    ResolveToolsInput,
 )
-from turnstile.conversation_lock import ConversationLocks, Holder
-from turnstile.errors import (
+from turnstile.engine.errors import (
     ConversationBusy,
     ConversationOwnershipError,
     DatabaseUnavailable,
     MemoryConflictError,
-    UnknownServiceError,
 )
-from turnstile.services import ProviderContext
-from turnstile.specs import ServiceSpec
+from turnstile.stores.lock import ConversationLocks, Holder
 
 
 class MemoryActivities:
     def __init__(self, rt: Runtime) -> None:
         self.rt = rt
-
-    @activity.defn(name=DESCRIBE_SERVICE)
-    def describe_service(self, req: DescribeServiceInput) -> ServiceSpec:
-        try:
-            # Step 9's choice (schema vs instructions) depends on this worker's provider.
-            takes_schema = bool(getattr(self.rt.provider, "supports_response_format", False))
-            spec = self.rt.services.get(req.service).spec(provider_takes_schema=takes_schema)
-        except UnknownServiceError as exc:
-            raise application_error(exc, non_retryable=True) from exc
-        spec.search_attributes = self.rt.search_attributes
-        return spec
 
     @activity.defn(name=LOAD_MEMORY)
     async def load_memory(self, req: LoadMemoryInput) -> MemorySnapshot:
@@ -82,15 +63,6 @@ class MemoryActivities:
         info = activity.info()
         ConversationLocks(self.rt.db).release(
             req.conversation_id, Holder(info.workflow_id or "", info.workflow_run_id or ""))
-
-    @activity.defn(name=RESOLVE_TOOLS)
-    def resolve_tools(self, req: ResolveToolsInput) -> ResolvedTools:
-        """Ask the service's providers; return only tools the model has not seen."""
-        service = self.rt.services.get(req.service)
-        ctx = ProviderContext(conversation_id=req.conversation_id, user_id=req.user_id,
-                              state=self.rt.memory.state(req.conversation_id), known=req.known)
-        return ResolvedTools(added=[t.spec for t in service.offered(ctx)
-                                    if t.name not in req.known])
 
     @activity.defn(name=APPEND_MESSAGES)
     def append_messages(self, req: AppendMessagesInput) -> None:

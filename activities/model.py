@@ -10,9 +10,9 @@ from temporalio.exceptions import ApplicationError
 
 from activities.model_stream import request_model
 from activities.runtime import Runtime, application_error, turn_workflow_id
-from turnstile import attributes as attr
-from turnstile.activity_io import CALL_MODEL, ModelCallInput, ModelCallResult
-from turnstile.errors import (
+from turnstile.engine import attributes as attr
+from turnstile.engine.activity_io import CALL_MODEL, ModelCallInput, ModelCallResult
+from turnstile.engine.errors import (
     DatabaseUnavailable,
     MalformedModelResponse,
     MemoryConflictError,
@@ -20,7 +20,7 @@ from turnstile.errors import (
 )
 from turnstile.providers import ModelRequest
 from turnstile.providers.openai_compat import RetryableModelError
-from turnstile.tracing import model_span, record_model_response
+from turnstile.runtime.tracing import model_span, record_model_response
 
 
 class ModelActivities:

@@ -9,9 +9,9 @@ from __future__ import annotations
 from temporalio import activity
 
 from activities.runtime import Runtime
-from turnstile.activity_io import ModelCallInput
+from turnstile.engine.activity_io import ModelCallInput
 from turnstile.providers import ModelRequest, ModelResponse
-from turnstile.streaming import StreamWriter
+from turnstile.stores.streaming import StreamWriter
 
 
 async def request_model(rt: Runtime, req: ModelCallInput, request: ModelRequest,

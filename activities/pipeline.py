@@ -16,27 +16,27 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.runtime import Runtime, application_error
-from turnstile import activity_io as io
-from turnstile.callables import invoke
-from turnstile.errors import (
+from turnstile.engine import activity_io as io
+from turnstile.engine.callables import invoke
+from turnstile.engine.errors import (
     ConfigurationError,
     DatabaseUnavailable,
     ModerationUnavailable,
     TurnstileError,
 )
-from turnstile.events import TurnEventRecord
-from turnstile.guardrails import (
+from turnstile.engine.events import TurnEventRecord
+from turnstile.engine.output_format import parse_answer
+from turnstile.engine.pipeline_spec import GuardrailVerdict
+from turnstile.runtime.guardrails import (
     AttachmentInfo,
     GuardrailError,
     InputGuardrailContext,
     OutputGuardrailContext,
     run_chain,
 )
-from turnstile.moderation import ModerationContext, moderate
-from turnstile.output_format import parse_answer
-from turnstile.pipeline_spec import GuardrailVerdict
-from turnstile.retrieval import RetrievalContext, within_budget
-from turnstile.services import Service, SystemMessageContext
+from turnstile.runtime.moderation import ModerationContext, moderate
+from turnstile.runtime.services import Service, SystemMessageContext
+from turnstile.stores.retrieval_index import RetrievalContext, within_budget
 
 
 def _component_error(kind: str, exc: Exception) -> ApplicationError:

@@ -11,14 +11,14 @@ from typing import TypeVar
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from turnstile.audit import AuditLog
-from turnstile.config import Settings
-from turnstile.db import Database
-from turnstile.errors import TurnstileError
-from turnstile.events import EventBus
+from turnstile.engine.errors import TurnstileError
 from turnstile.providers import ModelProvider, build_provider
-from turnstile.services import ServiceRegistry
-from turnstile.store import MemoryStore, ToolLedger
+from turnstile.runtime.config import Settings
+from turnstile.runtime.event_bus import EventBus
+from turnstile.runtime.services import ServiceRegistry
+from turnstile.stores.audit import AuditLog
+from turnstile.stores.db import Database
+from turnstile.stores.memory import MemoryStore, ToolLedger
 
 
 @dataclass

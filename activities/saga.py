@@ -12,16 +12,16 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.runtime import Runtime, turn_workflow_id, with_heartbeat
-from turnstile import attributes as attr
-from turnstile import audit
-from turnstile.activity_io import (
+from turnstile.engine import attributes as attr
+from turnstile.engine.activity_io import (
     COMPENSATE_TOOL,
     RECORD_COMPENSATION_FAILURE,
     CompensateInput,
     CompensateResult,
     CompensationFailure,
 )
-from turnstile.tools import ToolContext, Undo, result_to_text
+from turnstile.runtime.tools import ToolContext, Undo, result_to_text
+from turnstile.stores import audit
 
 
 def rolled_back_text(name: str, cause: dict[str, Any], description: str) -> str:

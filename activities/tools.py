@@ -17,14 +17,14 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.runtime import Runtime, application_error, turn_workflow_id, with_heartbeat
-from turnstile import attributes as attr
-from turnstile import audit
-from turnstile.activity_io import EXECUTE_TOOL, ToolExecInput, ToolOutcome
-from turnstile.contract import CallStatus
-from turnstile.errors import DatabaseUnavailable, MemoryConflictError, ToolArgumentError
-from turnstile.messages import ChatMessage
-from turnstile.tools import ToolContext, ToolExecutionError, ToolResult, result_to_text
-from turnstile.tracing import record_tool_outcome, tool_span
+from turnstile.engine import attributes as attr
+from turnstile.engine.activity_io import EXECUTE_TOOL, ToolExecInput, ToolOutcome
+from turnstile.engine.contract import CallStatus
+from turnstile.engine.errors import DatabaseUnavailable, MemoryConflictError, ToolArgumentError
+from turnstile.engine.messages import ChatMessage
+from turnstile.runtime.tools import ToolContext, ToolExecutionError, ToolResult, result_to_text
+from turnstile.runtime.tracing import record_tool_outcome, tool_span
+from turnstile.stores import audit
 
 PREVIEW_CHARS = 400
 INTERRUPTED_TEXT = (

@@ -26,13 +26,13 @@ from urllib.parse import urlparse, urlunparse
 
 import psycopg
 
-from turnstile.config import Settings
-from turnstile.db import Database
+from turnstile.runtime.config import Settings
 from turnstile.sales import outbox
 from turnstile.sales.query import run_sales_query
 from turnstile.sales.seed import PERIOD_DAYS, seed
 from turnstile.sales.sender import SenderConfig, deliver_due
 from turnstile.sales.smtp_server import LocalSmtpServer
+from turnstile.stores.db import Database
 
 DEFAULT_PG = "postgresql://postgres@127.0.0.1:5432/turnstile_bench"
 

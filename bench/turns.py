@@ -3,7 +3,7 @@
     .venv/bin/python -m bench.turns [--turns 50] [--concurrency 1 20] [--tool-rounds 2]
 
 Starts `temporal server start-dev` (in memory, with the speed flags of
-turnstile.devstack) as a subprocess in its own process group, an instant
+turnstile.runtime.devstack) as a subprocess in its own process group, an instant
 scripted OpenAI-compatible model (tests.support.fake_llm.FakeLLM) and, in this
 process, a Turnstile worker (worker.build_worker) serving the test service
 (tests.support.services.make_service, tool `add`) on a SQLite file in a temp
@@ -45,16 +45,18 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Worker
 
+from turnstile.stores.schema import ensure_schema
+
 with workflow.unsafe.imports_passed_through():
     from activities import Runtime
     from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
     from tests.support.services import make_service
-    from turnstile.config import Settings
-    from turnstile.contract import WORKFLOW_TYPE, TurnInput, TurnResult, TurnStatus
-    from turnstile.devstack import TEMPORAL_SPEED_FLAGS, temporal_dev_command
+    from turnstile.engine.contract import WORKFLOW_TYPE, TurnInput, TurnResult, TurnStatus
     from turnstile.providers import build_provider
-    from turnstile.search_attributes import ensure_search_attributes
-    from turnstile.services import ServiceRegistry
+    from turnstile.runtime.config import Settings
+    from turnstile.runtime.devstack import TEMPORAL_SPEED_FLAGS, temporal_dev_command
+    from turnstile.runtime.search_attributes import ensure_search_attributes
+    from turnstile.runtime.services import ServiceRegistry
     from worker import build_worker
 
 log = logging.getLogger("bench.turns")
@@ -251,7 +253,7 @@ async def bench(args: argparse.Namespace, workdir: Path) -> list[Row]:
             "TURNSTILE_DATA_DIR": str(workdir),
         })
         rt = Runtime.build(settings, ServiceRegistry([make_service()]), build_provider(settings))
-        rt.db.ensure_schema()
+        ensure_schema(rt.db)
         rt.search_attributes = await ensure_search_attributes(client, "default")
         floor_queue = f"{queue}-floor"
         rows: list[Row] = []

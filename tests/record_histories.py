@@ -26,11 +26,12 @@ from tests.support.processes import free_port
 from tests.support.services import make_service
 from tests.support.temporal_server import DevServer, connect
 from tests.support.turns import Turns, running_worker
-from turnstile.contract import ApproveSignal, PendingApproval, RejectSignal
-from turnstile.db import Database
+from turnstile.engine.contract import ApproveSignal, PendingApproval, RejectSignal
 from turnstile.providers import DemoPlanner
 from turnstile.sales.seed import seed
 from turnstile.sales.service import build_sales_service
+from turnstile.stores.db import Database
+from turnstile.stores.schema import ensure_schema
 
 OUT = Path(__file__).parent / "histories"
 DEMO = "Find customers whose sales last week exceeded 50,000 and email ops@example.com to follow up"
@@ -79,7 +80,7 @@ async def main() -> None:
         client = await connect(server.address)
         tmp = Path(tempfile.mkdtemp())
         db = Database(f"sqlite:///{tmp}/demo.db")
-        db.ensure_schema()
+        ensure_schema(db)
         seed(db, rows=2000, today=TODAY)
 
         async def demo(turns: Turns) -> WorkflowHandle:

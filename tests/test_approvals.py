@@ -11,7 +11,7 @@ from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.services import make_service, side_effects
 from tests.support.turns import running_worker
-from turnstile.contract import (
+from turnstile.engine.contract import (
     ApproveSignal,
     CallStatus,
     PendingApproval,
@@ -20,7 +20,7 @@ from turnstile.contract import (
     TurnProgress,
     TurnStatus,
 )
-from turnstile.db import Database
+from turnstile.stores.db import Database
 
 
 def db_url(tmp_path) -> str:  # type: ignore[no-untyped-def]

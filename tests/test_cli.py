@@ -16,11 +16,12 @@ from temporalio.client import Client
 
 from tests.support.temporal_server import DevServer
 from tests.support.turns import running_worker
-from turnstile.db import Database
-from turnstile.devstack import temporal_binary
 from turnstile.providers import DemoPlanner
+from turnstile.runtime.devstack import temporal_binary
 from turnstile.sales.seed import seed
 from turnstile.sales.service import build_sales_service
+from turnstile.stores.db import Database
+from turnstile.stores.schema import ensure_schema
 
 ROOT = Path(__file__).resolve().parents[1]
 TODAY = date(2026, 11, 25)
@@ -44,7 +45,7 @@ async def test_readme_cli_flow(client: Client, temporal_server: DevServer, task_
                                tmp_path) -> None:
     url = f"sqlite:///{tmp_path}/sales.db"
     db = Database(url)
-    db.ensure_schema()
+    ensure_schema(db)
     seed(db, rows=2000, today=TODAY)
     wf = f"turn-cli-{task_queue}"
     async with running_worker(client, task_queue, url, [build_sales_service()],
@@ -93,7 +94,7 @@ async def test_starter_status_and_pending(client: Client, temporal_server: DevSe
     """`python starter.py run --no-follow`, then `pending` and `approve` by id."""
     url = f"sqlite:///{tmp_path}/sales.db"
     db = Database(url)
-    db.ensure_schema()
+    ensure_schema(db)
     seed(db, rows=2000, today=TODAY)
     env_args = {"TEMPORAL_ADDRESS": temporal_server.address, "TURNSTILE_TASK_QUEUE": task_queue,
                 "DATABASE_URL": url}

@@ -307,7 +307,7 @@ def test_setup_registers_turnstile_search_attributes(
         services: dict[str, dict[str, Any]]) -> None:
     from temporalio.api.enums.v1 import IndexedValueType
 
-    from turnstile.search_attributes import ATTRIBUTES
+    from turnstile.runtime.search_attributes import ATTRIBUTES
 
     cli_type = {IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD: "Keyword",
                 IndexedValueType.INDEXED_VALUE_TYPE_INT: "Int"}

@@ -10,8 +10,8 @@ from temporalio.client import Client
 from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.services import make_service
 from tests.support.turns import running_worker
-from turnstile.contract import PendingApproval, TurnStatus
-from turnstile.store import MemoryStore
+from turnstile.engine.contract import PendingApproval, TurnStatus
+from turnstile.stores.memory import MemoryStore
 
 
 async def test_second_turn_waits_for_the_first(client: Client, task_queue: str, tmp_path,

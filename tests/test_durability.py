@@ -15,8 +15,7 @@ from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.services import side_effects
 from tests.support.temporal_server import DevServer
 from tests.support.worker_process import WorkerProcess
-from turnstile.audit import AuditLog
-from turnstile.contract import (
+from turnstile.engine.contract import (
     WORKFLOW_TYPE,
     ApproveSignal,
     CallStatus,
@@ -25,7 +24,8 @@ from turnstile.contract import (
     TurnResult,
     TurnStatus,
 )
-from turnstile.db import Database
+from turnstile.stores.audit import AuditLog
+from turnstile.stores.db import Database
 
 
 class Crash:

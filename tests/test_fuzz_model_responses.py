@@ -26,10 +26,10 @@ from tests.support.fake_llm import FakeLLM, Raw, text_reply
 from tests.support.services import add, echo, mustSucceed, refuses, reserve, unlock
 from tests.support.temporal_server import DevServer, connect
 from tests.support.turns import Turns, running_worker
-from turnstile.contract import TurnStatus
-from turnstile.services import Service
-from turnstile.specs import LoopPolicy
-from turnstile.tools import ToolRegistry
+from turnstile.engine.contract import TurnStatus
+from turnstile.engine.specs import LoopPolicy
+from turnstile.runtime.services import Service
+from turnstile.runtime.tools import ToolRegistry
 
 EXAMPLES = 500
 REAL = ["add", "echo", "refuses", "unlock", "reserve", "mustSucceed"]

@@ -14,12 +14,13 @@ from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.services import make_service
 from tests.support.temporal_server import DevServer
 from tests.support.turns import running_worker
-from turnstile.config import Settings
-from turnstile.contract import CallStatus, TurnStatus
-from turnstile.db import Database
-from turnstile.payload_store import PayloadIntegrityError, sweep
-from turnstile.store import MemoryStore
-from turnstile.temporal_client import converter
+from turnstile.engine.contract import CallStatus, TurnStatus
+from turnstile.runtime.client import converter
+from turnstile.runtime.config import Settings
+from turnstile.stores.db import Database
+from turnstile.stores.memory import MemoryStore
+from turnstile.stores.payload_store import PayloadIntegrityError, sweep
+from turnstile.stores.schema import ensure_schema
 
 MB = 1024 * 1024
 
@@ -28,7 +29,7 @@ async def test_ten_megabyte_tool_result_and_huge_answer_complete_the_turn(
         temporal_server: DevServer, task_queue: str, tmp_path, fake_llm: FakeLLM) -> None:
     url = f"sqlite:///{tmp_path}/t.db"
     settings = Settings.from_env({"DATABASE_URL": url})
-    Database(url).ensure_schema()
+    ensure_schema(Database(url))
     client = await Client.connect(temporal_server.address, data_converter=converter(settings))
     huge_args = {"text": "a" * (3 * MB)}  # tool arguments above the limit
     answer = "b" * (3 * MB)  # a model answer above the limit
@@ -62,7 +63,7 @@ async def test_corrupted_blob_is_detected_and_sweep_keeps_live_references(
     url = f"sqlite:///{tmp_path}/t.db"
     settings = Settings.from_env({"DATABASE_URL": url})
     db = Database(url)
-    db.ensure_schema()
+    ensure_schema(db)
     conv = converter(settings)
     client = await Client.connect(temporal_server.address, data_converter=conv)
     payloads = await conv.encode(["x" * MB])

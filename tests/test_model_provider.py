@@ -10,7 +10,7 @@ from temporalio.client import Client
 from tests.support.fake_llm import FakeLLM, Raw, text_reply, tool_reply
 from tests.support.services import make_service
 from tests.support.turns import running_worker
-from turnstile.contract import TurnStatus
+from turnstile.engine.contract import TurnStatus
 
 
 def _stamp(reply):  # type: ignore[no-untyped-def]

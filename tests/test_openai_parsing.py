@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from turnstile.audit import mask
-from turnstile.errors import MalformedModelResponse
+from turnstile.engine.errors import MalformedModelResponse
 from turnstile.providers.openai_compat import parse_completion, parse_retry_after
+from turnstile.stores.audit import mask
 
 
 def test_tool_calls_and_usage_are_read() -> None:

@@ -7,11 +7,11 @@ from temporalio.client import Client
 from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.pipeline_services import Scripted, pipeline_service
 from tests.support.turns import running_worker
-from turnstile import attributes as attr
-from turnstile.contract import CallStatus, TurnStatus
-from turnstile.guardrails import GuardrailResult, MaxLength, PiiGuardrail
-from turnstile.pipeline_spec import PipelinePolicy
-from turnstile.store import MemoryStore
+from turnstile.engine import attributes as attr
+from turnstile.engine.contract import CallStatus, TurnStatus
+from turnstile.engine.pipeline_spec import PipelinePolicy
+from turnstile.runtime.guardrails import GuardrailResult, MaxLength, PiiGuardrail
+from turnstile.stores.memory import MemoryStore
 
 CARD_ANSWER = "Charged card 4111 1111 1111 1111 for the order."
 

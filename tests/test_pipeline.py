@@ -20,13 +20,13 @@ from tests.support.pipeline_services import (
     pipeline_service,
 )
 from tests.support.turns import running_worker
-from turnstile import attributes as attr
-from turnstile.contract import CallStatus, TurnStatus
-from turnstile.guardrails import prompt_injection_guardrail
-from turnstile.moderation import KeywordModerator
-from turnstile.pipeline_spec import PipelinePolicy
+from turnstile.engine import attributes as attr
+from turnstile.engine.contract import CallStatus, TurnStatus
+from turnstile.engine.pipeline_spec import PipelinePolicy
 from turnstile.providers import OpenAICompatibleProvider
-from turnstile.store import MemoryStore
+from turnstile.runtime.guardrails import prompt_injection_guardrail
+from turnstile.runtime.moderation import KeywordModerator
+from turnstile.stores.memory import MemoryStore
 
 CONTACT = {"name": "Ada", "email": "ada@example.com", "priority": 2}
 ASK = "Who should follow up with key accounts? Reply as a contact."

@@ -12,9 +12,15 @@ import pytest
 
 from tests.support.fake_llm import FakeLLM, Raw, moderation_reply, sse_chunks, tool_reply
 from tests.support.pipeline_services import Contact
-from turnstile.config import Settings
-from turnstile.errors import AttachmentError, ConfigurationError, ModerationUnavailable
-from turnstile.guardrails import (
+from turnstile.engine.errors import AttachmentError, ConfigurationError, ModerationUnavailable
+from turnstile.engine.messages import Attachment
+from turnstile.engine.output_format import json_text, output_spec, parse_answer
+from turnstile.engine.pipeline_spec import PipelinePolicy
+from turnstile.engine.user_message import checked_attachments
+from turnstile.providers.openai_compat import parse_completion
+from turnstile.providers.openai_stream import read_sse
+from turnstile.runtime.config import Settings
+from turnstile.runtime.guardrails import (
     GuardrailError,
     GuardrailResult,
     InputGuardrailContext,
@@ -25,21 +31,15 @@ from turnstile.guardrails import (
     prompt_injection_guardrail,
     run_chain,
 )
-from turnstile.messages import Attachment
-from turnstile.moderation import (
+from turnstile.runtime.moderation import (
     AnyModerator,
     KeywordModerator,
     ModerationContext,
     OpenAIModerator,
     moderate,
 )
-from turnstile.output_format import json_text, output_spec, parse_answer
-from turnstile.pipeline_spec import PipelinePolicy
-from turnstile.providers.openai_compat import parse_completion
-from turnstile.providers.openai_stream import read_sse
-from turnstile.services import Service
-from turnstile.tools import ToolRegistry
-from turnstile.user_message import checked_attachments
+from turnstile.runtime.services import Service
+from turnstile.runtime.tools import ToolRegistry
 
 
 def inp(raw: str, message: str | None = None) -> InputGuardrailContext:

@@ -13,13 +13,14 @@ from temporalio.client import Client
 from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.pipeline_services import DOCUMENTS, pipeline_service
 from tests.support.turns import running_worker
-from turnstile import attributes as attr
-from turnstile.contract import TurnStatus
-from turnstile.events import OpenTelemetryListener, TurnCompleted, TurnStarted
-from turnstile.messages import Attachment
-from turnstile.pipeline_spec import PipelinePolicy
-from turnstile.services import SystemMessageContext
-from turnstile.store import MemoryStore
+from turnstile.engine import attributes as attr
+from turnstile.engine.contract import TurnStatus
+from turnstile.engine.events import TurnCompleted, TurnStarted
+from turnstile.engine.messages import Attachment
+from turnstile.engine.pipeline_spec import PipelinePolicy
+from turnstile.runtime.event_bus import OpenTelemetryListener
+from turnstile.runtime.services import SystemMessageContext
+from turnstile.stores.memory import MemoryStore
 
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\x00" * 64).decode()
 

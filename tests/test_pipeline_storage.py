@@ -7,12 +7,12 @@ import asyncio
 
 import pytest
 
-from turnstile import attributes as attr
-from turnstile import streaming
-from turnstile.db import Database
-from turnstile.messages import Attachment, ChatMessage
-from turnstile.store import MemoryStore
-from turnstile.streaming import StreamWriter, read_stream
+from turnstile.engine import attributes as attr
+from turnstile.engine.messages import Attachment, ChatMessage
+from turnstile.stores import streaming
+from turnstile.stores.db import Database
+from turnstile.stores.memory import MemoryStore
+from turnstile.stores.streaming import StreamWriter, read_stream
 
 pytest_plugins = ["tests.support.databases"]
 

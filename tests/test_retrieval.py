@@ -5,9 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from turnstile.db import Database
-from turnstile.retrieval import Document, DocumentIndex, FullTextRetriever, RetrievalContext
-from turnstile.sales_documents import SALES_DOCUMENTS
+from turnstile.sales.documents import SALES_DOCUMENTS
+from turnstile.stores.db import Database
+from turnstile.stores.retrieval_index import (
+    Document,
+    DocumentIndex,
+    FullTextRetriever,
+    RetrievalContext,
+)
 
 pytest_plugins = ["tests.support.databases"]
 

@@ -14,10 +14,10 @@ from temporalio.exceptions import CancelledError
 from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.services import make_service, side_effects
 from tests.support.turns import running_worker
-from turnstile import attributes as attr
-from turnstile.audit import AuditLog
-from turnstile.contract import CallStatus, PendingApproval, TurnStatus
-from turnstile.store import MemoryStore
+from turnstile.engine import attributes as attr
+from turnstile.engine.contract import CallStatus, PendingApproval, TurnStatus
+from turnstile.stores.audit import AuditLog
+from turnstile.stores.memory import MemoryStore
 
 
 def db_url(tmp_path) -> str:  # type: ignore[no-untyped-def]

@@ -12,8 +12,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from turnstile.db import Database, reader_url
-from turnstile.errors import ToolArgumentError
+from turnstile.engine.errors import ToolArgumentError
+from turnstile.runtime.tools import ToolContext, ToolExecutionError
 from turnstile.sales.query import (
     EmptyConditionError,
     aggregate_sql,
@@ -22,7 +22,7 @@ from turnstile.sales.query import (
 )
 from turnstile.sales.seed import BIG_CUSTOMERS, last_week, seed
 from turnstile.sales.tools import querySalesData
-from turnstile.tools import ToolContext, ToolExecutionError
+from turnstile.stores.db import Database, reader_url
 
 # Also listed in tests/conftest.py; repeated so this module stands on its own.
 pytest_plugins = ["tests.support.databases"]

@@ -13,12 +13,12 @@ from typing import Any
 import pytest
 from aiosmtpd.controller import Controller
 
-from turnstile.config import Settings
-from turnstile.db import Database
+from turnstile.runtime.config import Settings
 from turnstile.sales import outbox
 from turnstile.sales.outbox import EmailStatus, EmailTask
 from turnstile.sales.sender import SenderConfig, deliver_due, run_sender
 from turnstile.sales.smtp_server import LocalSmtpServer, MailboxHandler, read_mailbox
+from turnstile.stores.db import Database
 
 pytest_plugins = ["tests.support.databases"]
 

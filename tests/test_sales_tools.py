@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from tests.test_sales_query import INJECTIONS
-from turnstile.config import Settings
-from turnstile.db import Database
-from turnstile.errors import ToolArgumentError
+from turnstile.engine.errors import ToolArgumentError
+from turnstile.runtime.config import Settings
+from turnstile.runtime.tools import Tool, ToolContext, ToolExecutionError, Undo
 from turnstile.sales import outbox
 from turnstile.sales.outbox import EmailStatus
 from turnstile.sales.service import build_sales_service
@@ -24,7 +24,7 @@ from turnstile.sales.tools import (
     getEmailTaskStatus,
     retryEmailTask,
 )
-from turnstile.tools import Tool, ToolContext, ToolExecutionError, Undo
+from turnstile.stores.db import Database
 
 pytest_plugins = ["tests.support.databases"]
 

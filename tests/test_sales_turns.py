@@ -12,19 +12,20 @@ from temporalio.client import Client, WorkflowHandle
 from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.processes import free_port
 from tests.support.turns import running_worker
-from turnstile.audit import AuditLog
-from turnstile.config import Settings
-from turnstile.contract import ApproveSignal, CallStatus, PendingApproval, TurnStatus
-from turnstile.db import Database
+from turnstile.engine.contract import ApproveSignal, CallStatus, PendingApproval, TurnStatus
+from turnstile.engine.specs import LoopPolicy
 from turnstile.providers import DemoPlanner
+from turnstile.runtime.config import Settings
 from turnstile.sales import outbox
 from turnstile.sales.outbox import EmailStatus
 from turnstile.sales.seed import seed
 from turnstile.sales.sender import SenderConfig, deliver_due
 from turnstile.sales.service import build_sales_service
 from turnstile.sales.smtp_server import LocalSmtpServer, read_mailbox
-from turnstile.specs import LoopPolicy
-from turnstile.store import MemoryStore
+from turnstile.stores.audit import AuditLog
+from turnstile.stores.db import Database
+from turnstile.stores.memory import MemoryStore
+from turnstile.stores.schema import ensure_schema
 
 TODAY = date(2026, 11, 25)
 DEMO = "Find customers whose sales last week exceeded 50,000 and email ops@example.com to follow up"
@@ -92,7 +93,7 @@ async def test_compensating_an_email_already_sent_is_honest(
         client: Client, task_queue: str, tmp_path, fake_llm: FakeLLM) -> None:
     url = f"sqlite:///{tmp_path}/sales.db"
     db = Database(url)
-    db.ensure_schema()
+    ensure_schema(db)
     port = free_port()
     env = {"SMTP_PORT": str(port), "SMTP_HOST": "127.0.0.1"}
     settings = Settings.from_env({"DATABASE_URL": url, **env})

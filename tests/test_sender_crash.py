@@ -13,10 +13,11 @@ from aiosmtpd.controller import Controller
 
 from tests.support.processes import free_port
 from tests.support.worker_process import WorkerProcess
-from turnstile.db import Database
 from turnstile.sales import outbox
 from turnstile.sales.outbox import EmailStatus
 from turnstile.sales.smtp_server import MailboxHandler, read_mailbox
+from turnstile.stores.db import Database
+from turnstile.stores.schema import ensure_schema
 
 
 class SlowMailbox(MailboxHandler):
@@ -37,7 +38,7 @@ def settled(db: Database, ids: list[str]) -> bool:
 def test_sender_killed_mid_batch(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/mail.db"
     db = Database(url)
-    db.ensure_schema()
+    ensure_schema(db)
     mailbox, port = tmp_path / "mail", free_port()
     tasks = [outbox.enqueue(db, idempotency_key=f"wf/call-{i}", recipient=f"ops{i}@example.com",
                             subject=f"Follow up {i}", body="body")[0] for i in range(30)]

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from turnstile.db import Database
-from turnstile.errors import ConversationOwnershipError, MemoryConflictError
-from turnstile.messages import ChatMessage
-from turnstile.store import MemoryStore, ToolLedger
+from turnstile.engine.errors import ConversationOwnershipError, MemoryConflictError
+from turnstile.engine.messages import ChatMessage
+from turnstile.stores.db import Database
+from turnstile.stores.memory import MemoryStore, ToolLedger
 
 
 def test_ledger_tells_each_attempt_what_happened(db: Database) -> None:

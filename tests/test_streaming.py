@@ -14,10 +14,10 @@ from temporalio.client import Client
 from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.pipeline_services import pipeline_service
 from tests.support.turns import running_worker
-from turnstile.contract import TurnProgress, TurnStatus
-from turnstile.pipeline_spec import PipelinePolicy
+from turnstile.engine.contract import TurnProgress, TurnStatus
+from turnstile.engine.pipeline_spec import PipelinePolicy
 from turnstile.providers import DemoPlanner
-from turnstile.streaming import follow_stream, read_stream
+from turnstile.stores.streaming import follow_stream, read_stream
 
 ANSWER = "Streaming works: this sentence arrives in small pieces over about a second."
 

@@ -13,8 +13,8 @@ from temporalio.client import Client, WorkflowHandle
 from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.services import make_service
 from tests.support.turns import running_worker
-from turnstile.audit import AuditLog
-from turnstile.contract import CallStatus, TurnStatus
+from turnstile.engine.contract import CallStatus, TurnStatus
+from turnstile.stores.audit import AuditLog
 
 
 def tool_messages(request: dict[str, Any]) -> list[dict[str, Any]]:

@@ -8,9 +8,9 @@ from typing import Annotated
 import pytest
 from pydantic import Field
 
-from turnstile.errors import DuplicateToolError, TemplateVariableMissing, ToolArgumentError
-from turnstile.steps import render_template
-from turnstile.tools import ToolContext, ToolRegistry, tool
+from turnstile.engine.errors import DuplicateToolError, TemplateVariableMissing, ToolArgumentError
+from turnstile.engine.turn_rules import render_template
+from turnstile.runtime.tools import ToolContext, ToolRegistry, tool
 
 
 @tool(idempotent=True)

@@ -17,8 +17,8 @@ from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.services import make_service
 from tests.support.temporal_server import DevServer
 from tests.support.turns import running_worker
-from turnstile.contract import TurnStatus
-from turnstile.tracing import interceptors
+from turnstile.engine.contract import TurnStatus
+from turnstile.runtime.tracing import interceptors
 from workflows import AgentTurn
 
 

@@ -10,8 +10,8 @@ from temporalio.client import Client
 from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.services import make_service
 from tests.support.turns import running_worker
-from turnstile.contract import CallStatus, TurnStatus
-from turnstile.store import MemoryStore
+from turnstile.engine.contract import CallStatus, TurnStatus
+from turnstile.stores.memory import MemoryStore
 
 
 async def test_tool_round_trip_and_memory(client: Client, task_queue: str, tmp_path,

@@ -1,7 +1,7 @@
 """`AgentTurn`: one user message through the turn pipeline (design.md §1).
 
 Deterministic code only. Everything that touches the world — memory, the
-model, tools — is an activity named in `turnstile.activity_io`; the workflow
+model, tools — is an activity named in `turnstile.engine.activity_io`; the workflow
 holds references (memory slots, call ids) and bounded previews, never the
 conversation, so the bytes a turn adds to history do not grow with the
 conversation's length.
@@ -18,9 +18,9 @@ from temporalio.exceptions import ActivityError, ApplicationError
 with workflow.unsafe.imports_passed_through():
     # Pure pydantic models and helpers: passed through so the sandbox does not
     # re-import pydantic on every workflow run.
-    from turnstile import activity_io as io
-    from turnstile.breakers import Breakers, BreakerTripped
-    from turnstile.contract import (
+    from turnstile.engine import activity_io as io
+    from turnstile.engine.breakers import Breakers, BreakerTripped
+    from turnstile.engine.contract import (
         WORKFLOW_TYPE,
         ApprovalDecision,
         ApproveSignal,
@@ -34,10 +34,10 @@ with workflow.unsafe.imports_passed_through():
         TurnResult,
         TurnStatus,
     )
-    from turnstile.errors import RoundTripCapExceeded
-    from turnstile.messages import ChatMessage, ToolCall
-    from turnstile.specs import ServiceSpec
-    from turnstile.steps import FinalAnswer, RunTools, next_step
+    from turnstile.engine.errors import RoundTripCapExceeded
+    from turnstile.engine.messages import ChatMessage, ToolCall
+    from turnstile.engine.specs import ServiceSpec
+    from turnstile.engine.turn_rules import FinalAnswer, RunTools, next_step
     from workflows.pipeline_steps import PipelineSteps
     from workflows.state import TurnState, TurnStopped
     from workflows.tool_options import compensation_options, model_options
@@ -50,7 +50,7 @@ class AgentTurn:
         self.s = TurnState()
         self.spec = ServiceSpec(name="")  # replaced by describe_service
         self.steps: PipelineSteps | None = None
-        self.locked = False  # holds the conversation's lock (turnstile.conversation_lock)
+        self.locked = False  # holds the conversation's lock (turnstile.stores.lock)
         self.breakers: Breakers | None = None
         self.stream = False  # step 8, decided once per turn
         self.response_format: dict[str, Any] | None = None  # step 9
@@ -136,6 +136,7 @@ class AgentTurn:
             "describe_service", TurnStatus.REFUSED)
         s.search_attributes = spec.search_attributes
         self.spec = spec
+        turn.service = spec.name  # "" named the worker's default service
         steps = self.steps = PipelineSteps(s, turn, spec)
         await s.publish()
         # 1. load chat memory (a snapshot: where to write, a bounded preview)

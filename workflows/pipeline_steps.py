@@ -16,17 +16,17 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from turnstile import activity_io as io
-    from turnstile import attributes as attr
-    from turnstile.contract import TurnInput, TurnResult, TurnStatus
-    from turnstile.errors import TurnstileError
-    from turnstile.events import TurnCompleted, TurnStarted
-    from turnstile.messages import ChatMessage
-    from turnstile.output_format import format_instructions, parse_reask
-    from turnstile.pipeline_spec import GuardrailVerdict
-    from turnstile.specs import ServiceSpec
-    from turnstile.steps import render_template
-    from turnstile.user_message import UserMessage, checked_attachments
+    from turnstile.engine import activity_io as io
+    from turnstile.engine import attributes as attr
+    from turnstile.engine.contract import TurnInput, TurnResult, TurnStatus
+    from turnstile.engine.errors import TurnstileError
+    from turnstile.engine.events import TurnCompleted, TurnStarted
+    from turnstile.engine.messages import ChatMessage
+    from turnstile.engine.output_format import format_instructions, parse_reask
+    from turnstile.engine.pipeline_spec import GuardrailVerdict
+    from turnstile.engine.specs import ServiceSpec
+    from turnstile.engine.turn_rules import render_template
+    from turnstile.engine.user_message import UserMessage, checked_attachments
     from workflows.state import TurnState, TurnStopped
     from workflows.tool_options import event_options, pipeline_options
 

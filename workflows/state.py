@@ -12,8 +12,8 @@ from temporalio.common import SearchAttributeKey
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from turnstile import activity_io as io
-    from turnstile.contract import (
+    from turnstile.engine import activity_io as io
+    from turnstile.engine.contract import (
         ApprovalDecision,
         CallStatus,
         PendingApproval,
@@ -22,13 +22,13 @@ with workflow.unsafe.imports_passed_through():
         TurnInput,
         TurnStatus,
     )
-    from turnstile.messages import ChatMessage, ToolCall, Usage
-    from turnstile.steps import parsed_arguments
+    from turnstile.engine.messages import ChatMessage, ToolCall, Usage
+    from turnstile.engine.turn_rules import parsed_arguments
     from workflows.tool_options import memory_options
 
 MAX_EVENTS = 200
 
-# Registered by `make up` / the worker (see turnstile.search_attributes).
+# Registered by `make up` / the worker (see turnstile.runtime.search_attributes).
 SA_STATUS = SearchAttributeKey.for_keyword("TurnstileStatus")
 SA_PENDING = SearchAttributeKey.for_int("TurnstilePendingApprovals")
 SA_CONVERSATION = SearchAttributeKey.for_keyword("TurnstileConversation")

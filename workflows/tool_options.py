@@ -11,7 +11,7 @@ from typing import Any
 
 from temporalio.common import RetryPolicy
 
-from turnstile.specs import LoopPolicy, ToolSpec
+from turnstile.engine.specs import LoopPolicy, ToolSpec
 
 
 def memory_options() -> dict[str, Any]:

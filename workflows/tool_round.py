@@ -17,10 +17,10 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from turnstile import activity_io as io
-    from turnstile import attributes as attr
-    from turnstile.breakers import DISABLED, Breakers
-    from turnstile.contract import (
+    from turnstile.engine import activity_io as io
+    from turnstile.engine import attributes as attr
+    from turnstile.engine.breakers import DISABLED, Breakers
+    from turnstile.engine.contract import (
         ApprovalDecision,
         CallStatus,
         PendingApproval,
@@ -28,8 +28,8 @@ with workflow.unsafe.imports_passed_through():
         TurnInput,
         TurnStatus,
     )
-    from turnstile.messages import ChatMessage, ToolCall
-    from turnstile.specs import ServiceSpec, ToolSpec
+    from turnstile.engine.messages import ChatMessage, ToolCall
+    from turnstile.engine.specs import ServiceSpec, ToolSpec
     from workflows.state import TurnState, TurnStopped
     from workflows.tool_options import tool_options
 

@@ -27,7 +27,9 @@ from urllib.parse import urlparse, urlunparse
 import psycopg
 import pytest
 
-from turnstile.db import Database
+import turnstile.sales.schema  # noqa: F401  (registers the reference app's tables)
+from turnstile.stores.db import Database
+from turnstile.stores.schema import ensure_schema
 
 BACKENDS = ["sqlite", "postgresql"]
 ADMIN_URL = os.environ.get("TEST_POSTGRES_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/test")
@@ -117,7 +119,7 @@ def db(request: pytest.FixtureRequest, tmp_path: Path) -> Database:
     else:
         url = sqlite_file_url(tmp_path / "turnstile.db")
     database = Database(url)
-    database.ensure_schema()
+    ensure_schema(database)
     if database.dialect == "postgresql":
         empty_all_tables(database)  # shared per session: start every test empty
     return database

@@ -10,8 +10,9 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from tests.support.services import make_service
-from turnstile.activity_io import ModerationResult
-from turnstile.guardrails import (
+from turnstile.engine.activity_io import ModerationResult
+from turnstile.engine.pipeline_spec import PipelinePolicy
+from turnstile.runtime.guardrails import (
     Guardrail,
     GuardrailContext,
     GuardrailResult,
@@ -19,10 +20,9 @@ from turnstile.guardrails import (
     PiiGuardrail,
     prompt_injection_guardrail,
 )
-from turnstile.moderation import KeywordModerator, ModerationContext
-from turnstile.pipeline_spec import PipelinePolicy
-from turnstile.retrieval import Document
-from turnstile.services import Service
+from turnstile.runtime.moderation import KeywordModerator, ModerationContext
+from turnstile.runtime.services import Service
+from turnstile.stores.retrieval_index import Document
 
 DOCUMENTS = [
     Document("follow-up-policy", "Follow-up policy",

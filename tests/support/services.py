@@ -8,10 +8,10 @@ from typing import Annotated
 
 from pydantic import Field
 
-from turnstile.breakers import BreakerPolicy
-from turnstile.services import ProviderContext, Service, ServiceRegistry, ToolProvider
-from turnstile.specs import LoopPolicy, RetrySpec
-from turnstile.tools import ToolContext, ToolExecutionError, ToolRegistry, ToolResult, tool
+from turnstile.engine.breakers import BreakerPolicy
+from turnstile.engine.specs import LoopPolicy, RetrySpec
+from turnstile.runtime.services import ProviderContext, Service, ServiceRegistry, ToolProvider
+from turnstile.runtime.tools import ToolContext, ToolExecutionError, ToolRegistry, ToolResult, tool
 
 
 def _effects_table(ctx: ToolContext) -> None:

@@ -17,7 +17,7 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from tests.support.processes import free_port, kill_group, port_open, spawn, wait_for
-from turnstile.devstack import temporal_dev_command
+from turnstile.runtime.devstack import temporal_dev_command
 
 
 class DevServer:

@@ -10,11 +10,12 @@ from typing import Any
 from temporalio.client import Client, WorkflowHandle
 
 from activities import Runtime
-from turnstile.config import Settings
-from turnstile.contract import WORKFLOW_TYPE, TurnInput, TurnResult
+from turnstile.engine.contract import WORKFLOW_TYPE, TurnInput, TurnResult
 from turnstile.providers import ModelProvider
-from turnstile.search_attributes import ensure_search_attributes
-from turnstile.services import Service, ServiceRegistry
+from turnstile.runtime.config import Settings
+from turnstile.runtime.search_attributes import ensure_search_attributes
+from turnstile.runtime.services import Service, ServiceRegistry
+from turnstile.stores.schema import ensure_schema
 from worker import build_worker
 
 
@@ -45,7 +46,7 @@ async def running_worker(client: Client, task_queue: str, database_url: str,
         **({"LLM_BASE_URL": llm_url} if llm_url else {}), **(env or {}),
     })
     rt = Runtime.build(settings, ServiceRegistry(services), provider)
-    rt.db.ensure_schema()
+    ensure_schema(rt.db)
     rt.search_attributes = await ensure_search_attributes(client, "default")
     async with build_worker(client, rt, **worker_options):
         yield Turns(client, rt)

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from turnstile.config import Settings
 from turnstile.providers.base import ModelProvider, ModelRequest, ModelResponse
 from turnstile.providers.demo_planner import DemoPlanner
 from turnstile.providers.openai_compat import OpenAICompatibleProvider
+from turnstile.runtime.config import Settings
 
 __all__ = [
     "DemoPlanner",

@@ -6,8 +6,8 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, Field
 
-from turnstile.messages import ChatMessage, Usage
-from turnstile.specs import ToolSpec
+from turnstile.engine.messages import ChatMessage, Usage
+from turnstile.engine.specs import ToolSpec
 
 
 class ModelRequest(BaseModel):

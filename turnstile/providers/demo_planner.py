@@ -15,8 +15,8 @@ import re
 from datetime import date, timedelta
 from typing import Any
 
-from turnstile.attributes import RAW_USER_MESSAGE
-from turnstile.messages import ChatMessage, ToolCall
+from turnstile.engine.attributes import RAW_USER_MESSAGE
+from turnstile.engine.messages import ChatMessage, ToolCall
 from turnstile.providers.base import ModelRequest, ModelResponse
 
 LABEL = "[offline demo planner]"

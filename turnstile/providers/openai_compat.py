@@ -18,8 +18,8 @@ from typing import Any
 
 import httpx
 
-from turnstile.errors import MalformedModelResponse, ModelRequestRejected, ModelUnavailable
-from turnstile.messages import ChatMessage, ToolCall, Usage
+from turnstile.engine.errors import MalformedModelResponse, ModelRequestRejected, ModelUnavailable
+from turnstile.engine.messages import ChatMessage, ToolCall, Usage
 from turnstile.providers.base import ModelRequest, ModelResponse
 from turnstile.providers.openai_stream import read_sse
 

@@ -13,7 +13,7 @@ import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from turnstile.errors import MalformedModelResponse
+from turnstile.engine.errors import MalformedModelResponse
 
 
 async def read_sse(lines: AsyncIterator[str],

@@ -31,8 +31,8 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from turnstile.db import Connection, Database
 from turnstile.sales.schema import now_text, utc_text
+from turnstile.stores.db import Connection, Database
 
 
 class EmailStatus(StrEnum):

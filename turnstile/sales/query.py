@@ -25,10 +25,10 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, Field
 
-from turnstile.db import Connection
-from turnstile.errors import ToolArgumentError
+from turnstile.engine.errors import ToolArgumentError
+from turnstile.runtime.tools import ToolExecutionError
 from turnstile.sales.schema import day_start_text
-from turnstile.tools import ToolExecutionError
+from turnstile.stores.db import Connection
 
 MAX_RANGE_DAYS = 366
 FULL_LIST_LIMIT = 100  # up to this many matches are all returned...

@@ -8,9 +8,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from turnstile.audit import AuditLog
-from turnstile.db import Database
 from turnstile.sales.outbox import EmailStatus
+from turnstile.stores.audit import AuditLog
+from turnstile.stores.db import Database
 
 SETTLED = {EmailStatus.SENT, EmailStatus.DEAD, EmailStatus.CANCELLED, EmailStatus.FAILED}
 

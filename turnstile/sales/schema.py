@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from datetime import UTC, date, datetime, time
 
-from turnstile.db import READER_ROLE, Dialect, schema
+from turnstile.stores.db import READER_ROLE, Dialect, schema
 
 SALES_INDEX = "sales_record_time_amount_idx"
 SALES_INDEX_DDL = (

@@ -22,8 +22,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 
-from turnstile.db import Connection, Database
 from turnstile.sales.schema import SALES_INDEX, SALES_INDEX_DDL
+from turnstile.stores.db import Connection, Database
+from turnstile.stores.schema import ensure_schema
 
 log = logging.getLogger(__name__)
 
@@ -152,7 +153,7 @@ def seed(db: Database, rows: int = 100_000, today: date | None = None) -> int:
     if rows < 0:
         raise ValueError("rows must be >= 0")
     today = today or datetime.now(UTC).date()
-    db.ensure_schema()
+    ensure_schema(db)
     with db.connect() as conn:
         # One transaction: readers see the old data or the new, never a mix.
         # Building the index once after the load is several times faster than

@@ -29,10 +29,10 @@ from email.message import EmailMessage
 from email.utils import format_datetime
 from types import TracebackType
 
-from turnstile.config import Settings
-from turnstile.db import Database
+from turnstile.runtime.config import Settings
 from turnstile.sales import outbox
 from turnstile.sales.outbox import EmailTask
+from turnstile.stores.db import Database
 
 log = logging.getLogger(__name__)
 

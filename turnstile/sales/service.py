@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from turnstile.runtime.services import Service
+from turnstile.runtime.tools import ToolRegistry
+from turnstile.sales.documents import SALES_DOCUMENTS
 from turnstile.sales.tools import (
     checkEmailConfig,
     createEmailTask,
@@ -10,9 +13,6 @@ from turnstile.sales.tools import (
     querySalesData,
     retryEmailTask,
 )
-from turnstile.sales_documents import SALES_DOCUMENTS
-from turnstile.services import Service
-from turnstile.tools import ToolRegistry
 
 SERVICE_NAME = "sales-assistant"
 

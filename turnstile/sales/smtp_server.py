@@ -25,7 +25,7 @@ from typing import Any, cast
 
 from aiosmtpd.controller import Controller
 
-from turnstile.config import Settings
+from turnstile.runtime.config import Settings
 
 log = logging.getLogger(__name__)
 

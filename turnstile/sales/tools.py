@@ -18,14 +18,14 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, Field
 
-from turnstile.config import Settings
-from turnstile.errors import ToolArgumentError
+from turnstile.engine.errors import ToolArgumentError
+from turnstile.runtime.config import Settings
+from turnstile.runtime.tools import ToolContext, ToolExecutionError, Undo, tool
 from turnstile.sales import outbox
 from turnstile.sales.outbox import EmailStatus, EmailTask
 from turnstile.sales.query import IsoDate, Money, SalesQueryResult, run_sales_query
 from turnstile.sales.schema import now_text
 from turnstile.sales.sender import SenderConfig
-from turnstile.tools import ToolContext, ToolExecutionError, Undo, tool
 
 _EMAIL = re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}")
 _CUSTOMER_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")

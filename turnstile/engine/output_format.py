@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ValidationError
 
-from turnstile.pipeline_spec import OutputSpec
+from turnstile.engine.pipeline_spec import OutputSpec
 
 FORMAT_INSTRUCTIONS = (
     "\n\nAnswer with only a JSON object (no prose, no code fences) that matches this "

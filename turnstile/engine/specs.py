@@ -12,8 +12,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from turnstile.breakers import BreakerPolicy
-from turnstile.pipeline_spec import PipelineSpec
+from turnstile.engine.breakers import BreakerPolicy
+from turnstile.engine.pipeline_spec import PipelineSpec
 
 
 class RetrySpec(BaseModel):

@@ -22,9 +22,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from turnstile.activity_io import Snippet
-from turnstile.db import Connection, Database, Dialect, schema
-from turnstile.store import now_iso
+from turnstile.engine.activity_io import Snippet
+from turnstile.stores.db import Connection, Database, Dialect, schema
+from turnstile.stores.memory import now_iso
 
 
 @dataclass(frozen=True)

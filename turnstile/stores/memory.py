@@ -15,12 +15,12 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from turnstile import attributes as attr
-from turnstile.activity_io import MemorySnapshot
-from turnstile.db import Connection, Database, Dialect, schema
-from turnstile.errors import ConversationOwnershipError, MemoryConflictError
-from turnstile.message_parts import read_parts, write_parts
-from turnstile.messages import ChatMessage, ToolCall
+from turnstile.engine import attributes as attr
+from turnstile.engine.activity_io import MemorySnapshot
+from turnstile.engine.errors import ConversationOwnershipError, MemoryConflictError
+from turnstile.engine.messages import ChatMessage, ToolCall
+from turnstile.stores.db import Connection, Database, Dialect, schema
+from turnstile.stores.message_parts import read_parts, write_parts
 
 
 def now_iso() -> str:

@@ -9,19 +9,18 @@ of the module that owns each table, keyed by `Database.dialect`.
 from __future__ import annotations
 
 import sqlite3
-import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import quote, urlparse, urlunparse
 
-from turnstile.errors import DatabaseUnavailable
+from turnstile.engine.errors import DatabaseUnavailable
 
 Dialect = Literal["sqlite", "postgresql"]
 
 # Each module that owns tables registers a function returning its DDL
-# statements for a dialect; `Database.ensure_schema` runs them all.
+# statements for a dialect; `turnstile.stores.schema.ensure_schema` runs them all.
 SchemaProvider = Callable[[Dialect], Sequence[str]]
 _schema_providers: list[SchemaProvider] = []
 
@@ -30,6 +29,10 @@ def schema(provider: SchemaProvider) -> SchemaProvider:
     """Register a DDL provider (decorator). Statements must be idempotent."""
     _schema_providers.append(provider)
     return provider
+
+
+def registered_schema() -> list[SchemaProvider]:
+    return list(_schema_providers)
 
 
 # The SELECT-only role created by turnstile.sales.schema on PostgreSQL.
@@ -97,7 +100,6 @@ class Database:
                 "use sqlite:///ABSOLUTE/PATH or postgresql://USER@HOST:PORT/DB"
             )
         self.readonly_url = readonly_url
-        self._schema_lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"Database({self.dialect})"
@@ -145,22 +147,3 @@ class Database:
             raise
         finally:
             raw.close()
-
-    def ensure_schema(self) -> None:
-        """Create every registered table and index that is missing."""
-        # Import the table owners so their providers are registered.
-        import turnstile.audit  # noqa: F401
-        import turnstile.conversation_lock  # noqa: F401
-        import turnstile.payload_store  # noqa: F401
-        import turnstile.retrieval  # noqa: F401
-        import turnstile.sales.schema  # noqa: F401
-        import turnstile.store  # noqa: F401
-        import turnstile.streaming  # noqa: F401
-
-        with self._schema_lock, self.connect() as conn:
-            if self.dialect == "postgresql":
-                # Serialise concurrent schema creation by several workers.
-                conn.execute("SELECT pg_advisory_xact_lock(7262010)")
-            for provider in _schema_providers:
-                for stmt in provider(self.dialect):
-                    conn.execute(stmt)

@@ -10,9 +10,9 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from turnstile.contract import ApprovalDecision
-from turnstile.messages import ChatMessage, ToolCall, Usage
-from turnstile.specs import ToolSpec
+from turnstile.engine.contract import ApprovalDecision
+from turnstile.engine.messages import ChatMessage, ToolCall, Usage
+from turnstile.engine.specs import ToolSpec
 
 DESCRIBE_SERVICE = "turnstile.describe_service"
 LOAD_MEMORY = "turnstile.load_memory"
@@ -105,7 +105,7 @@ class ToolExecInput(BaseModel):
 class ToolOutcome(BaseModel):
     call_id: str
     name: str
-    status: str  # a turnstile.contract.CallStatus value
+    status: str  # a turnstile.engine.contract.CallStatus value
     is_error: bool
     preview: str  # bounded; the full result is in memory
     attributes: dict[str, Any] = Field(default_factory=dict)

@@ -7,8 +7,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from turnstile.errors import TemplateVariableMissing
-from turnstile.messages import ChatMessage, ToolCall
+from turnstile.engine.errors import TemplateVariableMissing
+from turnstile.engine.messages import ChatMessage, ToolCall
 
 _VAR = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_.]*)\s*\}\}")
 

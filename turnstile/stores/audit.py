@@ -11,8 +11,8 @@ import json
 import re
 from typing import Any
 
-from turnstile.db import Database, Dialect, schema
-from turnstile.store import now_iso
+from turnstile.stores.db import Database, Dialect, schema
+from turnstile.stores.memory import now_iso
 
 INITIATED = "INITIATED"
 COMPLETED = "COMPLETED"

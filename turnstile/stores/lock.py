@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from turnstile.db import Database, Dialect, schema
-from turnstile.store import now_iso
+from turnstile.stores.db import Database, Dialect, schema
+from turnstile.stores.memory import now_iso
 
 
 @schema

@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from turnstile.messages import Attachment
+from turnstile.engine.messages import Attachment
 
 WORKFLOW_TYPE = "AgentTurn"
 DEFAULT_TASK_QUEUE = "agent-turns"
@@ -18,7 +18,8 @@ class TurnInput(BaseModel):
     conversation_id: str = Field(min_length=1)
     user_id: str = Field(min_length=1)
     message: str
-    service: str = "sales-assistant"
+    # Empty: the worker's default service (the first it registers).
+    service: str = ""
     variables: dict[str, Any] = Field(default_factory=dict)
     # Images for the user message (step 6): [{type: image_url|image_base64,
     # url|data, mime_type}]. Inline data is capped (PipelinePolicy).

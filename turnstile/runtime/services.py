@@ -14,14 +14,14 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from turnstile.errors import ConfigurationError, UnknownServiceError
-from turnstile.guardrails import Guardrail, component_name
-from turnstile.moderation import Moderator
-from turnstile.output_format import output_spec
-from turnstile.pipeline_spec import PipelinePolicy, PipelineSpec
-from turnstile.retrieval import Document, FullTextRetriever, Retriever
-from turnstile.specs import LoopPolicy, ServiceSpec
-from turnstile.tools import Tool, ToolRegistry
+from turnstile.engine.errors import ConfigurationError, UnknownServiceError
+from turnstile.engine.output_format import output_spec
+from turnstile.engine.pipeline_spec import PipelinePolicy, PipelineSpec
+from turnstile.engine.specs import LoopPolicy, ServiceSpec
+from turnstile.runtime.guardrails import Guardrail, component_name
+from turnstile.runtime.moderation import Moderator
+from turnstile.runtime.tools import Tool, ToolRegistry
+from turnstile.stores.retrieval_index import Document, FullTextRetriever, Retriever
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,7 @@ class SystemMessageContext:
     service: str
     system_message: str  # rendered from the service's template
     variables: dict[str, Any]
-    settings: Any = None  # the worker's turnstile.config.Settings
+    settings: Any = None  # the worker's turnstile.runtime.config.Settings
 
 
 # Step 2: returns the system message to use (may read clocks, files, databases:
@@ -151,6 +151,9 @@ class ServiceRegistry:
         return service
 
     def get(self, name: str) -> Service:
+        """The service called `name`; "" is the default (the first registered)."""
+        if not name and self._services:
+            return next(iter(self._services.values()))
         try:
             return self._services[name]
         except KeyError:

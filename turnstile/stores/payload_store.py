@@ -34,8 +34,8 @@ from temporalio.converter import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
-from turnstile.db import Database, Dialect, schema
-from turnstile.store import now_iso
+from turnstile.stores.db import Database, Dialect, schema
+from turnstile.stores.memory import now_iso
 
 log = logging.getLogger(__name__)
 

@@ -8,14 +8,14 @@ from temporalio.client import Client, Interceptor
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.converter import DataConverter
 
-from turnstile.config import Settings
-from turnstile.db import Database
-from turnstile.payload_store import data_converter as payload_data_converter
+from turnstile.runtime.config import Settings
+from turnstile.stores.db import Database
+from turnstile.stores.payload_store import data_converter as payload_data_converter
 
 
 def converter(settings: Settings) -> DataConverter:
     """pydantic JSON, with payloads above the threshold claim-checked into the
-    project's database (turnstile.payload_store)."""
+    project's database (turnstile.stores.payload_store)."""
     db = Database(settings.database_url, readonly_url=settings.database_readonly_url)
     return payload_data_converter(db, pydantic_data_converter, settings.payload_threshold)
 

@@ -17,9 +17,9 @@ from typing import Any
 
 import httpx
 
-from turnstile.activity_io import ModerationResult
-from turnstile.callables import invoke
-from turnstile.errors import ModerationUnavailable
+from turnstile.engine.activity_io import ModerationResult
+from turnstile.engine.callables import invoke
+from turnstile.engine.errors import ModerationUnavailable
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,7 @@ class ModerationContext:
     service: str
     text: str  # the final user message, as the model receives it
     raw_message: str  # the user's own words
-    settings: Any = None  # the worker's turnstile.config.Settings
+    settings: Any = None  # the worker's turnstile.runtime.config.Settings
 
 
 Moderator = Callable[[ModerationContext], "ModerationResult | Awaitable[ModerationResult]"]

@@ -23,7 +23,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 from opentelemetry.trace import Span, Status, StatusCode
 from temporalio.contrib.opentelemetry import TracingInterceptor
 
-from turnstile.config import Settings
+from turnstile.runtime.config import Settings
 
 log = logging.getLogger(__name__)
 TRACER = "turnstile"

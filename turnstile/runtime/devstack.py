@@ -20,9 +20,9 @@ import sys
 import time
 from pathlib import Path
 
-from turnstile.config import PROJECT_ROOT, Settings
+from turnstile.runtime.config import PROJECT_ROOT, Settings
 
-log = logging.getLogger("turnstile.devstack")
+log = logging.getLogger("turnstile.runtime.devstack")
 
 # Measured on a 2-core machine: the dev server's defaults cost ~45 ms per
 # workflow task (a 20 polls/s transfer-queue cap and an fsync per commit).

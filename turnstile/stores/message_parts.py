@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from turnstile.db import Connection, Dialect, schema
-from turnstile.messages import Attachment
+from turnstile.engine.messages import Attachment
+from turnstile.stores.db import Connection, Dialect, schema
 
 
 @schema

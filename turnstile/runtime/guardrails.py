@@ -25,8 +25,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from turnstile.callables import invoke
-from turnstile.pipeline_spec import GuardrailVerdict, Outcome
+from turnstile.engine.callables import invoke
+from turnstile.engine.pipeline_spec import GuardrailVerdict, Outcome
 
 
 @dataclass(frozen=True)

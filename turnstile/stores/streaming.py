@@ -19,8 +19,8 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from turnstile.db import Database, Dialect, schema
-from turnstile.store import now_iso
+from turnstile.stores.db import Database, Dialect, schema
+from turnstile.stores.memory import now_iso
 
 FLUSH_CHARS = 64
 FLUSH_SECONDS = 0.2

@@ -1,54 +1,18 @@
-"""Typed turn events (steps 4 and 17) and the worker-side listeners.
-
-The workflow sends each event once through the `turnstile.publish_event`
-local activity: its result is a marker in history, so a replay (a new worker,
-`max_cached_workflows=0`) reads the marker instead of publishing again. A
-failed attempt may be retried, so `event_id` is stable per turn and kind, for
-listeners that must de-duplicate.
-
-Listeners are plain callables; the defaults log one line per event (logger
-`turnstile.events`) and record an OpenTelemetry span. A failing listener is
-logged and never changes the turn.
-"""
+"""Worker-side listeners of turn events: a log line and an OpenTelemetry span
+each (logger `turnstile.events`). A failing listener is logged and never
+changes the turn."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
-from typing import Annotated, Any, Literal
+from collections.abc import Iterable
+from typing import Any
 
 from opentelemetry import trace
-from pydantic import BaseModel, Field
+
+from turnstile.engine.events import Listener, TurnCompleted, TurnStarted
 
 log = logging.getLogger("turnstile.events")
-
-
-class _TurnEvent(BaseModel):
-    event_id: str  # "{workflow_id}/{run_id}/{kind}": stable across retries
-    workflow_id: str
-    run_id: str
-    conversation_id: str
-    user_id: str
-    service: str
-    at: str  # workflow time (deterministic), ISO 8601
-
-
-class TurnStarted(_TurnEvent):
-    kind: Literal["turn_started"] = "turn_started"
-
-
-class TurnCompleted(_TurnEvent):
-    kind: Literal["turn_completed"] = "turn_completed"
-    status: str  # a TurnStatus value, or "cancelled"
-    round_trips: int = 0
-    tool_calls: int = 0
-    usage: dict[str, int] = Field(default_factory=dict)
-    error_type: str | None = None
-    duration_seconds: float = 0.0  # workflow time from TurnStarted
-
-
-TurnEventRecord = Annotated[TurnStarted | TurnCompleted, Field(discriminator="kind")]
-Listener = Callable[[TurnStarted | TurnCompleted], None]
 
 
 def _flat(event: TurnStarted | TurnCompleted) -> dict[str, Any]:

@@ -9,7 +9,7 @@ message).
 
 from __future__ import annotations
 
-from turnstile.retrieval import Document
+from turnstile.stores.retrieval_index import Document
 
 SALES_DOCUMENTS = [
     Document(

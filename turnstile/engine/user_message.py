@@ -8,12 +8,12 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from turnstile import attributes as attr
-from turnstile.activity_io import AttachmentMeta, Snippet
-from turnstile.errors import AttachmentError
-from turnstile.messages import Attachment, ChatMessage
-from turnstile.pipeline_spec import PipelinePolicy
-from turnstile.steps import render_template
+from turnstile.engine import attributes as attr
+from turnstile.engine.activity_io import AttachmentMeta, Snippet
+from turnstile.engine.errors import AttachmentError
+from turnstile.engine.messages import Attachment, ChatMessage
+from turnstile.engine.pipeline_spec import PipelinePolicy
+from turnstile.engine.turn_rules import render_template
 
 _BASE64 = re.compile(r"^[A-Za-z0-9+/=\s]*$")
 _IMAGE_URL = re.compile(r"^(https?://|data:image/)", re.IGNORECASE)

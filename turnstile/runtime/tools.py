@@ -22,11 +22,11 @@ from typing import TYPE_CHECKING, Any, get_type_hints
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
-from turnstile.errors import DuplicateToolError, ToolArgumentError
-from turnstile.specs import RetrySpec, ToolSpec
+from turnstile.engine.errors import DuplicateToolError, ToolArgumentError
+from turnstile.engine.specs import RetrySpec, ToolSpec
 
 if TYPE_CHECKING:
-    from turnstile.db import Database
+    from turnstile.stores.db import Database
 
 
 @dataclass

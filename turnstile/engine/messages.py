@@ -50,7 +50,7 @@ class ChatMessage(BaseModel):
     tool_call_id: str | None = None
     is_error: bool = False
     # Cross-round state and provenance; names are a compatibility contract
-    # (see turnstile.attributes).
+    # (see turnstile.engine.attributes).
     attributes: dict[str, Any] = Field(default_factory=dict)
     # Multimodal parts of a user message, sent as OpenAI content parts after
     # the text (stored in `chat_message_part`, not in `chat_message`).

@@ -1,0 +1,44 @@
+"""Activities that describe a service to the workflow: its spec (policies, tool
+specs, pipeline flags — recorded in history) and the tools its dynamic
+providers add before a round."""
+
+from __future__ import annotations
+
+from temporalio import activity
+
+from activities.runtime import Runtime, application_error
+from turnstile.engine.activity_io import (
+    DESCRIBE_SERVICE,
+    RESOLVE_TOOLS,
+    DescribeServiceInput,
+    ResolvedTools,
+    ResolveToolsInput,
+)
+from turnstile.engine.errors import UnknownServiceError
+from turnstile.engine.specs import ServiceSpec
+from turnstile.runtime.services import ProviderContext
+
+
+class ServiceActivities:
+    def __init__(self, rt: Runtime) -> None:
+        self.rt = rt
+
+    @activity.defn(name=DESCRIBE_SERVICE)
+    def describe_service(self, req: DescribeServiceInput) -> ServiceSpec:
+        try:
+            # Step 9's choice (schema vs instructions) depends on this worker's provider.
+            takes_schema = bool(getattr(self.rt.provider, "supports_response_format", False))
+            spec = self.rt.services.get(req.service).spec(provider_takes_schema=takes_schema)
+        except UnknownServiceError as exc:
+            raise application_error(exc, non_retryable=True) from exc
+        spec.search_attributes = self.rt.search_attributes
+        return spec
+
+    @activity.defn(name=RESOLVE_TOOLS)
+    def resolve_tools(self, req: ResolveToolsInput) -> ResolvedTools:
+        """Ask the service's providers; return only tools the model has not seen."""
+        service = self.rt.services.get(req.service)
+        ctx = ProviderContext(conversation_id=req.conversation_id, user_id=req.user_id,
+                              state=self.rt.memory.state(req.conversation_id), known=req.known)
+        return ResolvedTools(added=[t.spec for t in service.offered(ctx)
+                                    if t.name not in req.known])

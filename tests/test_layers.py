@@ -1,0 +1,102 @@
+"""The package tree's four layers, checked by walking the imports.
+
+app (turnstile.sales) -> runtime (turnstile.runtime, turnstile.providers)
+-> stores (turnstile.stores) -> engine (turnstile.engine): a module may import
+its own layer or a lower one, never a higher one; `workflows/` imports only
+the engine; no module imports one that (transitively) imports it back.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+LAYER = {"turnstile.engine": 0, "turnstile.stores": 1, "turnstile.runtime": 2,
+         "turnstile.providers": 2, "turnstile.sales": 3}
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for top in ("turnstile", "workflows", "activities"):
+        for path in (ROOT / top).rglob("*.py"):
+            found[_module_name(path)] = path
+    return found
+
+
+def _imports(path: Path, known: set[str]) -> set[str]:
+    """Every project module `path` imports, at any depth of its code."""
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        out |= {n for n in names if n in known}
+    return out
+
+
+def _layer(module: str) -> int | None:
+    for prefix, layer in LAYER.items():
+        if module == prefix or module.startswith(prefix + "."):
+            return layer
+    return None
+
+
+GRAPH = {m: _imports(p, set(_modules())) for m, p in _modules().items()}
+
+
+def test_lower_layers_never_import_higher_ones() -> None:
+    violations = []
+    for module, imported in GRAPH.items():
+        mine = _layer(module)
+        for target in imported:
+            theirs = _layer(target)
+            if mine is not None and theirs is not None and theirs > mine:
+                violations.append(f"{module} -> {target}")
+    assert violations == []
+
+
+def test_workflows_import_only_the_engine() -> None:
+    bad = [f"{m} -> {t}" for m, ts in GRAPH.items() if m.startswith("workflows")
+           for t in ts if not (t.startswith("turnstile.engine") or t.startswith("workflows"))]
+    assert bad == []
+
+
+def test_no_import_cycles() -> None:
+    # A package's __init__ re-exporting its own modules is not a cycle of ideas;
+    # edges from a package to its own submodules are left out.
+    edges = {m: {t for t in ts if not t.startswith(m + ".")} for m, ts in GRAPH.items()}
+    cycles: list[list[str]] = []
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(m: str) -> None:
+        state[m] = 1
+        stack.append(m)
+        for t in sorted(edges.get(m, ())):
+            if state.get(t) == 1:
+                cycles.append(stack[stack.index(t):] + [t])
+            elif t not in state:
+                visit(t)
+        stack.pop()
+        state[m] = 2
+
+    for m in sorted(edges):
+        if m not in state:
+            visit(m)
+    assert cycles == []
+
+
+def test_the_walker_sees_imports() -> None:
+    # Guard against a walker that finds nothing and so passes vacuously.
+    assert "turnstile.engine.messages" in GRAPH["turnstile.stores.memory"]
+    assert _layer("turnstile.sales.tools") == 3
