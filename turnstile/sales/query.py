@@ -50,7 +50,9 @@ def _iso_date_only(value: Any) -> Any:
 
 
 IsoDate = Annotated[date, BeforeValidator(_iso_date_only)]
-Money = Annotated[Decimal, Field(ge=0, le=MAX_AMOUNT)]
+# At most cents and 15 digits: `1e-1000000` is an argument error, never a
+# million-digit number formatted back into every later request.
+Money = Annotated[Decimal, Field(ge=0, le=MAX_AMOUNT, max_digits=15, decimal_places=2)]
 
 
 class SalesRecord(BaseModel):
