@@ -16,6 +16,7 @@ from turnstile.engine.memory_window import (
     apply_window,
     cap_tool_results,
     json_tokens,
+    paired,
 )
 from turnstile.engine.messages import ChatMessage
 from turnstile.engine.specs import ToolSpec
@@ -43,7 +44,7 @@ def build_request(rt: Runtime, service: Service, req: ModelCallInput,
             return t.spec.max_result_bytes
         return window.tool_result_max_bytes
 
-    messages = cap_tool_results(stored, cap_for)
+    messages = cap_tool_results(paired(stored), cap_for)
     if req.continuation:
         messages.append(ChatMessage(role="user", content=CONTINUATION_PROMPT))
     count = counter_for(model_name(rt))

@@ -96,3 +96,35 @@ async def test_oversized_response_is_a_clear_error(client: Client, task_queue: s
     assert result.error is not None and result.error.type == "ModelResponseTooLarge"
     assert "4,096" in result.error.message
     assert len(fake_llm.requests) == 1  # not retried: the same request would do the same
+
+
+async def test_oversized_stream_is_a_clear_error(client: Client, task_queue: str, tmp_path,
+                                                 fake_llm: FakeLLM) -> None:
+    service = make_service()
+    service.pipeline = PipelinePolicy(streaming=True)
+    provider = OpenAICompatibleProvider(fake_llm.url, max_response_bytes=4096)
+    fake_llm.script(text_reply("y" * 100_000))
+    async with running_worker(client, task_queue, f"sqlite:///{tmp_path}/t.db", [service],
+                              provider=provider) as turns:
+        result = await turns.run("stream a lot")
+    assert result.status == TurnStatus.FAILED
+    assert result.error is not None and result.error.type == "ModelResponseTooLarge"
+    assert "streamed model response exceeded 4,096 bytes" in result.error.message
+    assert len(fake_llm.requests) == 1
+
+
+async def test_bounded_lines_splits_across_chunks_and_stops_at_the_limit() -> None:
+    import pytest
+
+    from turnstile.engine.errors import ModelResponseTooLarge
+    from turnstile.providers.openai_stream import bounded_lines
+
+    async def chunks(*parts: bytes) -> Any:
+        for p in parts:
+            yield p
+
+    got = [line async for line in bounded_lines(
+        chunks(b"data: {\"a\"", b": \"\xc3", b"\xa9\"}\r\n\r\ndata: [DONE]"), 1000)]
+    assert got == ['data: {"a": "é"}', "", "data: [DONE]"]
+    with pytest.raises(ModelResponseTooLarge):
+        _ = [line async for line in bounded_lines(chunks(b"x" * 600, b"y" * 600), 1000)]

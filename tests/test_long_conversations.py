@@ -126,7 +126,7 @@ def test_argument_bounds_are_argument_errors_the_model_can_fix() -> None:
     week = '"startDate": "2026-11-23", "endDate": "2026-11-29"'
     cases = [
         (querySalesData, '{' + week + ', "minAmount": "1e-1000000"}', "minAmount"),
-        (querySalesData, '{' + week + ', "minAmount": "0.001"}', "decimal places"),
+        (querySalesData, '{' + week + ', "minAmount": "0.0000001"}', "decimal places"),
         (querySalesData, '{' + week + ', "minAmount": ' + "9" * 5000 + '}', "5,000 characters"),
         (createEmailTask, json.dumps({"to": "ops@example.com", "subject": "s" * 1_000_000,
                                       "body": "hi"}), "above this tool's limit"),

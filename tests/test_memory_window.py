@@ -165,3 +165,16 @@ def test_tiktoken_counts_offline_and_estimate_otherwise() -> None:
     assert counter_for("gpt-4")("hello world") == 2
     assert counter_for("gpt-4o")("<|endoftext|>") > 1  # special tokens counted as text
     assert counter_for("llama3")("hello world") == estimate_tokens("hello world") == 4
+
+
+def test_paired_answers_every_call_and_drops_orphan_results() -> None:
+    from turnstile.engine.memory_window import UNANSWERED_RESULT, paired
+
+    stored = [S(), U("pay"), C("p1", "p2"), R("p2"), U("next"), R("ghost"), A("ok")]
+    sent = paired(stored)
+    assert [label(m) for m in sent] == ["S:sys", "U:pay", "C:p1,p2", "R:p2", "R:p1", "U:next",
+                                        "A:ok"]
+    filler = sent[4]
+    assert filler.is_error and filler.content == UNANSWERED_RESULT
+    assert paired(CONVERSATION) == CONVERSATION  # a well-formed conversation is unchanged
+    assert [label(m) for m in paired([U("q"), C("z")])] == ["U:q", "C:z", "R:z"]

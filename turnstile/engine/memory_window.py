@@ -85,6 +85,43 @@ def cap_tool_results(messages: Sequence[ChatMessage],
     return out
 
 
+UNANSWERED_RESULT = (
+    "No result was recorded for this call: its turn ended (terminated, reset or lost) "
+    "before the call finished. It may or may not have taken effect; check before "
+    "calling it again."
+)
+
+
+def paired(messages: Sequence[ChatMessage]) -> list[ChatMessage]:
+    """What endpoints require of a request: every tool call answered by a tool
+    message right after its assistant message, every tool message answering
+    one. A call memory holds no result for (its turn was terminated
+    mid-call) is sent with an `is_error` result saying so; a result whose call
+    is not there is left out. Memory itself is not changed."""
+    out: list[ChatMessage] = []
+    open_calls: dict[str, str] = {}  # id -> tool name, in call order
+
+    def close() -> None:
+        for call_id, name in open_calls.items():
+            out.append(ChatMessage(role="tool", tool_call_id=call_id, is_error=True,
+                                   content=UNANSWERED_RESULT,
+                                   attributes={attr.TOOL_NAME: name}))
+        open_calls.clear()
+
+    for m in messages:
+        if m.role == "tool":
+            if m.tool_call_id in open_calls:
+                del open_calls[m.tool_call_id]
+                out.append(m)
+            continue
+        close()
+        out.append(m)
+        if m.role == "assistant":
+            open_calls.update((c.id, c.name) for c in m.tool_calls)
+    close()
+    return out
+
+
 def message_tokens(m: ChatMessage, count: CountTokens) -> int:
     n = MESSAGE_OVERHEAD_TOKENS + count(m.content or "")
     for c in m.tool_calls:
