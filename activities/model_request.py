@@ -17,6 +17,7 @@ from turnstile.engine.memory_window import (
     cap_tool_results,
     json_tokens,
     paired,
+    result_cap,
 )
 from turnstile.engine.messages import ChatMessage
 from turnstile.engine.specs import ToolSpec
@@ -41,8 +42,8 @@ def build_request(rt: Runtime, service: Service, req: ModelCallInput,
     def cap_for(tool_name: str) -> int:
         t = service.tool(tool_name)
         if t is not None and t.spec.max_result_bytes is not None:
-            return t.spec.max_result_bytes
-        return window.tool_result_max_bytes
+            return result_cap(t.spec.max_result_bytes, window)
+        return result_cap(window.tool_result_max_bytes, window)
 
     messages = cap_tool_results(paired(stored), cap_for)
     if req.continuation:

@@ -111,7 +111,9 @@ async def test_ten_megabyte_tool_result_is_capped_for_the_model(
     assert second["_bytes"] <= CONTEXT_BYTES
     [tool_msg] = [m for m in second["messages"] if m["role"] == "tool"]
     content = tool_msg["content"]
-    assert len(content.encode()) <= DEFAULT_TOOL_RESULT_MAX_BYTES
+    # 16 KB by default, and at most a quarter of the window (8k model: 4,608 bytes).
+    assert len(content.encode()) <= min(DEFAULT_TOOL_RESULT_MAX_BYTES,
+                                        window_tokens(DEFAULT_CONTEXT_TOKENS) * 3 // 4)
     total = 10 * 1024 * 1024
     left_out = total - len(content.split("\n[…")[0])
     assert f"{left_out:,} of {total:,} bytes of this bigResult result were left out" in content

@@ -178,3 +178,16 @@ def test_paired_answers_every_call_and_drops_orphan_results() -> None:
     assert filler.is_error and filler.content == UNANSWERED_RESULT
     assert paired(CONVERSATION) == CONVERSATION  # a well-formed conversation is unchanged
     assert [label(m) for m in paired([U("q"), C("z")])] == ["U:q", "C:z", "R:z"]
+
+
+@pytest.mark.parametrize(("tool_cap", "window", "expected"), [
+    (16_384, MemoryWindow(), 16_384),  # no token window: the tool's cap
+    (16_384, MemoryWindow(max_tokens=123_904), 16_384),  # gpt-4o: the cap is smaller
+    (16_384, MemoryWindow(max_tokens=6_144), 4_608),  # an 8k model: a quarter of the window
+    (16_384, MemoryWindow(max_tokens=100), 1_024),  # never below 1 KB
+    (65_536, MemoryWindow(max_tokens=1_000_000), 65_536),
+])
+def test_result_cap(tool_cap: int, window: MemoryWindow, expected: int) -> None:
+    from turnstile.engine.memory_window import result_cap
+
+    assert result_cap(tool_cap, window) == expected

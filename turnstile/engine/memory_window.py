@@ -4,7 +4,8 @@ tool-result cap (pure; stored memory always stays whole).
 The window is policy as data (`MemoryWindow`, a field of the service spec that
 `describe_service` records in history). The rules, in order:
 
-- a tool result longer than its tool's cap is cut, with a visible marker that
+- a tool result longer than its tool's cap (and than a quarter of the token
+  window) is cut, with a visible marker that
   says how much was left out and how to get more (the full result stays in
   memory and in the call ledger);
 - the system message always stays, and so do the newest user message and
@@ -49,6 +50,21 @@ class MemoryWindow(BaseModel):
     max_messages: int | None = Field(default=None, ge=1)  # besides the system message
     max_tokens: int | None = Field(default=None, ge=1)  # messages, tools and format included
     tool_result_max_bytes: int = Field(default=DEFAULT_TOOL_RESULT_MAX_BYTES, ge=256)
+
+
+RESULT_SHARE = 4  # one tool result takes at most 1/RESULT_SHARE of the token window
+BYTES_PER_TOKEN_FLOOR = 3  # bytes a token is assumed to hold when sizing that share
+MIN_RESULT_BYTES = 1024
+
+
+def result_cap(tool_cap: int, window: MemoryWindow) -> int:
+    """Bytes of one tool result sent: the tool's cap, and never more than a
+    quarter of the token window (so a round of a few large results still
+    fits a small model's context)."""
+    if window.max_tokens is None:
+        return tool_cap
+    share = window.max_tokens * BYTES_PER_TOKEN_FLOOR // RESULT_SHARE
+    return max(MIN_RESULT_BYTES, min(tool_cap, share))
 
 
 def truncation_marker(omitted_bytes: int, total_bytes: int, tool_name: str) -> str:
