@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 from tests.support.fake_llm import FakeLLM, text_reply
@@ -79,10 +80,18 @@ async def test_stream_cut_before_done_is_retried(client: Client, task_queue: str
                     text_reply("a complete answer, at last"))
     async with running_worker(client, task_queue, f"sqlite:///{tmp_path}/t.db", [service],
                               llm_url=fake_llm.url) as turns:
-        result = await turns.run("stream it")
+        handle = await turns.start("stream it")
+        result = await handle.result()
     assert result.status == TurnStatus.COMPLETED, result.error
     assert result.answer == "a complete answer, at last"
     assert len(fake_llm.requests) == 2 and all(r["stream"] for r in fake_llm.requests)
+    # The retry is Temporal's: the second attempt records why the first failed.
+    history = await handle.fetch_history()
+    retried = [e.activity_task_started_event_attributes for e in history.events
+               if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
+               and e.activity_task_started_event_attributes.attempt == 2]
+    assert [a.last_failure.application_failure_info.type for a in retried] == [
+        "IncompleteStream"]
 
 
 async def test_oversized_response_is_a_clear_error(client: Client, task_queue: str, tmp_path,

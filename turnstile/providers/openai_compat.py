@@ -39,6 +39,12 @@ class RetryableModelError(ModelUnavailable):
         self.retry_after = retry_after
 
 
+class IncompleteStreamError(RetryableModelError):
+    """The stream ended before `[DONE]` or a final chunk: a failed attempt."""
+
+    error_type = IncompleteStream.error_type
+
+
 def parse_retry_after(value: str | None) -> float | None:
     """Retry-After as seconds (delta-seconds or HTTP date), None if absent/invalid."""
     if not value:
@@ -212,7 +218,7 @@ class OpenAICompatibleProvider:
                 lines = bounded_lines(resp.aiter_bytes(), self.max_response_bytes)
                 return parse_completion(await read_sse(lines, on_text))
         except IncompleteStream as exc:
-            raise RetryableModelError(str(exc)) from exc
+            raise IncompleteStreamError(str(exc)) from exc
         except httpx.TransportError as exc:
             # A connection dropped mid-stream: also an incomplete answer, retried.
             raise RetryableModelError(f"model endpoint {url} unreachable: {exc!r}") from exc
