@@ -144,3 +144,20 @@ def test_argument_bounds_are_argument_errors_the_model_can_fix() -> None:
     ok = querySalesData.parse_arguments('{' + week + ', "minAmount": "50000.50"}')
     assert str(ok.minAmount) == "50000.50"  # type: ignore[attr-defined]
     assert math.isclose(float(ok.minAmount), 50000.5)  # type: ignore[attr-defined]
+
+
+async def test_tool_call_ids_reused_across_turns(client: Client, task_queue: str, tmp_path,
+                                                 fake_llm: FakeLLM) -> None:
+    """Servers that number tool calls per response (`call_0` every turn) still
+    give requests a strict endpoint accepts, and each result stays with its call."""
+    fake_llm.script(tool_reply(("call_0", "add", {"a": 1, "b": 1})), text_reply("2"),
+                    tool_reply(("call_0", "add", {"a": 2, "b": 2})), text_reply("4"))
+    async with running_worker(client, task_queue, f"sqlite:///{tmp_path}/t.db",
+                              [make_service()], llm_url=fake_llm.url) as turns:
+        first = await turns.run("1+1?", conversation=f"ids-{task_queue}")
+        second = await turns.run("2+2?", conversation=f"ids-{task_queue}")
+    assert (first.answer, second.answer) == ("2", "4")
+    assert not fake_llm.refusals
+    last = fake_llm.requests[-1]["messages"]
+    results = [m["content"] for m in last if m["role"] == "tool"]
+    assert results == ['{"sum": 2}', '{"sum": 4}']
