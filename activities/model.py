@@ -8,6 +8,7 @@ from datetime import timedelta
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.model_request import build_request
 from activities.model_stream import request_model
 from activities.runtime import Runtime, application_error, turn_workflow_id
 from turnstile.engine import attributes as attr
@@ -18,7 +19,6 @@ from turnstile.engine.errors import (
     MemoryConflictError,
     ModelRequestRejected,
 )
-from turnstile.providers import ModelRequest
 from turnstile.providers.openai_compat import RetryableModelError
 from turnstile.runtime.tracing import model_span, record_model_response
 
@@ -40,10 +40,11 @@ class ModelActivities:
         tools = [t.spec for name in req.tool_names if (t := service.tool(name)) is not None]
         provider = self.rt.provider
         try:
-            messages = await asyncio.to_thread(memory.messages, req.conversation_id, wf_id)
+            stored_messages = await asyncio.to_thread(memory.messages, req.conversation_id, wf_id)
+            request, _ = await asyncio.to_thread(
+                build_request, self.rt, service, req, stored_messages, tools)
             with model_span(provider.name, getattr(provider, "model", None), req.round) as span:
-                response = await request_model(self.rt, req, ModelRequest(
-                    messages=messages, tools=tools, response_format=req.response_format), wf_id)
+                response = await request_model(self.rt, req, request, wf_id)
                 record_model_response(
                     span, model=response.model, input_tokens=response.usage.prompt_tokens,
                     output_tokens=response.usage.completion_tokens,
@@ -59,6 +60,8 @@ class ModelActivities:
         except DatabaseUnavailable as exc:
             raise application_error(exc, non_retryable=False) from exc
         message = response.message
+        if req.continuation:
+            message.tool_calls = []  # no tools were offered: a call here has no result slot
         # A result is matched to its call by id: a call without one, or reusing
         # one, gets a fresh id that is stable for this response.
         taken = set(req.taken_call_ids)

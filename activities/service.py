@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from temporalio import activity
 
-from activities.runtime import Runtime, application_error
+from activities.runtime import Runtime, application_error, model_name
 from turnstile.engine.activity_io import (
     DESCRIBE_SERVICE,
     RESOLVE_TOOLS,
@@ -16,6 +16,7 @@ from turnstile.engine.activity_io import (
 )
 from turnstile.engine.errors import UnknownServiceError
 from turnstile.engine.specs import ServiceSpec
+from turnstile.providers.tokens import context_tokens, window_tokens
 from turnstile.runtime.services import ProviderContext
 
 
@@ -28,7 +29,9 @@ class ServiceActivities:
         try:
             # Step 9's choice (schema vs instructions) depends on this worker's provider.
             takes_schema = bool(getattr(self.rt.provider, "supports_response_format", False))
-            spec = self.rt.services.get(req.service).spec(provider_takes_schema=takes_schema)
+            spec = self.rt.services.get(req.service).spec(
+                provider_takes_schema=takes_schema, model_window_tokens=window_tokens(
+                    context_tokens(model_name(self.rt), self.rt.settings.context_tokens)))
         except UnknownServiceError as exc:
             raise application_error(exc, non_retryable=True) from exc
         spec.search_attributes = self.rt.search_attributes

@@ -19,6 +19,7 @@ with workflow.unsafe.imports_passed_through():
     # Pure pydantic models and helpers: passed through so the sandbox does not
     # re-import pydantic on every workflow run.
     from turnstile.engine import activity_io as io
+    from turnstile.engine import endings
     from turnstile.engine.breakers import Breakers, BreakerTripped
     from turnstile.engine.contract import (
         WORKFLOW_TYPE,
@@ -188,7 +189,7 @@ class AgentTurn:
         while True:
             if spec.dynamic_tools:
                 await self._resolve_tools(turn, spec)
-            response = await self._call_model(turn, spec)
+            response = await self._honest_ending(turn, spec, await self._call_model(turn, spec))
             step = next_step(response.message)
             if isinstance(step, FinalAnswer):
                 s.event("answer", step.text[:160])
@@ -212,6 +213,34 @@ class AgentTurn:
                 raise TurnStopped(TurnStatus.FAILED, trip.kind, str(trip)) from trip
             s.step = "tools"
             await ToolRound(s, turn, spec, breakers).run(step.calls, s.alloc(len(step.calls)))
+
+    async def _honest_ending(self, turn: TurnInput, spec: ServiceSpec,
+                             response: io.ModelCallResult) -> io.ModelCallResult:
+        """Only a natural stop is a complete answer (turnstile.engine.endings).
+        The extra activities run only on the path that needs them."""
+        ends = endings.ending(response.finish_reason)
+        if ends is endings.Ending.FILTERED:
+            return await self._filtered()
+        if ends is not endings.Ending.LENGTH or response.message.tool_calls:
+            return response  # cut tool arguments fail validation and go back to the model
+        self.s.event("truncated", "answer cut at the length limit; asking to continue")
+        more = await self._call_model(turn, spec, continuation=True)
+        text = (response.message.content or "") + (more.message.content or "")
+        ends = endings.ending(more.finish_reason)
+        if ends is endings.Ending.FILTERED:
+            return await self._filtered()
+        if ends is endings.Ending.LENGTH:
+            raise TurnStopped(TurnStatus.TRUNCATED, "AnswerTruncated", endings.TRUNCATED_MESSAGE,
+                              answer=text, compensate=False)
+        message = ChatMessage(role="assistant", content=text)
+        return more.model_copy(update={"message": message, "usage": response.usage + more.usage})
+
+    async def _filtered(self) -> io.ModelCallResult:
+        assert self.steps is not None
+        self.s.event("moderation", "the provider's content filter withheld the answer")
+        await self.steps.discard_answer("content_filter")
+        raise TurnStopped(TurnStatus.MODERATED, "ContentFiltered", endings.FILTERED_MESSAGE,
+                          answer=endings.FILTERED_MESSAGE)
 
     async def _record_unrun(self, calls: list[ToolCall], reason: str) -> None:
         """The calls a breaker, the cap or moderation stopped still get results (memory
@@ -238,18 +267,21 @@ class AgentTurn:
                 s.tool_names.append(t.name)
                 s.event("tools_added", t.name)
 
-    async def _call_model(self, turn: TurnInput, spec: ServiceSpec) -> io.ModelCallResult:
+    async def _call_model(self, turn: TurnInput, spec: ServiceSpec,
+                          continuation: bool = False) -> io.ModelCallResult:
         s = self.s
         s.step = "model_call"
         s.answer_seq = s.alloc(1)
+        summary = f"model round {s.round_trips + 1}" + (" continuation" if continuation else "")
         result: io.ModelCallResult = await s.activity(
             io.CALL_MODEL,
             io.ModelCallInput(conversation_id=turn.conversation_id, service=turn.service,
-                              tool_names=list(s.tool_names), response_seq=s.answer_seq,
-                              round=s.round_trips, taken_call_ids=[c.id for c in s.calls],
-                              stream=self.stream, response_format=self.response_format),
-            io.ModelCallResult, f"model round {s.round_trips + 1}", TurnStatus.FAILED,
-            options=model_options(spec.loop))
+                              tool_names=[] if continuation else list(s.tool_names),
+                              response_seq=s.answer_seq, round=s.round_trips,
+                              taken_call_ids=[c.id for c in s.calls], stream=self.stream,
+                              response_format=self.response_format, window=spec.memory,
+                              continuation=continuation),
+            io.ModelCallResult, summary, TurnStatus.FAILED, options=model_options(spec.loop))
         s.usage = s.usage + result.usage
         s.provider = result.provider
         calls = ", ".join(c.name for c in result.message.tool_calls)

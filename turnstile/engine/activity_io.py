@@ -11,6 +11,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from turnstile.engine.contract import ApprovalDecision
+from turnstile.engine.memory_window import MemoryWindow
 from turnstile.engine.messages import ChatMessage, ToolCall, Usage
 from turnstile.engine.specs import ToolSpec
 
@@ -83,6 +84,12 @@ class ModelCallInput(BaseModel):
     taken_call_ids: list[str] = Field(default_factory=list)  # ids used earlier in the turn
     stream: bool = False  # step 8: stream partial text to `turn_stream`
     response_format: dict[str, Any] | None = None  # step 9: JSON schema for the provider
+    # What of memory the request carries (the service spec's window, from
+    # history; None in turns started before windows: the worker's current one).
+    window: MemoryWindow | None = None
+    # The previous answer hit the length limit: ask the model to go on (no
+    # tools offered; the prompt is sent, never stored).
+    continuation: bool = False
 
 
 class ModelCallResult(BaseModel):

@@ -32,7 +32,8 @@ class TurnStatus(StrEnum):
     REFUSED = "refused"  # the turn was not allowed to run (e.g. foreign conversation)
     ROLLED_BACK = "rolled_back"
     COMPENSATION_FAILED = "compensation_failed"
-    MODERATED = "moderated"  # moderation flagged the input; nothing of it is answered
+    MODERATED = "moderated"  # moderation or the provider's content filter stopped the answer
+    TRUNCATED = "truncated"  # the answer hit the output limit, continuation included
 
 
 class CallStatus(StrEnum):

@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from turnstile.engine.errors import ConfigurationError, UnknownServiceError
+from turnstile.engine.memory_window import MemoryWindow
 from turnstile.engine.output_format import output_spec
 from turnstile.engine.pipeline_spec import PipelinePolicy, PipelineSpec
 from turnstile.engine.specs import LoopPolicy, ServiceSpec
@@ -66,6 +67,8 @@ class Service:
     description: str = ""
     loop: LoopPolicy = field(default_factory=LoopPolicy)
     providers: list[ToolProvider] = field(default_factory=list)
+    # What each model request carries; max_tokens=None: sized for the model.
+    memory: MemoryWindow = field(default_factory=MemoryWindow)
     # -- pipeline components (docs/pipeline.md) --
     pipeline: PipelinePolicy = field(default_factory=PipelinePolicy)
     system_transformer: SystemTransformer | None = None  # step 2
@@ -107,7 +110,13 @@ class Service:
             output_guardrails=[component_name(g) for g in self.output_guardrails],
         )
 
-    def spec(self, provider_takes_schema: bool = False) -> ServiceSpec:
+    def spec(self, provider_takes_schema: bool = False,
+             model_window_tokens: int | None = None) -> ServiceSpec:
+        """The service as data. `model_window_tokens`: what a request to the
+        worker's model may carry, used when the service sets no token window."""
+        memory = self.memory
+        if memory.max_tokens is None and model_window_tokens is not None:
+            memory = memory.model_copy(update={"max_tokens": model_window_tokens})
         return ServiceSpec(
             name=self.name,
             description=self.description,
@@ -117,6 +126,7 @@ class Service:
             loop=self.loop,
             dynamic_tools=bool(self.providers),
             pipeline=self.pipeline_spec(provider_takes_schema),
+            memory=memory,
         )
 
     def tool(self, name: str) -> Tool | None:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, get_type_hints
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from turnstile.engine.errors import DuplicateToolError, ToolArgumentError
-from turnstile.engine.specs import RetrySpec, ToolSpec
+from turnstile.engine.specs import DEFAULT_MAX_ARGUMENT_BYTES, RetrySpec, ToolSpec
 
 if TYPE_CHECKING:
     from turnstile.stores.db import Database
@@ -96,12 +96,24 @@ class Tool:
 
     def parse_arguments(self, raw: str) -> BaseModel:
         """Validate the model's raw JSON arguments; ToolArgumentError says what to fix."""
+        size = len(raw.encode("utf-8"))
+        if size > self.spec.max_argument_bytes:
+            raise ToolArgumentError(
+                f"arguments for {self.name} are {size:,} bytes, above this tool's limit of "
+                f"{self.spec.max_argument_bytes:,}; send shorter values")
         try:
-            data = json.loads(raw) if raw.strip() else {}
+            data = json.loads(raw, parse_int=_bounded_number(int),
+                              parse_float=_bounded_number(float)) if raw.strip() else {}
         except json.JSONDecodeError as exc:
             raise ToolArgumentError(
                 f"arguments for {self.name} are not valid JSON ({exc.msg} at position "
                 f"{exc.pos}); send a JSON object matching the tool's schema"
+            ) from exc
+        except _NumberTooLong as exc:
+            raise ToolArgumentError(f"arguments for {self.name}: {exc}") from exc
+        except RecursionError as exc:
+            raise ToolArgumentError(
+                f"arguments for {self.name} are nested too deeply; send a flat JSON object"
             ) from exc
         if not isinstance(data, dict):
             raise ToolArgumentError(
@@ -138,6 +150,27 @@ class Tool:
         return await asyncio.to_thread(self.compensate, ctx, args, result)
 
 
+MAX_NUMBER_CHARS = 40  # a JSON number literal longer than this is refused
+
+
+class _NumberTooLong(ValueError):
+    pass
+
+
+def _bounded_number(kind: Callable[[str], Any]) -> Callable[[str], Any]:
+    """A `json.loads` number hook that refuses absurd literals (a 5,000-digit
+    integer, `1e-1000000` spelled out) before Python converts them."""
+
+    def parse(text: str) -> Any:
+        if len(text) > MAX_NUMBER_CHARS:
+            raise _NumberTooLong(
+                f"the number {text[:20]}… has {len(text):,} characters (at most "
+                f"{MAX_NUMBER_CHARS}); send an ordinary number")
+        return kind(text)
+
+    return parse
+
+
 def tool(
     fn: Callable[..., Any] | None = None,
     *,
@@ -150,6 +183,8 @@ def tool(
     heartbeat_seconds: float | None = 10.0,
     retry: RetrySpec | None = None,
     approval_timeout_seconds: float = 3600.0,
+    max_result_bytes: int | None = None,
+    max_argument_bytes: int = DEFAULT_MAX_ARGUMENT_BYTES,
 ) -> Any:
     """Turn a typed function into a Tool (usable bare or with options)."""
 
@@ -183,6 +218,8 @@ def tool(
             heartbeat_seconds=heartbeat_seconds,
             retry=retry or RetrySpec(),
             approval_timeout_seconds=approval_timeout_seconds,
+            max_result_bytes=max_result_bytes,
+            max_argument_bytes=max_argument_bytes,
         )
         return Tool(fn=f, spec=spec, args_model=args_model, takes_context=takes_context)
 
