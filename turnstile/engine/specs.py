@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from turnstile.engine.approvals import ApprovalPolicy, OutboundPolicy
 from turnstile.engine.breakers import BreakerPolicy
 from turnstile.engine.pipeline_spec import PipelineSpec
 
@@ -37,6 +38,10 @@ class ToolSpec(BaseModel):
     heartbeat_seconds: float | None = 10.0
     retry: RetrySpec = Field(default_factory=RetrySpec)
     approval_timeout_seconds: float = 3600.0  # then the default policy rejects
+    # Arguments a reviewer must see first (e.g. an e-mail's recipient and subject).
+    review_fields: list[str] = Field(default_factory=list)
+    # Arguments holding outbound addresses, checked against the service's OutboundPolicy.
+    recipient_fields: list[str] = Field(default_factory=list)
 
     @property
     def start_to_close(self) -> timedelta:
@@ -77,6 +82,8 @@ class ServiceSpec(BaseModel):
     dynamic_tools: bool = False  # ask the service's tool providers before each round
     search_attributes: bool = False  # the namespace has Turnstile's search attributes
     pipeline: PipelineSpec = Field(default_factory=PipelineSpec)  # steps 2, 5-9, 11, 15-17
+    approvals: ApprovalPolicy = Field(default_factory=ApprovalPolicy)  # who may decide
+    outbound: OutboundPolicy = Field(default_factory=OutboundPolicy)  # where mail may go
 
     def tool(self, name: str) -> ToolSpec | None:
         return next((t for t in self.tools if t.name == name), None)
