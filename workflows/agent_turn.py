@@ -95,8 +95,9 @@ class AgentTurn:
             return "a decision needs a named reviewer"
         pending = s.pending.get(call_id)
         if pending is None or call_id in s.decisions:
-            state = "already decided" if call_id in s.decisions else "no pending approval"
-            return (f"tool call {call_id!r}: {state}; pending: "
+            if call_id in s.decisions:
+                return f"tool call {call_id!r} was already decided"
+            return (f"no pending approval for tool call {call_id!r}; pending: "
                     f"{sorted(s.pending) or 'none'}")
         requester = s.turn.user_id if s.turn is not None else ""
         return approval_refusal(self.spec.approvals, tool=pending.tool_name,

@@ -57,6 +57,9 @@ class LocalSmtpServer:
 
     def start(self) -> LocalSmtpServer:
         """Listen in a background thread; returns once the port accepts."""
+        # aiosmtpd logs every SMTP command (recipients, at INFO) and every DATA
+        # line (at DEBUG) on "mail.log": the mailbox keeps the mail, logs don't.
+        logging.getLogger("mail.log").setLevel(logging.WARNING)
         self._controller = Controller(
             MailboxHandler(self.directory), hostname=self.host, port=self.port
         )
