@@ -14,10 +14,10 @@ from turnstile.engine.activity_io import (
     ResolvedTools,
     ResolveToolsInput,
 )
-from turnstile.engine.errors import UnknownServiceError
+from turnstile.engine.errors import DatabaseUnavailable, UnknownServiceError
 from turnstile.engine.specs import ServiceSpec
 from turnstile.providers.tokens import context_tokens, window_tokens
-from turnstile.runtime.services import ProviderContext
+from turnstile.runtime.services import ApproverContext, ProviderContext
 
 
 class ServiceActivities:
@@ -29,11 +29,18 @@ class ServiceActivities:
         try:
             # Step 9's choice (schema vs instructions) depends on this worker's provider.
             takes_schema = bool(getattr(self.rt.provider, "supports_response_format", False))
-            spec = self.rt.services.get(req.service).spec(
+            service = self.rt.services.get(req.service)
+            spec = service.spec(
                 provider_takes_schema=takes_schema, model_window_tokens=window_tokens(
                     context_tokens(model_name(self.rt), self.rt.settings.context_tokens)))
         except UnknownServiceError as exc:
             raise application_error(exc, non_retryable=True) from exc
+        try:
+            spec.approvals = service.approval_policy(ApproverContext(
+                service=service.name, db=self.rt.db, settings=self.rt.settings,
+                tools=[t.name for t in spec.tools if t.requires_approval]))
+        except DatabaseUnavailable as exc:
+            raise application_error(exc, non_retryable=False) from exc
         spec.search_attributes = self.rt.search_attributes
         return spec
 

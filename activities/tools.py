@@ -21,6 +21,7 @@ from turnstile.engine import attributes as attr
 from turnstile.engine.activity_io import EXECUTE_TOOL, ToolExecInput, ToolOutcome
 from turnstile.engine.contract import CallStatus
 from turnstile.engine.errors import DatabaseUnavailable, MemoryConflictError, ToolArgumentError
+from turnstile.engine.masking import mask_json_text
 from turnstile.engine.messages import ChatMessage
 from turnstile.runtime.tools import ToolContext, ToolExecutionError, ToolResult, result_to_text
 from turnstile.runtime.tracing import record_tool_outcome, tool_span
@@ -35,6 +36,9 @@ INTERRUPTED_TEXT = (
 
 
 def _preview(text: str) -> str:
+    """What the workflow (and so its history) keeps of a result: masked, bounded.
+    The full result is in memory."""
+    text = mask_json_text(text[: PREVIEW_CHARS * 8])
     return text if len(text) <= PREVIEW_CHARS else text[: PREVIEW_CHARS - 1] + "…"
 
 
@@ -75,13 +79,15 @@ class ToolActivities:
     async def _execute(self, req: ToolExecInput) -> ToolOutcome:
         info = activity.info()
         wf_id, call = turn_workflow_id(), req.call
-        tool = self.rt.services.get(req.service).tool(call.name)
+        service = self.rt.services.get(req.service)
+        tool = service.tool(call.name)
         if tool is None:  # the workflow checks names first; a stale spec can still get here
             return await self._finish(req, f"Tool {call.name!r} does not exist.",
                                       CallStatus.UNKNOWN_TOOL, True)
         audit_log = self.rt.audit
         try:
             args = tool.parse_arguments(call.arguments)
+            tool.check_outbound(args, service.outbound)
         except ToolArgumentError as exc:
             await asyncio.to_thread(self._audit_rejected, req, wf_id, str(exc))
             return await self._finish(req, str(exc), CallStatus.INVALID_ARGUMENTS, True)

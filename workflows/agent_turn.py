@@ -20,6 +20,7 @@ with workflow.unsafe.imports_passed_through():
     # re-import pydantic on every workflow run.
     from turnstile.engine import activity_io as io
     from turnstile.engine import endings
+    from turnstile.engine.approvals import approval_refusal
     from turnstile.engine.breakers import Breakers, BreakerTripped
     from turnstile.engine.contract import (
         WORKFLOW_TYPE,
@@ -36,6 +37,7 @@ with workflow.unsafe.imports_passed_through():
         TurnStatus,
     )
     from turnstile.engine.errors import RoundTripCapExceeded
+    from turnstile.engine.masking import mask_text
     from turnstile.engine.messages import ChatMessage, ToolCall
     from turnstile.engine.specs import ServiceSpec
     from turnstile.engine.turn_rules import FinalAnswer, RunTools, next_step
@@ -83,20 +85,34 @@ class AgentTurn:
 
     @review.validator
     def _validate_review(self, decision: ReviewInput) -> None:
-        if not decision.reviewer.strip():
-            raise ValueError("a review needs a reviewer")
-        if decision.tool_call_id not in self.s.pending:
-            raise ValueError(f"no pending approval for tool call {decision.tool_call_id!r}; "
-                             f"pending: {sorted(self.s.pending) or 'none'}")
+        reason = self._refusal(decision.tool_call_id, decision.reviewer)
+        if reason:
+            raise ValueError(reason)
+
+    def _refusal(self, call_id: str, reviewer: str) -> str | None:
+        """Why this decision may not be applied (None: it may)."""
+        s = self.s
+        if not reviewer.strip():
+            return "a decision needs a named reviewer"
+        pending = s.pending.get(call_id)
+        if pending is None or call_id in s.decisions:
+            if call_id in s.decisions:
+                return f"tool call {call_id!r} was already decided"
+            return (f"no pending approval for tool call {call_id!r}; pending: "
+                    f"{sorted(s.pending) or 'none'}")
+        requester = s.turn.user_id if s.turn is not None else ""
+        return approval_refusal(self.spec.approvals, tool=pending.tool_name,
+                                reviewer=reviewer, requester=requester)
 
     def _decide(self, call_id: str, approved: bool, reviewer: str, note: str) -> None:
         s = self.s
-        if call_id not in s.pending or call_id in s.decisions or not reviewer.strip():
-            # Never silently accepted: a decision must name a call awaiting one.
+        reason = self._refusal(call_id, reviewer)
+        if reason:
+            # Never silently accepted, never applied: refused and audited.
             verb = "approve" if approved else "reject"
-            reason = f"{verb} by {reviewer!r} for {call_id!r} refused: no pending approval"
-            workflow.logger.warning(reason)
-            s.refused.append(reason)
+            pending = s.pending.get(call_id)
+            s.refuse(call_id, pending.tool_name if pending else "", verb, reviewer,
+                     f"{verb} by {reviewer!r} for {call_id!r} refused: {reason}")
             return
         s.decisions[call_id] = ApprovalDecision(
             tool_call_id=call_id, tool_name=s.pending[call_id].tool_name, approved=approved,
@@ -192,7 +208,7 @@ class AgentTurn:
             response = await self._honest_ending(turn, spec, await self._call_model(turn, spec))
             step = next_step(response.message)
             if isinstance(step, FinalAnswer):
-                s.event("answer", step.text[:160])
+                s.event("answer", mask_text(step.text[:400])[:160])
                 return step.text
             assert isinstance(step, RunTools)
             assert self.steps is not None

@@ -20,6 +20,7 @@ LOAD_MEMORY = "turnstile.load_memory"
 APPEND_MESSAGES = "turnstile.append_messages"
 CALL_MODEL = "turnstile.call_model"
 EXECUTE_TOOL = "turnstile.execute_tool"
+REVIEW_CALL = "turnstile.review_call"  # validate a call before a reviewer sees it
 COMPENSATE_TOOL = "turnstile.compensate_tool"
 RECORD_COMPENSATION_FAILURE = "turnstile.record_compensation_failure"
 RESOLVE_TOOLS = "turnstile.resolve_tools"
@@ -107,6 +108,22 @@ class ToolExecInput(BaseModel):
     call: ToolCall
     result_seq: int  # where the tool-result message is stored
     approval: ApprovalDecision | None = None  # recorded with the execution
+
+
+class ReviewCallInput(BaseModel):
+    service: str
+    call: ToolCall
+
+
+class ReviewedCall(BaseModel):
+    """A call checked before a reviewer is asked: valid (with notes for the
+    reviewer), or the argument error the model gets instead. It carries no
+    argument values: the workflow shows the call's own arguments, so this
+    result adds no personal data to history."""
+
+    valid: bool
+    notes: list[str] = Field(default_factory=list)  # e.g. "external recipient: to at x.org"
+    error: str = ""  # when not valid: what the model must fix
 
 
 class ToolOutcome(BaseModel):

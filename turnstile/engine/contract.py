@@ -121,9 +121,13 @@ class ReviewInput(BaseModel):
 class PendingApproval(BaseModel):
     tool_call_id: str
     tool_name: str
-    arguments: Any
+    arguments: Any  # the full arguments; validated first when `validated`
     requested_at: str
     deadline: str
+    # The fields that matter most (the tool's review_fields), shown first.
+    highlights: dict[str, Any] = Field(default_factory=dict)
+    notes: list[str] = Field(default_factory=list)  # e.g. "external recipient: to=..."
+    validated: bool = False  # the arguments passed the tool's validation
 
 
 class ApprovalDecision(BaseModel):

@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from turnstile.engine.approvals import ApprovalPolicy, OutboundPolicy
 from turnstile.engine.breakers import BreakerPolicy
 from turnstile.engine.memory_window import MemoryWindow
 from turnstile.engine.pipeline_spec import PipelineSpec
@@ -45,6 +46,10 @@ class ToolSpec(BaseModel):
     # default, 16 KB); the full result stays in memory and the call ledger.
     max_result_bytes: int | None = None
     max_argument_bytes: int = DEFAULT_MAX_ARGUMENT_BYTES  # larger arguments: argument error
+    # Arguments a reviewer must see first (e.g. an e-mail's recipient and subject).
+    review_fields: list[str] = Field(default_factory=list)
+    # Arguments holding outbound addresses, checked against the service's OutboundPolicy.
+    recipient_fields: list[str] = Field(default_factory=list)
 
     @property
     def start_to_close(self) -> timedelta:
@@ -88,6 +93,8 @@ class ServiceSpec(BaseModel):
     # What of the stored conversation each model request carries (max_tokens
     # filled in by the worker for its model when the service leaves it unset).
     memory: MemoryWindow = Field(default_factory=MemoryWindow)
+    approvals: ApprovalPolicy = Field(default_factory=ApprovalPolicy)  # who may decide
+    outbound: OutboundPolicy = Field(default_factory=OutboundPolicy)  # where mail may go
 
     def tool(self, name: str) -> ToolSpec | None:
         return next((t for t in self.tools if t.name == name), None)

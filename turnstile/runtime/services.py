@@ -8,12 +8,13 @@ are worker-side callables run in activities; `spec()` describes them as data
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel
 
+from turnstile.engine.approvals import ApprovalPolicy, OutboundPolicy
 from turnstile.engine.errors import ConfigurationError, UnknownServiceError
 from turnstile.engine.memory_window import MemoryWindow
 from turnstile.engine.output_format import output_spec
@@ -53,6 +54,21 @@ class SystemMessageContext:
     settings: Any = None  # the worker's turnstile.runtime.config.Settings
 
 
+@dataclass(frozen=True)
+class ApproverContext:
+    service: str
+    tools: list[str]  # the tools that require approval
+    db: Any = None  # the worker's turnstile.stores.db.Database
+    settings: Any = None
+
+
+# Who may decide approvals: tool name (or "*") -> reviewer names, groups
+# already resolved to their members. Runs in the describe_service activity,
+# so it may read a table or a directory; the answer is recorded in the turn's
+# history and applies to the whole turn.
+ApproverResolver = Callable[[ApproverContext], Mapping[str, Iterable[str]]]
+
+
 # Step 2: returns the system message to use (may read clocks, files, databases:
 # it runs in an activity).
 SystemTransformer = Callable[[SystemMessageContext], "str | Awaitable[str]"]
@@ -78,6 +94,10 @@ class Service:
     output_type: type[BaseModel] | None = None  # steps 9 and 16
     moderator: Moderator | None = None  # step 11
     output_guardrails: list[Guardrail] = field(default_factory=list)  # step 15
+    # -- approvals and outbound messages (README, "Approvals") --
+    approvers: ApproverResolver | None = None  # default: any named reviewer but the requester
+    allow_self_approval: bool = False
+    outbound: OutboundPolicy = field(default_factory=OutboundPolicy)
 
     def __post_init__(self) -> None:
         # One namespace of tool names across static tools and catalogues.
@@ -127,7 +147,16 @@ class Service:
             dynamic_tools=bool(self.providers),
             pipeline=self.pipeline_spec(provider_takes_schema),
             memory=memory,
+            approvals=ApprovalPolicy(allow_self_approval=self.allow_self_approval),
+            outbound=self.outbound,
         )
+
+    def approval_policy(self, ctx: ApproverContext) -> ApprovalPolicy:
+        reviewers: dict[str, list[str]] = {}
+        if self.approvers is not None:
+            for tool_name, names in self.approvers(ctx).items():
+                reviewers[tool_name] = sorted({n.strip() for n in names if n.strip()})
+        return ApprovalPolicy(reviewers=reviewers, allow_self_approval=self.allow_self_approval)
 
     def tool(self, name: str) -> Tool | None:
         found = self.tools.get(name)

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, get_type_hints
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
+from turnstile.engine.approvals import OutboundPolicy, outbound_findings
 from turnstile.engine.errors import DuplicateToolError, ToolArgumentError
 from turnstile.engine.specs import DEFAULT_MAX_ARGUMENT_BYTES, RetrySpec, ToolSpec
 
@@ -128,6 +129,16 @@ class Tool:
             )
             raise ToolArgumentError(f"invalid arguments for {self.name}: {problems}") from exc
 
+    def check_outbound(self, args: BaseModel, policy: OutboundPolicy) -> list[str]:
+        """Recipients against the service's allow-list: a refused domain is an
+        argument error the model can correct; returns notes for the reviewer."""
+        recipients = {f: getattr(args, f) for f in self.spec.recipient_fields
+                      if getattr(args, f, None) is not None}
+        problems, notes = outbound_findings(policy, recipients)
+        if problems:
+            raise ToolArgumentError(f"invalid arguments for {self.name}: " + "; ".join(problems))
+        return notes
+
     async def invoke(self, ctx: ToolContext, args: BaseModel) -> Any:
         kwargs = {name: getattr(args, name) for name in type(args).model_fields}
         call_args = (ctx,) if self.takes_context else ()
@@ -185,6 +196,8 @@ def tool(
     approval_timeout_seconds: float = 3600.0,
     max_result_bytes: int | None = None,
     max_argument_bytes: int = DEFAULT_MAX_ARGUMENT_BYTES,
+    review_fields: Iterable[str] = (),
+    recipient_fields: Iterable[str] = (),
 ) -> Any:
     """Turn a typed function into a Tool (usable bare or with options)."""
 
@@ -220,7 +233,13 @@ def tool(
             approval_timeout_seconds=approval_timeout_seconds,
             max_result_bytes=max_result_bytes,
             max_argument_bytes=max_argument_bytes,
+            review_fields=list(review_fields),
+            recipient_fields=list(recipient_fields),
         )
+        unknown = [f for f in (*spec.review_fields, *spec.recipient_fields) if f not in fields]
+        if unknown:
+            raise TypeError(f"tool {tool_name}: review/recipient fields {unknown} are not "
+                            "parameters")
         return Tool(fn=f, spec=spec, args_model=args_model, takes_context=takes_context)
 
     return build(fn) if fn is not None else build
