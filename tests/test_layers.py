@@ -100,3 +100,14 @@ def test_the_walker_sees_imports() -> None:
     # Guard against a walker that finds nothing and so passes vacuously.
     assert "turnstile.engine.messages" in GRAPH["turnstile.stores.memory"]
     assert _layer("turnstile.sales.tools") == 3
+
+
+def test_the_runtime_finds_the_repository() -> None:
+    # The dev stack starts ROOT/worker.py and keeps its files in ROOT/.data; a
+    # module moved one package deeper once pointed both inside turnstile/.
+    from turnstile.runtime.config import DATA_DIR, PROJECT_ROOT
+    from turnstile.runtime.devstack import temporal_binary  # noqa: F401  (imports cleanly)
+
+    assert PROJECT_ROOT == ROOT
+    assert (PROJECT_ROOT / "worker.py").is_file()
+    assert "TURNSTILE_DATA_DIR" in __import__("os").environ or DATA_DIR == ROOT / ".data"

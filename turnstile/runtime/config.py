@@ -9,7 +9,7 @@ from pathlib import Path
 
 from turnstile.engine.contract import DEFAULT_TASK_QUEUE
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PROJECT_ROOT = Path(__file__).resolve().parents[2]  # turnstile/runtime/config.py -> repo
 DATA_DIR = Path(os.environ.get("TURNSTILE_DATA_DIR", PROJECT_ROOT / ".data"))
 
 
