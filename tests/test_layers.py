@@ -9,6 +9,7 @@ the engine; no module imports one that (transitively) imports it back.
 from __future__ import annotations
 
 import ast
+import os
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -110,4 +111,4 @@ def test_the_runtime_finds_the_repository() -> None:
 
     assert PROJECT_ROOT == ROOT
     assert (PROJECT_ROOT / "worker.py").is_file()
-    assert "TURNSTILE_DATA_DIR" in __import__("os").environ or DATA_DIR == ROOT / ".data"
+    assert "TURNSTILE_DATA_DIR" in os.environ or DATA_DIR == ROOT / ".data"
