@@ -20,9 +20,21 @@ from activities.runtime import Runtime, application_error, turn_workflow_id, wit
 from turnstile.engine import attributes as attr
 from turnstile.engine.activity_io import EXECUTE_TOOL, ToolExecInput, ToolOutcome
 from turnstile.engine.contract import CallStatus
-from turnstile.engine.errors import DatabaseUnavailable, MemoryConflictError, ToolArgumentError
+from turnstile.engine.errors import (
+    ConfigurationError,
+    DatabaseUnavailable,
+    MCPServerUnavailable,
+    MemoryConflictError,
+    ToolArgumentError,
+)
 from turnstile.engine.messages import ChatMessage
-from turnstile.runtime.tools import ToolContext, ToolExecutionError, ToolResult, result_to_text
+from turnstile.runtime.tools import (
+    ToolContext,
+    ToolExecutionError,
+    ToolInterrupted,
+    ToolResult,
+    result_to_text,
+)
 from turnstile.runtime.tracing import record_tool_outcome, tool_span
 from turnstile.stores import audit
 
@@ -75,7 +87,18 @@ class ToolActivities:
     async def _execute(self, req: ToolExecInput) -> ToolOutcome:
         info = activity.info()
         wf_id, call = turn_workflow_id(), req.call
-        tool = self.rt.services.get(req.service).tool(call.name)
+        service = self.rt.services.get(req.service)
+        tool = service.tool(call.name)
+        if tool is None:
+            # A tool of a remote catalogue (an MCP server) this worker has not listed
+            # yet, e.g. after a restart. Unreachable: raised, so Temporal retries.
+            try:
+                await service.refresh_providers()
+            except MCPServerUnavailable as exc:
+                raise application_error(exc, non_retryable=False) from exc
+            except ConfigurationError as exc:
+                raise application_error(exc, non_retryable=True) from exc
+            tool = service.tool(call.name)
         if tool is None:  # the workflow checks names first; a stale spec can still get here
             return await self._finish(req, f"Tool {call.name!r} does not exist.",
                                       CallStatus.UNKNOWN_TOOL, True)
@@ -102,12 +125,7 @@ class ToolActivities:
             return await self._finish(req, entry.result or "", status, entry.is_error,
                                       entry.state)
         if not entry.fresh:
-            text = INTERRUPTED_TEXT.format(name=call.name)
-            await asyncio.to_thread(self.rt.ledger.complete, wf_id, call.id, text, True,
-                                    CallStatus.INTERRUPTED.value)
-            await asyncio.to_thread(audit_log.finished, workflow_id=wf_id, call_id=call.id,
-                                    status=audit.FAILED, error="interrupted; effect unknown")
-            return await self._finish(req, text, CallStatus.INTERRUPTED, True)
+            return await self._interrupted(req, wf_id, "its worker was lost mid-run")
 
         await asyncio.to_thread(
             audit_log.started, workflow_id=wf_id, call_id=call.id,
@@ -121,6 +139,15 @@ class ToolActivities:
         )
         try:
             result = await with_heartbeat(tool.invoke(ctx, args), tool.spec.heartbeat_seconds)
+        except ToolInterrupted as exc:
+            if not tool.spec.idempotent:
+                # In flight when the connection broke: the effect is unknown, so
+                # the call is settled as interrupted, never re-run.
+                return await self._interrupted(req, wf_id, str(exc))
+            await asyncio.to_thread(self.rt.ledger.attempt_failed, wf_id, call.id, str(exc))
+            await asyncio.to_thread(audit_log.finished, workflow_id=wf_id, call_id=call.id,
+                                    status=audit.FAILED, error=str(exc))
+            raise ApplicationError(str(exc), type="ToolExecutionError") from exc
         except ToolArgumentError as exc:
             # The tool's own validation (e.g. start after end): the model can fix it.
             await asyncio.to_thread(self.rt.ledger.complete, wf_id, call.id, str(exc), True,
@@ -140,11 +167,27 @@ class ToolActivities:
                                    non_retryable=not retryable) from exc
         text = result_to_text(result)
         state = result.state if isinstance(result, ToolResult) else None
+        if isinstance(result, ToolResult) and result.is_error:
+            # The tool ran and reported a failure: an error result for the model.
+            await asyncio.to_thread(self.rt.ledger.complete, wf_id, call.id, text, True,
+                                    CallStatus.FAILED.value, state)
+            await asyncio.to_thread(audit_log.finished, workflow_id=wf_id, call_id=call.id,
+                                    status=audit.FAILED, error=text[:500])
+            return await self._finish(req, text, CallStatus.FAILED, True, state)
         await asyncio.to_thread(self.rt.ledger.complete, wf_id, call.id, text, False,
                                 CallStatus.COMPLETED.value, state)
         await asyncio.to_thread(audit_log.finished, workflow_id=wf_id, call_id=call.id,
                                 status=audit.COMPLETED)
         return await self._finish(req, text, CallStatus.COMPLETED, False, state)
+
+    async def _interrupted(self, req: ToolExecInput, wf_id: str, error: str) -> ToolOutcome:
+        call = req.call
+        text = INTERRUPTED_TEXT.format(name=call.name)
+        await asyncio.to_thread(self.rt.ledger.complete, wf_id, call.id, text, True,
+                                CallStatus.INTERRUPTED.value)
+        await asyncio.to_thread(self.rt.audit.finished, workflow_id=wf_id, call_id=call.id,
+                                status=audit.FAILED, error=f"interrupted; effect unknown: {error}")
+        return await self._finish(req, text, CallStatus.INTERRUPTED, True)
 
     def _audit_rejected(self, req: ToolExecInput, wf_id: str, error: str) -> None:
         self.rt.audit.started(workflow_id=wf_id, call_id=req.call.id,

@@ -37,6 +37,9 @@ class ToolSpec(BaseModel):
     heartbeat_seconds: float | None = 10.0
     retry: RetrySpec = Field(default_factory=RetrySpec)
     approval_timeout_seconds: float = 3600.0  # then the default policy rejects
+    # The Web UI summary of the tool's activities (default: the tool's name),
+    # e.g. "mcp time/get_current_time" for a tool of an MCP server.
+    summary: str | None = None
 
     @property
     def start_to_close(self) -> timedelta:

@@ -57,6 +57,13 @@ class ToolExecutionError(Exception):
         self.retryable = retryable
 
 
+class ToolInterrupted(Exception):
+    """Raise from a tool when the call may or may not have taken effect (the
+    connection to a remote service broke while the request was in flight). A
+    tool that is safe to run twice is retried; any other is settled as
+    interrupted, never re-run, exactly like a call whose worker was lost."""
+
+
 @dataclass
 class ToolResult:
     """Return this instead of a plain value to also hand state to later rounds
@@ -65,6 +72,9 @@ class ToolResult:
 
     content: Any
     state: dict[str, Any] = field(default_factory=dict)
+    # The tool ran and reports a failure (an MCP result with isError): the model
+    # reads `content` as an error result; Temporal does not retry it.
+    is_error: bool = False
 
 
 @dataclass
@@ -96,17 +106,7 @@ class Tool:
 
     def parse_arguments(self, raw: str) -> BaseModel:
         """Validate the model's raw JSON arguments; ToolArgumentError says what to fix."""
-        try:
-            data = json.loads(raw) if raw.strip() else {}
-        except json.JSONDecodeError as exc:
-            raise ToolArgumentError(
-                f"arguments for {self.name} are not valid JSON ({exc.msg} at position "
-                f"{exc.pos}); send a JSON object matching the tool's schema"
-            ) from exc
-        if not isinstance(data, dict):
-            raise ToolArgumentError(
-                f"arguments for {self.name} must be a JSON object, got {type(data).__name__}"
-            )
+        data = decode_arguments(self.name, raw)
         try:
             return self.args_model.model_validate(data)
         except ValidationError as exc:
@@ -136,6 +136,22 @@ class Tool:
         if inspect.iscoroutinefunction(self.compensate):
             return await self.compensate(ctx, args, result)
         return await asyncio.to_thread(self.compensate, ctx, args, result)
+
+
+def decode_arguments(name: str, raw: str) -> dict[str, Any]:
+    """The model's raw arguments as a JSON object; ToolArgumentError otherwise."""
+    try:
+        data = json.loads(raw) if raw.strip() else {}
+    except json.JSONDecodeError as exc:
+        raise ToolArgumentError(
+            f"arguments for {name} are not valid JSON ({exc.msg} at position "
+            f"{exc.pos}); send a JSON object matching the tool's schema"
+        ) from exc
+    if not isinstance(data, dict):
+        raise ToolArgumentError(
+            f"arguments for {name} must be a JSON object, got {type(data).__name__}"
+        )
+    return data
 
 
 def tool(
