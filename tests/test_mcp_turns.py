@@ -31,6 +31,7 @@ from turnstile.runtime.mcp import MCPServer, MCPToolPolicy
 from turnstile.runtime.services import Service
 from turnstile.runtime.tools import ToolRegistry
 from turnstile.stores.audit import AuditLog
+from turnstile.stores.memory import MemoryStore
 from workflows import AgentTurn
 
 
@@ -214,3 +215,23 @@ async def test_unreachable_servers_are_retried_then_reported(
     told = tool_messages(fake_llm.requests[-1])["u1"]
     assert "lookup failed after its retries" in told and "remote" in told
     assert not effects.runs("lookup")
+
+
+async def test_a_large_mcp_result_gets_the_same_size_handling(
+        client: Client, task_queue: str, tmp_path, fake_llm: FakeLLM,  # type: ignore[no-untyped-def]
+        effects: Effects) -> None:
+    mb = 1024 * 1024
+    fake_llm.script(tool_reply(("b1", "big_text", {"megabytes": 3})), text_reply("big"))
+    async with running_worker(client, task_queue, db_url(tmp_path),
+                              [mcp_service(stdio_server(effects))],
+                              llm_url=fake_llm.url) as turns:
+        handle = await turns.start("make it big", conversation="c-mcp-big")
+        result = await handle.result()
+        stored = MemoryStore(turns.rt.db).messages("c-mcp-big")
+    assert result.status == TurnStatus.COMPLETED, result.error
+    big = next(m for m in stored if m.tool_call_id == "b1")
+    assert big.content == "x" * (3 * mb)  # whole in memory, above Temporal's 2 MiB limit
+    assert tool_messages(fake_llm.requests[-1])["b1"].startswith("x" * 1000)
+    history = await handle.fetch_history()  # the history holds a bounded preview
+    assert max(e.ByteSize() for e in history.events) < 64 * 1024
+    assert result.tool_calls[0].result_preview == "x" * 399 + "…"

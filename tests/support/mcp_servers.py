@@ -81,6 +81,11 @@ def build(name: str) -> MCPServer:
         raise ToolError(reason)
 
     @server.tool(annotations=READ_ONLY)
+    def big_text(megabytes: float) -> str:
+        """A result of the given size (read-only)."""
+        return "x" * int(megabytes * 1024 * 1024)
+
+    @server.tool(annotations=READ_ONLY)
     def whoami() -> str:
         """The server's process id."""
         return str(os.getpid())
