@@ -17,7 +17,7 @@ from turnstile.engine.activity_io import (
     ResolvedTools,
     ResolveToolsInput,
 )
-from turnstile.engine.errors import ConfigurationError, MCPServerUnavailable, UnknownServiceError
+from turnstile.engine.errors import ConfigurationError, UnknownServiceError
 from turnstile.engine.specs import ServiceSpec
 from turnstile.runtime.services import ProviderContext
 
@@ -51,17 +51,16 @@ class ServiceActivities:
         Providers with a remote catalogue (MCP servers) are listed here, on the
         worker; the result is recorded, so a replay never asks them again."""
         service = self.rt.services.get(req.service)
+        try:
+            failed = await service.refresh_providers()
+        except ConfigurationError as exc:
+            raise application_error(exc, non_retryable=True) from exc
+        if failed and activity.info().attempt < PROVIDER_ATTEMPTS:
+            raise application_error(failed[0][1], non_retryable=False)
         unavailable = []
-        for provider in service.providers:
-            try:
-                await provider.refresh()
-            except ConfigurationError as exc:
-                raise application_error(exc, non_retryable=True) from exc
-            except MCPServerUnavailable as exc:
-                if activity.info().attempt < PROVIDER_ATTEMPTS:
-                    raise application_error(exc, non_retryable=False) from exc
-                log.warning("tools of %s left out of this round: %s", provider.name, exc)
-                unavailable.append(f"{provider.name}: {exc}")
+        for provider, error in failed:
+            log.warning("tools of %s left out of this round: %s", provider, error)
+            unavailable.append(f"{provider}: {error}")
         state = await asyncio.to_thread(self.rt.memory.state, req.conversation_id)
         ctx = ProviderContext(conversation_id=req.conversation_id, user_id=req.user_id,
                               state=state, known=req.known)

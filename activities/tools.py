@@ -23,7 +23,6 @@ from turnstile.engine.contract import CallStatus
 from turnstile.engine.errors import (
     ConfigurationError,
     DatabaseUnavailable,
-    MCPServerUnavailable,
     MemoryConflictError,
     ToolArgumentError,
 )
@@ -93,12 +92,12 @@ class ToolActivities:
             # A tool of a remote catalogue (an MCP server) this worker has not listed
             # yet, e.g. after a restart. Unreachable: raised, so Temporal retries.
             try:
-                await service.refresh_providers()
-            except MCPServerUnavailable as exc:
-                raise application_error(exc, non_retryable=False) from exc
+                failed = await service.refresh_providers()
             except ConfigurationError as exc:
                 raise application_error(exc, non_retryable=True) from exc
             tool = service.tool(call.name)
+            if tool is None and failed:
+                raise application_error(failed[0][1], non_retryable=False)
         if tool is None:  # the workflow checks names first; a stale spec can still get here
             return await self._finish(req, f"Tool {call.name!r} does not exist.",
                                       CallStatus.UNKNOWN_TOOL, True)

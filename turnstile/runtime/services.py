@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from turnstile.engine.errors import ConfigurationError, UnknownServiceError
+from turnstile.engine.errors import ConfigurationError, MCPServerUnavailable, UnknownServiceError
 from turnstile.engine.output_format import output_spec
 from turnstile.engine.pipeline_spec import PipelinePolicy, PipelineSpec
 from turnstile.engine.specs import LoopPolicy, ServiceSpec
@@ -105,10 +105,19 @@ class Service:
                 names.update(p.catalogue.names())
         return names
 
-    async def refresh_providers(self) -> None:
-        """Bring every provider's catalogue up to date (MCP servers are listed)."""
+    async def refresh_providers(self) -> list[tuple[str, MCPServerUnavailable]]:
+        """Bring every provider's catalogue up to date (MCP servers are listed).
+
+        A provider that cannot be reached does not stop the others: the
+        failures are returned (provider name, error). A configuration error
+        (a tool name clash) is raised."""
+        failed = []
         for p in self.providers:
-            await p.refresh()
+            try:
+                await p.refresh()
+            except MCPServerUnavailable as exc:
+                failed.append((p.name, exc))
+        return failed
 
     def pipeline_spec(self, provider_takes_schema: bool = False) -> PipelineSpec:
         def name(component: object) -> str | None:

@@ -103,7 +103,7 @@ class MCPConnection:
             except ConfigurationError:
                 await self._drop()
                 raise
-            except (Exception, TimeoutError) as exc:
+            except Exception as exc:  # the transport's own errors: OSError, HTTP, protocol
                 await self._drop()
                 raise MCPUnavailable(
                     f"MCP server {self.server.name!r} ({self.server.transport}) could not be "
@@ -120,7 +120,7 @@ class MCPConnection:
             self._stop.set()
         try:
             await asyncio.wait_for(owner, 10)
-        except (Exception, TimeoutError) as exc:  # already logged by the owner
+        except Exception as exc:  # already logged by the owner
             log.debug("MCP server %r: close: %s", self.server.name, _describe(exc))
 
     async def close(self) -> None:

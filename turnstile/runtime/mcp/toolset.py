@@ -59,8 +59,8 @@ class MCPTool(Tool):
 
     @classmethod
     def build(cls, server: MCPServer, info: MCPToolInfo, connection: MCPConnection) -> MCPTool:
-        policy = hint_policy(info.annotations, server.tools.get(info.name))
         override = server.tools.get(info.name)
+        policy = hint_policy(info.annotations, override)
         timeout = (override.timeout_seconds if override and override.timeout_seconds
                    else server.timeout_seconds)
         schema = dict(info.input_schema or {"type": "object"})
