@@ -223,3 +223,11 @@ async def test_a_name_clash_fails_loudly_and_a_prefix_resolves_it(effects: Effec
         '{"key": "z"}')))
     from turnstile.runtime.mcp import connections
     await connections.close_all()
+
+
+def test_model_facing_names_are_safe_for_model_apis() -> None:
+    from turnstile.runtime.mcp.toolset import model_name
+
+    server = MCPServer(name="files", command="x", prefix="fs_")
+    assert model_name(server, "read_file") == "fs_read_file"
+    assert model_name(server, "files.read/v2") == "fs_files_read_v2"

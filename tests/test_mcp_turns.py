@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
 from typing import Any
 
 import pytest
@@ -237,3 +239,23 @@ async def test_a_large_mcp_result_gets_the_same_size_handling(
     history = await handle.fetch_history()  # the history holds a bounded preview
     assert max(e.ByteSize() for e in history.events) < 64 * 1024
     assert result.tool_calls[0].result_preview == "x" * 399 + "…"
+
+
+async def test_one_session_serves_many_turns_and_is_reopened_after_the_server_dies(
+        client: Client, task_queue: str, tmp_path, fake_llm: FakeLLM,  # type: ignore[no-untyped-def]
+        effects: Effects) -> None:
+    server = stdio_server(effects)
+    pids = []
+    async with running_worker(client, task_queue, db_url(tmp_path), [mcp_service(server)],
+                              llm_url=fake_llm.url) as turns:
+        for i in range(3):
+            fake_llm.script(tool_reply((f"w{i}", "whoami", {})), text_reply("ok"))
+            result = await turns.run("who", conversation=f"c-who-{i}")
+            assert result.status == TurnStatus.COMPLETED, result.error
+            pids.append(int(tool_messages(fake_llm.requests[-1])[f"w{i}"]))
+            if i == 0:
+                os.kill(pids[0], signal.SIGKILL)  # the server dies between turns
+                await asyncio.sleep(0.3)
+        opened = connections.get(server).opened
+    assert pids[1] != pids[0] and pids[2] == pids[1]
+    assert opened == 2

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,6 +39,8 @@ from turnstile.runtime.tools import (
     ToolResult,
     decode_arguments,
 )
+
+_NOT_IN_NAMES = re.compile(r"[^A-Za-z0-9_-]")
 
 
 class MCPArguments(BaseModel):
@@ -73,7 +76,7 @@ class MCPTool(Tool):
                 f"{exc.message}") from exc
         description = info.description or (info.annotations.title if info.annotations else None)
         spec = ToolSpec(
-            name=server.prefix + info.name,
+            name=model_name(server, info.name),
             description=description or info.title or info.name,
             parameters=schema,
             idempotent=policy.retry_safe,
@@ -115,6 +118,13 @@ class MCPTool(Tool):
             return ToolResult(content=text or f"{self.remote_name} reported an error",
                               is_error=True)
         return text
+
+
+def model_name(server: MCPServer, remote_name: str) -> str:
+    """The name the model calls: the server's prefix + its tool name, with
+    characters model APIs refuse in function names (OpenAI: [A-Za-z0-9_-])
+    replaced by "_" (the call still goes out under the server's own name)."""
+    return server.prefix + _NOT_IN_NAMES.sub("_", remote_name)
 
 
 def result_text(result: CallToolResult) -> str:
@@ -159,8 +169,13 @@ class MCPToolset(ToolProvider):
             listing = await self.connection.list_tools()
             taken = self.taken(self)
             tools = {t.name: t for t in self.catalogue}
+            seen: dict[str, str] = {}
             for info in listing:
                 t = MCPTool.build(self.server, info, self.connection)
+                if seen.setdefault(t.name, info.name) != info.name:
+                    raise ConfigurationError(
+                        f"MCP server {self.server.name!r}: tools {seen[t.name]!r} and "
+                        f"{info.name!r} both become {t.name!r} for the model")
                 if t.name in taken:
                     raise ConfigurationError(
                         f"MCP server {self.server.name!r} lists tool {info.name!r}, but the "
