@@ -83,7 +83,8 @@ class MCPConnection:
             if isinstance(exc, asyncio.CancelledError | KeyboardInterrupt | SystemExit):
                 raise
         finally:
-            self._client = None
+            if self._owner is asyncio.current_task():  # not a session already replaced
+                self._client = None
 
     async def client(self) -> Client:
         """The open session, opened (or reopened) if needed."""
@@ -127,9 +128,11 @@ class MCPConnection:
         async with self._lock:
             await self._drop()
 
-    async def _broken(self) -> None:
+    async def _broken(self, client: Client) -> None:
+        """`client` failed: drop it, unless another call already replaced it."""
         async with self._lock:
-            await self._drop()
+            if self._client is client:
+                await self._drop()
 
     # -- requests ----------------------------------------------------------------------
     async def list_tools(self) -> list[Tool]:
@@ -144,13 +147,14 @@ class MCPConnection:
                 if cursor is None:
                     return tools
         except MCPError as exc:
-            if exc.code != CONNECTION_CLOSED:
-                raise
-            await self._broken()
-            raise MCPUnavailable(f"MCP server {self.server.name!r}: the session closed while "
-                                 "listing its tools") from exc
+            if exc.code == CONNECTION_CLOSED:
+                await self._broken(client)
+                raise MCPUnavailable(f"MCP server {self.server.name!r}: the session closed "
+                                     "while listing its tools") from exc
+            raise MCPServerUnavailable(f"MCP server {self.server.name!r} refused to list its "
+                                       f"tools: error {exc.code}: {exc}") from exc
         except Exception as exc:
-            await self._broken()
+            await self._broken(client)
             raise MCPUnavailable(f"MCP server {self.server.name!r}: listing its tools failed: "
                                  f"{_describe(exc)}") from exc
         raise MCPServerUnavailable(
@@ -167,11 +171,11 @@ class MCPConnection:
                                   f"{timeout_seconds} s") from exc
             if exc.code != CONNECTION_CLOSED:
                 raise
-            await self._broken()
+            await self._broken(client)
             raise MCPCallLost(f"MCP server {self.server.name!r}: the session closed while "
                               f"{name} was running") from exc
         except Exception as exc:
-            await self._broken()
+            await self._broken(client)
             raise MCPCallLost(f"MCP server {self.server.name!r}: the call to {name} was cut "
                               f"off: {_describe(exc)}") from exc
 
