@@ -14,6 +14,7 @@ import asyncio
 import json
 import logging
 import os
+import shlex
 import sys
 import uuid
 from typing import Any
@@ -40,10 +41,27 @@ def out(text: str = "") -> None:
     sys.stdout.flush()
 
 
-def signal_command(workflow_id: str, p: PendingApproval, reviewer: str) -> str:
+def signal_command(workflow_id: str, p: PendingApproval, reviewer: str,
+                   name: str = "approve") -> str:
+    """A command a reviewer can paste: every value shell-quoted, so a hostile
+    call id or workflow id is data, never shell code."""
     payload = json.dumps({"tool_call_id": p.tool_call_id, "reviewer": reviewer})
-    return (f"temporal workflow signal --workflow-id {workflow_id} --name approve "
-            f"--input '{payload}'")
+    return shlex.join(["temporal", "workflow", "signal", "--workflow-id", workflow_id,
+                       "--name", name, "--input", payload])
+
+
+def describe_pending(p: PendingApproval) -> list[str]:
+    """What a reviewer must see: the fields that matter first, then every
+    argument in full (never cut off), then the notes."""
+    checked = "validated" if p.validated else "NOT validated yet"
+    lines = [f"  waiting for approval of {p.tool_name} (call {p.tool_call_id!r}, "
+             f"arguments {checked}, deadline {p.deadline})"]
+    for field, value in p.highlights.items():
+        lines.append(f"    >> {field}: {json.dumps(value, ensure_ascii=False)}")
+    lines.append("    arguments: " + json.dumps(p.arguments, ensure_ascii=False, indent=2)
+                 .replace("\n", "\n    "))
+    lines += [f"    !! {note}" for note in p.notes]
+    return lines
 
 
 async def start_turn(client: Client, settings: Settings, turn: TurnInput,
@@ -72,8 +90,11 @@ async def follow(handle: WorkflowHandle[Any, TurnResult], settings: Settings,
                 if p.tool_call_id in announced:
                     continue
                 announced.add(p.tool_call_id)
-                out(f"  waiting for approval of {p.tool_name} {json.dumps(p.arguments)[:200]}")
+                for line in describe_pending(p):
+                    out(line)
                 out(f"  approve with:\n    {signal_command(handle.id, p, auto_approve or 'YOU')}")
+                out(f"  reject with:\n    "
+                    f"{signal_command(handle.id, p, auto_approve or 'YOU', 'reject')}")
                 if auto_approve:
                     out(f"  (demo: approving as {auto_approve!r})")
                     await handle.signal("approve", ApproveSignal(

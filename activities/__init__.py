@@ -8,6 +8,7 @@ from typing import Any
 from activities.memory import MemoryActivities
 from activities.model import ModelActivities
 from activities.pipeline import PipelineActivities
+from activities.review import ReviewActivities
 from activities.runtime import Runtime
 from activities.saga import SagaActivities
 from activities.service import ServiceActivities
@@ -21,7 +22,7 @@ def all_activities(rt: Runtime) -> list[Callable[..., Any]]:
     saga, pipe, svc = SagaActivities(rt), PipelineActivities(rt), ServiceActivities(rt)
     return [svc.describe_service, svc.resolve_tools,
             mem.load_memory, mem.append_messages, mem.release_conversation,
-            model.call_model, tools.execute_tool,
+            model.call_model, tools.execute_tool, ReviewActivities(rt).review_call,
             saga.compensate_tool, saga.record_compensation_failure,
             pipe.transform_system_message, pipe.retrieve, pipe.input_guardrails,
             pipe.moderate, pipe.output_guardrails, pipe.parse_output, pipe.discard_message,

@@ -3,24 +3,28 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from datetime import timedelta
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.model_request import build_request
 from activities.model_stream import request_model
 from activities.runtime import Runtime, application_error, turn_workflow_id
 from turnstile.engine import attributes as attr
 from turnstile.engine.activity_io import CALL_MODEL, ModelCallInput, ModelCallResult
 from turnstile.engine.errors import (
+    ConfigurationError,
     DatabaseUnavailable,
     MalformedModelResponse,
     MemoryConflictError,
     ModelRequestRejected,
 )
-from turnstile.providers import ModelRequest
 from turnstile.providers.openai_compat import RetryableModelError
 from turnstile.runtime.tracing import model_span, record_model_response
+
+log = logging.getLogger("turnstile.activities")
 
 
 class ModelActivities:
@@ -37,13 +41,22 @@ class ModelActivities:
         if stored is not None and stored[1] == wf_id and stored[0].role == "assistant":
             return ModelCallResult(message=stored[0], provider=self.rt.provider.name)
         service = self.rt.services.get(req.service)
+        if any(service.tool(name) is None for name in req.tool_names):
+            # Tools of an MCP server this worker has not listed yet (the turn's
+            # resolve_tools ran on another worker): list them. One that cannot be
+            # reached leaves its tools out of this request (resolve_tools reports it).
+            try:
+                await service.refresh_providers()
+            except ConfigurationError as exc:  # resolve_tools fails the turn with it
+                log.warning("tool providers of %s: %s", service.name, exc)
         tools = [t.spec for name in req.tool_names if (t := service.tool(name)) is not None]
         provider = self.rt.provider
         try:
-            messages = await asyncio.to_thread(memory.messages, req.conversation_id, wf_id)
+            stored_messages = await asyncio.to_thread(memory.messages, req.conversation_id, wf_id)
+            request, _ = await asyncio.to_thread(
+                build_request, self.rt, service, req, stored_messages, tools)
             with model_span(provider.name, getattr(provider, "model", None), req.round) as span:
-                response = await request_model(self.rt, req, ModelRequest(
-                    messages=messages, tools=tools, response_format=req.response_format), wf_id)
+                response = await request_model(self.rt, req, request, wf_id)
                 record_model_response(
                     span, model=response.model, input_tokens=response.usage.prompt_tokens,
                     output_tokens=response.usage.completion_tokens,
@@ -59,6 +72,8 @@ class ModelActivities:
         except DatabaseUnavailable as exc:
             raise application_error(exc, non_retryable=False) from exc
         message = response.message
+        if req.continuation:
+            message.tool_calls = []  # no tools were offered: a call here has no result slot
         # A result is matched to its call by id: a call without one, or reusing
         # one, gets a fresh id that is stable for this response.
         taken = set(req.taken_call_ids)

@@ -80,6 +80,12 @@ async def with_heartbeat(work: Awaitable[T], heartbeat_seconds: float | None) ->
             await beater
 
 
+def model_name(rt: Runtime) -> str | None:
+    """The model this worker asks (None: the provider's own, e.g. the demo planner)."""
+    name = getattr(rt.provider, "model", None)
+    return name if isinstance(name, str) and name else rt.settings.llm_model
+
+
 def turn_workflow_id() -> str:
     """The id of the turn running this activity. Turnstile's activities only
     make sense inside a turn (the SDK types the id optional for standalone

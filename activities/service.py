@@ -9,7 +9,7 @@ import logging
 
 from temporalio import activity
 
-from activities.runtime import Runtime, application_error
+from activities.runtime import Runtime, application_error, model_name
 from turnstile.engine.activity_io import (
     DESCRIBE_SERVICE,
     RESOLVE_TOOLS,
@@ -17,9 +17,14 @@ from turnstile.engine.activity_io import (
     ResolvedTools,
     ResolveToolsInput,
 )
-from turnstile.engine.errors import ConfigurationError, UnknownServiceError
+from turnstile.engine.errors import (
+    ConfigurationError,
+    DatabaseUnavailable,
+    UnknownServiceError,
+)
 from turnstile.engine.specs import ServiceSpec
-from turnstile.runtime.services import ProviderContext
+from turnstile.providers.tokens import context_tokens, window_tokens
+from turnstile.runtime.services import ApproverContext, ProviderContext
 
 log = logging.getLogger("turnstile.activities")
 
@@ -38,9 +43,18 @@ class ServiceActivities:
         try:
             # Step 9's choice (schema vs instructions) depends on this worker's provider.
             takes_schema = bool(getattr(self.rt.provider, "supports_response_format", False))
-            spec = self.rt.services.get(req.service).spec(provider_takes_schema=takes_schema)
+            service = self.rt.services.get(req.service)
+            spec = service.spec(
+                provider_takes_schema=takes_schema, model_window_tokens=window_tokens(
+                    context_tokens(model_name(self.rt), self.rt.settings.context_tokens)))
         except UnknownServiceError as exc:
             raise application_error(exc, non_retryable=True) from exc
+        try:
+            spec.approvals = service.approval_policy(ApproverContext(
+                service=service.name, db=self.rt.db, settings=self.rt.settings,
+                tools=[t.name for t in spec.tools if t.requires_approval]))
+        except DatabaseUnavailable as exc:
+            raise application_error(exc, non_retryable=False) from exc
         spec.search_attributes = self.rt.search_attributes
         return spec
 

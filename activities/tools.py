@@ -23,9 +23,11 @@ from turnstile.engine.contract import CallStatus
 from turnstile.engine.errors import (
     ConfigurationError,
     DatabaseUnavailable,
+    MCPServerUnavailable,
     MemoryConflictError,
     ToolArgumentError,
 )
+from turnstile.engine.masking import mask_json_text
 from turnstile.engine.messages import ChatMessage
 from turnstile.runtime.tools import (
     ToolContext,
@@ -38,6 +40,7 @@ from turnstile.runtime.tracing import record_tool_outcome, tool_span
 from turnstile.stores import audit
 
 PREVIEW_CHARS = 400
+LISTING_HEARTBEAT_SECONDS = 1.5  # beats every 0.5 s while MCP servers are listed
 INTERRUPTED_TEXT = (
     "The call to {name} was interrupted (its worker was lost mid-run) and this tool is not "
     "safe to run twice, so it was not repeated. It may or may not have taken effect: check "
@@ -46,6 +49,9 @@ INTERRUPTED_TEXT = (
 
 
 def _preview(text: str) -> str:
+    """What the workflow (and so its history) keeps of a result: masked, bounded.
+    The full result is in memory."""
+    text = mask_json_text(text[: PREVIEW_CHARS * 8])
     return text if len(text) <= PREVIEW_CHARS else text[: PREVIEW_CHARS - 1] + "…"
 
 
@@ -87,23 +93,22 @@ class ToolActivities:
         info = activity.info()
         wf_id, call = turn_workflow_id(), req.call
         service = self.rt.services.get(req.service)
-        tool = service.tool(call.name)
-        if tool is None:
-            # A tool of a remote catalogue (an MCP server) this worker has not listed
-            # yet, e.g. after a restart. Unreachable: raised, so Temporal retries.
-            try:
-                failed = await service.refresh_providers()
-            except ConfigurationError as exc:
-                raise application_error(exc, non_retryable=True) from exc
-            tool = service.tool(call.name)
-            if tool is None and failed:
-                raise application_error(failed[0][1], non_retryable=False)
+        try:
+            # An MCP tool this worker has not listed yet (e.g. after a restart) is
+            # listed first; a server that cannot be reached fails the attempt.
+            # Heartbeating meanwhile: opening sessions may outlast the tool's heartbeat timeout.
+            tool = await with_heartbeat(service.find_tool(call.name), LISTING_HEARTBEAT_SECONDS)
+        except ConfigurationError as exc:
+            raise application_error(exc, non_retryable=True) from exc
+        except MCPServerUnavailable as exc:
+            raise application_error(exc, non_retryable=False) from exc
         if tool is None:  # the workflow checks names first; a stale spec can still get here
             return await self._finish(req, f"Tool {call.name!r} does not exist.",
                                       CallStatus.UNKNOWN_TOOL, True)
         audit_log = self.rt.audit
         try:
             args = tool.parse_arguments(call.arguments)
+            tool.check_outbound(args, service.outbound)
         except ToolArgumentError as exc:
             await asyncio.to_thread(self._audit_rejected, req, wf_id, str(exc))
             return await self._finish(req, str(exc), CallStatus.INVALID_ARGUMENTS, True)

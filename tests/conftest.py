@@ -5,4 +5,5 @@ pytest_plugins = [
     "tests.support.temporal_server",
     "tests.support.fake_llm",
     "tests.support.mcp_fixtures",
+    "tests.support.spans",
 ]

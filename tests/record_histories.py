@@ -1,10 +1,12 @@
 """Record the histories replayed by tests/test_replay.py.
 
-    .venv/bin/python -m tests.record_histories
+    .venv/bin/python -m tests.record_histories [NAME ...]
 
 Runs the main scenarios — the demo turn (offline planner, approval, e-mail
-queued), an approval rejection, a compensation, a breaker trip — on a fresh
-dev server and writes each history to tests/histories/NAME.json. Commit the
+queued), an approval rejection, a compensation, a breaker trip, an answer
+cut twice at the length limit (continuation, then `truncated`), an answer
+withheld by the provider's content filter — on a fresh dev server and writes
+each history to tests/histories/NAME.json (only the NAMEs given, if any). Commit the
 files: replaying them on every run makes a workflow change that would break
 turns in flight fail CI. Re-record only for a deliberate, versioned change.
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 import tempfile
 from collections.abc import Awaitable, Callable
 from datetime import date
@@ -63,9 +66,18 @@ async def save(name: str, handle: WorkflowHandle) -> None:
     logging.info("recorded %s (%d events)", name, len(history.events))
 
 
+def ended(text: str | None, reason: str) -> dict[str, Any]:
+    reply = text_reply(text or "")
+    reply["choices"][0]["finish_reason"] = reason
+    reply["choices"][0]["message"]["content"] = text
+    return reply
+
+
 async def scenario(client: Client, fake: FakeLLM, tmp: Path, name: str,
                    services: list, provider: Any,  # type: ignore[type-arg]
                    body: Callable[[Turns], Awaitable[WorkflowHandle]]) -> None:
+    if sys.argv[1:] and name not in sys.argv[1:]:
+        return
     async with running_worker(client, f"rec-{name}", f"sqlite:///{tmp}/{name}.db", services,
                               provider=provider, llm_url=None if provider else fake.url) as turns:
         await save(name, await body(turns))
@@ -116,6 +128,18 @@ async def main() -> None:
 
         await scenario(client, fake, tmp, "breaker_trip",
                        [make_service(breakers={"max_tool_executions": 3})], None, breaker)
+
+        async def truncated(turns: Turns) -> WorkflowHandle:
+            fake.script(ended("part one,", "length"), ended(" part two,", "length"))
+            return await turns.start("tell it all", workflow_id="truncated")
+
+        await scenario(client, fake, tmp, "truncated", [make_service()], None, truncated)
+
+        async def filtered(turns: Turns) -> WorkflowHandle:
+            fake.script(ended(None, "content_filter"))
+            return await turns.start("something filtered", workflow_id="content-filtered")
+
+        await scenario(client, fake, tmp, "content_filtered", [make_service()], None, filtered)
     finally:
         fake.close()
         server.stop()

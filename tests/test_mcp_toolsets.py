@@ -231,3 +231,33 @@ def test_model_facing_names_are_safe_for_model_apis() -> None:
     server = MCPServer(name="files", command="x", prefix="fs_")
     assert model_name(server, "read_file") == "fs_read_file"
     assert model_name(server, "files.read/v2") == "fs_files_read_v2"
+
+
+async def test_a_worker_that_never_listed_the_server_lists_it_before_reviewing_a_call(
+        tmp_path, effects: Effects) -> None:  # type: ignore[no-untyped-def]
+    """The turn's resolve_tools may have run on another worker: review_call
+    (before an approval) finds the MCP tool by listing the server first."""
+    from activities import Runtime
+    from activities.review import ReviewActivities
+    from turnstile.engine.activity_io import ReviewCallInput
+    from turnstile.engine.messages import ToolCall
+    from turnstile.runtime.mcp import connections
+    from turnstile.runtime.services import ServiceRegistry
+
+    service = Service(name="s", tools=ToolRegistry(), mcp_servers=[stdio_server(effects)])
+    rt = Runtime.build(Settings.from_env({"DATABASE_URL": f"sqlite:///{tmp_path}/t.db"}),
+                       ServiceRegistry([service]))
+    review = ReviewActivities(rt)
+
+    def req(args: str) -> ReviewCallInput:
+        return ReviewCallInput(service="s", call=ToolCall(id="x", name="delete_record",
+                                                          arguments=args))
+
+    try:
+        bad = await review.review_call(req('{"record_id": "seven"}'))
+        assert not bad.valid and "'seven' is not of type 'integer'" in bad.error
+        assert (await review.review_call(req('{"record_id": 7}'))).valid
+        assert effects.runs() == []  # reviewing never runs the tool
+    finally:
+        await connections.close_all()
+        await rt.provider.aclose()

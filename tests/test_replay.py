@@ -19,7 +19,7 @@ HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
 
 def test_the_main_scenarios_are_recorded() -> None:
     assert {p.stem for p in HISTORIES} >= {"demo", "approval_rejected", "compensation",
-                                           "breaker_trip"}
+                                           "breaker_trip", "truncated", "content_filtered"}
 
 
 @pytest.mark.parametrize("path", HISTORIES, ids=lambda p: p.stem)

@@ -4,10 +4,6 @@ from __future__ import annotations
 
 from collections import Counter
 
-import pytest
-from opentelemetry import trace
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
@@ -20,15 +16,6 @@ from tests.support.turns import running_worker
 from turnstile.engine.contract import TurnStatus
 from turnstile.runtime.tracing import interceptors
 from workflows import AgentTurn
-
-
-@pytest.fixture(scope="module")
-def spans() -> InMemorySpanExporter:
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    trace.set_tracer_provider(provider)
-    return exporter
 
 
 async def test_spans_once_per_call_even_when_every_task_replays(

@@ -19,6 +19,8 @@ with workflow.unsafe.imports_passed_through():
     # Pure pydantic models and helpers: passed through so the sandbox does not
     # re-import pydantic on every workflow run.
     from turnstile.engine import activity_io as io
+    from turnstile.engine import endings
+    from turnstile.engine.approvals import approval_refusal
     from turnstile.engine.breakers import Breakers, BreakerTripped
     from turnstile.engine.contract import (
         WORKFLOW_TYPE,
@@ -35,6 +37,7 @@ with workflow.unsafe.imports_passed_through():
         TurnStatus,
     )
     from turnstile.engine.errors import RoundTripCapExceeded
+    from turnstile.engine.masking import mask_text
     from turnstile.engine.messages import ChatMessage, ToolCall
     from turnstile.engine.specs import ServiceSpec
     from turnstile.engine.turn_rules import FinalAnswer, RunTools, next_step
@@ -82,20 +85,34 @@ class AgentTurn:
 
     @review.validator
     def _validate_review(self, decision: ReviewInput) -> None:
-        if not decision.reviewer.strip():
-            raise ValueError("a review needs a reviewer")
-        if decision.tool_call_id not in self.s.pending:
-            raise ValueError(f"no pending approval for tool call {decision.tool_call_id!r}; "
-                             f"pending: {sorted(self.s.pending) or 'none'}")
+        reason = self._refusal(decision.tool_call_id, decision.reviewer)
+        if reason:
+            raise ValueError(reason)
+
+    def _refusal(self, call_id: str, reviewer: str) -> str | None:
+        """Why this decision may not be applied (None: it may)."""
+        s = self.s
+        if not reviewer.strip():
+            return "a decision needs a named reviewer"
+        pending = s.pending.get(call_id)
+        if pending is None or call_id in s.decisions:
+            if call_id in s.decisions:
+                return f"tool call {call_id!r} was already decided"
+            return (f"no pending approval for tool call {call_id!r}; pending: "
+                    f"{sorted(s.pending) or 'none'}")
+        requester = s.turn.user_id if s.turn is not None else ""
+        return approval_refusal(self.spec.approvals, tool=pending.tool_name,
+                                reviewer=reviewer, requester=requester)
 
     def _decide(self, call_id: str, approved: bool, reviewer: str, note: str) -> None:
         s = self.s
-        if call_id not in s.pending or call_id in s.decisions or not reviewer.strip():
-            # Never silently accepted: a decision must name a call awaiting one.
+        reason = self._refusal(call_id, reviewer)
+        if reason:
+            # Never silently accepted, never applied: refused and audited.
             verb = "approve" if approved else "reject"
-            reason = f"{verb} by {reviewer!r} for {call_id!r} refused: no pending approval"
-            workflow.logger.warning(reason)
-            s.refused.append(reason)
+            pending = s.pending.get(call_id)
+            s.refuse(call_id, pending.tool_name if pending else "", verb, reviewer,
+                     f"{verb} by {reviewer!r} for {call_id!r} refused: {reason}")
             return
         s.decisions[call_id] = ApprovalDecision(
             tool_call_id=call_id, tool_name=s.pending[call_id].tool_name, approved=approved,
@@ -188,10 +205,10 @@ class AgentTurn:
         while True:
             if spec.dynamic_tools:
                 await self._resolve_tools(turn, spec)
-            response = await self._call_model(turn, spec)
+            response = await self._honest_ending(turn, spec, await self._call_model(turn, spec))
             step = next_step(response.message)
             if isinstance(step, FinalAnswer):
-                s.event("answer", step.text[:160])
+                s.event("answer", mask_text(step.text[:400])[:160])
                 return step.text
             assert isinstance(step, RunTools)
             assert self.steps is not None
@@ -212,6 +229,34 @@ class AgentTurn:
                 raise TurnStopped(TurnStatus.FAILED, trip.kind, str(trip)) from trip
             s.step = "tools"
             await ToolRound(s, turn, spec, breakers).run(step.calls, s.alloc(len(step.calls)))
+
+    async def _honest_ending(self, turn: TurnInput, spec: ServiceSpec,
+                             response: io.ModelCallResult) -> io.ModelCallResult:
+        """Only a natural stop is a complete answer (turnstile.engine.endings).
+        The extra activities run only on the path that needs them."""
+        ends = endings.ending(response.finish_reason)
+        if ends is endings.Ending.FILTERED:
+            return await self._filtered()
+        if ends is not endings.Ending.LENGTH or response.message.tool_calls:
+            return response  # cut tool arguments fail validation and go back to the model
+        self.s.event("truncated", "answer cut at the length limit; asking to continue")
+        more = await self._call_model(turn, spec, continuation=True)
+        text = (response.message.content or "") + (more.message.content or "")
+        ends = endings.ending(more.finish_reason)
+        if ends is endings.Ending.FILTERED:
+            return await self._filtered()
+        if ends is endings.Ending.LENGTH:
+            raise TurnStopped(TurnStatus.TRUNCATED, "AnswerTruncated", endings.TRUNCATED_MESSAGE,
+                              answer=text, compensate=False)
+        message = ChatMessage(role="assistant", content=text)
+        return more.model_copy(update={"message": message, "usage": response.usage + more.usage})
+
+    async def _filtered(self) -> io.ModelCallResult:
+        assert self.steps is not None
+        self.s.event("moderation", "the provider's content filter withheld the answer")
+        await self.steps.discard_answer("content_filter")
+        raise TurnStopped(TurnStatus.MODERATED, "ContentFiltered", endings.FILTERED_MESSAGE,
+                          answer=endings.FILTERED_MESSAGE)
 
     async def _record_unrun(self, calls: list[ToolCall], reason: str) -> None:
         """The calls a breaker, the cap or moderation stopped still get results (memory
@@ -240,18 +285,21 @@ class AgentTurn:
                 s.tool_names.append(t.name)
                 s.event("tools_added", t.name)
 
-    async def _call_model(self, turn: TurnInput, spec: ServiceSpec) -> io.ModelCallResult:
+    async def _call_model(self, turn: TurnInput, spec: ServiceSpec,
+                          continuation: bool = False) -> io.ModelCallResult:
         s = self.s
         s.step = "model_call"
         s.answer_seq = s.alloc(1)
+        summary = f"model round {s.round_trips + 1}" + (" continuation" if continuation else "")
         result: io.ModelCallResult = await s.activity(
             io.CALL_MODEL,
             io.ModelCallInput(conversation_id=turn.conversation_id, service=turn.service,
-                              tool_names=list(s.tool_names), response_seq=s.answer_seq,
-                              round=s.round_trips, taken_call_ids=[c.id for c in s.calls],
-                              stream=self.stream, response_format=self.response_format),
-            io.ModelCallResult, f"model round {s.round_trips + 1}", TurnStatus.FAILED,
-            options=model_options(spec.loop))
+                              tool_names=[] if continuation else list(s.tool_names),
+                              response_seq=s.answer_seq, round=s.round_trips,
+                              taken_call_ids=[c.id for c in s.calls], stream=self.stream,
+                              response_format=self.response_format, window=spec.memory,
+                              continuation=continuation),
+            io.ModelCallResult, summary, TurnStatus.FAILED, options=model_options(spec.loop))
         s.usage = s.usage + result.usage
         s.provider = result.provider
         calls = ", ".join(c.name for c in result.message.tool_calls)

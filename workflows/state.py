@@ -5,6 +5,7 @@ Deterministic code only: it schedules activities and records what happened.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from temporalio import workflow
@@ -22,6 +23,7 @@ with workflow.unsafe.imports_passed_through():
         TurnInput,
         TurnStatus,
     )
+    from turnstile.engine.masking import mask_any, mask_json_text
     from turnstile.engine.messages import ChatMessage, ToolCall, Usage
     from turnstile.engine.turn_rules import parsed_arguments
     from workflows.tool_options import memory_options
@@ -59,6 +61,7 @@ class TurnState:
         self.pending: dict[str, PendingApproval] = {}
         self.decisions: dict[str, ApprovalDecision] = {}
         self.refused: list[str] = []
+        self.refusals: list[io.AuditEntry] = []  # refused decisions, audited after the round
         self.usage = Usage()
         self.provider = ""
         self.seq = 0
@@ -70,21 +73,39 @@ class TurnState:
 
     # -- records ---------------------------------------------------------------
     def new_call(self, call: ToolCall) -> ToolCallRecord:
+        # Masked: the record reaches the status query, the result and history;
+        # a reviewer sees the full arguments in `pending_approvals`.
         rec = ToolCallRecord(id=call.id, name=call.name,
-                             arguments=parsed_arguments(call.arguments), round=self.round_trips)
+                             arguments=mask_any(parsed_arguments(call.arguments)),
+                             round=self.round_trips)
         self.calls.append(rec)
         return rec
 
     def finish(self, rec: ToolCallRecord, status: CallStatus, preview: str) -> None:
         rec.status = status
         rec.is_error = status not in (CallStatus.COMPLETED, CallStatus.PENDING)
-        rec.result_preview = preview[:400]
+        rec.result_preview = mask_json_text(preview[:4000])[:400]
         self.event("tool_result", f"{rec.name}: {status.value}")
 
     def event(self, step: str, detail: str) -> None:
         self.events.append(TurnEvent(step=step, detail=detail))
         del self.events[:-MAX_EVENTS]
         workflow.logger.info("%s: %s", step, detail)
+
+    def refuse(self, call_id: str, tool_name: str, verb: str, reviewer: str,
+               reason: str) -> None:
+        """A decision that is not applied: in the status query, the log and
+        (after the round) the audit log."""
+        workflow.logger.warning(reason)
+        self.refused.append(reason)
+        self.refusals.append(io.AuditEntry(
+            call_id=f"{call_id}/refused-{len(self.refused)}", tool_name=tool_name or "(none)",
+            arguments=json.dumps({"decision": verb, "reviewer": reviewer}),
+            status="APPROVAL_REFUSED", error=reason))
+
+    def take_refusals(self) -> list[io.AuditEntry]:
+        taken, self.refusals = self.refusals, []
+        return taken
 
     def alloc(self, n: int) -> int:
         """Reserve `n` consecutive memory slots."""

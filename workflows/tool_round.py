@@ -28,10 +28,16 @@ with workflow.unsafe.imports_passed_through():
         TurnInput,
         TurnStatus,
     )
+    from turnstile.engine.masking import mask_json_text
     from turnstile.engine.messages import ChatMessage, ToolCall
     from turnstile.engine.specs import ServiceSpec, ToolSpec
+    from turnstile.engine.turn_rules import parsed_arguments
     from workflows.state import TurnState, TurnStopped
     from workflows.tool_options import tool_options
+
+
+# Patch marker: approvals validate the call first (turnstile.review_call).
+REVIEW_BEFORE_APPROVAL = "review-before-approval"
 
 
 @dataclass
@@ -68,6 +74,9 @@ class ToolRound:
                                 audit=[a for a in w.audit if a.call_id == msg.tool_call_id],
                                 decisions=[d for d in w.decisions
                                            if d.tool_call_id == msg.tool_call_id])
+        refusals = self.s.take_refusals()
+        if refusals:  # decisions refused while this round waited for approvals
+            await self.s.append([], audit=refusals)
         for o in outcomes:  # the first failure ends the turn, after every call settled
             if isinstance(o, BaseException):
                 raise o
@@ -88,7 +97,16 @@ class ToolRound:
             text = DISABLED.format(name=call.name, n=loop.breakers.consecutive_failures)
             self._settle(rec, seq, call, CallStatus.FAILED, text, executed=False)
             return
-        decision = await self._approval(call, rec, tool) if tool.requires_approval else None
+        decision = None
+        if tool.requires_approval:
+            reviewed = await self._review(call)
+            if reviewed is not None and not reviewed.valid:
+                # Never ask a reviewer about arguments that fail validation.
+                self._settle(rec, seq, call, CallStatus.INVALID_ARGUMENTS, reviewed.error,
+                             executed=False)
+                self._argument_error(call, reviewed.error)
+                return
+            decision = await self._approval(call, rec, tool, reviewed)
         if decision is not None and not decision.approved:
             text = (f"The call to {call.name} was rejected by {decision.reviewer}"
                     + (f": {decision.note}" if decision.note else "") + ". It did not run.")
@@ -97,7 +115,7 @@ class ToolRound:
             if loop.on_rejection == "fail":
                 raise TurnStopped(TurnStatus.FAILED, "ToolCallRejected", text, call_id=call.id)
             return
-        self.s.event("tool_call", f"{call.name} {call.arguments[:120]}")
+        self.s.event("tool_call", f"{call.name} {mask_json_text(call.arguments)[:120]}")
         try:
             out = await workflow.execute_activity(
                 io.EXECUTE_TOOL,
@@ -122,10 +140,13 @@ class ToolRound:
         if status == CallStatus.COMPLETED and tool.compensation:
             self.s.compensable.append((call, rec))
         if status == CallStatus.INVALID_ARGUMENTS:
-            n = self.s.argument_errors[call.name] = self.s.argument_errors.get(call.name, 0) + 1
-            if loop.on_invalid_arguments == "fail" or n > loop.argument_error_budget:
-                raise TurnStopped(TurnStatus.FAILED, "ToolArgumentError", out.preview,
-                                  call_id=call.id)
+            self._argument_error(call, out.preview)
+
+    def _argument_error(self, call: ToolCall, text: str) -> None:
+        loop = self.spec.loop
+        n = self.s.argument_errors[call.name] = self.s.argument_errors.get(call.name, 0) + 1
+        if loop.on_invalid_arguments == "fail" or n > loop.argument_error_budget:
+            raise TurnStopped(TurnStatus.FAILED, "ToolArgumentError", text, call_id=call.id)
 
     def _settle(self, rec: ToolCallRecord, seq: int, call: ToolCall, status: CallStatus,
                 text: str, executed: bool) -> None:
@@ -140,13 +161,29 @@ class ToolRound:
                                     f"{self.spec.loop.breakers.consecutive_failures} "
                                     "consecutive failures")
 
-    async def _approval(self, call: ToolCall, rec: ToolCallRecord,
-                        tool: ToolSpec) -> ApprovalDecision:
+    async def _review(self, call: ToolCall) -> io.ReviewedCall | None:
+        """Validate a call before a reviewer sees it (None in histories recorded
+        before this step existed: they replay without it)."""
+        if not workflow.patched(REVIEW_BEFORE_APPROVAL):
+            return None
+        reviewed: io.ReviewedCall = await self.s.activity(
+            io.REVIEW_CALL, io.ReviewCallInput(service=self.turn.service, call=call),
+            io.ReviewedCall, f"review {call.name}", TurnStatus.FAILED)
+        return reviewed
+
+    async def _approval(self, call: ToolCall, rec: ToolCallRecord, tool: ToolSpec,
+                        reviewed: io.ReviewedCall | None) -> ApprovalDecision:
         s = self.s
         now = workflow.now()
         timeout = timedelta(seconds=tool.approval_timeout_seconds)
+        # The reviewer sees the call's full arguments (the record keeps them masked).
+        arguments = parsed_arguments(call.arguments)
+        highlights = ({f: arguments[f] for f in tool.review_fields if f in arguments}
+                      if isinstance(arguments, dict) else {})
         s.pending[call.id] = PendingApproval(
-            tool_call_id=call.id, tool_name=call.name, arguments=rec.arguments,
+            tool_call_id=call.id, tool_name=call.name, arguments=arguments,
+            highlights=highlights, notes=reviewed.notes if reviewed else [],
+            validated=reviewed is not None,
             requested_at=now.isoformat(), deadline=(now + timeout).isoformat())
         s.step = "awaiting_approval"
         s.event("awaiting_approval", f"{call.name} call {call.id}")

@@ -7,6 +7,14 @@ A request with `"stream": true` gets the scripted completion as server-sent
 events (content in pieces, `stream_delay` seconds apart). `POST .../moderations`
 is answered by `moderation` (default: not flagged) and recorded in
 `moderation_requests`, apart from the chat requests.
+
+As strict as a real endpoint: a chat request that is not a valid OpenAI Chat
+Completions request (tests/support/openai_conformance.py: the official request
+types, and every tool call answered exactly once) is refused with a 400, as
+OpenAI refuses it; a request above `max_request_bytes` is refused with a 400
+`context_length_exceeded`. Each recorded request carries `_bytes`, the size of
+the body as received. `cut_streams` cuts that many upcoming streams midway
+(no final chunk, no `[DONE]`), as a dropped connection does.
 """
 
 from __future__ import annotations
@@ -20,6 +28,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
+
+from tests.support.openai_conformance import violations
 
 
 @dataclass
@@ -87,6 +97,9 @@ class FakeLLM:
         self.stream_delay = 0.0
         self.moderation: Reply = moderation_reply(False)
         self.moderation_requests: list[dict[str, Any]] = []
+        self.max_request_bytes: int | None = None
+        self.cut_streams = 0
+        self.refusals: list[str] = []  # why requests were refused with a 400
         self._lock = threading.Lock()
         fake = self
 
@@ -97,12 +110,16 @@ class FakeLLM:
             def do_POST(self) -> None:  # noqa: N802 - http.server API
                 length = int(self.headers.get("content-length") or 0)
                 body = json.loads(self.rfile.read(length) or b"{}")
-                body["_path"] = self.path
-                body["_auth"] = self.headers.get("authorization")
                 if self.path.endswith("/moderations"):
+                    body["_path"] = self.path
+                    body["_auth"] = self.headers.get("authorization")
                     reply = fake._moderate(body)
                 else:
-                    reply = fake._next(body)
+                    refusal = fake._refusal(body, length)
+                    body["_path"] = self.path
+                    body["_auth"] = self.headers.get("authorization")
+                    body["_bytes"] = length
+                    reply = fake._next(body) if refusal is None else refusal
                     if body.get("stream") and not isinstance(reply, Raw):
                         self._stream(reply)
                         return
@@ -124,7 +141,16 @@ class FakeLLM:
                 self.send_response(200)
                 self.send_header("content-type", "text/event-stream")
                 self.end_headers()
-                for chunk in sse_chunks(reply):
+                chunks = sse_chunks(reply)
+                with fake._lock:
+                    cut = fake.cut_streams > 0
+                    fake.cut_streams -= int(cut)
+                if cut:  # the connection drops midway: no final chunk, no [DONE]
+                    for chunk in chunks[: max(1, len(chunks) // 2)]:
+                        self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                    self.wfile.flush()
+                    return
+                for chunk in chunks:
                     self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
                     self.wfile.flush()
                     if fake.stream_delay:
@@ -145,6 +171,23 @@ class FakeLLM:
             return Raw(500, '{"error": "fake LLM has no scripted reply left"}')
         return reply(request) if callable(reply) else reply
 
+    def _refusal(self, body: dict[str, Any], length: int) -> Raw | None:
+        """A 400 where a real endpoint refuses (the request is recorded all the same).
+        llama.cpp's server takes a request without `model`; OpenAI and Ollama do
+        not, so a missing model is checked as if one were configured."""
+        if self.max_request_bytes is not None and length > self.max_request_bytes:
+            why = f"context_length_exceeded: {length:,} bytes > {self.max_request_bytes:,}"
+        else:
+            problems = violations({"model": "(server default)", **body})
+            if not problems:
+                return None
+            why = "; ".join(problems)
+        with self._lock:
+            self.refusals.append(why)
+            self.requests.append({**body, "_refused": why, "_bytes": length})
+        return Raw(400, json.dumps({"error": {"message": why,
+                                              "type": "invalid_request_error"}}))
+
     def _moderate(self, request: dict[str, Any]) -> dict[str, Any] | Raw:
         with self._lock:
             self.moderation_requests.append(request)
@@ -163,6 +206,9 @@ class FakeLLM:
             self.stream_delay = 0.0
             self.moderation = moderation_reply(False)
             self.moderation_requests.clear()
+            self.max_request_bytes = None
+            self.cut_streams = 0
+            self.refusals.clear()
 
     def close(self) -> None:
         self.server.shutdown()

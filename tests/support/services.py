@@ -71,7 +71,7 @@ def refuses(reason: str = "address refused for good") -> dict:
     raise ToolExecutionError(reason, retryable=False)
 
 
-@tool(idempotent=True)
+@tool(idempotent=True, max_argument_bytes=16 * 1024 * 1024)  # large-payload tests
 def echo(text: str) -> dict:
     """Echo text back."""
     return {"echo": text}

@@ -11,6 +11,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from turnstile.engine.contract import ApprovalDecision
+from turnstile.engine.memory_window import MemoryWindow
 from turnstile.engine.messages import ChatMessage, ToolCall, Usage
 from turnstile.engine.specs import ToolSpec
 
@@ -19,6 +20,7 @@ LOAD_MEMORY = "turnstile.load_memory"
 APPEND_MESSAGES = "turnstile.append_messages"
 CALL_MODEL = "turnstile.call_model"
 EXECUTE_TOOL = "turnstile.execute_tool"
+REVIEW_CALL = "turnstile.review_call"  # validate a call before a reviewer sees it
 COMPENSATE_TOOL = "turnstile.compensate_tool"
 RECORD_COMPENSATION_FAILURE = "turnstile.record_compensation_failure"
 RESOLVE_TOOLS = "turnstile.resolve_tools"
@@ -83,6 +85,12 @@ class ModelCallInput(BaseModel):
     taken_call_ids: list[str] = Field(default_factory=list)  # ids used earlier in the turn
     stream: bool = False  # step 8: stream partial text to `turn_stream`
     response_format: dict[str, Any] | None = None  # step 9: JSON schema for the provider
+    # What of memory the request carries (the service spec's window, from
+    # history; None in turns started before windows: the worker's current one).
+    window: MemoryWindow | None = None
+    # The previous answer hit the length limit: ask the model to go on (no
+    # tools offered; the prompt is sent, never stored).
+    continuation: bool = False
 
 
 class ModelCallResult(BaseModel):
@@ -100,6 +108,22 @@ class ToolExecInput(BaseModel):
     call: ToolCall
     result_seq: int  # where the tool-result message is stored
     approval: ApprovalDecision | None = None  # recorded with the execution
+
+
+class ReviewCallInput(BaseModel):
+    service: str
+    call: ToolCall
+
+
+class ReviewedCall(BaseModel):
+    """A call checked before a reviewer is asked: valid (with notes for the
+    reviewer), or the argument error the model gets instead. It carries no
+    argument values: the workflow shows the call's own arguments, so this
+    result adds no personal data to history."""
+
+    valid: bool
+    notes: list[str] = Field(default_factory=list)  # e.g. "external recipient: to at x.org"
+    error: str = ""  # when not valid: what the model must fix
 
 
 class ToolOutcome(BaseModel):

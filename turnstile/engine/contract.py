@@ -32,7 +32,8 @@ class TurnStatus(StrEnum):
     REFUSED = "refused"  # the turn was not allowed to run (e.g. foreign conversation)
     ROLLED_BACK = "rolled_back"
     COMPENSATION_FAILED = "compensation_failed"
-    MODERATED = "moderated"  # moderation flagged the input; nothing of it is answered
+    MODERATED = "moderated"  # moderation or the provider's content filter stopped the answer
+    TRUNCATED = "truncated"  # the answer hit the output limit, continuation included
 
 
 class CallStatus(StrEnum):
@@ -120,9 +121,13 @@ class ReviewInput(BaseModel):
 class PendingApproval(BaseModel):
     tool_call_id: str
     tool_name: str
-    arguments: Any
+    arguments: Any  # the full arguments; validated first when `validated`
     requested_at: str
     deadline: str
+    # The fields that matter most (the tool's review_fields), shown first.
+    highlights: dict[str, Any] = Field(default_factory=dict)
+    notes: list[str] = Field(default_factory=list)  # e.g. "external recipient: to=..."
+    validated: bool = False  # the arguments passed the tool's validation
 
 
 class ApprovalDecision(BaseModel):

@@ -76,6 +76,12 @@ class MalformedModelResponse(TurnstileError):
     error_type = "MalformedModelResponse"
 
 
+class ModelResponseTooLarge(MalformedModelResponse):
+    """The response body passed the provider's size limit; it was not read further."""
+
+    error_type = "ModelResponseTooLarge"
+
+
 class RoundTripCapExceeded(TurnstileError):
     error_type = "RoundTripCapExceeded"
 

@@ -12,7 +12,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from turnstile.engine.approvals import ApprovalPolicy, OutboundPolicy
 from turnstile.engine.breakers import BreakerPolicy
+from turnstile.engine.memory_window import MemoryWindow
 from turnstile.engine.pipeline_spec import PipelineSpec
 
 
@@ -23,6 +25,9 @@ class RetrySpec(BaseModel):
     initial_interval_seconds: float = 1.0
     backoff_coefficient: float = 2.0
     maximum_interval_seconds: float = 30.0
+
+
+DEFAULT_MAX_ARGUMENT_BYTES = 64 * 1024  # raw JSON arguments of one call
 
 
 class ToolSpec(BaseModel):
@@ -40,6 +45,14 @@ class ToolSpec(BaseModel):
     # The Web UI summary of the tool's activities (default: the tool's name),
     # e.g. "mcp time/get_current_time" for a tool of an MCP server.
     summary: str | None = None
+    # What of a result the model is sent (None: the service's memory window
+    # default, 16 KB); the full result stays in memory and the call ledger.
+    max_result_bytes: int | None = None
+    max_argument_bytes: int = DEFAULT_MAX_ARGUMENT_BYTES  # larger arguments: argument error
+    # Arguments a reviewer must see first (e.g. an e-mail's recipient and subject).
+    review_fields: list[str] = Field(default_factory=list)
+    # Arguments holding outbound addresses, checked against the service's OutboundPolicy.
+    recipient_fields: list[str] = Field(default_factory=list)
 
     @property
     def start_to_close(self) -> timedelta:
@@ -80,6 +93,18 @@ class ServiceSpec(BaseModel):
     dynamic_tools: bool = False  # ask the service's tool providers before each round
     search_attributes: bool = False  # the namespace has Turnstile's search attributes
     pipeline: PipelineSpec = Field(default_factory=PipelineSpec)  # steps 2, 5-9, 11, 15-17
+    # What of the stored conversation each model request carries (max_tokens
+    # filled in by the worker for its model when the service leaves it unset).
+    memory: MemoryWindow = Field(default_factory=MemoryWindow)
+    approvals: ApprovalPolicy = Field(default_factory=ApprovalPolicy)  # who may decide
+    outbound: OutboundPolicy = Field(default_factory=OutboundPolicy)  # where mail may go
 
     def tool(self, name: str) -> ToolSpec | None:
         return next((t for t in self.tools if t.name == name), None)
+
+    def result_cap(self, tool_name: str) -> int:
+        """Bytes of a tool's result sent to the model."""
+        t = self.tool(tool_name)
+        if t is not None and t.max_result_bytes is not None:
+            return t.max_result_bytes
+        return self.memory.tool_result_max_bytes

@@ -18,10 +18,17 @@ from typing import Any
 
 import httpx
 
-from turnstile.engine.errors import MalformedModelResponse, ModelRequestRejected, ModelUnavailable
+from turnstile.engine.errors import (
+    MalformedModelResponse,
+    ModelRequestRejected,
+    ModelResponseTooLarge,
+    ModelUnavailable,
+)
 from turnstile.engine.messages import ChatMessage, ToolCall, Usage
 from turnstile.providers.base import ModelRequest, ModelResponse
-from turnstile.providers.openai_stream import read_sse
+from turnstile.providers.openai_stream import IncompleteStream, bounded_lines, read_sse
+
+DEFAULT_MAX_RESPONSE_BYTES = 8 * 1024 * 1024
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +37,12 @@ class RetryableModelError(ModelUnavailable):
     def __init__(self, message: str, retry_after: float | None = None) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+
+
+class IncompleteStreamError(RetryableModelError):
+    """The stream ended before `[DONE]` or a final chunk: a failed attempt."""
+
+    error_type = IncompleteStream.error_type
 
 
 def parse_retry_after(value: str | None) -> float | None:
@@ -80,6 +93,10 @@ def parse_completion(body: Any) -> ModelResponse:
     if not isinstance(msg, dict):
         raise MalformedModelResponse("choices[0].message is not an object")
     content = msg.get("content")
+    if isinstance(content, list):
+        # Content parts (some servers answer in the request's part format).
+        content = "".join(p.get("text") or "" for p in content
+                          if isinstance(p, dict) and p.get("type") == "text")
     if content is not None and not isinstance(content, str):
         raise MalformedModelResponse("choices[0].message.content is not a string")
     calls: list[ToolCall] = []
@@ -108,6 +125,10 @@ def parse_completion(body: Any) -> ModelResponse:
     )
 
 
+def _text(body: bytes, limit: int) -> str:
+    return body[: limit * 4].decode("utf-8", errors="replace")[:limit]
+
+
 class OpenAICompatibleProvider:
     name = "openai-compatible"
     # Step 9: send the JSON schema as `response_format` (OpenAI, vLLM,
@@ -122,8 +143,10 @@ class OpenAICompatibleProvider:
         model: str | None = None,
         timeout_seconds: float = 120.0,
         supports_response_format: bool = True,
+        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
     ) -> None:
         self.supports_response_format = supports_response_format
+        self.max_response_bytes = max_response_bytes
         self.base_url = base_url.rstrip("/")
         self.model = model
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
@@ -151,16 +174,35 @@ class OpenAICompatibleProvider:
     async def complete(self, request: ModelRequest) -> ModelResponse:
         url = f"{self.base_url}/chat/completions"
         try:
-            resp = await self._client.post(url, json=self.payload(request))
+            async with self._client.stream("POST", url, json=self.payload(request)) as resp:
+                raw = await self._read_bounded(resp)
         except httpx.TransportError as exc:
             raise RetryableModelError(f"model endpoint {url} unreachable: {exc!r}") from exc
-        self._raise_for_status(resp)
+        self._raise_for_status(resp, raw)
         try:
-            body = resp.json()
+            body = json.loads(raw)
         except ValueError as exc:
             raise MalformedModelResponse(
-                f"model endpoint sent non-JSON: {resp.text[:300]}") from exc
+                f"model endpoint sent non-JSON: {raw[:300]!r}") from exc
         return parse_completion(body)
+
+    async def _read_bounded(self, resp: httpx.Response) -> bytes:
+        """The body, or ModelResponseTooLarge once it passes `max_response_bytes`
+        (never an unbounded read into memory)."""
+        limit = self.max_response_bytes
+        declared = resp.headers.get("content-length")
+        if declared and declared.isdigit() and int(declared) > limit:
+            raise ModelResponseTooLarge(
+                f"the model response declares {int(declared):,} bytes, above the limit of "
+                f"{limit:,}; it was not read")
+        parts, total = [], 0
+        async for chunk in resp.aiter_bytes():
+            total += len(chunk)
+            if total > limit:
+                raise ModelResponseTooLarge(
+                    f"the model response exceeded {limit:,} bytes; it was not read further")
+            parts.append(chunk)
+        return b"".join(parts)
 
     async def stream(self, request: ModelRequest,
                      on_text: Callable[[str], Awaitable[None]]) -> ModelResponse:
@@ -172,20 +214,23 @@ class OpenAICompatibleProvider:
         try:
             async with self._client.stream("POST", url, json=body) as resp:
                 if resp.status_code >= 400:
-                    await resp.aread()
-                    self._raise_for_status(resp)
-                return parse_completion(await read_sse(resp.aiter_lines(), on_text))
+                    self._raise_for_status(resp, await self._read_bounded(resp))
+                lines = bounded_lines(resp.aiter_bytes(), self.max_response_bytes)
+                return parse_completion(await read_sse(lines, on_text))
+        except IncompleteStream as exc:
+            raise IncompleteStreamError(str(exc)) from exc
         except httpx.TransportError as exc:
+            # A connection dropped mid-stream: also an incomplete answer, retried.
             raise RetryableModelError(f"model endpoint {url} unreachable: {exc!r}") from exc
 
     @staticmethod
-    def _raise_for_status(resp: httpx.Response) -> None:
+    def _raise_for_status(resp: httpx.Response, body: bytes) -> None:
         if resp.status_code == 429 or resp.status_code >= 500:
             raise RetryableModelError(
-                f"model endpoint answered {resp.status_code}: {resp.text[:300]}",
+                f"model endpoint answered {resp.status_code}: {_text(body, 300)}",
                 retry_after=parse_retry_after(resp.headers.get("retry-after")),
             )
         if resp.status_code >= 400:
             raise ModelRequestRejected(
-                f"model endpoint refused the request with {resp.status_code}: {resp.text[:500]}"
+                f"model endpoint refused the request with {resp.status_code}: {_text(body, 500)}"
             )

@@ -5,15 +5,54 @@ keyed by `index` (id and name first, then argument text in fragments); the
 last chunk before `data: [DONE]` may carry `usage` with empty choices. The
 pieces are assembled into the body a non-streamed completion would have had,
 so one parser (`parse_completion`) validates both.
+
+A stream is complete when it sent `data: [DONE]` or a chunk with a
+`finish_reason`; one that ends before either (a dropped connection, a server
+restart) is `IncompleteStream`, a failed attempt that Temporal retries.
 """
 
 from __future__ import annotations
 
+import codecs
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from turnstile.engine.errors import MalformedModelResponse
+from turnstile.engine.errors import (
+    MalformedModelResponse,
+    ModelResponseTooLarge,
+    ModelUnavailable,
+)
+
+
+class IncompleteStream(ModelUnavailable):
+    error_type = "IncompleteStream"
+
+
+async def bounded_lines(chunks: AsyncIterator[bytes], max_bytes: int) -> AsyncIterator[str]:
+    """Lines of a byte stream, refusing more than `max_bytes` in all (a server
+    that never stops, or one line without an end, is not read forever)."""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    total, buffer = 0, ""
+    async for chunk in chunks:
+        total += len(chunk)
+        if total > max_bytes:
+            raise ModelResponseTooLarge(
+                f"the streamed model response exceeded {max_bytes:,} bytes; it was not read "
+                "further (raise max_response_bytes if answers this long are expected)")
+        buffer += decoder.decode(chunk)
+        *lines, buffer = buffer.split("\n")
+        for line in lines:
+            yield line.rstrip("\r")
+    buffer += decoder.decode(b"", final=True)
+    if buffer:
+        yield buffer.rstrip("\r")
+
+
+def _arguments_text(value: Any) -> str:
+    if value is None:
+        return ""
+    return value if isinstance(value, str) else json.dumps(value)
 
 
 async def read_sse(lines: AsyncIterator[str],
@@ -23,11 +62,13 @@ async def read_sse(lines: AsyncIterator[str],
     finish_reason: str | None = None
     usage: dict[str, Any] = {}
     model = ""
+    done = False
     async for line in lines:
         if not line.startswith("data:"):
             continue  # comments (": keep-alive"), event names, blank separators
         data = line[5:].strip()
         if data == "[DONE]":
+            done = True
             break
         try:
             chunk = json.loads(data)
@@ -47,13 +88,18 @@ async def read_sse(lines: AsyncIterator[str],
                 content.append(piece)
                 await on_text(piece)
             for raw in delta.get("tool_calls") or []:
-                slot = calls.setdefault(int(raw.get("index", len(calls))),
+                index = raw.get("index")
+                slot = calls.setdefault(int(index) if index is not None else len(calls),
                                         {"id": "", "type": "function",
                                          "function": {"name": "", "arguments": ""}})
                 slot["id"] = raw.get("id") or slot["id"]
                 fn = raw.get("function") or {}
                 slot["function"]["name"] += fn.get("name") or ""
-                slot["function"]["arguments"] += fn.get("arguments") or ""
+                slot["function"]["arguments"] += _arguments_text(fn.get("arguments"))
+    if not done and finish_reason is None:
+        raise IncompleteStream(
+            "the model's stream ended before `data: [DONE]` or a final chunk "
+            f"({len(''.join(content)):,} characters received); the attempt is retried")
     message: dict[str, Any] = {"role": "assistant",
                                "content": "".join(content) if content else None}
     if calls:

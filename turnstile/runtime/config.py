@@ -39,6 +39,9 @@ class Settings:
     sender_stale_seconds: float = 300.0  # a SENDING task older than this was lost mid-send
     otlp_endpoint: str | None = None
     mcp_servers: str = ""  # TURNSTILE_MCP_SERVERS (JSON), parsed by runtime.plugins
+    # The model's context size in tokens, for memory windows (unset: from the
+    # model's name, 8,192 for a name Turnstile does not know).
+    context_tokens: int | None = None
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -63,5 +66,6 @@ class Settings:
             payload_threshold=int(e.get("TURNSTILE_PAYLOAD_THRESHOLD") or d.payload_threshold),
             otlp_endpoint=e.get("OTEL_EXPORTER_OTLP_ENDPOINT") or None,
             mcp_servers=e.get("TURNSTILE_MCP_SERVERS") or "",
+            context_tokens=int(e.get("TURNSTILE_CONTEXT_TOKENS") or 0) or None,
             plugins=tuple(p for p in (e.get("TURNSTILE_PLUGINS") or "").split(",") if p.strip()),
         )

@@ -8,13 +8,15 @@ are worker-side callables run in activities; `spec()` describes them as data
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel
 
+from turnstile.engine.approvals import ApprovalPolicy, OutboundPolicy
 from turnstile.engine.errors import ConfigurationError, MCPServerUnavailable, UnknownServiceError
+from turnstile.engine.memory_window import MemoryWindow
 from turnstile.engine.output_format import output_spec
 from turnstile.engine.pipeline_spec import PipelinePolicy, PipelineSpec
 from turnstile.engine.specs import LoopPolicy, ServiceSpec
@@ -26,8 +28,8 @@ from turnstile.runtime.tool_providers import ProviderContext, ToolProvider
 from turnstile.runtime.tools import Tool, ToolRegistry
 from turnstile.stores.retrieval_index import Document, FullTextRetriever, Retriever
 
-__all__ = ["ProviderContext", "Service", "ServiceRegistry", "SystemMessageContext",
-           "ToolProvider"]
+__all__ = ["ApproverContext", "ApproverResolver", "ProviderContext", "Service",
+           "ServiceRegistry", "SystemMessageContext", "SystemTransformer", "ToolProvider"]
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,21 @@ class SystemMessageContext:
     system_message: str  # rendered from the service's template
     variables: dict[str, Any]
     settings: Any = None  # the worker's turnstile.runtime.config.Settings
+
+
+@dataclass(frozen=True)
+class ApproverContext:
+    service: str
+    tools: list[str]  # the tools that require approval
+    db: Any = None  # the worker's turnstile.stores.db.Database
+    settings: Any = None
+
+
+# Who may decide approvals: tool name (or "*") -> reviewer names, groups
+# already resolved to their members. Runs in the describe_service activity,
+# so it may read a table or a directory; the answer is recorded in the turn's
+# history and applies to the whole turn.
+ApproverResolver = Callable[[ApproverContext], Mapping[str, Iterable[str]]]
 
 
 # Step 2: returns the system message to use (may read clocks, files, databases:
@@ -56,6 +73,8 @@ class Service:
     providers: list[ToolProvider] = field(default_factory=list)
     # MCP servers whose tools join the service (each becomes an MCPToolset provider).
     mcp_servers: list[MCPServer] = field(default_factory=list)
+    # What each model request carries; max_tokens=None: sized for the model.
+    memory: MemoryWindow = field(default_factory=MemoryWindow)
     # -- pipeline components (docs/pipeline.md) --
     pipeline: PipelinePolicy = field(default_factory=PipelinePolicy)
     system_transformer: SystemTransformer | None = None  # step 2
@@ -65,6 +84,10 @@ class Service:
     output_type: type[BaseModel] | None = None  # steps 9 and 16
     moderator: Moderator | None = None  # step 11
     output_guardrails: list[Guardrail] = field(default_factory=list)  # step 15
+    # -- approvals and outbound messages (README, "Approvals") --
+    approvers: ApproverResolver | None = None  # default: any named reviewer but the requester
+    allow_self_approval: bool = False
+    outbound: OutboundPolicy = field(default_factory=OutboundPolicy)
 
     def __post_init__(self) -> None:
         # One namespace of tool names across static tools and catalogues.
@@ -119,6 +142,18 @@ class Service:
                 failed.append((p.name, exc))
         return failed
 
+    async def find_tool(self, name: str) -> Tool | None:
+        """`tool(name)`, listing remote catalogues (MCP servers) first when this
+        worker has not seen the name yet. Raises MCPServerUnavailable when the
+        name is still unknown and a provider could not be asked."""
+        found = self.tool(name)
+        if found is None and self.providers:
+            failed = await self.refresh_providers()
+            found = self.tool(name)
+            if found is None and failed:
+                raise failed[0][1]
+        return found
+
     def pipeline_spec(self, provider_takes_schema: bool = False) -> PipelineSpec:
         def name(component: object) -> str | None:
             return None if component is None else component_name(component)
@@ -134,7 +169,13 @@ class Service:
             output_guardrails=[component_name(g) for g in self.output_guardrails],
         )
 
-    def spec(self, provider_takes_schema: bool = False) -> ServiceSpec:
+    def spec(self, provider_takes_schema: bool = False,
+             model_window_tokens: int | None = None) -> ServiceSpec:
+        """The service as data. `model_window_tokens`: what a request to the
+        worker's model may carry, used when the service sets no token window."""
+        memory = self.memory
+        if memory.max_tokens is None and model_window_tokens is not None:
+            memory = memory.model_copy(update={"max_tokens": model_window_tokens})
         return ServiceSpec(
             name=self.name,
             description=self.description,
@@ -144,7 +185,17 @@ class Service:
             loop=self.loop,
             dynamic_tools=bool(self.providers),
             pipeline=self.pipeline_spec(provider_takes_schema),
+            memory=memory,
+            approvals=ApprovalPolicy(allow_self_approval=self.allow_self_approval),
+            outbound=self.outbound,
         )
+
+    def approval_policy(self, ctx: ApproverContext) -> ApprovalPolicy:
+        reviewers: dict[str, list[str]] = {}
+        if self.approvers is not None:
+            for tool_name, names in self.approvers(ctx).items():
+                reviewers[tool_name] = sorted({n.strip() for n in names if n.strip()})
+        return ApprovalPolicy(reviewers=reviewers, allow_self_approval=self.allow_self_approval)
 
     def tool(self, name: str) -> Tool | None:
         found = self.tools.get(name)

@@ -22,8 +22,9 @@ from typing import TYPE_CHECKING, Any, get_type_hints
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
+from turnstile.engine.approvals import OutboundPolicy, outbound_findings
 from turnstile.engine.errors import DuplicateToolError, ToolArgumentError
-from turnstile.engine.specs import RetrySpec, ToolSpec
+from turnstile.engine.specs import DEFAULT_MAX_ARGUMENT_BYTES, RetrySpec, ToolSpec
 
 if TYPE_CHECKING:
     from turnstile.stores.db import Database
@@ -106,7 +107,7 @@ class Tool:
 
     def parse_arguments(self, raw: str) -> BaseModel:
         """Validate the model's raw JSON arguments; ToolArgumentError says what to fix."""
-        data = decode_arguments(self.name, raw)
+        data = decode_arguments(self.name, raw, self.spec.max_argument_bytes)
         try:
             return self.args_model.model_validate(data)
         except ValidationError as exc:
@@ -115,6 +116,16 @@ class Tool:
                 for err in exc.errors(include_url=False)
             )
             raise ToolArgumentError(f"invalid arguments for {self.name}: {problems}") from exc
+
+    def check_outbound(self, args: BaseModel, policy: OutboundPolicy) -> list[str]:
+        """Recipients against the service's allow-list: a refused domain is an
+        argument error the model can correct; returns notes for the reviewer."""
+        recipients = {f: getattr(args, f) for f in self.spec.recipient_fields
+                      if getattr(args, f, None) is not None}
+        problems, notes = outbound_findings(policy, recipients)
+        if problems:
+            raise ToolArgumentError(f"invalid arguments for {self.name}: " + "; ".join(problems))
+        return notes
 
     async def invoke(self, ctx: ToolContext, args: BaseModel) -> Any:
         kwargs = {name: getattr(args, name) for name in type(args).model_fields}
@@ -138,14 +149,48 @@ class Tool:
         return await asyncio.to_thread(self.compensate, ctx, args, result)
 
 
-def decode_arguments(name: str, raw: str) -> dict[str, Any]:
-    """The model's raw arguments as a JSON object; ToolArgumentError otherwise."""
+MAX_NUMBER_CHARS = 40  # a JSON number literal longer than this is refused
+
+
+class _NumberTooLong(ValueError):
+    pass
+
+
+def _bounded_number(kind: Callable[[str], Any]) -> Callable[[str], Any]:
+    """A `json.loads` number hook that refuses absurd literals (a 5,000-digit
+    integer, `1e-1000000` spelled out) before Python converts them."""
+
+    def parse(text: str) -> Any:
+        if len(text) > MAX_NUMBER_CHARS:
+            raise _NumberTooLong(
+                f"the number {text[:20]}… has {len(text):,} characters (at most "
+                f"{MAX_NUMBER_CHARS}); send an ordinary number")
+        return kind(text)
+
+    return parse
+
+
+def decode_arguments(name: str, raw: str, max_bytes: int) -> dict[str, Any]:
+    """The model's raw arguments as a JSON object; ToolArgumentError otherwise
+    (too large, not JSON, absurd numbers, nested too deeply, not an object)."""
+    size = len(raw.encode("utf-8"))
+    if size > max_bytes:
+        raise ToolArgumentError(
+            f"arguments for {name} are {size:,} bytes, above this tool's limit of "
+            f"{max_bytes:,}; send shorter values")
     try:
-        data = json.loads(raw) if raw.strip() else {}
+        data = json.loads(raw, parse_int=_bounded_number(int),
+                          parse_float=_bounded_number(float)) if raw.strip() else {}
     except json.JSONDecodeError as exc:
         raise ToolArgumentError(
             f"arguments for {name} are not valid JSON ({exc.msg} at position "
             f"{exc.pos}); send a JSON object matching the tool's schema"
+        ) from exc
+    except _NumberTooLong as exc:
+        raise ToolArgumentError(f"arguments for {name}: {exc}") from exc
+    except RecursionError as exc:
+        raise ToolArgumentError(
+            f"arguments for {name} are nested too deeply; send a flat JSON object"
         ) from exc
     if not isinstance(data, dict):
         raise ToolArgumentError(
@@ -166,6 +211,10 @@ def tool(
     heartbeat_seconds: float | None = 10.0,
     retry: RetrySpec | None = None,
     approval_timeout_seconds: float = 3600.0,
+    max_result_bytes: int | None = None,
+    max_argument_bytes: int = DEFAULT_MAX_ARGUMENT_BYTES,
+    review_fields: Iterable[str] = (),
+    recipient_fields: Iterable[str] = (),
 ) -> Any:
     """Turn a typed function into a Tool (usable bare or with options)."""
 
@@ -199,7 +248,15 @@ def tool(
             heartbeat_seconds=heartbeat_seconds,
             retry=retry or RetrySpec(),
             approval_timeout_seconds=approval_timeout_seconds,
+            max_result_bytes=max_result_bytes,
+            max_argument_bytes=max_argument_bytes,
+            review_fields=list(review_fields),
+            recipient_fields=list(recipient_fields),
         )
+        unknown = [f for f in (*spec.review_fields, *spec.recipient_fields) if f not in fields]
+        if unknown:
+            raise TypeError(f"tool {tool_name}: review/recipient fields {unknown} are not "
+                            "parameters")
         return Tool(fn=f, spec=spec, args_model=args_model, takes_context=takes_context)
 
     return build(fn) if fn is not None else build

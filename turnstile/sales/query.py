@@ -50,7 +50,9 @@ def _iso_date_only(value: Any) -> Any:
 
 
 IsoDate = Annotated[date, BeforeValidator(_iso_date_only)]
-Money = Annotated[Decimal, Field(ge=0, le=MAX_AMOUNT)]
+# Bounded digits: `1e-1000000` is an argument error, never a million-digit
+# number formatted back into every later request (sub-cent thresholds stay valid).
+Money = Annotated[Decimal, Field(ge=0, le=MAX_AMOUNT, max_digits=20, decimal_places=6)]
 
 
 class SalesRecord(BaseModel):

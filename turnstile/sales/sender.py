@@ -29,6 +29,7 @@ from email.message import EmailMessage
 from email.utils import format_datetime
 from types import TracebackType
 
+from turnstile.engine.masking import mask_text
 from turnstile.runtime.config import Settings
 from turnstile.sales import outbox
 from turnstile.sales.outbox import EmailTask
@@ -186,11 +187,13 @@ def _deliver_one(db: Database, smtp: SmtpSession, task: EmailTask, config: Sende
             db, task.task_id, config.sender_id, attempt, error,
             retry_after=retry_after, possibly_sent=exc.possibly_sent,
         )
-        log.warning("e-mail task %s attempt %d -> %s: %s", task.task_id, attempt, status, error)
+        log.warning("e-mail task %s attempt %d -> %s: %s", task.task_id, attempt, status,
+                    mask_text(error))
         return False
     if not outbox.mark_sent(db, task.task_id, config.sender_id, attempt):
         log.warning("e-mail task %s was sent but its claim had changed", task.task_id)
-    log.info("e-mail task %s sent to %s (attempt %d)", task.task_id, task.recipient, attempt)
+    log.info("e-mail task %s sent to %s (attempt %d)", task.task_id, mask_text(task.recipient),
+             attempt)
     return True
 
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from turnstile.engine.approvals import OutboundPolicy
 from turnstile.runtime.services import Service
 from turnstile.runtime.tools import ToolRegistry
+from turnstile.sales.approvers import table_approvers
 from turnstile.sales.documents import SALES_DOCUMENTS
 from turnstile.sales.tools import (
     checkEmailConfig,
@@ -15,6 +17,9 @@ from turnstile.sales.tools import (
 )
 
 SERVICE_NAME = "sales-assistant"
+# Where createEmailTask may send: the demo's own domain. Others are an argument
+# error the model sees (build_sales_service(outbound=...) widens it).
+DEFAULT_OUTBOUND = OutboundPolicy(allowed_domains=["example.com"])
 
 # {{today}} and {{weekday}} are built-in variables (the workflow's clock), so
 # a real model can work out "last week" without guessing the date.
@@ -42,7 +47,7 @@ Answer briefly: the customers found (name, id, total), what you created, and
 anything that did not work."""
 
 
-def build_sales_service() -> Service:
+def build_sales_service(outbound: OutboundPolicy = DEFAULT_OUTBOUND) -> Service:
     return Service(
         name=SERVICE_NAME,
         description="Find customers above a sales threshold and e-mail someone to follow up",
@@ -58,4 +63,6 @@ def build_sales_service() -> Service:
             ]
         ),
         documents=SALES_DOCUMENTS,  # step 5: policies retrieved into the user message
+        approvers=table_approvers,  # the `approver` table; empty = the default policy
+        outbound=outbound,
     )

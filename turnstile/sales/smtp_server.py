@@ -25,6 +25,7 @@ from typing import Any, cast
 
 from aiosmtpd.controller import Controller
 
+from turnstile.engine.masking import mask_text
 from turnstile.runtime.config import Settings
 
 log = logging.getLogger(__name__)
@@ -43,7 +44,8 @@ class MailboxHandler:
         tmp = self.directory / f".{name}.tmp"
         tmp.write_bytes(envelope.original_content or envelope.content)
         os.replace(tmp, self.directory / name)
-        log.info("stored mail from %s to %s as %s", envelope.mail_from, envelope.rcpt_tos, name)
+        log.info("stored mail from %s to %s as %s", mask_text(str(envelope.mail_from)),
+                 mask_text(", ".join(envelope.rcpt_tos)), name)
         return "250 Message accepted for delivery"
 
 
@@ -55,6 +57,9 @@ class LocalSmtpServer:
 
     def start(self) -> LocalSmtpServer:
         """Listen in a background thread; returns once the port accepts."""
+        # aiosmtpd logs every SMTP command (recipients, at INFO) and every DATA
+        # line (at DEBUG) on "mail.log": the mailbox keeps the mail, logs don't.
+        logging.getLogger("mail.log").setLevel(logging.WARNING)
         self._controller = Controller(
             MailboxHandler(self.directory), hostname=self.host, port=self.port
         )

@@ -41,10 +41,15 @@ def _matching(pattern: re.Pattern[str], what: str) -> AfterValidator:
     return AfterValidator(check)
 
 
+# Unicode line separators break header lines in some mail software just like
+# CR/LF: NEL (U+0085), LINE SEPARATOR (U+2028), PARAGRAPH SEPARATOR (U+2029).
+_LINE_BREAKS = frozenset("\u0085\u2028\u2029")
+
+
 def _one_line(value: str) -> str:
     # Line breaks in a header are header injection; other control characters
     # (NUL above all: PostgreSQL text cannot hold it) are never meant.
-    if any(ord(ch) < 32 or ord(ch) == 127 for ch in value):
+    if any(ord(ch) < 32 or ord(ch) == 127 or ch in _LINE_BREAKS for ch in value):
         raise ValueError("must be a single line of text (no line breaks or control characters)")
     return value
 
@@ -280,7 +285,8 @@ class EmailTaskCreated(BaseModel):
     note: str
 
 
-@tool(requires_approval=True, fatal_on_failure=True, idempotent=True)
+@tool(requires_approval=True, fatal_on_failure=True, idempotent=True,
+      review_fields=("to", "subject"), recipient_fields=("to",))
 def createEmailTask(
     ctx: ToolContext,
     to: EmailAddress,

@@ -8,9 +8,9 @@ addresses and phone numbers masked. TURNSTILE_AUDIT=off turns writing off.
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
+from turnstile.engine.masking import mask_json_text
 from turnstile.stores.db import Database, Dialect, schema
 from turnstile.stores.memory import now_iso
 
@@ -21,25 +21,10 @@ ROLLED_BACK = "ROLLED_BACK"
 COMPENSATION_FAILED = "COMPENSATION_FAILED"
 MAX_PARAMS_CHARS = 16_384  # the audit row records what was asked, not megabytes of it
 
-# Bounded repetitions (RFC 5321 caps a local part at 64 characters): an
-# unbounded `[...]*@` backtracks quadratically over megabytes of arguments.
-_EMAIL = re.compile(r"([A-Za-z0-9._%+-])[A-Za-z0-9._%+-]{0,63}@"
-                    r"([A-Za-z0-9-]{1,63}(?:\.[A-Za-z0-9-]{1,63}){0,8}\.[A-Za-z]{2,24})")
-_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")  # ISO dates look like numbers, not phones
-_PHONE = re.compile(r"(?<![\w+])(\+?\d[\d\s().-]{6,20}\d)(?!\w)")
-
-
 def mask(text: str) -> str:
-    """Mask e-mail local parts and all but the last two digits of phone numbers."""
-    text = _EMAIL.sub(lambda m: f"{m.group(1)}***@{m.group(2)}", text)
-
-    def phone(m: re.Match[str]) -> str:
-        digits = re.sub(r"\D", "", m.group(1))
-        if len(digits) < 7 or _DATE.fullmatch(m.group(1)):
-            return m.group(1)
-        return "*" * (len(digits) - 2) + digits[-2:]
-
-    return _PHONE.sub(phone, text)
+    """Masked text for an audit column: JSON is masked value by value (any
+    escaping decoded first), other text as text (turnstile.engine.masking)."""
+    return mask_json_text(text)
 
 
 @schema
@@ -91,7 +76,8 @@ class AuditLog:
     ) -> None:
         if not self.enabled:
             return
-        params = arguments if isinstance(arguments, str) else json.dumps(arguments, default=str)
+        params = mask(arguments if isinstance(arguments, str)
+                      else json.dumps(arguments, default=str))
         if len(params) > MAX_PARAMS_CHARS:
             params = params[:MAX_PARAMS_CHARS] + f"... [truncated, {len(params)} chars in all]"
         with self.db.connect() as conn:
@@ -103,7 +89,7 @@ class AuditLog:
                 "error_message = NULL",
                 (
                     execution_id(workflow_id, call_id), workflow_id, conversation_id, user_id,
-                    tool_name, mask(params), now_iso(), INITIATED,
+                    tool_name, params, now_iso(), INITIATED,
                 ),
             )
 

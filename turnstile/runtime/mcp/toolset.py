@@ -90,7 +90,7 @@ class MCPTool(Tool):
                    validator=Draft202012Validator(schema))
 
     def parse_arguments(self, raw: str) -> BaseModel:
-        data = decode_arguments(self.name, raw)
+        data = decode_arguments(self.name, raw, self.spec.max_argument_bytes)
         problems = sorted(self.validator.iter_errors(data), key=lambda e: list(e.path))
         if problems:
             detail = "; ".join(

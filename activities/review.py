@@ -1,0 +1,44 @@
+"""`turnstile.review_call`: a call that needs approval is validated before a
+reviewer is asked, so the reviewer decides on arguments that passed the
+tool's validation and the service's outbound policy (full values, the
+fields that matter first, notes such as "external recipient"). An invalid
+call never reaches a reviewer: the workflow settles it as an argument error
+the model can correct.
+"""
+
+from __future__ import annotations
+
+from temporalio import activity
+
+from activities.runtime import Runtime, application_error
+from turnstile.engine.activity_io import REVIEW_CALL, ReviewCallInput, ReviewedCall
+from turnstile.engine.errors import (
+    ConfigurationError,
+    MCPServerUnavailable,
+    ToolArgumentError,
+    UnknownServiceError,
+)
+
+
+class ReviewActivities:
+    def __init__(self, rt: Runtime) -> None:
+        self.rt = rt
+
+    @activity.defn(name=REVIEW_CALL)
+    async def review_call(self, req: ReviewCallInput) -> ReviewedCall:
+        try:
+            service = self.rt.services.get(req.service)
+            # An MCP tool this worker has not listed yet is listed first.
+            tool = await service.find_tool(req.call.name)
+        except (UnknownServiceError, ConfigurationError) as exc:
+            raise application_error(exc, non_retryable=True) from exc
+        except MCPServerUnavailable as exc:
+            raise application_error(exc, non_retryable=False) from exc
+        if tool is None:
+            return ReviewedCall(valid=False, error=f"Tool {req.call.name!r} does not exist.")
+        try:
+            args = tool.parse_arguments(req.call.arguments)
+            notes = tool.check_outbound(args, service.outbound)
+        except ToolArgumentError as exc:
+            return ReviewedCall(valid=False, error=str(exc))
+        return ReviewedCall(valid=True, notes=notes)

@@ -1,0 +1,64 @@
+"""The approver and outbound rules as pure functions, table-driven."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from turnstile.engine.approvals import (
+    ApprovalPolicy,
+    OutboundPolicy,
+    approval_refusal,
+    outbound_findings,
+)
+from turnstile.engine.errors import ToolArgumentError
+from turnstile.sales.tools import createEmailTask
+
+OPEN = ApprovalPolicy()
+NARROW = ApprovalPolicy(reviewers={"createEmailTask": ["ops-lead"], "*": ["admin"]})
+SELF_OK = ApprovalPolicy(allow_self_approval=True)
+
+
+@pytest.mark.parametrize(("policy", "tool", "reviewer", "expected"), [
+    (OPEN, "createEmailTask", "bob", None),
+    (OPEN, "createEmailTask", "alice", "'alice' requested this call and may not decide it"),
+    (OPEN, "createEmailTask", "  ", "a decision needs a named reviewer"),
+    (SELF_OK, "createEmailTask", "alice", None),
+    (NARROW, "createEmailTask", "ops-lead", None),
+    (NARROW, "createEmailTask", "admin", "'admin' is not an approver of createEmailTask"),
+    (NARROW, "createFollowUpTask", "admin", None),  # "*" covers tools without an entry
+    (NARROW, "createFollowUpTask", "bob", "'bob' is not an approver of createFollowUpTask"),
+    (NARROW, "createEmailTask", "alice", "'alice' requested this call"),  # never self
+])
+def test_who_may_decide(policy: ApprovalPolicy, tool: str, reviewer: str,
+                        expected: str | None) -> None:
+    got = approval_refusal(policy, tool=tool, reviewer=reviewer, requester="alice")
+    if expected is None:
+        assert got is None
+    else:
+        assert got is not None and got.startswith(expected)
+
+
+@pytest.mark.parametrize(("policy", "to", "problems", "notes"), [
+    (OutboundPolicy(), "x@anywhere.test", 0, []),
+    (OutboundPolicy(allowed_domains=["example.com"]), "ops@example.com", 0, []),
+    (OutboundPolicy(allowed_domains=["example.com"]), "ops@EXAMPLE.com.", 0, []),
+    (OutboundPolicy(allowed_domains=["example.com"]), "ops@sub.example.com", 1, []),
+    (OutboundPolicy(allowed_domains=["example.com"]), "ops@example.com.evil.test", 1, []),
+    (OutboundPolicy(allowed_domains=["example.com"], allow_external=True), "a@b.org", 0,
+     ["external recipient: to at b.org"]),
+])
+def test_where_mail_may_go(policy: OutboundPolicy, to: str, problems: int,
+                           notes: list[str]) -> None:
+    found, said = outbound_findings(policy, {"to": to})
+    assert len(found) == problems and said == notes
+
+
+@pytest.mark.parametrize("separator", ["\r", "\n", "\u0085", "\u2028", "\u2029"])
+def test_line_separators_are_refused_in_a_subject(separator: str) -> None:
+    raw = json.dumps({"to": "ops@example.com", "subject": f"hi{separator}Bcc: x@evil.test",
+                      "body": "b"})
+    assert separator in json.loads(raw)["subject"]
+    with pytest.raises(ToolArgumentError, match="single line"):
+        createEmailTask.parse_arguments(raw)

@@ -1,0 +1,163 @@
+"""A distinctive address goes through a whole turn — the model decides to
+e-mail it, a reviewer approves, the sender delivers it over SMTP — and is
+then searched for in every place the product writes.
+
+Where it may be, by design: the outbox (`email_task`) and the mailbox (the
+world), the conversation (`chat_message`, `chat_message_part`: what the
+model said and was told, and `tool_call_ledger`: each call's result exactly
+as the model is told it, kept so a retried call answers the same), and the
+history events that carry the call itself
+(the model's response, the call's review and execution input). Everywhere
+else — the other tables, the log records of worker, sender and SMTP server,
+the exported spans, every other history event and payload — it must be
+masked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+from google.protobuf.json_format import MessageToDict
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+
+from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
+from tests.support.processes import free_port
+from tests.support.temporal_server import DevServer
+from tests.support.turns import running_worker
+from turnstile.engine.activity_io import CALL_MODEL, EXECUTE_TOOL, REVIEW_CALL
+from turnstile.engine.contract import ApproveSignal, PendingApproval, TurnStatus
+from turnstile.runtime.config import Settings
+from turnstile.runtime.tracing import interceptors
+from turnstile.sales.sender import SenderConfig, deliver_due
+from turnstile.sales.service import build_sales_service
+from turnstile.sales.smtp_server import LocalSmtpServer, read_mailbox
+from turnstile.stores.db import Database
+from turnstile.stores.schema import ensure_schema
+
+SECRET = "zq-seed-7731"
+ADDRESS = f"{SECRET}@example.com"
+WHERE_IT_BELONGS = {"email_task", "chat_message", "chat_message_part", "tool_call_ledger"}
+
+
+class Records(logging.Handler):
+    """Every log record at INFO and above: what the worker writes (worker.py
+    logs at INFO; at DEBUG the Temporal SDK itself logs whole payloads)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(f"{record.name} {record.getMessage()} {record.__dict__!r}")
+
+
+def strings(value: Any) -> Iterator[str]:
+    """Every string in a decoded history event, payload data decoded too."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if k == "data" and isinstance(v, str):
+                yield base64.b64decode(v).decode("utf-8", "replace")
+            else:
+                yield from strings(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from strings(v)
+    elif isinstance(value, str):
+        yield value
+
+
+async def test_the_address_is_nowhere_it_should_not_be(
+        temporal_server: DevServer, client: Client, task_queue: str, tmp_path,
+        fake_llm: FakeLLM, spans: InMemorySpanExporter) -> None:
+    # `client` (the shared fixture) waits until the server answers; this one traces.
+    client = await Client.connect(temporal_server.address, interceptors=interceptors(),
+                                  data_converter=pydantic_data_converter)
+    db = Database(f"sqlite:///{tmp_path}/t.db")
+    ensure_schema(db)
+    port = free_port()
+    env = {"SMTP_PORT": str(port), "SMTP_HOST": "127.0.0.1"}
+    mail = {"to": ADDRESS, "subject": "Renewal", "body": "Please renew."}
+    fake_llm.script(tool_reply(("e1", "createEmailTask", mail)),
+                    text_reply("The renewal e-mail is queued."))
+    records = Records()
+    root = logging.getLogger()
+    old_level = root.level
+    root.addHandler(records)
+    root.setLevel(logging.INFO)
+    spans.clear()
+    try:
+        with LocalSmtpServer(tmp_path / "mail", port=port):
+            async with running_worker(client, task_queue, db.url, [build_sales_service()],
+                                      llm_url=fake_llm.url, env=env) as turns:
+                handle = await turns.start("remind the customer about the renewal",
+                                           service="sales-assistant", user="alice")
+                for _ in range(300):
+                    pending = await handle.query("pending_approvals",
+                                                 result_type=list[PendingApproval])
+                    if pending:
+                        break
+                    await asyncio.sleep(0.05)
+                assert pending[0].arguments["to"] == ADDRESS  # the reviewer sees it in full
+                await handle.signal("approve", ApproveSignal(tool_call_id="e1",
+                                                             reviewer="bob"))
+                result = await handle.result()
+                sent = deliver_due(db, Settings.from_env({"DATABASE_URL": db.url, **env}),
+                                   SenderConfig())
+            await asyncio.sleep(0.2)  # the SMTP server's log line
+        [delivered] = read_mailbox(tmp_path / "mail")
+    finally:
+        root.removeHandler(records)
+        root.setLevel(old_level)
+    assert result.status == TurnStatus.COMPLETED and sent == 1
+    assert delivered["To"] == ADDRESS  # the world got the real address ...
+
+    # ... and so did the places where it belongs (or the search proves nothing).
+    with db.connect() as conn:
+        tables = [r["name"] for r in conn.fetchall(
+            "SELECT name FROM sqlite_master WHERE type = 'table'")]
+        dumps = {t: json.dumps(conn.fetchall(f'SELECT * FROM "{t}"'), default=str)
+                 for t in tables}
+    assert SECRET in dumps["email_task"] and SECRET in dumps["chat_message"]
+    assert "z***@example.com" in dumps["tool_execution_log"]
+
+    leaks = [t for t, text in dumps.items() if t not in WHERE_IT_BELONGS and SECRET in text]
+    assert leaks == [], f"tables holding the address: {leaks}"
+
+    assert any("e-mail task" in line for line in records.lines)  # the sender logged
+    assert [line[:300] for line in records.lines if SECRET in line] == []
+
+    exported = spans.get_finished_spans()
+    assert exported
+    assert [s.name for s in exported if SECRET in json.dumps(
+        {"attrs": dict(s.attributes or {}), "events": [dict(e.attributes or {})
+                                                       for e in s.events]}, default=str)] == []
+
+    history = await handle.fetch_history()
+    scheduled: dict[int, str] = {}
+    carrying_the_call = []
+    masked_seen = False
+    for event in history.events:
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            name = event.activity_task_scheduled_event_attributes.activity_type.name
+            scheduled[event.event_id] = name
+            if name in (EXECUTE_TOOL, REVIEW_CALL):
+                carrying_the_call.append(event.event_id)
+                continue
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
+            attrs = event.activity_task_completed_event_attributes
+            if scheduled.get(attrs.scheduled_event_id) == CALL_MODEL:
+                carrying_the_call.append(event.event_id)
+                continue
+        text = "\n".join(strings(MessageToDict(event)))
+        assert SECRET not in text, f"history event {event.event_id} ({event.event_type})"
+        masked_seen = masked_seen or "z***@example.com" in text
+    assert len(carrying_the_call) >= 3  # the exemptions are the ones described above
+    assert masked_seen  # the result's tool-call record: decoded, and masked

@@ -1,0 +1,77 @@
+"""Who may decide an approval, and where outbound messages may go — policy
+as data, checked by pure functions (workflow code checks decisions; the
+worker checks recipients before a reviewer is asked and again before a tool
+runs).
+
+The approver policy travels in the `ServiceSpec` (so a turn's history records
+the policy it applied). Default, when a service names no approvers: any named
+reviewer except the user who started the turn.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+ANY_TOOL = "*"
+
+
+class ApprovalPolicy(BaseModel):
+    # Tool name (or "*") -> the reviewers allowed to decide its calls. A tool
+    # with no entry (and no "*") may be decided by any named reviewer.
+    reviewers: dict[str, list[str]] = Field(default_factory=dict)
+    allow_self_approval: bool = False  # may the requester decide their own call?
+
+
+def approval_refusal(policy: ApprovalPolicy, *, tool: str, reviewer: str,
+                     requester: str) -> str | None:
+    """Why `reviewer` may not decide a call of `tool` requested by `requester`;
+    None when they may."""
+    name = reviewer.strip()
+    if not name:
+        return "a decision needs a named reviewer"
+    if name == requester and not policy.allow_self_approval:
+        return f"{name!r} requested this call and may not decide it"
+    allowed = policy.reviewers.get(tool, policy.reviewers.get(ANY_TOOL))
+    if allowed is not None and name not in allowed:
+        return f"{name!r} is not an approver of {tool} (approvers: {', '.join(allowed) or 'none'})"
+    return None
+
+
+class OutboundPolicy(BaseModel):
+    """Where a service's tools may send messages: recipient domains on the
+    allow-list pass; others are an argument error the model sees, unless
+    `allow_external`, in which case the reviewer is told "external recipient"."""
+
+    allowed_domains: list[str] = Field(default_factory=list)  # empty: no restriction
+    allow_external: bool = False
+
+
+def recipient_domain(address: str) -> str:
+    return address.rpartition("@")[2].strip().lower().rstrip(".")
+
+
+def outbound_findings(policy: OutboundPolicy, recipients: Mapping[str, Any]) -> tuple[
+        list[str], list[str]]:
+    """(problems, notes) for the recipient fields of one call: problems refuse
+    the call, notes are shown to the reviewer."""
+    problems: list[str] = []
+    notes: list[str] = []
+    if not policy.allowed_domains:
+        return problems, notes
+    allowed = {d.lower().lstrip("@").rstrip(".") for d in policy.allowed_domains}
+    for field, value in recipients.items():
+        addresses = value if isinstance(value, list) else [value]
+        for address in addresses:
+            domain = recipient_domain(str(address))
+            if domain in allowed:
+                continue
+            if policy.allow_external:
+                notes.append(f"external recipient: {field} at {domain}")
+            else:
+                problems.append(
+                    f"{field}: recipient domain {domain!r} is not allowed for this service "
+                    f"(allowed: {', '.join(sorted(allowed))})")
+    return problems, notes

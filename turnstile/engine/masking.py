@@ -1,0 +1,77 @@
+"""Masking of personal data wherever a value is written outside the
+conversation and the world tables: the audit log, status events, logs,
+spans, the turn's result.
+
+It works on parsed values, not raw text: a JSON argument string is parsed
+first, so `"ops\\u0040example.com"` is seen as the address it encodes. Every
+string inside is masked (e-mail local parts, all but the last two digits of a
+phone number), and the values of sensitive fields (`SENSITIVE_FIELDS`, or a
+caller's own set) are replaced whole. Pure: safe in workflow code.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+from typing import Any
+
+# Bounded repetitions (RFC 5321 caps a local part at 64 characters): an
+# unbounded `[...]*@` backtracks quadratically over megabytes of text.
+_EMAIL = re.compile(r"([A-Za-z0-9._%+-])[A-Za-z0-9._%+-]{0,63}@"
+                    r"([A-Za-z0-9-]{1,63}(?:\.[A-Za-z0-9-]{1,63}){0,8}\.[A-Za-z]{2,24})")
+_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")  # ISO dates look like numbers, not phones
+_PHONE = re.compile(r"(?<![\w+])(\+?\d[\d\s().-]{6,20}\d)(?!\w)")
+
+SENSITIVE_FIELDS = frozenset({"password", "secret", "token", "api_key", "apikey",
+                              "authorization", "phone", "phonenumber", "phone_number"})
+MASKED = "***"
+
+
+def mask_text(text: str) -> str:
+    """Mask e-mail local parts and phone numbers in plain text."""
+    text = _EMAIL.sub(lambda m: f"{m.group(1)}***@{m.group(2)}", text)
+
+    def phone(m: re.Match[str]) -> str:
+        digits = re.sub(r"\D", "", m.group(1))
+        if len(digits) < 7 or _DATE.fullmatch(m.group(1)):
+            return m.group(1)
+        return "*" * (len(digits) - 2) + digits[-2:]
+
+    return _PHONE.sub(phone, text)
+
+
+def mask_value(value: Any, sensitive: Iterable[str] = SENSITIVE_FIELDS) -> Any:
+    """A copy of a parsed JSON-like value with every string masked and the
+    values of sensitive keys replaced."""
+    keys = {k.lower() for k in sensitive}
+
+    def walk(v: Any) -> Any:
+        if isinstance(v, str):
+            return mask_text(v)
+        if isinstance(v, dict):
+            return {k: (MASKED if str(k).lower() in keys else walk(x)) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [walk(x) for x in v]
+        return v
+
+    return walk(value)
+
+
+def mask_json_text(text: str, sensitive: Iterable[str] = SENSITIVE_FIELDS) -> str:
+    """Mask text that may be JSON: parsed and masked value by value when it
+    parses (escapes decoded), masked as plain text otherwise."""
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        return mask_text(text)
+    if isinstance(parsed, str):
+        return json.dumps(mask_text(parsed), ensure_ascii=False)
+    return json.dumps(mask_value(parsed, sensitive), ensure_ascii=False)
+
+
+def mask_any(value: Any, sensitive: Iterable[str] = SENSITIVE_FIELDS) -> Any:
+    """`mask_json_text` for text, `mask_value` for anything else."""
+    if isinstance(value, str):
+        return mask_json_text(value, sensitive)
+    return mask_value(value, sensitive)
