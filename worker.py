@@ -17,6 +17,7 @@ from temporalio.worker import Worker
 from activities import Runtime, all_activities
 from turnstile.runtime.client import connect
 from turnstile.runtime.config import Settings
+from turnstile.runtime.mcp import connections as mcp_connections
 from turnstile.runtime.plugins import load_services
 from turnstile.runtime.search_attributes import ensure_search_attributes
 from turnstile.runtime.tracing import interceptors as tracing_interceptors
@@ -82,6 +83,7 @@ async def run(argv: list[str] | None = None) -> None:
                  settings.temporal_address, rt.db, rt.provider.name)
         async with worker:
             await done.wait()
+        await mcp_connections.close_all()  # stdio MCP servers end with the worker
     stop.set()
     await asyncio.gather(*tasks, return_exceptions=True)
     await rt.provider.aclose()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from datetime import timedelta
 
 from temporalio import activity
@@ -14,6 +15,7 @@ from activities.runtime import Runtime, application_error, turn_workflow_id
 from turnstile.engine import attributes as attr
 from turnstile.engine.activity_io import CALL_MODEL, ModelCallInput, ModelCallResult
 from turnstile.engine.errors import (
+    ConfigurationError,
     DatabaseUnavailable,
     MalformedModelResponse,
     MemoryConflictError,
@@ -21,6 +23,8 @@ from turnstile.engine.errors import (
 )
 from turnstile.providers.openai_compat import RetryableModelError
 from turnstile.runtime.tracing import model_span, record_model_response
+
+log = logging.getLogger("turnstile.activities")
 
 
 class ModelActivities:
@@ -37,6 +41,14 @@ class ModelActivities:
         if stored is not None and stored[1] == wf_id and stored[0].role == "assistant":
             return ModelCallResult(message=stored[0], provider=self.rt.provider.name)
         service = self.rt.services.get(req.service)
+        if any(service.tool(name) is None for name in req.tool_names):
+            # Tools of an MCP server this worker has not listed yet (the turn's
+            # resolve_tools ran on another worker): list them. One that cannot be
+            # reached leaves its tools out of this request (resolve_tools reports it).
+            try:
+                await service.refresh_providers()
+            except ConfigurationError as exc:  # resolve_tools fails the turn with it
+                log.warning("tool providers of %s: %s", service.name, exc)
         tools = [t.spec for name in req.tool_names if (t := service.tool(name)) is not None]
         provider = self.rt.provider
         try:

@@ -12,7 +12,12 @@ from temporalio import activity
 
 from activities.runtime import Runtime, application_error
 from turnstile.engine.activity_io import REVIEW_CALL, ReviewCallInput, ReviewedCall
-from turnstile.engine.errors import ToolArgumentError, UnknownServiceError
+from turnstile.engine.errors import (
+    ConfigurationError,
+    MCPServerUnavailable,
+    ToolArgumentError,
+    UnknownServiceError,
+)
 
 
 class ReviewActivities:
@@ -20,12 +25,15 @@ class ReviewActivities:
         self.rt = rt
 
     @activity.defn(name=REVIEW_CALL)
-    def review_call(self, req: ReviewCallInput) -> ReviewedCall:
+    async def review_call(self, req: ReviewCallInput) -> ReviewedCall:
         try:
             service = self.rt.services.get(req.service)
-        except UnknownServiceError as exc:
+            # An MCP tool this worker has not listed yet is listed first.
+            tool = await service.find_tool(req.call.name)
+        except (UnknownServiceError, ConfigurationError) as exc:
             raise application_error(exc, non_retryable=True) from exc
-        tool = service.tool(req.call.name)
+        except MCPServerUnavailable as exc:
+            raise application_error(exc, non_retryable=False) from exc
         if tool is None:
             return ReviewedCall(valid=False, error=f"Tool {req.call.name!r} does not exist.")
         try:

@@ -4,6 +4,9 @@ providers add before a round."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
+
 from temporalio import activity
 
 from activities.runtime import Runtime, application_error, model_name
@@ -14,10 +17,21 @@ from turnstile.engine.activity_io import (
     ResolvedTools,
     ResolveToolsInput,
 )
-from turnstile.engine.errors import DatabaseUnavailable, UnknownServiceError
+from turnstile.engine.errors import (
+    ConfigurationError,
+    DatabaseUnavailable,
+    UnknownServiceError,
+)
 from turnstile.engine.specs import ServiceSpec
 from turnstile.providers.tokens import context_tokens, window_tokens
 from turnstile.runtime.services import ApproverContext, ProviderContext
+
+log = logging.getLogger("turnstile.activities")
+
+# A provider that cannot be reached (an MCP server down) fails this many
+# attempts of resolve_tools, retried by Temporal; then the round goes on
+# without its tools and the turn's events say so.
+PROVIDER_ATTEMPTS = 3
 
 
 class ServiceActivities:
@@ -45,10 +59,24 @@ class ServiceActivities:
         return spec
 
     @activity.defn(name=RESOLVE_TOOLS)
-    def resolve_tools(self, req: ResolveToolsInput) -> ResolvedTools:
-        """Ask the service's providers; return only tools the model has not seen."""
+    async def resolve_tools(self, req: ResolveToolsInput) -> ResolvedTools:
+        """Ask the service's providers; return only tools the model has not seen.
+
+        Providers with a remote catalogue (MCP servers) are listed here, on the
+        worker; the result is recorded, so a replay never asks them again."""
         service = self.rt.services.get(req.service)
+        try:
+            failed = await service.refresh_providers()
+        except ConfigurationError as exc:
+            raise application_error(exc, non_retryable=True) from exc
+        if failed and activity.info().attempt < PROVIDER_ATTEMPTS:
+            raise application_error(failed[0][1], non_retryable=False)
+        unavailable = []
+        for provider, error in failed:
+            log.warning("tools of %s left out of this round: %s", provider, error)
+            unavailable.append(f"{provider}: {error}")
+        state = await asyncio.to_thread(self.rt.memory.state, req.conversation_id)
         ctx = ProviderContext(conversation_id=req.conversation_id, user_id=req.user_id,
-                              state=self.rt.memory.state(req.conversation_id), known=req.known)
+                              state=state, known=req.known)
         return ResolvedTools(added=[t.spec for t in service.offered(ctx)
-                                    if t.name not in req.known])
+                                    if t.name not in req.known], unavailable=unavailable)

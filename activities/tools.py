@@ -20,14 +20,27 @@ from activities.runtime import Runtime, application_error, turn_workflow_id, wit
 from turnstile.engine import attributes as attr
 from turnstile.engine.activity_io import EXECUTE_TOOL, ToolExecInput, ToolOutcome
 from turnstile.engine.contract import CallStatus
-from turnstile.engine.errors import DatabaseUnavailable, MemoryConflictError, ToolArgumentError
+from turnstile.engine.errors import (
+    ConfigurationError,
+    DatabaseUnavailable,
+    MCPServerUnavailable,
+    MemoryConflictError,
+    ToolArgumentError,
+)
 from turnstile.engine.masking import mask_json_text
 from turnstile.engine.messages import ChatMessage
-from turnstile.runtime.tools import ToolContext, ToolExecutionError, ToolResult, result_to_text
+from turnstile.runtime.tools import (
+    ToolContext,
+    ToolExecutionError,
+    ToolInterrupted,
+    ToolResult,
+    result_to_text,
+)
 from turnstile.runtime.tracing import record_tool_outcome, tool_span
 from turnstile.stores import audit
 
 PREVIEW_CHARS = 400
+LISTING_HEARTBEAT_SECONDS = 1.5  # beats every 0.5 s while MCP servers are listed
 INTERRUPTED_TEXT = (
     "The call to {name} was interrupted (its worker was lost mid-run) and this tool is not "
     "safe to run twice, so it was not repeated. It may or may not have taken effect: check "
@@ -80,7 +93,15 @@ class ToolActivities:
         info = activity.info()
         wf_id, call = turn_workflow_id(), req.call
         service = self.rt.services.get(req.service)
-        tool = service.tool(call.name)
+        try:
+            # An MCP tool this worker has not listed yet (e.g. after a restart) is
+            # listed first; a server that cannot be reached fails the attempt.
+            # Heartbeating meanwhile: opening sessions may outlast the tool's heartbeat timeout.
+            tool = await with_heartbeat(service.find_tool(call.name), LISTING_HEARTBEAT_SECONDS)
+        except ConfigurationError as exc:
+            raise application_error(exc, non_retryable=True) from exc
+        except MCPServerUnavailable as exc:
+            raise application_error(exc, non_retryable=False) from exc
         if tool is None:  # the workflow checks names first; a stale spec can still get here
             return await self._finish(req, f"Tool {call.name!r} does not exist.",
                                       CallStatus.UNKNOWN_TOOL, True)
@@ -108,12 +129,7 @@ class ToolActivities:
             return await self._finish(req, entry.result or "", status, entry.is_error,
                                       entry.state)
         if not entry.fresh:
-            text = INTERRUPTED_TEXT.format(name=call.name)
-            await asyncio.to_thread(self.rt.ledger.complete, wf_id, call.id, text, True,
-                                    CallStatus.INTERRUPTED.value)
-            await asyncio.to_thread(audit_log.finished, workflow_id=wf_id, call_id=call.id,
-                                    status=audit.FAILED, error="interrupted; effect unknown")
-            return await self._finish(req, text, CallStatus.INTERRUPTED, True)
+            return await self._interrupted(req, wf_id, "its worker was lost mid-run")
 
         await asyncio.to_thread(
             audit_log.started, workflow_id=wf_id, call_id=call.id,
@@ -127,6 +143,15 @@ class ToolActivities:
         )
         try:
             result = await with_heartbeat(tool.invoke(ctx, args), tool.spec.heartbeat_seconds)
+        except ToolInterrupted as exc:
+            if not tool.spec.idempotent:
+                # In flight when the connection broke: the effect is unknown, so
+                # the call is settled as interrupted, never re-run.
+                return await self._interrupted(req, wf_id, str(exc))
+            await asyncio.to_thread(self.rt.ledger.attempt_failed, wf_id, call.id, str(exc))
+            await asyncio.to_thread(audit_log.finished, workflow_id=wf_id, call_id=call.id,
+                                    status=audit.FAILED, error=str(exc))
+            raise ApplicationError(str(exc), type="ToolExecutionError") from exc
         except ToolArgumentError as exc:
             # The tool's own validation (e.g. start after end): the model can fix it.
             await asyncio.to_thread(self.rt.ledger.complete, wf_id, call.id, str(exc), True,
@@ -146,11 +171,27 @@ class ToolActivities:
                                    non_retryable=not retryable) from exc
         text = result_to_text(result)
         state = result.state if isinstance(result, ToolResult) else None
+        if isinstance(result, ToolResult) and result.is_error:
+            # The tool ran and reported a failure: an error result for the model.
+            await asyncio.to_thread(self.rt.ledger.complete, wf_id, call.id, text, True,
+                                    CallStatus.FAILED.value, state)
+            await asyncio.to_thread(audit_log.finished, workflow_id=wf_id, call_id=call.id,
+                                    status=audit.FAILED, error=text[:500])
+            return await self._finish(req, text, CallStatus.FAILED, True, state)
         await asyncio.to_thread(self.rt.ledger.complete, wf_id, call.id, text, False,
                                 CallStatus.COMPLETED.value, state)
         await asyncio.to_thread(audit_log.finished, workflow_id=wf_id, call_id=call.id,
                                 status=audit.COMPLETED)
         return await self._finish(req, text, CallStatus.COMPLETED, False, state)
+
+    async def _interrupted(self, req: ToolExecInput, wf_id: str, error: str) -> ToolOutcome:
+        call = req.call
+        text = INTERRUPTED_TEXT.format(name=call.name)
+        await asyncio.to_thread(self.rt.ledger.complete, wf_id, call.id, text, True,
+                                CallStatus.INTERRUPTED.value)
+        await asyncio.to_thread(self.rt.audit.finished, workflow_id=wf_id, call_id=call.id,
+                                status=audit.FAILED, error=f"interrupted; effect unknown: {error}")
+        return await self._finish(req, text, CallStatus.INTERRUPTED, True)
 
     def _audit_rejected(self, req: ToolExecInput, wf_id: str, error: str) -> None:
         self.rt.audit.started(workflow_id=wf_id, call_id=req.call.id,

@@ -4,5 +4,6 @@ pytest_plugins = [
     "tests.support.databases",
     "tests.support.temporal_server",
     "tests.support.fake_llm",
+    "tests.support.mcp_fixtures",
     "tests.support.spans",
 ]

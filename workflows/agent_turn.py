@@ -277,6 +277,8 @@ class AgentTurn:
                 conversation_id=turn.conversation_id, user_id=turn.user_id,
                 service=turn.service, known=s.tool_names),
             io.ResolvedTools, "resolve_tools", TurnStatus.FAILED)
+        for note in resolved.unavailable:
+            s.event("tools_unavailable", note)
         for t in resolved.added:
             if spec.tool(t.name) is None:
                 spec.tools.append(t)

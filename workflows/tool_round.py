@@ -122,7 +122,8 @@ class ToolRound:
                 io.ToolExecInput(conversation_id=self.turn.conversation_id,
                                  user_id=self.turn.user_id, service=self.turn.service,
                                  call=call, result_seq=seq, approval=decision),
-                result_type=io.ToolOutcome, summary=call.name, **tool_options(tool))
+                result_type=io.ToolOutcome, summary=tool.summary or call.name,
+                **tool_options(tool))
         except ActivityError as exc:
             cause = exc.cause
             reason = cause.message if isinstance(cause, ApplicationError) else str(cause or exc)

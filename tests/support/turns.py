@@ -13,6 +13,7 @@ from activities import Runtime
 from turnstile.engine.contract import WORKFLOW_TYPE, TurnInput, TurnResult
 from turnstile.providers import ModelProvider
 from turnstile.runtime.config import Settings
+from turnstile.runtime.mcp import connections as mcp_connections
 from turnstile.runtime.search_attributes import ensure_search_attributes
 from turnstile.runtime.services import Service, ServiceRegistry
 from turnstile.stores.schema import ensure_schema
@@ -50,4 +51,5 @@ async def running_worker(client: Client, task_queue: str, database_url: str,
     rt.search_attributes = await ensure_search_attributes(client, "default")
     async with build_worker(client, rt, **worker_options):
         yield Turns(client, rt)
+    await mcp_connections.close_all()
     await rt.provider.aclose()

@@ -165,6 +165,9 @@ class ResolveToolsInput(BaseModel):
 
 class ResolvedTools(BaseModel):
     added: list[ToolSpec] = Field(default_factory=list)
+    # Providers that could not be asked (an MCP server down after its retries):
+    # their tools are missing from this round; the turn goes on without them.
+    unavailable: list[str] = Field(default_factory=list)
 
 
 # --- the pipeline's optional steps -------------------------------------------

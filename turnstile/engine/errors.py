@@ -35,6 +35,13 @@ class MemoryConflictError(TurnstileError):
     error_type = "MemoryConflict"
 
 
+class MCPServerUnavailable(TurnstileError):
+    """An MCP server cannot be started or reached, or its session broke; retrying
+    may help (the session is reopened)."""
+
+    error_type = "MCPServerUnavailable"
+
+
 # --- the user ---------------------------------------------------------------
 class ConversationOwnershipError(TurnstileError):
     """A turn named a conversation that belongs to another user."""

@@ -42,6 +42,9 @@ class ToolSpec(BaseModel):
     heartbeat_seconds: float | None = 10.0
     retry: RetrySpec = Field(default_factory=RetrySpec)
     approval_timeout_seconds: float = 3600.0  # then the default policy rejects
+    # The Web UI summary of the tool's activities (default: the tool's name),
+    # e.g. "mcp time/get_current_time" for a tool of an MCP server.
+    summary: str | None = None
     # What of a result the model is sent (None: the service's memory window
     # default, 16 KB); the full result stays in memory and the call ledger.
     max_result_bytes: int | None = None

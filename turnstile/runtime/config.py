@@ -38,6 +38,7 @@ class Settings:
     payload_threshold: int = 256 * 1024  # bytes; larger payloads are claim-checked
     sender_stale_seconds: float = 300.0  # a SENDING task older than this was lost mid-send
     otlp_endpoint: str | None = None
+    mcp_servers: str = ""  # TURNSTILE_MCP_SERVERS (JSON), parsed by runtime.plugins
     # The model's context size in tokens, for memory windows (unset: from the
     # model's name, 8,192 for a name Turnstile does not know).
     context_tokens: int | None = None
@@ -64,6 +65,7 @@ class Settings:
                                        or d.sender_stale_seconds),
             payload_threshold=int(e.get("TURNSTILE_PAYLOAD_THRESHOLD") or d.payload_threshold),
             otlp_endpoint=e.get("OTEL_EXPORTER_OTLP_ENDPOINT") or None,
+            mcp_servers=e.get("TURNSTILE_MCP_SERVERS") or "",
             context_tokens=int(e.get("TURNSTILE_CONTEXT_TOKENS") or 0) or None,
             plugins=tuple(p for p in (e.get("TURNSTILE_PLUGINS") or "").split(",") if p.strip()),
         )

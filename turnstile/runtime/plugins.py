@@ -3,6 +3,9 @@
 TURNSTILE_PLUGINS is a comma-separated list of `module:function`; each
 function receives the ServiceRegistry and adds services to it. This is how a
 team registers its own tools without editing worker.py.
+
+TURNSTILE_MCP_SERVERS (a JSON list, see `turnstile.runtime.mcp.MCPServer`)
+then adds MCP servers to the services they name (all services by default).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from collections.abc import Iterable
 
 from turnstile.engine.errors import ConfigurationError
 from turnstile.runtime.config import Settings
+from turnstile.runtime.mcp.config import parse_mcp_servers
 from turnstile.runtime.services import Service, ServiceRegistry
 
 
@@ -24,4 +28,13 @@ def load_services(settings: Settings, services: Iterable[Service] = ()) -> Servi
             raise ConfigurationError(f"TURNSTILE_PLUGINS entry {spec!r} must be module:function")
         register = getattr(importlib.import_module(module_name), func_name)
         register(registry)
+    for server in parse_mcp_servers(settings.mcp_servers):
+        unknown = sorted(set(server.services or ()) - set(registry.names()))
+        if unknown:
+            raise ConfigurationError(
+                f"TURNSTILE_MCP_SERVERS: server {server.name!r} names unknown service(s) "
+                f"{unknown}; known: {registry.names()}")
+        for name in registry.names():
+            if server.serves(name):
+                registry.get(name).add_mcp_server(server)
     return registry

@@ -15,33 +15,21 @@ from typing import Any
 from pydantic import BaseModel
 
 from turnstile.engine.approvals import ApprovalPolicy, OutboundPolicy
-from turnstile.engine.errors import ConfigurationError, UnknownServiceError
+from turnstile.engine.errors import ConfigurationError, MCPServerUnavailable, UnknownServiceError
 from turnstile.engine.memory_window import MemoryWindow
 from turnstile.engine.output_format import output_spec
 from turnstile.engine.pipeline_spec import PipelinePolicy, PipelineSpec
 from turnstile.engine.specs import LoopPolicy, ServiceSpec
 from turnstile.runtime.guardrails import Guardrail, component_name
+from turnstile.runtime.mcp.config import MCPServer
+from turnstile.runtime.mcp.toolset import MCPToolset
 from turnstile.runtime.moderation import Moderator
+from turnstile.runtime.tool_providers import ProviderContext, ToolProvider
 from turnstile.runtime.tools import Tool, ToolRegistry
 from turnstile.stores.retrieval_index import Document, FullTextRetriever, Retriever
 
-
-@dataclass(frozen=True)
-class ProviderContext:
-    conversation_id: str
-    user_id: str
-    state: dict[str, Any]  # merged `turnstile.state` of the conversation's tool results
-    known: list[str]  # tools the model has already seen this turn
-
-
-@dataclass
-class ToolProvider:
-    """A dynamic tool provider: offers tools from its catalogue according to
-    the conversation's state. Asked before each round; it can only add tools."""
-
-    name: str
-    catalogue: ToolRegistry
-    select: Callable[[ProviderContext], Iterable[str]]
+__all__ = ["ApproverContext", "ApproverResolver", "ProviderContext", "Service",
+           "ServiceRegistry", "SystemMessageContext", "SystemTransformer", "ToolProvider"]
 
 
 @dataclass(frozen=True)
@@ -83,6 +71,8 @@ class Service:
     description: str = ""
     loop: LoopPolicy = field(default_factory=LoopPolicy)
     providers: list[ToolProvider] = field(default_factory=list)
+    # MCP servers whose tools join the service (each becomes an MCPToolset provider).
+    mcp_servers: list[MCPServer] = field(default_factory=list)
     # What each model request carries; max_tokens=None: sized for the model.
     memory: MemoryWindow = field(default_factory=MemoryWindow)
     # -- pipeline components (docs/pipeline.md) --
@@ -108,12 +98,61 @@ class Service:
                     raise ConfigurationError(
                         f"service {self.name!r}: tool {name!r} is registered twice")
                 seen.add(name)
+        for server in self.mcp_servers:
+            self._add_toolset(server)
         if self.retriever is None and self.documents:
             self.retriever = FullTextRetriever(self.documents)
         if self.output_type is not None and not (
                 isinstance(self.output_type, type) and issubclass(self.output_type, BaseModel)):
             raise ConfigurationError(
                 f"service {self.name!r}: output_type must be a pydantic model class")
+
+    def add_mcp_server(self, server: MCPServer) -> MCPToolset:
+        """Let the service use an MCP server's tools (TURNSTILE_MCP_SERVERS uses this)."""
+        if any(s.name == server.name for s in self.mcp_servers):
+            raise ConfigurationError(
+                f"service {self.name!r}: MCP server {server.name!r} is added twice")
+        self.mcp_servers.append(server)
+        return self._add_toolset(server)
+
+    def _add_toolset(self, server: MCPServer) -> MCPToolset:
+        toolset = MCPToolset(server, taken=self._names_outside)
+        self.providers.append(toolset)
+        return toolset
+
+    def _names_outside(self, provider: ToolProvider) -> set[str]:
+        """Tool names of the service that `provider` does not own."""
+        names = set(self.tools.names())
+        for p in self.providers:
+            if p is not provider:
+                names.update(p.catalogue.names())
+        return names
+
+    async def refresh_providers(self) -> list[tuple[str, MCPServerUnavailable]]:
+        """Bring every provider's catalogue up to date (MCP servers are listed).
+
+        A provider that cannot be reached does not stop the others: the
+        failures are returned (provider name, error). A configuration error
+        (a tool name clash) is raised."""
+        failed = []
+        for p in self.providers:
+            try:
+                await p.refresh()
+            except MCPServerUnavailable as exc:
+                failed.append((p.name, exc))
+        return failed
+
+    async def find_tool(self, name: str) -> Tool | None:
+        """`tool(name)`, listing remote catalogues (MCP servers) first when this
+        worker has not seen the name yet. Raises MCPServerUnavailable when the
+        name is still unknown and a provider could not be asked."""
+        found = self.tool(name)
+        if found is None and self.providers:
+            failed = await self.refresh_providers()
+            found = self.tool(name)
+            if found is None and failed:
+                raise failed[0][1]
+        return found
 
     def pipeline_spec(self, provider_takes_schema: bool = False) -> PipelineSpec:
         def name(component: object) -> str | None:

@@ -58,6 +58,13 @@ class ToolExecutionError(Exception):
         self.retryable = retryable
 
 
+class ToolInterrupted(Exception):
+    """Raise from a tool when the call may or may not have taken effect (the
+    connection to a remote service broke while the request was in flight). A
+    tool that is safe to run twice is retried; any other is settled as
+    interrupted, never re-run, exactly like a call whose worker was lost."""
+
+
 @dataclass
 class ToolResult:
     """Return this instead of a plain value to also hand state to later rounds
@@ -66,6 +73,9 @@ class ToolResult:
 
     content: Any
     state: dict[str, Any] = field(default_factory=dict)
+    # The tool ran and reports a failure (an MCP result with isError): the model
+    # reads `content` as an error result; Temporal does not retry it.
+    is_error: bool = False
 
 
 @dataclass
@@ -97,29 +107,7 @@ class Tool:
 
     def parse_arguments(self, raw: str) -> BaseModel:
         """Validate the model's raw JSON arguments; ToolArgumentError says what to fix."""
-        size = len(raw.encode("utf-8"))
-        if size > self.spec.max_argument_bytes:
-            raise ToolArgumentError(
-                f"arguments for {self.name} are {size:,} bytes, above this tool's limit of "
-                f"{self.spec.max_argument_bytes:,}; send shorter values")
-        try:
-            data = json.loads(raw, parse_int=_bounded_number(int),
-                              parse_float=_bounded_number(float)) if raw.strip() else {}
-        except json.JSONDecodeError as exc:
-            raise ToolArgumentError(
-                f"arguments for {self.name} are not valid JSON ({exc.msg} at position "
-                f"{exc.pos}); send a JSON object matching the tool's schema"
-            ) from exc
-        except _NumberTooLong as exc:
-            raise ToolArgumentError(f"arguments for {self.name}: {exc}") from exc
-        except RecursionError as exc:
-            raise ToolArgumentError(
-                f"arguments for {self.name} are nested too deeply; send a flat JSON object"
-            ) from exc
-        if not isinstance(data, dict):
-            raise ToolArgumentError(
-                f"arguments for {self.name} must be a JSON object, got {type(data).__name__}"
-            )
+        data = decode_arguments(self.name, raw, self.spec.max_argument_bytes)
         try:
             return self.args_model.model_validate(data)
         except ValidationError as exc:
@@ -180,6 +168,35 @@ def _bounded_number(kind: Callable[[str], Any]) -> Callable[[str], Any]:
         return kind(text)
 
     return parse
+
+
+def decode_arguments(name: str, raw: str, max_bytes: int) -> dict[str, Any]:
+    """The model's raw arguments as a JSON object; ToolArgumentError otherwise
+    (too large, not JSON, absurd numbers, nested too deeply, not an object)."""
+    size = len(raw.encode("utf-8"))
+    if size > max_bytes:
+        raise ToolArgumentError(
+            f"arguments for {name} are {size:,} bytes, above this tool's limit of "
+            f"{max_bytes:,}; send shorter values")
+    try:
+        data = json.loads(raw, parse_int=_bounded_number(int),
+                          parse_float=_bounded_number(float)) if raw.strip() else {}
+    except json.JSONDecodeError as exc:
+        raise ToolArgumentError(
+            f"arguments for {name} are not valid JSON ({exc.msg} at position "
+            f"{exc.pos}); send a JSON object matching the tool's schema"
+        ) from exc
+    except _NumberTooLong as exc:
+        raise ToolArgumentError(f"arguments for {name}: {exc}") from exc
+    except RecursionError as exc:
+        raise ToolArgumentError(
+            f"arguments for {name} are nested too deeply; send a flat JSON object"
+        ) from exc
+    if not isinstance(data, dict):
+        raise ToolArgumentError(
+            f"arguments for {name} must be a JSON object, got {type(data).__name__}"
+        )
+    return data
 
 
 def tool(
