@@ -6,7 +6,15 @@ from __future__ import annotations
 
 
 class TurnstileError(Exception):
+    """`error_type` defaults to the class name; a class whose stable name
+    predates it spells the name out (never rename either)."""
+
     error_type = "TurnstileError"
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        if "error_type" not in cls.__dict__:
+            cls.error_type = cls.__name__
 
 
 # --- configuration (the developer's fault; fails at registration) ----------
@@ -80,6 +88,18 @@ class RoundTripCapExceeded(TurnstileError):
         self.cap = cap
 
 
+class BreakerTripped(TurnstileError):
+    """A circuit breaker stopped the turn; the subclass says which."""
+
+
+class TooManyToolCalls(BreakerTripped):
+    """More tool executions in one turn than the breaker allows ("task too complex")."""
+
+
+class LoopDetected(BreakerTripped):
+    """The model alternated between two tools more often than the breaker allows."""
+
+
 class ToolArgumentError(TurnstileError):
     """The model sent arguments that do not fit the tool's schema."""
 
@@ -87,7 +107,21 @@ class ToolArgumentError(TurnstileError):
 
 
 class UnknownToolError(TurnstileError):
+    """The model called a tool the service does not have (policy `on_unknown_tool: fail`)."""
+
     error_type = "UnknownTool"
+
+
+class ToolCallRejected(TurnstileError):
+    """A reviewer (or the approval deadline) rejected a call (policy `on_rejection: fail`)."""
+
+
+class FatalToolFailure(TurnstileError):
+    """A tool declared `fatal_on_failure` failed after its retries: the task cannot be done."""
+
+
+class TurnCancelled(TurnstileError):
+    """The turn was cancelled (`temporal workflow cancel`); its effects are undone."""
 
 
 # --- the pipeline's optional steps (docs/pipeline.md) -----------------------
@@ -106,6 +140,30 @@ class ModerationUnavailable(TurnstileError):
     def __init__(self, message: str, *, retryable: bool = True) -> None:
         super().__init__(message)
         self.retryable = retryable
+
+
+class InputGuardrailFailed(TurnstileError):
+    """An input guardrail refused the message (`fail`)."""
+
+
+class InputGuardrailFatal(TurnstileError):
+    """An input guardrail refused the message as fatal."""
+
+
+class OutputGuardrailFailed(TurnstileError):
+    """An output guardrail refused the answer (`fail`): the answer is refused, the work kept."""
+
+
+class OutputGuardrailFatal(TurnstileError):
+    """An output guardrail refused the answer as fatal: completed tool effects are undone."""
+
+
+class OutputGuardrailRetriesExhausted(TurnstileError):
+    """An output guardrail still refused the answer after the bounded re-asks."""
+
+
+class ModerationFlagged(TurnstileError):
+    """Moderation flagged the user's message; nothing of it is answered."""
 
 
 class OutputParseError(TurnstileError):
