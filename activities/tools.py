@@ -136,7 +136,7 @@ class ToolActivities:
             await asyncio.to_thread(self.rt.ledger.attempt_failed, wf_id, call.id, error)
             await asyncio.to_thread(audit_log.finished, workflow_id=wf_id, call_id=call.id,
                                     status=AuditStatus.FAILED, error=error)
-            raise ApplicationError(error, type="ToolExecutionError",
+            raise ApplicationError(error, type=ToolExecutionError.error_type,
                                    non_retryable=not retryable) from exc
         text = result_to_text(result)
         state = result.state if isinstance(result, ToolResult) else None

@@ -1,4 +1,4 @@
-"""The pipeline's steps around the tool loop (design.md §1, docs/pipeline.md):
+"""The pipeline's steps around the tool loop (docs/pipeline.md):
 2, 3, 4-9, 11 and 15-17. `AgentTurn` calls them in the documented order.
 
 Deterministic code only: each step decides from the service spec (recorded

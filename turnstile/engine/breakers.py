@@ -1,5 +1,7 @@
-"""Circuit breakers of one turn (docs/design.md, "Circuit breakers"). Pure and deterministic: the
-workflow feeds them what happened and asks what to do next."""
+"""Circuit breakers of one turn (docs/design.md, "Circuit breakers").
+
+Pure and deterministic: the workflow feeds them what happened and asks what
+to do next."""
 
 from __future__ import annotations
 

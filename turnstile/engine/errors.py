@@ -131,6 +131,14 @@ class AttachmentError(TurnstileError):
     error_type = "AttachmentError"
 
 
+class SystemTransformerError(TurnstileError):
+    """The service's system-message transformer raised or returned a non-string (step 2)."""
+
+
+class RetrievalError(TurnstileError):
+    """The service's retriever raised (step 5)."""
+
+
 class ModerationUnavailable(TurnstileError):
     """The moderator could not give a verdict; `retryable` says whether trying
     again may help (429/5xx/network) or not (a refused request)."""

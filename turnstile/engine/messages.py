@@ -19,7 +19,7 @@ class ToolCall(BaseModel):
 
 
 class Attachment(BaseModel):
-    """A multimodal part of a user message (design.md step 6).
+    """A multimodal part of a user message (docs/pipeline.md, step 6).
 
     `image_url` carries `url` (https:// or data:); `image_base64` carries
     `data` (base64, no data: prefix) and `mime_type`. Checked by the pipeline

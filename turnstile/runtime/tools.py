@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, get_type_hints
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
-from turnstile.engine.errors import DuplicateToolError, ToolArgumentError
+from turnstile.engine.errors import DuplicateToolError, ToolArgumentError, TurnstileError
 from turnstile.engine.specs import RetrySpec, ToolSpec
 
 if TYPE_CHECKING:
@@ -48,7 +48,7 @@ class ToolContext:
         return f"{self.workflow_id}/{self.tool_call_id}"
 
 
-class ToolExecutionError(Exception):
+class ToolExecutionError(TurnstileError):
     """Raise from a tool for an execution failure. `retryable=False` tells
     Temporal not to retry (e.g. the e-mail address is refused for good)."""
 
