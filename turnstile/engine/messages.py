@@ -56,13 +56,6 @@ class ChatMessage(BaseModel):
     # the text (stored in `chat_message_part`, not in `chat_message`).
     parts: list[Attachment] = Field(default_factory=list)
 
-    def preview(self, limit: int = 160) -> str:
-        text = self.content or ""
-        if self.tool_calls:
-            text = text + " " + ", ".join(f"{c.name}({c.arguments})" for c in self.tool_calls)
-        text = text.strip()
-        return text if len(text) <= limit else text[: limit - 1] + "…"
-
 
 class Usage(BaseModel):
     prompt_tokens: int = 0

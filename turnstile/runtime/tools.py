@@ -18,7 +18,7 @@ import inspect
 import json
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, get_type_hints
+from typing import TYPE_CHECKING, Any, get_type_hints, overload
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
@@ -138,6 +138,26 @@ class Tool:
         return await asyncio.to_thread(self.compensate, ctx, args, result)
 
 
+@overload
+def tool(fn: Callable[..., Any], /) -> Tool: ...
+
+
+@overload
+def tool(
+    fn: None = None,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    idempotent: bool = False,
+    requires_approval: bool = False,
+    fatal_on_failure: bool = False,
+    timeout_seconds: float = 60.0,
+    heartbeat_seconds: float | None = 10.0,
+    retry: RetrySpec | None = None,
+    approval_timeout_seconds: float = 3600.0,
+) -> Callable[[Callable[..., Any]], Tool]: ...
+
+
 def tool(
     fn: Callable[..., Any] | None = None,
     *,
@@ -150,7 +170,7 @@ def tool(
     heartbeat_seconds: float | None = 10.0,
     retry: RetrySpec | None = None,
     approval_timeout_seconds: float = 3600.0,
-) -> Any:
+) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Turn a typed function into a Tool (usable bare or with options)."""
 
     def build(f: Callable[..., Any]) -> Tool:

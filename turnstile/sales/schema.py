@@ -38,10 +38,6 @@ def now_text() -> str:
     return utc_text(datetime.now(UTC))
 
 
-def parse_utc_text(value: str) -> datetime:
-    return datetime.fromisoformat(value)
-
-
 def _sqlite() -> list[str]:
     return [
         """CREATE TABLE IF NOT EXISTS sales_record (
