@@ -9,9 +9,8 @@ import json
 from typing import Any
 
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
 
-from activities.runtime import Runtime, turn_workflow_id, with_heartbeat
+from activities.runtime import Runtime, application_error, turn_workflow_id, with_heartbeat
 from turnstile.engine import attributes as attr
 from turnstile.engine.activity_io import (
     COMPENSATE_TOOL,
@@ -21,6 +20,7 @@ from turnstile.engine.activity_io import (
     CompensationFailure,
 )
 from turnstile.engine.contract import AuditStatus, RollbackCause
+from turnstile.engine.errors import NoCompensation
 from turnstile.runtime.tools import ToolContext, Undo, result_to_text
 
 
@@ -40,8 +40,8 @@ class SagaActivities:
         wf_id, call = turn_workflow_id(), req.call
         tool = self.rt.services.get(req.service).tool(call.name)
         if tool is None or tool.compensate is None:
-            raise ApplicationError(f"{call.name} declares no compensation",
-                                   type="NoCompensation", non_retryable=True)
+            raise application_error(NoCompensation(f"{call.name} declares no compensation"),
+                                    non_retryable=True)
         raw = await asyncio.to_thread(self.rt.ledger.result, wf_id, call.id)
         try:
             stored: Any = json.loads(raw or "null")

@@ -74,9 +74,11 @@ def test_contract_names_every_status_error_and_activity() -> None:
     for enum in (TurnStatus, CallStatus, AuditStatus):
         for member in enum:
             assert f"`{member.value}`" in contract, f"{enum.__name__}.{member.name}"
-    # Errors a turn can end with; the rest never reach `error.type`.
-    internal = {"TurnstileError", "ConfigurationError", "DuplicateToolError",
-                "BreakerTripped", "ModelUnavailable", "ConversationBusy"}
+    # Errors a turn can end with; these never reach `error.type` (raised at
+    # registration, base classes, retried until they turn into a timeout, or
+    # reported as a compensation failure).
+    internal = {"TurnstileError", "DuplicateToolError", "BreakerTripped", "ModelUnavailable",
+                "ConversationBusy", "NoCompensation", "NotInWorkflow"}
     for cls in vars(errors).values():
         if isinstance(cls, type) and issubclass(cls, errors.TurnstileError):
             if cls.error_type not in internal and cls is not errors.TurnCancelled:

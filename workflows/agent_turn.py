@@ -316,5 +316,5 @@ class AgentTurn:
             conversation_id=turn.conversation_id, service=turn.service, provider=s.provider,
             usage=s.usage)
         assert self.steps is not None
-        await self.steps.turn_completed(result, status.value)
+        await self.steps.turn_completed(result, status)
         return result

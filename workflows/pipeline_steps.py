@@ -119,12 +119,13 @@ class PipelineSteps:
                      f"conversation {self.turn.conversation_id}, user {self.turn.user_id}")
         await self._publish(TurnStarted(**self._event_ids("turn_started")))
 
-    async def turn_completed(self, result: TurnResult | None, status: str) -> None:
+    async def turn_completed(self, result: TurnResult | None,
+                             status: TurnStatus | Literal["cancelled"]) -> None:
         elapsed = (workflow.now() - self.started_at).total_seconds() if self.started_at else 0.0
         s = self.s
         await self._publish(TurnCompleted(
             **self._event_ids("turn_completed"), status=status, round_trips=s.round_trips,
-            tool_calls=len(s.calls), usage=s.usage.model_dump(), duration_seconds=elapsed,
+            tool_calls=len(s.calls), usage=s.usage, duration_seconds=elapsed,
             error_type=result.error.type if result and result.error else None))
 
     # -- 5. retrieval augmentation -----------------------------------------------------

@@ -26,6 +26,14 @@ class DuplicateToolError(ConfigurationError):
     error_type = "DuplicateToolError"
 
 
+class NoCompensation(ConfigurationError):
+    """A compensation was asked of a tool that declares none (the service changed)."""
+
+
+class NotInWorkflow(ConfigurationError):
+    """A Turnstile activity was run outside an AgentTurn workflow."""
+
+
 class UnknownServiceError(TurnstileError):
     error_type = "UnknownService"
 
