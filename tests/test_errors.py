@@ -10,6 +10,7 @@ from turnstile.engine import errors
 from turnstile.providers.openai_compat import RetryableModelError
 from turnstile.runtime.guardrails import GuardrailError
 from turnstile.runtime.tools import ToolExecutionError
+from turnstile.sales.query import EmptyConditionError
 
 STABLE = {
     errors.UnknownServiceError: "UnknownService",
@@ -45,6 +46,7 @@ STABLE = {
     errors.NotInWorkflow: "NotInWorkflow",
     GuardrailError: "GuardrailError",
     ToolExecutionError: "ToolExecutionError",
+    EmptyConditionError: "EmptyConditionError",  # returned to the model as an argument error
 }
 
 
