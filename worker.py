@@ -1,6 +1,6 @@
 """One process that serves the task queue (workflows and activities) and runs
 the e-mail sender loop. `--no-sender` / `--sender-only` split them for scaling.
-Configuration comes only from the environment (contract.md)."""
+Configuration comes only from the environment (docs/contract.md)."""
 
 from __future__ import annotations
 

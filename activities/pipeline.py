@@ -22,6 +22,8 @@ from turnstile.engine.errors import (
     ConfigurationError,
     DatabaseUnavailable,
     ModerationUnavailable,
+    RetrievalError,
+    SystemTransformerError,
     TurnstileError,
 )
 from turnstile.engine.events import TurnEventRecord
@@ -39,10 +41,13 @@ from turnstile.runtime.services import Service, SystemMessageContext
 from turnstile.stores.retrieval_index import RetrievalContext, within_budget
 
 
-def _component_error(kind: str, exc: Exception) -> ApplicationError:
+def _component_error(kind: type[TurnstileError], exc: Exception) -> ApplicationError:
+    """A service's component raised: a Turnstile error keeps its own type, any
+    other exception is reported under the step's error type (`kind`)."""
     if isinstance(exc, TurnstileError):
         return application_error(exc, non_retryable=isinstance(exc, ConfigurationError))
-    return ApplicationError(f"{kind} raised {type(exc).__name__}: {exc}", type=kind)
+    return ApplicationError(f"{kind.error_type} raised {type(exc).__name__}: {exc}",
+                            type=kind.error_type)
 
 
 class PipelineActivities:
@@ -65,10 +70,11 @@ class PipelineActivities:
         try:
             text = await invoke(service.system_transformer, ctx)
         except Exception as exc:  # the service's callable: reported under its step's type
-            raise _component_error("SystemTransformerError", exc) from exc
+            raise _component_error(SystemTransformerError, exc) from exc
         if not isinstance(text, str):
-            raise ApplicationError(f"system transformer returned {type(text).__name__}, not str",
-                                   type="SystemTransformerError", non_retryable=True)
+            raise application_error(SystemTransformerError(
+                f"system transformer returned {type(text).__name__}, not str"),
+                non_retryable=True)
         return io.TransformedSystem(system_message=text)
 
     @activity.defn(name=io.RETRIEVE)
@@ -84,7 +90,7 @@ class PipelineActivities:
         except DatabaseUnavailable as exc:
             raise application_error(exc, non_retryable=False) from exc
         except Exception as exc:  # the service's callable
-            raise _component_error("RetrievalError", exc) from exc
+            raise _component_error(RetrievalError, exc) from exc
         snippets = [io.Snippet.model_validate(s) for s in list(found)[: req.top_k]]
         # The snippets enter the workflow's history: their size is the policy's, not the corpus's.
         return io.Retrieved(snippets=within_budget(snippets, req.max_chars))
@@ -100,7 +106,7 @@ class PipelineActivities:
         try:
             return await run_chain(service.input_guardrails, ctx)
         except GuardrailError as exc:
-            raise ApplicationError(str(exc), type="GuardrailError") from exc
+            raise application_error(exc, non_retryable=False) from exc
 
     @activity.defn(name=io.OUTPUT_GUARDRAILS)
     async def output_guardrails(self, req: io.OutputGuardrailsInput) -> GuardrailVerdict:
@@ -112,7 +118,7 @@ class PipelineActivities:
         try:
             return await run_chain(service.output_guardrails, ctx)
         except GuardrailError as exc:
-            raise ApplicationError(str(exc), type="GuardrailError") from exc
+            raise application_error(exc, non_retryable=False) from exc
 
     @activity.defn(name=io.MODERATE)
     async def moderate(self, req: io.ModerateInput) -> io.ModerationResult:
@@ -127,7 +133,7 @@ class PipelineActivities:
         except ModerationUnavailable as exc:
             raise application_error(exc, non_retryable=not exc.retryable) from exc
         except Exception as exc:  # the service's callable
-            raise _component_error("ModerationUnavailable", exc) from exc
+            raise _component_error(ModerationUnavailable, exc) from exc
 
     @activity.defn(name=io.PARSE_OUTPUT)
     def parse_output(self, req: io.ParseOutputInput) -> io.ParsedOutput:

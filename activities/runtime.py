@@ -11,7 +11,7 @@ from typing import TypeVar
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from turnstile.engine.errors import TurnstileError
+from turnstile.engine.errors import NotInWorkflow, TurnstileError
 from turnstile.providers import ModelProvider, build_provider
 from turnstile.runtime.config import Settings
 from turnstile.runtime.event_bus import EventBus
@@ -92,6 +92,6 @@ def turn_workflow_id() -> str:
     activities)."""
     wf_id = activity.info().workflow_id
     if not wf_id:
-        raise ApplicationError("Turnstile activities run only inside an AgentTurn workflow",
-                               type="NotInWorkflow", non_retryable=True)
+        raise application_error(NotInWorkflow(
+            "Turnstile activities run only inside an AgentTurn workflow"), non_retryable=True)
     return wf_id

@@ -9,9 +9,8 @@ import json
 from typing import Any
 
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
 
-from activities.runtime import Runtime, turn_workflow_id, with_heartbeat
+from activities.runtime import Runtime, application_error, turn_workflow_id, with_heartbeat
 from turnstile.engine import attributes as attr
 from turnstile.engine.activity_io import (
     COMPENSATE_TOOL,
@@ -20,13 +19,14 @@ from turnstile.engine.activity_io import (
     CompensateResult,
     CompensationFailure,
 )
+from turnstile.engine.contract import AuditStatus, RollbackCause
+from turnstile.engine.errors import NoCompensation
 from turnstile.runtime.tools import ToolContext, Undo, result_to_text
-from turnstile.stores import audit
 
 
-def rolled_back_text(name: str, cause: dict[str, Any], description: str) -> str:
+def rolled_back_text(name: str, cause: RollbackCause, description: str) -> str:
     return (f"ROLLED BACK: this call to {name} was undone because the turn failed "
-            f"({cause.get('type')}: {cause.get('message')}). Its effect no longer exists. "
+            f"({cause.type}: {cause.message}). Its effect no longer exists. "
             f"Undo: {description}")
 
 
@@ -40,8 +40,8 @@ class SagaActivities:
         wf_id, call = turn_workflow_id(), req.call
         tool = self.rt.services.get(req.service).tool(call.name)
         if tool is None or tool.compensate is None:
-            raise ApplicationError(f"{call.name} declares no compensation",
-                                   type="NoCompensation", non_retryable=True)
+            raise application_error(NoCompensation(f"{call.name} declares no compensation"),
+                                    non_retryable=True)
         raw = await asyncio.to_thread(self.rt.ledger.result, wf_id, call.id)
         try:
             stored: Any = json.loads(raw or "null")
@@ -60,33 +60,33 @@ class SagaActivities:
         await asyncio.to_thread(
             self.rt.memory.rewrite_tool_result, req.conversation_id, call.id,
             rolled_back_text(call.name, req.cause, description),
-            {attr.ROLLED_BACK: True, attr.ROLLBACK_CAUSE: req.cause},
+            {attr.ROLLED_BACK: True, attr.ROLLBACK_CAUSE: req.cause.model_dump()},
         )
         await asyncio.to_thread(self.rt.audit.finished, workflow_id=wf_id, call_id=call.id,
-                                status=audit.ROLLED_BACK,
-                                error=f"rolled back: {req.cause.get('message')}")
+                                status=AuditStatus.ROLLED_BACK,
+                                error=f"rolled back: {req.cause.message}")
         return CompensateResult(call_id=call.id, description=description)
 
     def _effect_remains(self, req: CompensateInput, wf_id: str, description: str) -> None:
-        text = (f"NOT UNDONE: the turn failed ({req.cause.get('type')}: "
-                f"{req.cause.get('message')}) but this call to {req.call.name} could not be "
+        text = (f"NOT UNDONE: the turn failed ({req.cause.type}: "
+                f"{req.cause.message}) but this call to {req.call.name} could not be "
                 f"undone and its effect remains: {description}")
         self.rt.memory.rewrite_tool_result(
             req.conversation_id, req.call.id, text,
-            {attr.EFFECT_MAY_REMAIN: True, attr.ROLLBACK_CAUSE: req.cause})
+            {attr.EFFECT_MAY_REMAIN: True, attr.ROLLBACK_CAUSE: req.cause.model_dump()})
         self.rt.audit.finished(workflow_id=wf_id, call_id=req.call.id,
-                               status=audit.COMPENSATION_FAILED,
+                               status=AuditStatus.COMPENSATION_FAILED,
                                error=f"effect remains: {description}")
 
     @activity.defn(name=RECORD_COMPENSATION_FAILURE)
     def record_compensation_failure(self, req: CompensationFailure) -> None:
         """A compensation that kept failing is a state, not a log line."""
         wf_id = turn_workflow_id()
-        text = (f"WARNING: the turn failed ({req.cause.get('type')}: {req.cause.get('message')}) "
+        text = (f"WARNING: the turn failed ({req.cause.type}: {req.cause.message}) "
                 f"and undoing this call to {req.call.name} failed ({req.error}). Its effect MAY "
                 "STILL EXIST: check before relying on it or repeating it.")
         self.rt.memory.rewrite_tool_result(
             req.conversation_id, req.call.id, text,
-            {attr.EFFECT_MAY_REMAIN: True, attr.ROLLBACK_CAUSE: req.cause})
+            {attr.EFFECT_MAY_REMAIN: True, attr.ROLLBACK_CAUSE: req.cause.model_dump()})
         self.rt.audit.finished(workflow_id=wf_id, call_id=req.call.id,
-                               status=audit.COMPENSATION_FAILED, error=req.error)
+                               status=AuditStatus.COMPENSATION_FAILED, error=req.error)

@@ -19,7 +19,7 @@ from temporalio.exceptions import ApplicationError
 from activities.runtime import Runtime, application_error, turn_workflow_id, with_heartbeat
 from turnstile.engine import attributes as attr
 from turnstile.engine.activity_io import EXECUTE_TOOL, ToolExecInput, ToolOutcome
-from turnstile.engine.contract import CallStatus
+from turnstile.engine.contract import AuditStatus, CallStatus
 from turnstile.engine.errors import (
     ConfigurationError,
     DatabaseUnavailable,
@@ -37,7 +37,7 @@ from turnstile.runtime.tools import (
     result_to_text,
 )
 from turnstile.runtime.tracing import record_tool_outcome, tool_span
-from turnstile.stores import audit
+from turnstile.stores.memory import LedgerStatus
 
 PREVIEW_CHARS = 400
 LISTING_HEARTBEAT_SECONDS = 1.5  # beats every 0.5 s while MCP servers are listed
@@ -86,7 +86,7 @@ class ToolActivities:
         if state:
             msg.attributes[attr.STATE] = state
         await asyncio.to_thread(self.rt.memory.put, req.conversation_id, req.result_seq, msg, wf_id)
-        return ToolOutcome(call_id=req.call.id, name=req.call.name, status=status.value,
+        return ToolOutcome(call_id=req.call.id, name=req.call.name, status=status,
                            is_error=is_error, preview=_preview(text))
 
     async def _execute(self, req: ToolExecInput) -> ToolOutcome:
@@ -122,9 +122,9 @@ class ToolActivities:
         entry = await asyncio.to_thread(
             self.rt.ledger.begin, wf_id, call.id, call.name, rerun_lost=tool.spec.idempotent
         )
-        if entry.status == "COMPLETED":
+        if entry.status is LedgerStatus.COMPLETED:
             # A finished attempt whose completion was lost: replay what it reported.
-            status = CallStatus(entry.outcome) if entry.outcome else (
+            status = entry.outcome or (
                 CallStatus.FAILED if entry.is_error else CallStatus.COMPLETED)
             return await self._finish(req, entry.result or "", status, entry.is_error,
                                       entry.state)
@@ -150,14 +150,14 @@ class ToolActivities:
                 return await self._interrupted(req, wf_id, str(exc))
             await asyncio.to_thread(self.rt.ledger.attempt_failed, wf_id, call.id, str(exc))
             await asyncio.to_thread(audit_log.finished, workflow_id=wf_id, call_id=call.id,
-                                    status=audit.FAILED, error=str(exc))
+                                    status=AuditStatus.FAILED, error=str(exc))
             raise ApplicationError(str(exc), type="ToolExecutionError") from exc
         except ToolArgumentError as exc:
             # The tool's own validation (e.g. start after end): the model can fix it.
             await asyncio.to_thread(self.rt.ledger.complete, wf_id, call.id, str(exc), True,
-                                    CallStatus.INVALID_ARGUMENTS.value)
+                                    CallStatus.INVALID_ARGUMENTS)
             await asyncio.to_thread(audit_log.finished, workflow_id=wf_id, call_id=call.id,
-                                    status=audit.FAILED, error=str(exc))
+                                    status=AuditStatus.FAILED, error=str(exc))
             return await self._finish(req, str(exc), CallStatus.INVALID_ARGUMENTS, True)
         except Exception as exc:
             # Any other failure is an execution error: Temporal retries it per the tool's policy.
@@ -166,36 +166,37 @@ class ToolActivities:
                      else f"{type(exc).__name__}: {exc}")
             await asyncio.to_thread(self.rt.ledger.attempt_failed, wf_id, call.id, error)
             await asyncio.to_thread(audit_log.finished, workflow_id=wf_id, call_id=call.id,
-                                    status=audit.FAILED, error=error)
-            raise ApplicationError(error, type="ToolExecutionError",
+                                    status=AuditStatus.FAILED, error=error)
+            raise ApplicationError(error, type=ToolExecutionError.error_type,
                                    non_retryable=not retryable) from exc
         text = result_to_text(result)
         state = result.state if isinstance(result, ToolResult) else None
         if isinstance(result, ToolResult) and result.is_error:
             # The tool ran and reported a failure: an error result for the model.
             await asyncio.to_thread(self.rt.ledger.complete, wf_id, call.id, text, True,
-                                    CallStatus.FAILED.value, state)
+                                    CallStatus.FAILED, state)
             await asyncio.to_thread(audit_log.finished, workflow_id=wf_id, call_id=call.id,
-                                    status=audit.FAILED, error=text[:500])
+                                    status=AuditStatus.FAILED, error=text[:500])
             return await self._finish(req, text, CallStatus.FAILED, True, state)
         await asyncio.to_thread(self.rt.ledger.complete, wf_id, call.id, text, False,
-                                CallStatus.COMPLETED.value, state)
+                                CallStatus.COMPLETED, state)
         await asyncio.to_thread(audit_log.finished, workflow_id=wf_id, call_id=call.id,
-                                status=audit.COMPLETED)
+                                status=AuditStatus.COMPLETED)
         return await self._finish(req, text, CallStatus.COMPLETED, False, state)
 
     async def _interrupted(self, req: ToolExecInput, wf_id: str, error: str) -> ToolOutcome:
         call = req.call
         text = INTERRUPTED_TEXT.format(name=call.name)
         await asyncio.to_thread(self.rt.ledger.complete, wf_id, call.id, text, True,
-                                CallStatus.INTERRUPTED.value)
+                                CallStatus.INTERRUPTED)
         await asyncio.to_thread(self.rt.audit.finished, workflow_id=wf_id, call_id=call.id,
-                                status=audit.FAILED, error=f"interrupted; effect unknown: {error}")
+                                status=AuditStatus.FAILED,
+                                error=f"interrupted; effect unknown: {error}")
         return await self._finish(req, text, CallStatus.INTERRUPTED, True)
 
     def _audit_rejected(self, req: ToolExecInput, wf_id: str, error: str) -> None:
         self.rt.audit.started(workflow_id=wf_id, call_id=req.call.id,
                               conversation_id=req.conversation_id, user_id=req.user_id,
                               tool_name=req.call.name, arguments=req.call.arguments)
-        self.rt.audit.finished(workflow_id=wf_id, call_id=req.call.id, status=audit.FAILED,
+        self.rt.audit.finished(workflow_id=wf_id, call_id=req.call.id, status=AuditStatus.FAILED,
                                error=error)

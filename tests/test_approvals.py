@@ -1,4 +1,4 @@
-"""Approvals by signal and update (design.md §3, contract.md names)."""
+"""Approvals by signal and update (docs/design.md, "Approvals"; names from docs/contract.md)."""
 
 from __future__ import annotations
 

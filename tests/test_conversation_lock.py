@@ -1,4 +1,4 @@
-"""Turns of one conversation never interleave (design.md §5)."""
+"""Turns of one conversation never interleave (docs/design.md, "Isolation")."""
 
 from __future__ import annotations
 

@@ -1,11 +1,19 @@
 """Property: whatever a model sends back, the turn ends in a defined state.
 
-Hypothesis generates 500 malformed or hostile model responses (bad JSON,
-wrong types, unknown tools, huge arguments, empty names, duplicate call ids,
-4xx statuses). Each drives one real turn on the dev server through the HTTP
-provider. Asserted for every one: the turn returns a result with a known
-status, and its history holds no workflow-task failure (which would mean the
-workflow code itself crashed and would retry forever).
+Hypothesis generates malformed or hostile model responses (bad JSON, wrong
+types, unknown tools, huge arguments, empty names, duplicate call ids, 4xx
+statuses).
+
+- 500 of them go through the pure path without a server: the provider's
+  parser either reads a response or says it is malformed, and the tool
+  loop's rules (turnstile.engine.tool_round_rules) reach a decision for
+  every call it contains.
+- 100 (the generation is derandomized; a share of them ask for tools with
+  hostile names, ids and arguments) each drive one real turn on the dev
+  server through the HTTP provider. Asserted for every one: the
+  turn returns a result with a known status, and its history holds no
+  workflow-task failure (which would mean the workflow code itself crashed
+  and would retry forever).
 """
 
 from __future__ import annotations
@@ -18,7 +26,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from temporalio.api.enums.v1 import EventType
 
@@ -26,12 +34,18 @@ from tests.support.fake_llm import FakeLLM, Raw, text_reply
 from tests.support.services import add, echo, mustSucceed, refuses, reserve, unlock
 from tests.support.temporal_server import DevServer, connect
 from tests.support.turns import Turns, running_worker
-from turnstile.engine.contract import TurnStatus
+from turnstile.engine.breakers import Breakers
+from turnstile.engine.contract import CallStatus, TurnStatus
+from turnstile.engine.errors import MalformedModelResponse, TurnstileError
 from turnstile.engine.specs import LoopPolicy
+from turnstile.engine.tool_round_rules import Execute, Settle, before_call, round_stop
+from turnstile.engine.turn_rules import FinalAnswer, RunTools, next_step, parsed_arguments
+from turnstile.providers.openai_compat import parse_completion
 from turnstile.runtime.services import Service
 from turnstile.runtime.tools import ToolRegistry
 
-EXAMPLES = 500
+PURE_EXAMPLES = 500
+TURN_EXAMPLES = 100
 REAL = ["add", "echo", "refuses", "unlock", "reserve", "mustSucceed"]
 
 json_values = st.recursive(
@@ -75,6 +89,16 @@ responses = st.one_of(
     st.just(""),
 ).map(lambda body: Raw(200, body)) | st.builds(
     Raw, st.sampled_from([400, 401, 404, 413, 422]), st.text(max_size=40))
+
+
+# Responses that do ask for tools (hostile names, ids and arguments), so the
+# loop's decisions are exercised on every example, not the few percent of
+# `responses` that parse to tool calls.
+tool_responses = st.lists(st.fixed_dictionaries({
+    "id": call_ids, "type": st.just("function"),
+    "function": st.fixed_dictionaries({"name": names, "arguments": arguments}),
+}), min_size=1, max_size=4).map(lambda calls: Raw(200, json.dumps(
+    {"choices": [{"message": {"role": "assistant", "content": None, "tool_calls": calls}}]})))
 
 
 class LoopThread:
@@ -140,9 +164,9 @@ def test_any_model_response_ends_in_a_defined_state(fuzz_turns) -> None:  # type
     lt, turns, cases = fuzz_turns
     seen_statuses: set[TurnStatus] = set()
 
-    @settings(max_examples=EXAMPLES, deadline=None, derandomize=True,
+    @settings(max_examples=TURN_EXAMPLES, deadline=None, derandomize=True,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-    @given(response=responses)
+    @given(response=responses | tool_responses)
     def one(response: Raw) -> None:
         key = f"case-{uuid.uuid4().hex}"
         cases[key] = response
@@ -163,3 +187,42 @@ def test_any_model_response_ends_in_a_defined_state(fuzz_turns) -> None:  # type
     one()
     # The generator really reached both ends: turns that completed and turns that failed.
     assert {TurnStatus.COMPLETED, TurnStatus.FAILED} <= seen_statuses
+
+FUZZ_SERVICE = Service(name="fuzz", tools=ToolRegistry([add, echo, refuses, unlock, reserve,
+                                                         mustSucceed]))
+
+
+@settings(max_examples=PURE_EXAMPLES, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(response=responses | tool_responses)
+def test_any_model_response_is_read_or_refused_and_every_call_decided(response: Raw) -> None:
+    if response.status >= 400:
+        return  # refused by status before the body is read (test_model_provider.py)
+    try:
+        body = json.loads(response.body)
+        message = parse_completion(body).message
+    except (ValueError, MalformedModelResponse):
+        event("malformed")
+        return  # the provider reports a malformed response: the turn fails with its type
+    spec = FUZZ_SERVICE.spec()
+    step = next_step(message)
+    if isinstance(step, FinalAnswer):
+        event("answer")
+        assert isinstance(step.text, str)
+        return
+    event("tool calls")
+    assert isinstance(step, RunTools) and step.calls
+    known = [t.name for t in spec.tools]
+    stop = round_stop(1, [c.name for c in step.calls], spec.loop, Breakers(spec.loop.breakers))
+    assert stop is None or isinstance(stop, TurnstileError)
+    for call in step.calls:
+        parsed_arguments(call.arguments)  # what the turn records never raises
+        tool = spec.tool(call.name)
+        decision = before_call(call.name, tool, known, False, spec.loop)
+        assert isinstance(decision, Execute | Settle)
+        event("unknown tool" if tool is None else "known tool")
+        if tool is None:
+            assert isinstance(decision, Settle) and decision.status is CallStatus.UNKNOWN_TOOL
+            assert repr(call.name) in decision.text
+        else:
+            assert decision == Execute(needs_approval=tool.requires_approval)

@@ -1,7 +1,8 @@
 """Payloads above Temporal's 2 MiB limit: claim-checked, the turn completes.
 
-Measured without this (temporal-notes.md): an oversized activity input leaves
-the workflow Running, retrying its workflow task every ~10 s forever."""
+Measured without this (docs/design.md, "Measured Temporal facts"): an
+oversized activity input leaves the workflow Running, retrying its workflow
+task every ~10 s forever."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The seventeen-step pipeline through real turns (design.md §1): real dev
+"""The seventeen-step pipeline through real turns (docs/pipeline.md): real dev
 server, the scripted model over HTTP, real SQLite with FTS5. The facts that
 depend on the order are asserted on what the model server received and on
 the order of the activities in the turn's history."""

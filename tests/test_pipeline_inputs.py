@@ -133,7 +133,7 @@ async def test_events_once_each_even_under_replay(client: Client, task_queue: st
     assert started.workflow_id == done.workflow_id == handle.id
     assert done.conversation_id == "c-ev" and done.status == "completed"
     assert done.round_trips == 1 and done.tool_calls == 1
-    assert done.usage == {"prompt_tokens": 20, "completion_tokens": 10}
+    assert done.usage.model_dump() == {"prompt_tokens": 20, "completion_tokens": 10}
     spans = {s.name: s for s in exporter.get_finished_spans()}
     assert set(spans) == {"turnstile.turn_started", "turnstile.turn_completed"}
     assert spans["turnstile.turn_completed"].attributes["turnstile.status"] == "completed"

@@ -1,4 +1,4 @@
-"""Compensations (design.md §3): reverse order, memory rewritten to the truth,
+"""Compensations (docs/design.md, "Compensations"): reverse order, memory rewritten to the truth,
 a failing undo as a visible state, and undo on `cancel`."""
 
 from __future__ import annotations

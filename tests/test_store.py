@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from turnstile.engine.contract import CallStatus
 from turnstile.engine.errors import ConversationOwnershipError, MemoryConflictError
 from turnstile.engine.messages import ChatMessage
 from turnstile.stores.db import Database
@@ -16,7 +17,7 @@ def test_ledger_tells_each_attempt_what_happened(db: Database) -> None:
     assert first.fresh
     lost = ledger.begin("wf", "c1", "unlock", rerun_lost=False)  # first attempt vanished
     assert not lost.fresh and lost.status == "STARTED"
-    ledger.complete("wf", "c1", '{"ok": true}', False, "completed", {"unlocked_by": "x"})
+    ledger.complete("wf", "c1", '{"ok": true}', False, CallStatus.COMPLETED, {"unlocked_by": "x"})
     again = ledger.begin("wf", "c1", "unlock", rerun_lost=True)  # completion was lost
     assert (again.status, again.fresh, again.result) == ("COMPLETED", False, '{"ok": true}')
     assert again.outcome == "completed" and again.state == {"unlocked_by": "x"}

@@ -1,4 +1,4 @@
-"""`AgentTurn`: one user message through the turn pipeline (design.md §1).
+"""`AgentTurn`: one user message through the turn pipeline (docs/pipeline.md).
 
 Deterministic code only. Everything that touches the world — memory, the
 model, tools — is an activity named in `turnstile.engine.activity_io`; the workflow
@@ -13,15 +13,16 @@ import asyncio
 from typing import Any
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    # Pure pydantic models and helpers: passed through so the sandbox does not
-    # re-import pydantic on every workflow run.
+    # Deterministic modules (the engine's models and rules, and the workflow's
+    # own helpers): passed through so the sandbox does not re-import them, and
+    # pydantic with them, on every workflow task.
     from turnstile.engine import activity_io as io
     from turnstile.engine import endings
     from turnstile.engine.approvals import approval_refusal
-    from turnstile.engine.breakers import Breakers, BreakerTripped
+    from turnstile.engine.breakers import Breakers
     from turnstile.engine.contract import (
         WORKFLOW_TYPE,
         ApprovalDecision,
@@ -30,19 +31,21 @@ with workflow.unsafe.imports_passed_through():
         PendingApproval,
         RejectSignal,
         ReviewInput,
+        RollbackCause,
         TurnErrorInfo,
         TurnInput,
         TurnProgress,
         TurnResult,
         TurnStatus,
     )
-    from turnstile.engine.errors import RoundTripCapExceeded
+    from turnstile.engine.errors import AnswerTruncated, ContentFiltered, TurnCancelled
     from turnstile.engine.masking import mask_text
     from turnstile.engine.messages import ChatMessage, ToolCall
     from turnstile.engine.specs import ServiceSpec
+    from turnstile.engine.tool_round_rules import round_stop
     from turnstile.engine.turn_rules import FinalAnswer, RunTools, next_step
     from workflows.pipeline_steps import PipelineSteps
-    from workflows.state import TurnState, TurnStopped
+    from workflows.state import TurnState, TurnStopped, failure_reason
     from workflows.tool_options import compensation_options, model_options
     from workflows.tool_round import RoundWrites, ToolRound
 
@@ -58,7 +61,7 @@ class AgentTurn:
         self.stream = False  # step 8, decided once per turn
         self.response_format: dict[str, Any] | None = None  # step 9
 
-    # -- queries, signals, update (contract.md) --------------------------------
+    # -- queries, signals, update (docs/contract.md) ----------------------------
     @workflow.query(name="status")
     def status(self) -> TurnProgress:
         s = self.s
@@ -138,7 +141,8 @@ class AgentTurn:
         except asyncio.CancelledError:
             # `temporal workflow cancel`: undo what was done, then end as Canceled.
             if s.compensable:
-                error = TurnErrorInfo(type="TurnCancelled", message="the turn was cancelled")
+                error = TurnErrorInfo(type=TurnCancelled.error_type,
+                                      message="the turn was cancelled")
                 await self._roll_back(turn, error, None)
             await self._release(turn)
             await self.steps.turn_completed(None, "cancelled")
@@ -148,20 +152,19 @@ class AgentTurn:
     async def _pipeline(self, turn: TurnInput) -> Any:
         s = self.s
         s.step = "describe_service"
-        spec: ServiceSpec = await s.activity(
-            io.DESCRIBE_SERVICE, io.DescribeServiceInput(service=turn.service), ServiceSpec,
-            "describe_service", TurnStatus.REFUSED)
+        spec = await s.activity(io.describe_service, io.DescribeServiceInput(service=turn.service),
+                                "describe_service", TurnStatus.REFUSED)
         s.search_attributes = spec.search_attributes
         self.spec = spec
         turn.service = spec.name  # "" named the worker's default service
         steps = self.steps = PipelineSteps(s, turn, spec)
         await s.publish()
-        # 1. load chat memory (a snapshot: where to write, a bounded preview)
+        # 1. load chat memory (a snapshot: where to write next)
         s.step = "load_memory"
-        memory: io.MemorySnapshot = await s.activity(
-            io.LOAD_MEMORY, io.LoadMemoryInput(conversation_id=turn.conversation_id,
+        memory = await s.activity(
+            io.load_memory, io.LoadMemoryInput(conversation_id=turn.conversation_id,
                                                user_id=turn.user_id),
-            io.MemorySnapshot, "load_memory", TurnStatus.REFUSED)
+            "load_memory", TurnStatus.REFUSED)
         self.locked = True  # load_memory took the conversation's lock
         s.seq = memory.next_seq
         s.event("load_memory", f"{memory.message_count} stored message(s)")
@@ -218,15 +221,10 @@ class AgentTurn:
                 await self._record_unrun(step.calls, str(stop))
                 raise
             s.round_trips += 1
-            if s.round_trips > spec.loop.max_round_trips:
-                err = RoundTripCapExceeded(spec.loop.max_round_trips)
-                await self._record_unrun(step.calls, str(err))
-                raise TurnStopped(TurnStatus.FAILED, err.error_type, str(err))
-            try:
-                breakers.before_round([c.name for c in step.calls])
-            except BreakerTripped as trip:
-                await self._record_unrun(step.calls, str(trip))
-                raise TurnStopped(TurnStatus.FAILED, trip.kind, str(trip)) from trip
+            limit = round_stop(s.round_trips, [c.name for c in step.calls], spec.loop, breakers)
+            if limit is not None:
+                await self._record_unrun(step.calls, str(limit))
+                raise TurnStopped(TurnStatus.FAILED, limit)
             s.step = "tools"
             await ToolRound(s, turn, spec, breakers).run(step.calls, s.alloc(len(step.calls)))
 
@@ -246,7 +244,7 @@ class AgentTurn:
         if ends is endings.Ending.FILTERED:
             return await self._filtered()
         if ends is endings.Ending.LENGTH:
-            raise TurnStopped(TurnStatus.TRUNCATED, "AnswerTruncated", endings.TRUNCATED_MESSAGE,
+            raise TurnStopped(TurnStatus.TRUNCATED, AnswerTruncated(endings.TRUNCATED_MESSAGE),
                               answer=text, compensate=False)
         message = ChatMessage(role="assistant", content=text)
         return more.model_copy(update={"message": message, "usage": response.usage + more.usage})
@@ -255,7 +253,7 @@ class AgentTurn:
         assert self.steps is not None
         self.s.event("moderation", "the provider's content filter withheld the answer")
         await self.steps.discard_answer("content_filter")
-        raise TurnStopped(TurnStatus.MODERATED, "ContentFiltered", endings.FILTERED_MESSAGE,
+        raise TurnStopped(TurnStatus.MODERATED, ContentFiltered(endings.FILTERED_MESSAGE),
                           answer=endings.FILTERED_MESSAGE)
 
     async def _record_unrun(self, calls: list[ToolCall], reason: str) -> None:
@@ -272,11 +270,11 @@ class AgentTurn:
     async def _resolve_tools(self, turn: TurnInput, spec: ServiceSpec) -> None:
         """Step 12: dynamic providers may add tools, never remove one."""
         s = self.s
-        resolved: io.ResolvedTools = await s.activity(
-            io.RESOLVE_TOOLS, io.ResolveToolsInput(
+        resolved = await s.activity(
+            io.resolve_tools, io.ResolveToolsInput(
                 conversation_id=turn.conversation_id, user_id=turn.user_id,
                 service=turn.service, known=s.tool_names),
-            io.ResolvedTools, "resolve_tools", TurnStatus.FAILED)
+            "resolve_tools", TurnStatus.FAILED)
         for note in resolved.unavailable:
             s.event("tools_unavailable", note)
         for t in resolved.added:
@@ -291,15 +289,15 @@ class AgentTurn:
         s.step = "model_call"
         s.answer_seq = s.alloc(1)
         summary = f"model round {s.round_trips + 1}" + (" continuation" if continuation else "")
-        result: io.ModelCallResult = await s.activity(
-            io.CALL_MODEL,
+        result = await s.activity(
+            io.call_model,
             io.ModelCallInput(conversation_id=turn.conversation_id, service=turn.service,
                               tool_names=[] if continuation else list(s.tool_names),
                               response_seq=s.answer_seq, round=s.round_trips,
                               taken_call_ids=[c.id for c in s.calls], stream=self.stream,
                               response_format=self.response_format, window=spec.memory,
                               continuation=continuation),
-            io.ModelCallResult, summary, TurnStatus.FAILED, options=model_options(spec.loop))
+            summary, TurnStatus.FAILED, options=model_options(spec.loop))
         s.usage = s.usage + result.usage
         s.provider = result.provider
         calls = ", ".join(c.name for c in result.message.tool_calls)
@@ -312,28 +310,26 @@ class AgentTurn:
         """Compensate completed calls in reverse order of completion."""
         s = self.s
         s.step = "compensating"
-        cause = {"type": error.type, "message": error.message, "call_id": failing_call}
+        cause = RollbackCause(type=error.type, message=error.message, call_id=failing_call)
         failed = []
         for call, rec in reversed(s.compensable):
             s.event("compensate", f"undo {call.name} ({call.id})")
             try:
-                undo: io.CompensateResult = await workflow.execute_activity(
-                    io.COMPENSATE_TOOL,
+                undo = await s.execute(
+                    io.compensate_tool,
                     io.CompensateInput(conversation_id=turn.conversation_id,
                                        user_id=turn.user_id, service=turn.service, call=call,
                                        cause=cause),
-                    result_type=io.CompensateResult, summary=f"undo {call.name} {call.id}",
-                    **compensation_options(self.spec.tool(call.name), self.spec.loop))
+                    f"undo {call.name} {call.id}",
+                    compensation_options(self.spec.tool(call.name), self.spec.loop))
             except ActivityError as exc:
-                cause_exc = exc.cause
-                reason = (cause_exc.message if isinstance(cause_exc, ApplicationError)
-                          else str(cause_exc or exc))
+                reason = failure_reason(exc)
                 failed.append(rec)
                 rec.status = CallStatus.COMPLETED
                 s.event("compensation_failed", f"{call.name} ({call.id}): {reason}")
-                await s.activity(io.RECORD_COMPENSATION_FAILURE, io.CompensationFailure(
+                await s.activity(io.record_compensation_failure, io.CompensationFailure(
                     conversation_id=turn.conversation_id, call=call, cause=cause,
-                    error=reason), type(None), f"record failed undo of {call.name}",
+                    error=reason), f"record failed undo of {call.name}",
                     TurnStatus.COMPENSATION_FAILED)
                 continue
             if not undo.undone:  # e.g. an e-mail already sent: reported, never "rolled back"
@@ -351,9 +347,9 @@ class AgentTurn:
         """Let the conversation's next turn in."""
         if self.locked:
             await self.s.activity(
-                io.RELEASE_CONVERSATION, io.LoadMemoryInput(
+                io.release_conversation, io.LoadMemoryInput(
                     conversation_id=turn.conversation_id, user_id=turn.user_id),
-                type(None), "release_conversation", TurnStatus.FAILED)
+                "release_conversation", TurnStatus.FAILED)
             self.locked = False
 
     async def _result(self, turn: TurnInput, status: TurnStatus, answer: Any,
@@ -368,7 +364,7 @@ class AgentTurn:
             status=status, answer=answer, round_trips=s.round_trips, tool_calls=s.calls,
             error=error, workflow_id=workflow.info().workflow_id,
             conversation_id=turn.conversation_id, service=turn.service, provider=s.provider,
-            usage=s.usage.model_dump())
+            usage=s.usage)
         assert self.steps is not None
-        await self.steps.turn_completed(result, status.value)
+        await self.steps.turn_completed(result, status)
         return result

@@ -1,4 +1,4 @@
-"""The pipeline's steps around the tool loop (design.md §1, docs/pipeline.md):
+"""The pipeline's steps around the tool loop (docs/pipeline.md):
 2, 3, 4-9, 11 and 15-17. `AgentTurn` calls them in the documented order.
 
 Deterministic code only: each step decides from the service spec (recorded
@@ -13,21 +13,30 @@ from datetime import datetime
 from typing import Any, Literal
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from turnstile.engine import activity_io as io
     from turnstile.engine import attributes as attr
     from turnstile.engine.contract import TurnInput, TurnResult, TurnStatus
-    from turnstile.engine.errors import TurnstileError
+    from turnstile.engine.errors import (
+        InputGuardrailFailed,
+        InputGuardrailFatal,
+        ModerationFlagged,
+        ModerationUnavailable,
+        OutputGuardrailFailed,
+        OutputGuardrailFatal,
+        OutputGuardrailRetriesExhausted,
+        OutputParseError,
+        TurnstileError,
+    )
     from turnstile.engine.events import TurnCompleted, TurnStarted
     from turnstile.engine.messages import ChatMessage
     from turnstile.engine.output_format import format_instructions, parse_reask
-    from turnstile.engine.pipeline_spec import GuardrailVerdict
     from turnstile.engine.specs import ServiceSpec
     from turnstile.engine.turn_rules import render_template
     from turnstile.engine.user_message import UserMessage, checked_attachments
-    from workflows.state import TurnState, TurnStopped
+    from workflows.state import TurnState, TurnStopped, failure_reason
     from workflows.tool_options import event_options, pipeline_options
 
 
@@ -39,11 +48,6 @@ class Reask:
     kind: Literal["retry", "reprompt", "parse"]
     text: str
     source: str  # recorded on the message (attribute turnstile.reprompt)
-
-
-def _reason(exc: ActivityError) -> str:
-    cause = exc.cause
-    return cause.message if isinstance(cause, ApplicationError) else str(cause or exc)
 
 
 class PipelineSteps:
@@ -74,16 +78,16 @@ class PipelineSteps:
         try:
             return render_template(template, variables)
         except TurnstileError as exc:
-            raise TurnStopped(TurnStatus.FAILED, exc.error_type, str(exc)) from exc
+            raise TurnStopped(TurnStatus.FAILED, exc) from exc
 
     # -- 2. system message (+ transformer) -----------------------------------------
     async def system_message(self) -> str:
         system = self._render(self.spec.system_prompt, self._variables())
         if self.pipe.system_transformer:
-            out: io.TransformedSystem = await self.s.activity(
-                io.TRANSFORM_SYSTEM_MESSAGE, io.TransformSystemInput(
+            out = await self.s.activity(
+                io.transform_system_message, io.TransformSystemInput(
                     **self._ids(), system_message=system, variables=self.turn.variables),
-                io.TransformedSystem, f"system transformer {self.pipe.system_transformer}",
+                f"system transformer {self.pipe.system_transformer}",
                 TurnStatus.FAILED, options=pipeline_options())
             system = out.system_message
         return system
@@ -101,7 +105,7 @@ class PipelineSteps:
             await workflow.execute_local_activity(io.PUBLISH_EVENT, event,
                                                   result_type=list[str], **event_options())
         except ActivityError as exc:  # an event never changes the turn's outcome
-            workflow.logger.warning("%s not delivered: %s", event.kind, _reason(exc))
+            workflow.logger.warning("%s not delivered: %s", event.kind, failure_reason(exc))
 
     def _event_ids(self, kind: str) -> dict[str, Any]:
         info = workflow.info()
@@ -115,23 +119,24 @@ class PipelineSteps:
                      f"conversation {self.turn.conversation_id}, user {self.turn.user_id}")
         await self._publish(TurnStarted(**self._event_ids("turn_started")))
 
-    async def turn_completed(self, result: TurnResult | None, status: str) -> None:
+    async def turn_completed(self, result: TurnResult | None,
+                             status: TurnStatus | Literal["cancelled"]) -> None:
         elapsed = (workflow.now() - self.started_at).total_seconds() if self.started_at else 0.0
         s = self.s
         await self._publish(TurnCompleted(
             **self._event_ids("turn_completed"), status=status, round_trips=s.round_trips,
-            tool_calls=len(s.calls), usage=s.usage.model_dump(), duration_seconds=elapsed,
+            tool_calls=len(s.calls), usage=s.usage, duration_seconds=elapsed,
             error_type=result.error.type if result and result.error else None))
 
     # -- 5. retrieval augmentation -----------------------------------------------------
     async def retrieval(self, user: UserMessage) -> UserMessage:
         if not self.pipe.retriever:
             return user
-        got: io.Retrieved = await self.s.activity(
-            io.RETRIEVE, io.RetrieveInput(**self._ids(), query=user.text, raw_message=user.raw,
+        got = await self.s.activity(
+            io.retrieve, io.RetrieveInput(**self._ids(), query=user.text, raw_message=user.raw,
                                           top_k=self.policy.retrieval_top_k,
                                           max_chars=self.policy.retrieval_max_chars),
-            io.Retrieved, f"retrieve ({self.pipe.retriever})", TurnStatus.FAILED,
+            f"retrieve ({self.pipe.retriever})", TurnStatus.FAILED,
             options=pipeline_options())
         if not got.snippets:
             self.s.event("retrieval", "nothing relevant found")
@@ -140,7 +145,7 @@ class PipelineSteps:
         try:
             return user.augmented(got.snippets, self.policy.retrieval_template)
         except TurnstileError as exc:
-            raise TurnStopped(TurnStatus.FAILED, exc.error_type, str(exc)) from exc
+            raise TurnStopped(TurnStatus.FAILED, exc) from exc
 
     # -- 6. multimodal content ------------------------------------------------------------
     def attachments(self, user: UserMessage) -> UserMessage:
@@ -149,7 +154,7 @@ class PipelineSteps:
         try:
             parts = checked_attachments(self.turn.attachments, self.policy)
         except TurnstileError as exc:
-            raise TurnStopped(TurnStatus.FAILED, exc.error_type, str(exc)) from exc
+            raise TurnStopped(TurnStatus.FAILED, exc) from exc
         self.s.event("attachments", ", ".join(p.type for p in parts))
         return replace(user, parts=parts)
 
@@ -157,19 +162,19 @@ class PipelineSteps:
     async def input_guardrails(self, user: UserMessage) -> None:
         if not self.pipe.input_guardrails:
             return
-        verdict: GuardrailVerdict = await self.s.activity(
-            io.INPUT_GUARDRAILS, io.InputGuardrailsInput(
+        verdict = await self.s.activity(
+            io.input_guardrails, io.InputGuardrailsInput(
                 **self._ids(), message=user.text, raw_message=user.raw,
                 variables=self.turn.variables, attachments=user.attachment_meta()),
-            GuardrailVerdict, "input guardrails", TurnStatus.FAILED, options=pipeline_options())
+            "input guardrails", TurnStatus.FAILED, options=pipeline_options())
         if verdict.outcome == "pass":
             self.s.event("input_guardrails", "passed")
             return
         # Nothing has run yet: fail and fatal both end the turn before memory is written.
-        kind = "Fatal" if verdict.outcome == "fatal" else "Failed"
+        refused = InputGuardrailFatal if verdict.outcome == "fatal" else InputGuardrailFailed
         self.s.event("input_guardrails", f"{verdict.outcome} ({verdict.guardrail})")
-        raise TurnStopped(TurnStatus.FAILED, f"InputGuardrail{kind}",
-                          f"{verdict.guardrail}: {verdict.message}", answer=verdict.message)
+        raise TurnStopped(TurnStatus.FAILED, refused(f"{verdict.guardrail}: {verdict.message}"),
+                          answer=verdict.message)
 
     # -- 8. streaming ---------------------------------------------------------------------
     def streaming(self) -> bool:
@@ -192,10 +197,9 @@ class PipelineSteps:
         """Started now, concurrently with the first model request."""
         if not self.pipe.moderator:
             return
-        self.moderation = workflow.start_activity(
-            io.MODERATE, io.ModerateInput(**self._ids(), text=user.text, raw_message=user.raw),
-            result_type=io.ModerationResult, summary=f"moderate ({self.pipe.moderator})",
-            **pipeline_options())
+        self.moderation = self.s.start(
+            io.moderate, io.ModerateInput(**self._ids(), text=user.text, raw_message=user.raw),
+            f"moderate ({self.pipe.moderator})", pipeline_options())
 
     async def check_moderation(self, wait: bool) -> None:
         """`wait=False` checks only a verdict that has already arrived (before a
@@ -209,18 +213,19 @@ class PipelineSteps:
             result = await handle
         except ActivityError as exc:
             if self.policy.moderation_on_error == "allow":
-                self.s.event("moderation", f"unavailable, allowed by policy: {_reason(exc)}")
+                self.s.event("moderation",
+                             f"unavailable, allowed by policy: {failure_reason(exc)}")
                 return
-            raise TurnStopped(TurnStatus.FAILED, "ModerationUnavailable", _reason(exc)) from exc
+            raise TurnStopped(TurnStatus.FAILED,
+                              ModerationUnavailable(failure_reason(exc))) from exc
         if result.flagged:
             categories = ", ".join(result.categories) or "unspecified"
             message = self.policy.moderation_message.replace("{categories}", categories)
             self.s.event("moderation", f"flagged: {categories}")
             if wait:  # the answer to a flagged message is not kept as said
                 await self.discard_answer("moderation")
-            raise TurnStopped(TurnStatus.MODERATED, "ModerationFlagged",
-                              f"{result.source} flagged the message: {categories}",
-                              answer=message)
+            raise TurnStopped(TurnStatus.MODERATED, ModerationFlagged(
+                f"{result.source} flagged the message: {categories}"), answer=message)
         self.s.event("moderation", f"passed ({result.source})")
 
     def cancel_moderation(self) -> None:
@@ -232,11 +237,11 @@ class PipelineSteps:
         if not self.pipe.output_guardrails:
             return None
         user = self.user
-        verdict: GuardrailVerdict = await self.s.activity(
-            io.OUTPUT_GUARDRAILS, io.OutputGuardrailsInput(
+        verdict = await self.s.activity(
+            io.output_guardrails, io.OutputGuardrailsInput(
                 **self._ids(), answer=answer, user_message=user.text if user else "",
                 raw_message=self.turn.message, attempt=self.reasks),
-            GuardrailVerdict, "output guardrails", TurnStatus.FAILED, options=pipeline_options())
+            "output guardrails", TurnStatus.FAILED, options=pipeline_options())
         s = self.s
         if verdict.outcome == "pass":
             s.event("output_guardrails", "passed")
@@ -245,17 +250,15 @@ class PipelineSteps:
         source = f"output_guardrail:{verdict.guardrail}"
         if verdict.outcome in ("fail", "fatal"):
             await self.discard_answer(source)
-            kind = "Fatal" if verdict.outcome == "fatal" else "Failed"
-            raise TurnStopped(TurnStatus.FAILED, f"OutputGuardrail{kind}",
-                              f"{verdict.guardrail}: {verdict.message}", answer=verdict.message,
-                              compensate=verdict.outcome == "fatal")
+            refused = OutputGuardrailFatal if verdict.outcome == "fatal" else OutputGuardrailFailed
+            raise TurnStopped(TurnStatus.FAILED, refused(f"{verdict.guardrail}: {verdict.message}"),
+                              answer=verdict.message, compensate=verdict.outcome == "fatal")
         limit = self.policy.max_output_guardrail_reasks
         if self.reasks >= limit:
             await self.discard_answer(source)
-            raise TurnStopped(TurnStatus.FAILED, "OutputGuardrailRetriesExhausted",
-                              f"{verdict.guardrail} still refused the answer after {limit} "
-                              f"re-ask(s): {verdict.message}", answer=verdict.message,
-                              compensate=False)
+            raise TurnStopped(TurnStatus.FAILED, OutputGuardrailRetriesExhausted(
+                f"{verdict.guardrail} still refused the answer after {limit} "
+                f"re-ask(s): {verdict.message}"), answer=verdict.message, compensate=False)
         self.reasks += 1
         mode: Literal["retry", "reprompt"] = "retry" if verdict.outcome == "retry" else "reprompt"
         return Reask(mode, verdict.guidance or verdict.message, source)
@@ -265,18 +268,18 @@ class PipelineSteps:
         out = self.pipe.output
         if out is None:
             return None, answer
-        parsed: io.ParsedOutput = await self.s.activity(
-            io.PARSE_OUTPUT, io.ParseOutputInput(service=self.turn.service, answer=answer),
-            io.ParsedOutput, f"parse {out.type_name}", TurnStatus.FAILED,
+        parsed = await self.s.activity(
+            io.parse_output, io.ParseOutputInput(service=self.turn.service, answer=answer),
+            f"parse {out.type_name}", TurnStatus.FAILED,
             options=pipeline_options())
         if parsed.ok:
             self.s.event("parse", f"{out.type_name} ok")
             return None, parsed.value
         self.s.event("parse", f"{out.type_name} failed: {parsed.error[:160]}")
         if self.parse_failures >= self.policy.max_parse_retries:
-            raise TurnStopped(TurnStatus.FAILED, "OutputParseError",
-                              f"the answer is not a valid {out.type_name} after "
-                              f"{self.parse_failures} re-ask(s): {parsed.error}")
+            raise TurnStopped(TurnStatus.FAILED, OutputParseError(
+                f"the answer is not a valid {out.type_name} after "
+                f"{self.parse_failures} re-ask(s): {parsed.error}"))
         self.parse_failures += 1
         return Reask("parse", parse_reask(out.type_name, parsed.error), "parse_error"), None
 
@@ -293,6 +296,6 @@ class PipelineSteps:
         seq = self.s.answer_seq
         if seq is None:
             return
-        await self.s.activity(io.DISCARD_MESSAGE, io.DiscardInput(
+        await self.s.activity(io.discard_message, io.DiscardInput(
             conversation_id=self.turn.conversation_id, seq=seq, reason=reason),
-            type(None), "discard answer", TurnStatus.FAILED)
+            "discard answer", TurnStatus.FAILED)

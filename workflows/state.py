@@ -6,8 +6,9 @@ Deterministic code only: it schedules activities and records what happened.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TypeVar
 
+from pydantic import BaseModel
 from temporalio import workflow
 from temporalio.common import SearchAttributeKey
 from temporalio.exceptions import ActivityError, ApplicationError
@@ -16,6 +17,7 @@ with workflow.unsafe.imports_passed_through():
     from turnstile.engine import activity_io as io
     from turnstile.engine.contract import (
         ApprovalDecision,
+        AuditStatus,
         CallStatus,
         PendingApproval,
         ToolCallRecord,
@@ -23,10 +25,14 @@ with workflow.unsafe.imports_passed_through():
         TurnInput,
         TurnStatus,
     )
+    from turnstile.engine.errors import TurnstileError
     from turnstile.engine.masking import mask_any, mask_json_text
     from turnstile.engine.messages import ChatMessage, ToolCall, Usage
     from turnstile.engine.turn_rules import parsed_arguments
-    from workflows.tool_options import memory_options
+    from workflows.tool_options import ActivityOptions, memory_options
+
+In = TypeVar("In", bound=BaseModel)
+Out = TypeVar("Out")
 
 MAX_EVENTS = 200
 
@@ -36,19 +42,39 @@ SA_PENDING = SearchAttributeKey.for_int("TurnstilePendingApprovals")
 SA_CONVERSATION = SearchAttributeKey.for_keyword("TurnstileConversation")
 
 
+def failure_reason(exc: ActivityError) -> str:
+    """What an activity's last attempt reported, for the model and the turn's error."""
+    cause = exc.cause
+    return cause.message if isinstance(cause, ApplicationError) else str(cause or exc)
+
+
+def failure_type(exc: ActivityError) -> str:
+    """The error type an activity's last attempt reported (its ApplicationError type)."""
+    cause = exc.cause
+    if isinstance(cause, ApplicationError):
+        return cause.type or "ApplicationError"
+    return type(cause or exc).__name__
+
+
 class TurnStopped(Exception):
     """Ends the turn with a status and a typed error (not a workflow failure).
 
-    `answer` is what the user is told instead (a guardrail's or moderation's
-    message); `compensate=False` keeps completed tool effects (an output
-    guardrail's plain `fail` refuses the answer, not the work)."""
+    `error_type` is the error class's `error_type` (or, for an activity that
+    failed, the type it reported). `answer` is what the user is told instead (a
+    guardrail's or moderation's message); `compensate=False` keeps completed tool
+    effects (an output guardrail's plain `fail` refuses the answer, not the work)."""
 
-    def __init__(self, status: TurnStatus, error_type: str, message: str,
-                 call_id: str | None = None, *, answer: str | None = None,
-                 compensate: bool = True) -> None:
-        super().__init__(message)
-        self.status, self.error_type, self.call_id = status, error_type, call_id
+    def __init__(self, status: TurnStatus, error: TurnstileError, call_id: str | None = None,
+                 *, answer: str | None = None, compensate: bool = True) -> None:
+        super().__init__(str(error))
+        self.status, self.error_type, self.call_id = status, error.error_type, call_id
         self.answer, self.compensate = answer, compensate
+
+    @classmethod
+    def from_activity(cls, status: TurnStatus, exc: ActivityError) -> TurnStopped:
+        stop = cls(status, TurnstileError(failure_reason(exc)))
+        stop.error_type = failure_type(exc)
+        return stop
 
 
 class TurnState:
@@ -101,7 +127,7 @@ class TurnState:
         self.refusals.append(io.AuditEntry(
             call_id=f"{call_id}/refused-{len(self.refused)}", tool_name=tool_name or "(none)",
             arguments=json.dumps({"decision": verb, "reviewer": reviewer}),
-            status="APPROVAL_REFUSED", error=reason))
+            status=AuditStatus.APPROVAL_REFUSED, error=reason))
 
     def take_refusals(self) -> list[io.AuditEntry]:
         taken, self.refusals = self.refusals, []
@@ -113,29 +139,39 @@ class TurnState:
         return start
 
     # -- activities shared by every part of the turn ---------------------------
-    async def activity(self, name: str, arg: object, result_type: type, summary: str,
-                       status_on_error: TurnStatus, options: dict[str, Any] | None = None) -> Any:
+    @staticmethod
+    async def execute(ref: io.ActivityRef[In, Out], arg: In, summary: str,
+                      options: ActivityOptions) -> Out:
+        """Run an activity by its typed reference; ActivityError after its retries."""
+        result: Out = await workflow.execute_activity(
+            ref.name, arg, result_type=ref.result_type, summary=summary, **options)
+        return result
+
+    @staticmethod
+    def start(ref: io.ActivityRef[In, Out], arg: In, summary: str,
+              options: ActivityOptions) -> workflow.ActivityHandle[Out]:
+        handle: workflow.ActivityHandle[Out] = workflow.start_activity(
+            ref.name, arg, result_type=ref.result_type, summary=summary, **options)
+        return handle
+
+    async def activity(self, ref: io.ActivityRef[In, Out], arg: In, summary: str,
+                       status_on_error: TurnStatus,
+                       options: ActivityOptions | None = None) -> Out:
         """Run an activity; a failure after its retries ends the turn with its type."""
         try:
-            return await workflow.execute_activity(
-                name, arg, result_type=result_type, summary=summary,
-                **(options or memory_options()))
+            return await self.execute(ref, arg, summary, options or memory_options())
         except ActivityError as exc:
-            cause = exc.cause
-            if isinstance(cause, ApplicationError):
-                raise TurnStopped(status_on_error, cause.type or "ApplicationError",
-                                  cause.message) from exc
-            raise TurnStopped(status_on_error, type(cause).__name__, str(cause)) from exc
+            raise TurnStopped.from_activity(status_on_error, exc) from exc
 
     async def append(self, messages: list[ChatMessage], seq: int | None = None,
                      audit: list[io.AuditEntry] | None = None,
                      decisions: list[ApprovalDecision] | None = None) -> None:
         assert self.turn is not None
         start = self.alloc(len(messages)) if seq is None else seq
-        await self.activity(io.APPEND_MESSAGES, io.AppendMessagesInput(
+        await self.activity(io.append_messages, io.AppendMessagesInput(
             conversation_id=self.turn.conversation_id, user_id=self.turn.user_id,
             start_seq=start, messages=messages, audit=audit or [], decisions=decisions or []),
-            type(None), "append_messages", TurnStatus.FAILED)
+            "append_messages", TurnStatus.FAILED)
 
     async def publish(self) -> None:
         """Make the turn findable: memo always, search attributes when registered

@@ -7,14 +7,30 @@ visible in the history; nothing below Temporal retries on its own.
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
+from typing import TypedDict
 
 from temporalio.common import RetryPolicy
 
 from turnstile.engine.specs import LoopPolicy, ToolSpec
 
 
-def memory_options() -> dict[str, Any]:
+class ActivityOptions(TypedDict, total=False):
+    """The keyword arguments of `workflow.execute_activity` that Turnstile sets."""
+
+    start_to_close_timeout: timedelta
+    schedule_to_close_timeout: timedelta
+    heartbeat_timeout: timedelta | None
+    retry_policy: RetryPolicy
+
+
+class LocalActivityOptions(TypedDict, total=False):
+    """The keyword arguments of `workflow.execute_local_activity` that Turnstile sets."""
+
+    start_to_close_timeout: timedelta
+    retry_policy: RetryPolicy
+
+
+def memory_options() -> ActivityOptions:
     # A database outage is waited out (bounded), never turned into lost work.
     return {
         "start_to_close_timeout": timedelta(seconds=30),
@@ -24,7 +40,7 @@ def memory_options() -> dict[str, Any]:
     }
 
 
-def model_options(loop: LoopPolicy) -> dict[str, Any]:
+def model_options(loop: LoopPolicy) -> ActivityOptions:
     return {
         "start_to_close_timeout": timedelta(seconds=loop.model_timeout_seconds),
         "schedule_to_close_timeout": timedelta(seconds=loop.model_retry_window_seconds),
@@ -33,7 +49,7 @@ def model_options(loop: LoopPolicy) -> dict[str, Any]:
     }
 
 
-def tool_options(tool: ToolSpec) -> dict[str, Any]:
+def tool_options(tool: ToolSpec) -> ActivityOptions:
     r = tool.retry
     return {
         "start_to_close_timeout": tool.start_to_close,
@@ -48,7 +64,7 @@ def tool_options(tool: ToolSpec) -> dict[str, Any]:
     }
 
 
-def compensation_options(tool: ToolSpec | None, loop: LoopPolicy) -> dict[str, Any]:
+def compensation_options(tool: ToolSpec | None, loop: LoopPolicy) -> ActivityOptions:
     """A compensation keeps its tool's timeouts, retried `compensation_attempts` times."""
     heartbeat = tool.heartbeat_seconds if tool else None
     return {
@@ -59,7 +75,7 @@ def compensation_options(tool: ToolSpec | None, loop: LoopPolicy) -> dict[str, A
     }
 
 
-def pipeline_options() -> dict[str, Any]:
+def pipeline_options() -> ActivityOptions:
     """A service's pipeline component (retriever, guardrail, moderator...): a
     broken one fails the turn after a few attempts instead of stalling it."""
     return {
@@ -70,7 +86,7 @@ def pipeline_options() -> dict[str, Any]:
     }
 
 
-def event_options() -> dict[str, Any]:
+def event_options() -> LocalActivityOptions:
     """Turn events (local activity): listeners are quick and never fail the turn."""
     return {
         "start_to_close_timeout": timedelta(seconds=10),

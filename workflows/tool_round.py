@@ -1,4 +1,6 @@
-"""One round of the tool loop (design.md §2): the calls of one model response.
+"""One round of the tool loop: the calls of one model response. What to do with
+each call is decided by `turnstile.engine.tool_round_rules`; this module
+schedules and records it.
 
 Several calls run concurrently, a single one alone; each result lands in the
 memory slot reserved for it, so results reach the model in call order
@@ -14,14 +16,16 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from turnstile.engine import activity_io as io
     from turnstile.engine import attributes as attr
-    from turnstile.engine.breakers import DISABLED, Breakers
+    from turnstile.engine import tool_round_rules as rules
+    from turnstile.engine.breakers import Breakers
     from turnstile.engine.contract import (
         ApprovalDecision,
+        AuditStatus,
         CallStatus,
         PendingApproval,
         ToolCallRecord,
@@ -32,7 +36,7 @@ with workflow.unsafe.imports_passed_through():
     from turnstile.engine.messages import ChatMessage, ToolCall
     from turnstile.engine.specs import ServiceSpec, ToolSpec
     from turnstile.engine.turn_rules import parsed_arguments
-    from workflows.state import TurnState, TurnStopped
+    from workflows.state import TurnState, TurnStopped, failure_reason
     from workflows.tool_options import tool_options
 
 
@@ -53,7 +57,7 @@ class RoundWrites:
             role="tool", content=text, tool_call_id=call.id, is_error=True,
             attributes={attr.TOOL_NAME: call.name, attr.OUTCOME: status.value})))
         self.audit.append(io.AuditEntry(call_id=call.id, tool_name=call.name,
-                                        arguments=call.arguments, status="FAILED",
+                                        arguments=call.arguments, status=AuditStatus.FAILED,
                                         error=f"{status.value}: {text[:300]}"))
 
 
@@ -84,76 +88,58 @@ class ToolRound:
     async def _one(self, call: ToolCall, rec: ToolCallRecord, seq: int) -> None:
         tool = self.spec.tool(call.name)
         loop = self.spec.loop
-        if tool is None:
-            names = ", ".join(sorted(self.s.tool_names))
-            text = f"Tool {call.name!r} does not exist. Available tools: {names}."
-            self._settle(rec, seq, call, CallStatus.UNKNOWN_TOOL, text, executed=False)
-            if loop.on_unknown_tool == "fail":
-                raise TurnStopped(TurnStatus.FAILED, "UnknownTool",
-                                  f"the model called {call.name!r}, which does not exist",
-                                  call_id=call.id)
+        decision = rules.before_call(call.name, tool, self.s.tool_names,
+                                     self.breakers.is_disabled(call.name), loop)
+        if isinstance(decision, rules.Settle):
+            self._settle(rec, seq, call, decision)
             return
-        if self.breakers.is_disabled(call.name):
-            text = DISABLED.format(name=call.name, n=loop.breakers.consecutive_failures)
-            self._settle(rec, seq, call, CallStatus.FAILED, text, executed=False)
-            return
-        decision = None
-        if tool.requires_approval:
+        assert tool is not None  # before_call settles an unknown tool
+        approval = None
+        if decision.needs_approval:
             reviewed = await self._review(call)
             if reviewed is not None and not reviewed.valid:
                 # Never ask a reviewer about arguments that fail validation.
-                self._settle(rec, seq, call, CallStatus.INVALID_ARGUMENTS, reviewed.error,
-                             executed=False)
-                self._argument_error(call, reviewed.error)
+                count = self.s.argument_errors.get(call.name, 0)
+                self.s.argument_errors[call.name] = count + 1
+                self._settle(rec, seq, call, rules.after_validation(reviewed.error, count, loop))
                 return
-            decision = await self._approval(call, rec, tool, reviewed)
-        if decision is not None and not decision.approved:
-            text = (f"The call to {call.name} was rejected by {decision.reviewer}"
-                    + (f": {decision.note}" if decision.note else "") + ". It did not run.")
-            self.writes.decisions.append(decision)
-            self._settle(rec, seq, call, CallStatus.REJECTED, text, executed=False)
-            if loop.on_rejection == "fail":
-                raise TurnStopped(TurnStatus.FAILED, "ToolCallRejected", text, call_id=call.id)
-            return
+            approval = await self._approval(call, rec, tool, reviewed)
+        if approval is not None:
+            rejected = rules.after_review(call.name, approval, loop)
+            if rejected is not None:
+                self.writes.decisions.append(approval)
+                self._settle(rec, seq, call, rejected)
+                return
         self.s.event("tool_call", f"{call.name} {mask_json_text(call.arguments)[:120]}")
         try:
-            out = await workflow.execute_activity(
-                io.EXECUTE_TOOL,
+            out = await self.s.execute(
+                io.execute_tool,
                 io.ToolExecInput(conversation_id=self.turn.conversation_id,
                                  user_id=self.turn.user_id, service=self.turn.service,
-                                 call=call, result_seq=seq, approval=decision),
-                result_type=io.ToolOutcome, summary=tool.summary or call.name,
-                **tool_options(tool))
+                                 call=call, result_seq=seq, approval=approval),
+                tool.summary or call.name, tool_options(tool))
         except ActivityError as exc:
-            cause = exc.cause
-            reason = cause.message if isinstance(cause, ApplicationError) else str(cause or exc)
-            text = f"{call.name} failed after its retries: {reason}"
-            self._settle(rec, seq, call, CallStatus.FAILED, text, executed=True)
-            if tool.fatal_on_failure:
-                raise TurnStopped(TurnStatus.FAILED, "FatalToolFailure", text,
-                                  call_id=call.id) from exc
+            self._settle(rec, seq, call, rules.after_retries(call.name, failure_reason(exc), tool))
             return
-        status = CallStatus(out.status)
-        self.s.finish(rec, status, out.preview)
-        self._breaker(call.name, executed=status != CallStatus.INVALID_ARGUMENTS,
-                      failed=out.is_error)
-        if status == CallStatus.COMPLETED and tool.compensation:
+        self.s.finish(rec, out.status, out.preview)
+        effects = rules.after_outcome(out.status, out.is_error, out.preview, tool,
+                                      self.s.argument_errors.get(call.name, 0), loop)
+        self._breaker(call.name, executed=effects.executed, failed=effects.failed)
+        if effects.compensable:
             self.s.compensable.append((call, rec))
-        if status == CallStatus.INVALID_ARGUMENTS:
-            self._argument_error(call, out.preview)
+        if effects.argument_error:
+            self.s.argument_errors[call.name] = self.s.argument_errors.get(call.name, 0) + 1
+        if effects.stop is not None:
+            raise TurnStopped(TurnStatus.FAILED, effects.stop, call_id=call.id)
 
-    def _argument_error(self, call: ToolCall, text: str) -> None:
-        loop = self.spec.loop
-        n = self.s.argument_errors[call.name] = self.s.argument_errors.get(call.name, 0) + 1
-        if loop.on_invalid_arguments == "fail" or n > loop.argument_error_budget:
-            raise TurnStopped(TurnStatus.FAILED, "ToolArgumentError", text, call_id=call.id)
-
-    def _settle(self, rec: ToolCallRecord, seq: int, call: ToolCall, status: CallStatus,
-                text: str, executed: bool) -> None:
-        self.s.finish(rec, status, text)
-        self.writes.settle(seq, call, status, text)
-        if status != CallStatus.UNKNOWN_TOOL:
-            self._breaker(call.name, executed=executed, failed=True)
+    def _settle(self, rec: ToolCallRecord, seq: int, call: ToolCall, how: rules.Settle) -> None:
+        """Record a call the workflow settled itself; end the turn if the rule says so."""
+        self.s.finish(rec, how.status, how.text)
+        self.writes.settle(seq, call, how.status, how.text)
+        if how.breaker_failure:
+            self._breaker(call.name, executed=how.executed, failed=True)
+        if how.stop is not None:
+            raise TurnStopped(TurnStatus.FAILED, how.stop, call_id=call.id)
 
     def _breaker(self, name: str, executed: bool, failed: bool) -> None:
         if self.breakers.record(name, executed=executed, failed=failed):
@@ -167,8 +153,8 @@ class ToolRound:
         if not workflow.patched(REVIEW_BEFORE_APPROVAL):
             return None
         reviewed: io.ReviewedCall = await self.s.activity(
-            io.REVIEW_CALL, io.ReviewCallInput(service=self.turn.service, call=call),
-            io.ReviewedCall, f"review {call.name}", TurnStatus.FAILED)
+            io.review_call, io.ReviewCallInput(service=self.turn.service, call=call),
+            f"review {call.name}", TurnStatus.FAILED)
         return reviewed
 
     async def _approval(self, call: ToolCall, rec: ToolCallRecord, tool: ToolSpec,

@@ -1,8 +1,9 @@
 """One Temporal dev server for the whole test run, as a subprocess.
 
 Not `WorkflowEnvironment`: processes that used it were measured to abort at
-interpreter exit after passing (temporal-notes.md). A dev server started from
-the `temporal` binary and reached with `Client.connect` exits cleanly.
+interpreter exit after passing (docs/design.md, "Measured Temporal facts").
+A dev server started from the `temporal` binary and reached with
+`Client.connect` exits cleanly.
 """
 
 from __future__ import annotations

@@ -1,19 +1,24 @@
-"""Activity names and their input/output models.
+"""Activity names, their input/output models, and typed references to them.
 
 The activity names are part of running histories: changing one breaks every
-turn in flight. Add new names; never rename.
+turn in flight. Add new names; never rename. Workflow code schedules an
+activity through its `ActivityRef` (bottom of this module), so the type
+checker sees each activity's input and result; `tests/test_activity_refs.py`
+checks every reference against the activity the worker registers.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, Field
 
-from turnstile.engine.contract import ApprovalDecision
+from turnstile.engine.contract import ApprovalDecision, AuditStatus, CallStatus, RollbackCause
 from turnstile.engine.memory_window import MemoryWindow
 from turnstile.engine.messages import ChatMessage, ToolCall, Usage
-from turnstile.engine.specs import ToolSpec
+from turnstile.engine.pipeline_spec import GuardrailVerdict
+from turnstile.engine.specs import ServiceSpec, ToolSpec
 
 DESCRIBE_SERVICE = "turnstile.describe_service"
 LOAD_MEMORY = "turnstile.load_memory"
@@ -47,13 +52,12 @@ class LoadMemoryInput(BaseModel):
 
 
 class MemorySnapshot(BaseModel):
-    """What the workflow needs to know about stored memory: where to write next
-    and a bounded preview. The conversation itself stays in the store."""
+    """What the workflow needs to know about stored memory: where to write next.
+    The conversation itself stays in the store."""
 
     next_seq: int
     message_count: int
     system_prompt: str | None = None  # latest stored system message
-    preview: list[str] = Field(default_factory=list)  # last few, truncated
 
 
 class AuditEntry(BaseModel):
@@ -63,7 +67,7 @@ class AuditEntry(BaseModel):
     call_id: str
     tool_name: str
     arguments: str
-    status: str  # audit status: FAILED ...
+    status: AuditStatus
     error: str
 
 
@@ -129,10 +133,9 @@ class ReviewedCall(BaseModel):
 class ToolOutcome(BaseModel):
     call_id: str
     name: str
-    status: str  # a turnstile.engine.contract.CallStatus value
+    status: CallStatus
     is_error: bool
     preview: str  # bounded; the full result is in memory
-    attributes: dict[str, Any] = Field(default_factory=dict)
 
 
 class CompensateInput(BaseModel):
@@ -140,7 +143,7 @@ class CompensateInput(BaseModel):
     user_id: str
     service: str
     call: ToolCall
-    cause: dict[str, Any]  # {type, message, call_id, tool}: why the turn is rolled back
+    cause: RollbackCause  # why the turn is rolled back
 
 
 class CompensateResult(BaseModel):
@@ -152,7 +155,7 @@ class CompensateResult(BaseModel):
 class CompensationFailure(BaseModel):
     conversation_id: str
     call: ToolCall
-    cause: dict[str, Any]
+    cause: RollbackCause
     error: str
 
 
@@ -262,3 +265,39 @@ class DiscardInput(BaseModel):
     conversation_id: str
     seq: int
     reason: str
+
+
+# --- typed references: name, input and result of each activity ---------------
+In = TypeVar("In", bound=BaseModel)
+Out = TypeVar("Out")
+
+
+@dataclass(frozen=True)
+class ActivityRef(Generic[In, Out]):
+    """An activity as workflow code sees it: its registered name (a history
+    contract), the model it takes and the type it returns."""
+
+    name: str
+    input_type: type[In]
+    result_type: type[Out]
+
+
+describe_service = ActivityRef(DESCRIBE_SERVICE, DescribeServiceInput, ServiceSpec)
+load_memory = ActivityRef(LOAD_MEMORY, LoadMemoryInput, MemorySnapshot)
+append_messages = ActivityRef(APPEND_MESSAGES, AppendMessagesInput, type(None))
+release_conversation = ActivityRef(RELEASE_CONVERSATION, LoadMemoryInput, type(None))
+call_model = ActivityRef(CALL_MODEL, ModelCallInput, ModelCallResult)
+execute_tool = ActivityRef(EXECUTE_TOOL, ToolExecInput, ToolOutcome)
+review_call = ActivityRef(REVIEW_CALL, ReviewCallInput, ReviewedCall)
+compensate_tool = ActivityRef(COMPENSATE_TOOL, CompensateInput, CompensateResult)
+record_compensation_failure = ActivityRef(
+    RECORD_COMPENSATION_FAILURE, CompensationFailure, type(None))
+resolve_tools = ActivityRef(RESOLVE_TOOLS, ResolveToolsInput, ResolvedTools)
+transform_system_message = ActivityRef(
+    TRANSFORM_SYSTEM_MESSAGE, TransformSystemInput, TransformedSystem)
+retrieve = ActivityRef(RETRIEVE, RetrieveInput, Retrieved)
+input_guardrails = ActivityRef(INPUT_GUARDRAILS, InputGuardrailsInput, GuardrailVerdict)
+moderate = ActivityRef(MODERATE, ModerateInput, ModerationResult)
+output_guardrails = ActivityRef(OUTPUT_GUARDRAILS, OutputGuardrailsInput, GuardrailVerdict)
+parse_output = ActivityRef(PARSE_OUTPUT, ParseOutputInput, ParsedOutput)
+discard_message = ActivityRef(DISCARD_MESSAGE, DiscardInput, type(None))

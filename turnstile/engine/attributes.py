@@ -7,9 +7,9 @@ Add new names; never rename or reuse one.
 
 TOOL_NAME = "turnstile.tool_name"  # tool messages: which tool produced the result
 WORKFLOW_ID = "turnstile.workflow_id"  # which turn wrote the message
-OUTCOME = "turnstile.outcome"  # tool messages: ok | error | invalid_arguments | ...
+OUTCOME = "turnstile.outcome"  # tool messages: a CallStatus value (completed, failed, ...)
 ROLLED_BACK = "turnstile.rolled_back"  # true once a compensation undid the call
-ROLLBACK_CAUSE = "turnstile.rollback_cause"  # {call_id, tool, reason} that caused it
+ROLLBACK_CAUSE = "turnstile.rollback_cause"  # RollbackCause: {type, message, call_id}
 EFFECT_MAY_REMAIN = "turnstile.effect_may_remain"  # compensation failed
 RAW_USER_MESSAGE = "turnstile.raw_user_message"  # user messages changed by retrieval
 STATE = "turnstile.state"  # tool-provided cross-round state (dict)

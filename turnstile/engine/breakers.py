@@ -1,11 +1,17 @@
-"""Circuit breakers of one turn (design.md §2). Pure and deterministic: the
-workflow feeds them what happened and asks what to do next."""
+"""Circuit breakers of one turn (docs/design.md, "Circuit breakers").
+
+Pure and deterministic: the workflow feeds them what happened and asks what
+to do next."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from pydantic import BaseModel
+
+from turnstile.engine.errors import BreakerTripped, LoopDetected, TooManyToolCalls
+
+__all__ = ["BreakerPolicy", "BreakerTripped", "Breakers", "alternations"]
 
 
 class BreakerPolicy(BaseModel):
@@ -22,12 +28,6 @@ DISABLED = ("Tool {name} is disabled for the rest of this turn after {n} consecu
             "Do not call it again; answer with what you have or explain what failed.")
 
 
-class BreakerTripped(Exception):
-    def __init__(self, kind: str, message: str) -> None:
-        super().__init__(message)
-        self.kind = kind  # error type in the turn result: TooManyToolCalls | LoopDetected
-
-
 @dataclass
 class Breakers:
     policy: BreakerPolicy
@@ -42,13 +42,11 @@ class Breakers:
             return
         runnable = [n for n in names if n not in self.disabled]
         if self.executions + len(runnable) > self.policy.max_tool_executions:
-            raise BreakerTripped("TooManyToolCalls",
-                                 TOO_COMPLEX.format(cap=self.policy.max_tool_executions))
+            raise TooManyToolCalls(TOO_COMPLEX.format(cap=self.policy.max_tool_executions))
         switches = alternations(self.history + names, self.policy.alternation_window)
         if switches > self.policy.max_alternations:
             a, b = (self.history + names)[-2:]
-            raise BreakerTripped(
-                "LoopDetected",
+            raise LoopDetected(
                 f"loop detected: the model alternated between {a} and {b} {switches} times; "
                 "the turn was stopped")
 

@@ -1,5 +1,5 @@
-"""The public shapes of `AgentTurn` (../shared/contract.md): input, result,
-signals and queries. Fields may be added; none is ever renamed."""
+"""The public shapes of `AgentTurn` (docs/contract.md): input, result,
+signals, queries and statuses. Fields may be added; none is ever renamed."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from turnstile.engine.messages import Attachment
+from turnstile.engine.messages import Attachment, Usage
 
 WORKFLOW_TYPE = "AgentTurn"
 DEFAULT_TASK_QUEUE = "agent-turns"
@@ -47,6 +47,17 @@ class CallStatus(StrEnum):
     ROLLED_BACK = "rolled_back"
 
 
+class AuditStatus(StrEnum):
+    """`tool_execution_log.status`."""
+
+    INITIATED = "INITIATED"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    ROLLED_BACK = "ROLLED_BACK"
+    COMPENSATION_FAILED = "COMPENSATION_FAILED"
+    APPROVAL_REFUSED = "APPROVAL_REFUSED"  # a decision the approver policy did not apply
+
+
 class ToolCallRecord(BaseModel):
     id: str
     name: str
@@ -59,8 +70,15 @@ class ToolCallRecord(BaseModel):
 
 
 class TurnErrorInfo(BaseModel):
-    type: str
+    type: str  # the error class's `error_type` (turnstile.engine.errors) or the activity's
     message: str
+
+
+class RollbackCause(TurnErrorInfo):
+    """Why completed calls are compensated: the turn's error and the call that
+    failed, if one did (recorded on rolled-back tool results)."""
+
+    call_id: str | None = None
 
 
 class TurnResult(BaseModel):
@@ -74,7 +92,7 @@ class TurnResult(BaseModel):
     conversation_id: str = ""
     service: str = ""
     provider: str = ""
-    usage: dict[str, int] = Field(default_factory=dict)
+    usage: Usage = Field(default_factory=Usage)
 
 
 class TurnEvent(BaseModel):

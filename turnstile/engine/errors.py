@@ -6,7 +6,15 @@ from __future__ import annotations
 
 
 class TurnstileError(Exception):
+    """`error_type` defaults to the class name; a class whose stable name
+    predates it spells the name out (never rename either)."""
+
     error_type = "TurnstileError"
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        if "error_type" not in cls.__dict__:
+            cls.error_type = cls.__name__
 
 
 # --- configuration (the developer's fault; fails at registration) ----------
@@ -16,6 +24,14 @@ class ConfigurationError(TurnstileError):
 
 class DuplicateToolError(ConfigurationError):
     error_type = "DuplicateToolError"
+
+
+class NoCompensation(ConfigurationError):
+    """A compensation was asked of a tool that declares none (the service changed)."""
+
+
+class NotInWorkflow(ConfigurationError):
+    """A Turnstile activity was run outside an AgentTurn workflow."""
 
 
 class UnknownServiceError(TurnstileError):
@@ -93,6 +109,18 @@ class RoundTripCapExceeded(TurnstileError):
         self.cap = cap
 
 
+class BreakerTripped(TurnstileError):
+    """A circuit breaker stopped the turn; the subclass says which."""
+
+
+class TooManyToolCalls(BreakerTripped):
+    """More tool executions in one turn than the breaker allows ("task too complex")."""
+
+
+class LoopDetected(BreakerTripped):
+    """The model alternated between two tools more often than the breaker allows."""
+
+
 class ToolArgumentError(TurnstileError):
     """The model sent arguments that do not fit the tool's schema."""
 
@@ -100,7 +128,21 @@ class ToolArgumentError(TurnstileError):
 
 
 class UnknownToolError(TurnstileError):
+    """The model called a tool the service does not have (policy `on_unknown_tool: fail`)."""
+
     error_type = "UnknownTool"
+
+
+class ToolCallRejected(TurnstileError):
+    """A reviewer (or the approval deadline) rejected a call (policy `on_rejection: fail`)."""
+
+
+class FatalToolFailure(TurnstileError):
+    """A tool declared `fatal_on_failure` failed after its retries: the task cannot be done."""
+
+
+class TurnCancelled(TurnstileError):
+    """The turn was cancelled (`temporal workflow cancel`); its effects are undone."""
 
 
 # --- the pipeline's optional steps (docs/pipeline.md) -----------------------
@@ -108,6 +150,14 @@ class AttachmentError(TurnstileError):
     """An attachment the turn cannot take (shape, count or inline size)."""
 
     error_type = "AttachmentError"
+
+
+class SystemTransformerError(TurnstileError):
+    """The service's system-message transformer raised or returned a non-string (step 2)."""
+
+
+class RetrievalError(TurnstileError):
+    """The service's retriever raised (step 5)."""
 
 
 class ModerationUnavailable(TurnstileError):
@@ -119,6 +169,42 @@ class ModerationUnavailable(TurnstileError):
     def __init__(self, message: str, *, retryable: bool = True) -> None:
         super().__init__(message)
         self.retryable = retryable
+
+
+class InputGuardrailFailed(TurnstileError):
+    """An input guardrail refused the message (`fail`)."""
+
+
+class InputGuardrailFatal(TurnstileError):
+    """An input guardrail refused the message as fatal."""
+
+
+class OutputGuardrailFailed(TurnstileError):
+    """An output guardrail refused the answer (`fail`): the answer is refused, the work kept."""
+
+
+class OutputGuardrailFatal(TurnstileError):
+    """An output guardrail refused the answer as fatal: completed tool effects are undone."""
+
+
+class OutputGuardrailRetriesExhausted(TurnstileError):
+    """An output guardrail still refused the answer after the bounded re-asks."""
+
+
+class ModerationFlagged(TurnstileError):
+    """Moderation flagged the user's message; nothing of it is answered."""
+
+
+class AnswerTruncated(TurnstileError):
+    """The answer hit the model's length limit, its one continuation too (status truncated)."""
+
+    error_type = "AnswerTruncated"
+
+
+class ContentFiltered(TurnstileError):
+    """The provider's content filter withheld the answer (status moderated)."""
+
+    error_type = "ContentFiltered"
 
 
 class OutputParseError(TurnstileError):

@@ -19,6 +19,9 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field
 
+from turnstile.engine.contract import TurnStatus
+from turnstile.engine.messages import Usage
+
 
 class _TurnEvent(BaseModel):
     event_id: str  # "{workflow_id}/{run_id}/{kind}": stable across retries
@@ -36,10 +39,10 @@ class TurnStarted(_TurnEvent):
 
 class TurnCompleted(_TurnEvent):
     kind: Literal["turn_completed"] = "turn_completed"
-    status: str  # a TurnStatus value, or "cancelled"
+    status: TurnStatus | Literal["cancelled"]
     round_trips: int = 0
     tool_calls: int = 0
-    usage: dict[str, int] = Field(default_factory=dict)
+    usage: Usage = Field(default_factory=Usage)
     error_type: str | None = None
     duration_seconds: float = 0.0  # workflow time from TurnStarted
 

@@ -19,7 +19,7 @@ class ToolCall(BaseModel):
 
 
 class Attachment(BaseModel):
-    """A multimodal part of a user message (design.md step 6).
+    """A multimodal part of a user message (docs/pipeline.md, step 6).
 
     `image_url` carries `url` (https:// or data:); `image_base64` carries
     `data` (base64, no data: prefix) and `mime_type`. Checked by the pipeline
@@ -55,13 +55,6 @@ class ChatMessage(BaseModel):
     # Multimodal parts of a user message, sent as OpenAI content parts after
     # the text (stored in `chat_message_part`, not in `chat_message`).
     parts: list[Attachment] = Field(default_factory=list)
-
-    def preview(self, limit: int = 160) -> str:
-        text = self.content or ""
-        if self.tool_calls:
-            text = text + " " + ", ".join(f"{c.name}({c.arguments})" for c in self.tool_calls)
-        text = text.strip()
-        return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 class Usage(BaseModel):

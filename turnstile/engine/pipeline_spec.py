@@ -1,4 +1,4 @@
-"""The pipeline's policies as data (design.md §1, docs/pipeline.md).
+"""The pipeline's policies as data (docs/pipeline.md).
 
 `PipelinePolicy` is what a service author sets; `PipelineSpec` is what the
 worker derives from the service (which components exist, the output schema,

@@ -70,7 +70,7 @@ class ToolSpec(BaseModel):
 
 
 class LoopPolicy(BaseModel):
-    """How the tool round-trip loop reacts to the model; defaults per design.md §2."""
+    """How the tool round-trip loop reacts to the model (docs/design.md, "Tool calling")."""
 
     max_round_trips: int = 100
     on_unknown_tool: Literal["tell_model", "fail"] = "tell_model"

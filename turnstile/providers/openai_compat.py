@@ -34,6 +34,10 @@ log = logging.getLogger(__name__)
 
 
 class RetryableModelError(ModelUnavailable):
+    """A ModelUnavailable that carries the provider's Retry-After."""
+
+    error_type = ModelUnavailable.error_type  # the stable name, not this class's
+
     def __init__(self, message: str, retry_after: float | None = None) -> None:
         super().__init__(message)
         self.retry_after = retry_after

@@ -1,4 +1,4 @@
-"""Configuration from the environment (contract.md). Read by the worker,
+"""Configuration from the environment (docs/contract.md). Read by the worker,
 activities and the starter, never by workflow code."""
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ log = logging.getLogger("turnstile.events")
 
 def _flat(event: TurnStarted | TurnCompleted) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for k, v in event.model_dump().items():
+    for k, v in event.model_dump(mode="json").items():
         if isinstance(v, dict):
             out.update({f"turnstile.{k}.{kk}": vv for kk, vv in v.items()})
         elif v is not None:

@@ -26,6 +26,7 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from turnstile.engine.callables import invoke
+from turnstile.engine.errors import TurnstileError
 from turnstile.engine.pipeline_spec import GuardrailVerdict, Outcome
 
 
@@ -95,7 +96,7 @@ def component_name(g: object) -> str:
     return str(getattr(g, "name", None) or getattr(g, "__name__", None) or type(g).__name__)
 
 
-class GuardrailError(Exception):
+class GuardrailError(TurnstileError):
     """A guardrail raised instead of returning a result (a bug or an outage)."""
 
 

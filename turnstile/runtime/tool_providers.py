@@ -1,4 +1,4 @@
-"""Dynamic tool providers (design.md §2): asked before each round, they may add
+"""Dynamic tool providers (docs/design.md, "Tool calling"): asked before each round, they may add
 tools to a turn, never remove one the model has already seen.
 
 Kept apart from `services` so provider implementations (the MCP toolsets in

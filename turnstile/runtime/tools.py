@@ -18,12 +18,12 @@ import inspect
 import json
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, get_type_hints
+from typing import TYPE_CHECKING, Any, get_type_hints, overload
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from turnstile.engine.approvals import OutboundPolicy, outbound_findings
-from turnstile.engine.errors import DuplicateToolError, ToolArgumentError
+from turnstile.engine.errors import DuplicateToolError, ToolArgumentError, TurnstileError
 from turnstile.engine.specs import DEFAULT_MAX_ARGUMENT_BYTES, RetrySpec, ToolSpec
 
 if TYPE_CHECKING:
@@ -49,7 +49,7 @@ class ToolContext:
         return f"{self.workflow_id}/{self.tool_call_id}"
 
 
-class ToolExecutionError(Exception):
+class ToolExecutionError(TurnstileError):
     """Raise from a tool for an execution failure. `retryable=False` tells
     Temporal not to retry (e.g. the e-mail address is refused for good)."""
 
@@ -199,6 +199,30 @@ def decode_arguments(name: str, raw: str, max_bytes: int) -> dict[str, Any]:
     return data
 
 
+@overload
+def tool(fn: Callable[..., Any], /) -> Tool: ...
+
+
+@overload
+def tool(
+    fn: None = None,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    idempotent: bool = False,
+    requires_approval: bool = False,
+    fatal_on_failure: bool = False,
+    timeout_seconds: float = 60.0,
+    heartbeat_seconds: float | None = 10.0,
+    retry: RetrySpec | None = None,
+    approval_timeout_seconds: float = 3600.0,
+    max_result_bytes: int | None = None,
+    max_argument_bytes: int = DEFAULT_MAX_ARGUMENT_BYTES,
+    review_fields: Iterable[str] = (),
+    recipient_fields: Iterable[str] = (),
+) -> Callable[[Callable[..., Any]], Tool]: ...
+
+
 def tool(
     fn: Callable[..., Any] | None = None,
     *,
@@ -215,7 +239,7 @@ def tool(
     max_argument_bytes: int = DEFAULT_MAX_ARGUMENT_BYTES,
     review_fields: Iterable[str] = (),
     recipient_fields: Iterable[str] = (),
-) -> Any:
+) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Turn a typed function into a Tool (usable bare or with options)."""
 
     def build(f: Callable[..., Any]) -> Tool:

@@ -1,4 +1,4 @@
-"""Tables of the sales reference application (contract.md, "Tables").
+"""Tables of the sales reference application (docs/contract.md, "Tables").
 
 Timestamps are ISO-8601 UTC text of fixed width (`2025-03-03T09:15:00.000000Z`)
 on BOTH backends. Fixed width + UTC + the "C" collation on PostgreSQL make
@@ -36,10 +36,6 @@ def day_start_text(day: date) -> str:
 
 def now_text() -> str:
     return utc_text(datetime.now(UTC))
-
-
-def parse_utc_text(value: str) -> datetime:
-    return datetime.fromisoformat(value)
 
 
 def _sqlite() -> list[str]:

@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from email import message_from_bytes, policy
 from email.message import EmailMessage
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from aiosmtpd.controller import Controller
 
@@ -81,11 +81,10 @@ class LocalSmtpServer:
 
 def read_mailbox(directory: Path) -> list[EmailMessage]:
     """Every stored message, oldest first."""
-    messages = []
+    messages: list[EmailMessage] = []
     for path in sorted(Path(directory).glob("*.eml")):
         # policy.default makes the parser build EmailMessage objects
-        msg = message_from_bytes(path.read_bytes(), policy=policy.default)
-        messages.append(cast(EmailMessage, msg))
+        messages.append(message_from_bytes(path.read_bytes(), policy=policy.default))
     return messages
 
 

@@ -1,4 +1,4 @@
-"""The six tools of the `sales-assistant` service (contract.md, "Reference tools").
+"""The six tools of the `sales-assistant` service (docs/contract.md, "Reference tools").
 
 Names and parameters are camelCase because they are what the model sees.
 Argument types carry the first validation level (see turnstile.sales.query);

@@ -10,15 +10,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from turnstile.engine.contract import AuditStatus
 from turnstile.engine.masking import mask_json_text
 from turnstile.stores.db import Database, Dialect, schema
 from turnstile.stores.memory import now_iso
 
-INITIATED = "INITIATED"
-COMPLETED = "COMPLETED"
-FAILED = "FAILED"
-ROLLED_BACK = "ROLLED_BACK"
-COMPENSATION_FAILED = "COMPENSATION_FAILED"
 MAX_PARAMS_CHARS = 16_384  # the audit row records what was asked, not megabytes of it
 
 def mask(text: str) -> str:
@@ -89,12 +85,12 @@ class AuditLog:
                 "error_message = NULL",
                 (
                     execution_id(workflow_id, call_id), workflow_id, conversation_id, user_id,
-                    tool_name, params, now_iso(), INITIATED,
+                    tool_name, params, now_iso(), AuditStatus.INITIATED.value,
                 ),
             )
 
     def finished(
-        self, *, workflow_id: str, call_id: str, status: str, error: str | None = None
+        self, *, workflow_id: str, call_id: str, status: AuditStatus, error: str | None = None
     ) -> None:
         if not self.enabled:
             return
@@ -102,12 +98,12 @@ class AuditLog:
             conn.execute(
                 "UPDATE tool_execution_log SET status = ?, end_time = ?, error_message = ? "
                 "WHERE execution_id = ?",
-                (status, now_iso(), mask(error) if error else None,
+                (status.value, now_iso(), mask(error) if error else None,
                  execution_id(workflow_id, call_id)),
             )
 
     def settled(self, *, workflow_id: str, call_id: str, conversation_id: str, user_id: str,
-                tool_name: str, arguments: str, status: str, error: str) -> None:
+                tool_name: str, arguments: str, status: AuditStatus, error: str) -> None:
         """A call the workflow settled without running the tool: one complete row."""
         self.started(workflow_id=workflow_id, call_id=call_id, conversation_id=conversation_id,
                      user_id=user_id, tool_name=tool_name, arguments=arguments)

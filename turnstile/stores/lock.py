@@ -55,7 +55,7 @@ class ConversationLocks:
                 "WHERE conversation_id = ? AND workflow_id = ? AND run_id = ?",
                 (me.workflow_id, me.run_id, now_iso(), conversation_id, stale.workflow_id,
                  stale.run_id))
-            return cur.rowcount == 1
+            return bool(cur.rowcount == 1)
 
     def release(self, conversation_id: str, me: Holder) -> None:
         with self.db.connect() as conn:

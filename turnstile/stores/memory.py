@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Any
 
 from pydantic import BaseModel
 
 from turnstile.engine import attributes as attr
 from turnstile.engine.activity_io import MemorySnapshot
+from turnstile.engine.contract import CallStatus
 from turnstile.engine.errors import ConversationOwnershipError, MemoryConflictError
 from turnstile.engine.messages import ChatMessage, ToolCall
 from turnstile.stores.db import Connection, Database, Dialect, schema
@@ -104,7 +106,7 @@ class MemoryStore:
         with self.db.connect() as conn:
             self.bind(conn, conversation_id, user_id)
 
-    def snapshot(self, conversation_id: str, user_id: str, preview: int = 4) -> MemorySnapshot:
+    def snapshot(self, conversation_id: str, user_id: str) -> MemorySnapshot:
         with self.db.connect() as conn:
             self.bind(conn, conversation_id, user_id)
             stats = conn.fetchone(
@@ -117,16 +119,11 @@ class MemoryStore:
                 "ORDER BY seq DESC LIMIT 1",
                 (conversation_id,),
             )
-            tail = conn.fetchall(
-                "SELECT * FROM chat_message WHERE conversation_id = ? ORDER BY seq DESC LIMIT ?",
-                (conversation_id, preview),
-            )
         last = stats["last"]
         return MemorySnapshot(
             next_seq=0 if last is None else int(last) + 1,
             message_count=int(stats["n"]),
             system_prompt=system["content"] if system else None,
-            preview=[f"{r['role']}: {_row_to_message(r).preview(120)}" for r in reversed(tail)],
         )
 
     def messages(self, conversation_id: str, workflow_id: str | None = None) -> list[ChatMessage]:
@@ -257,12 +254,20 @@ class MemoryStore:
             return len(rows)
 
 
+class LedgerStatus(StrEnum):
+    """`tool_call_ledger.status`."""
+
+    STARTED = "STARTED"
+    COMPLETED = "COMPLETED"
+    ATTEMPT_FAILED = "ATTEMPT_FAILED"
+
+
 class LedgerEntry(BaseModel):
-    status: str  # STARTED | COMPLETED | ATTEMPT_FAILED
+    status: LedgerStatus
     fresh: bool  # this attempt owns the execution
     result: str | None = None
     is_error: bool = False
-    outcome: str | None = None  # the CallStatus the finished attempt reported
+    outcome: CallStatus | None = None  # what the finished attempt reported
     state: dict[str, Any] | None = None  # cross-round state the tool returned
     attempts: int = 1
 
@@ -284,7 +289,7 @@ class ToolLedger:
                 (workflow_id, call_id, tool_name, now_iso()),
             )
             if cur.rowcount == 1:
-                return LedgerEntry(status="STARTED", fresh=True)
+                return LedgerEntry(status=LedgerStatus.STARTED, fresh=True)
             row = conn.fetchone(
                 "SELECT * FROM tool_call_ledger WHERE workflow_id = ? AND tool_call_id = ?",
                 (workflow_id, call_id),
@@ -292,7 +297,7 @@ class ToolLedger:
             assert row is not None
             if row["status"] == "COMPLETED":
                 return LedgerEntry(
-                    status="COMPLETED", fresh=False, result=row["result"],
+                    status=LedgerStatus.COMPLETED, fresh=False, result=row["result"],
                     is_error=bool(row["is_error"]), attempts=row["attempts"],
                     outcome=row["outcome"],
                     state=json.loads(row["state"]) if row["state"] else None,
@@ -303,9 +308,10 @@ class ToolLedger:
                     "started_at = ? WHERE workflow_id = ? AND tool_call_id = ? AND status = ?",
                     (now_iso(), workflow_id, call_id, row["status"]),
                 )
-                return LedgerEntry(status="STARTED", fresh=True, attempts=row["attempts"] + 1)
+                return LedgerEntry(status=LedgerStatus.STARTED, fresh=True,
+                                   attempts=row["attempts"] + 1)
             # STARTED and never finished: an earlier attempt was lost mid-run.
-            return LedgerEntry(status="STARTED", fresh=False, attempts=row["attempts"])
+            return LedgerEntry(status=LedgerStatus.STARTED, fresh=False, attempts=row["attempts"])
 
     def result(self, workflow_id: str, call_id: str) -> str | None:
         with self.db.connect() as conn:
@@ -315,13 +321,13 @@ class ToolLedger:
         return None if row is None else row["result"]
 
     def complete(self, workflow_id: str, call_id: str, result: str, is_error: bool,
-                 outcome: str, state: dict[str, Any] | None = None) -> None:
+                 outcome: CallStatus, state: dict[str, Any] | None = None) -> None:
         with self.db.connect() as conn:
             conn.execute(
                 "UPDATE tool_call_ledger SET status = 'COMPLETED', result = ?, is_error = ?, "
                 "outcome = ?, state = ?, finished_at = ? "
                 "WHERE workflow_id = ? AND tool_call_id = ?",
-                (result, int(is_error), outcome, json.dumps(state) if state else None,
+                (result, int(is_error), outcome.value, json.dumps(state) if state else None,
                  now_iso(), workflow_id, call_id),
             )
 

@@ -1,6 +1,6 @@
 """Multimodal parts of stored messages (step 6), in their own table.
 
-`chat_message` stays exactly as contract.md describes it (a row inserted by
+`chat_message` stays exactly as docs/contract.md describes it (a row inserted by
 another program is still a valid message); a message's images live in
 `chat_message_part`, keyed by the message's (conversation_id, seq), and are
 joined back when memory is read.

@@ -156,6 +156,6 @@ async def sweep(db: Database, client: Client, grace: timedelta = timedelta(hours
             conn.execute("DELETE FROM payload_ref WHERE workflow_id = ?", (wf_id,))
         cur = conn.execute("DELETE FROM payload_blob WHERE created_at < ? AND key NOT IN "
                            "(SELECT key FROM payload_ref)", (cutoff,))
-        deleted = cur.rowcount
+        deleted = int(cur.rowcount)
     log.info("payload sweep: %d workflow(s) released, %d blob(s) deleted", len(gone), deleted)
     return deleted

@@ -1,0 +1,77 @@
+"""Error types are stable names (they appear in `error.type`, in Temporal
+failures and in recorded histories): derived from the class name unless the
+class spells out an older one, never changed by a rename or a subclass."""
+
+from __future__ import annotations
+
+import pytest
+
+from turnstile.engine import errors
+from turnstile.providers.openai_compat import IncompleteStreamError, RetryableModelError
+from turnstile.providers.openai_stream import IncompleteStream
+from turnstile.runtime.guardrails import GuardrailError
+from turnstile.runtime.mcp.connection import MCPCallLost, MCPUnavailable
+from turnstile.runtime.tools import ToolExecutionError
+from turnstile.sales.query import EmptyConditionError
+
+STABLE = {
+    errors.UnknownServiceError: "UnknownService",
+    errors.MemoryConflictError: "MemoryConflict",
+    errors.ConversationOwnershipError: "ConversationNotOwned",
+    errors.UnknownToolError: "UnknownTool",
+    errors.ConversationBusy: "ConversationBusy",
+    errors.DatabaseUnavailable: "DatabaseUnavailable",
+    errors.TemplateVariableMissing: "TemplateVariableMissing",
+    errors.ModelRequestRejected: "ModelRequestRejected",
+    errors.ModelUnavailable: "ModelUnavailable",
+    RetryableModelError: "ModelUnavailable",  # a variant keeps its parent's name
+    errors.MalformedModelResponse: "MalformedModelResponse",
+    errors.RoundTripCapExceeded: "RoundTripCapExceeded",
+    errors.TooManyToolCalls: "TooManyToolCalls",
+    errors.LoopDetected: "LoopDetected",
+    errors.ToolArgumentError: "ToolArgumentError",
+    errors.ToolCallRejected: "ToolCallRejected",
+    errors.FatalToolFailure: "FatalToolFailure",
+    errors.TurnCancelled: "TurnCancelled",
+    errors.AttachmentError: "AttachmentError",
+    errors.SystemTransformerError: "SystemTransformerError",
+    errors.RetrievalError: "RetrievalError",
+    errors.ModerationUnavailable: "ModerationUnavailable",
+    errors.ModerationFlagged: "ModerationFlagged",
+    errors.InputGuardrailFailed: "InputGuardrailFailed",
+    errors.InputGuardrailFatal: "InputGuardrailFatal",
+    errors.OutputGuardrailFailed: "OutputGuardrailFailed",
+    errors.OutputGuardrailFatal: "OutputGuardrailFatal",
+    errors.OutputGuardrailRetriesExhausted: "OutputGuardrailRetriesExhausted",
+    errors.OutputParseError: "OutputParseError",
+    errors.NoCompensation: "NoCompensation",
+    errors.NotInWorkflow: "NotInWorkflow",
+    GuardrailError: "GuardrailError",
+    ToolExecutionError: "ToolExecutionError",
+    EmptyConditionError: "EmptyConditionError",  # returned to the model as an argument error
+    errors.AnswerTruncated: "AnswerTruncated",
+    errors.ContentFiltered: "ContentFiltered",
+    errors.ModelResponseTooLarge: "ModelResponseTooLarge",
+    errors.MCPServerUnavailable: "MCPServerUnavailable",
+    IncompleteStream: "IncompleteStream",
+    IncompleteStreamError: "IncompleteStream",  # the provider's variant keeps the name
+    MCPUnavailable: "MCPUnavailable",
+    MCPCallLost: "MCPCallLost",
+}
+
+
+@pytest.mark.parametrize("cls,name", STABLE.items(), ids=lambda v: getattr(v, "__name__", v))
+def test_error_type_is_stable(cls: type[errors.TurnstileError], name: str) -> None:
+    assert cls.error_type == name
+    assert cls("x").error_type == name
+
+
+def test_every_error_class_is_pinned() -> None:
+    def walk(c: type[errors.TurnstileError]) -> set[type[errors.TurnstileError]]:
+        return {c} | {d for s in c.__subclasses__() for d in walk(s)}
+
+    found = {c for c in walk(errors.TurnstileError)
+             if c.__module__.startswith("turnstile.")}
+    abstract = {errors.TurnstileError, errors.ConfigurationError, errors.DuplicateToolError,
+                errors.BreakerTripped}
+    assert found - abstract - set(STABLE) == set()
