@@ -11,6 +11,7 @@ from typing import Any
 
 import psycopg
 import pytest
+import sqlalchemy as sa
 
 from turnstile.engine.errors import ToolArgumentError
 from turnstile.runtime.tools import ToolContext, ToolExecutionError
@@ -231,10 +232,31 @@ def test_write_through_readonly_connection_fails_at_the_database(seeded: Databas
                 "INSERT INTO follow_up_task (customer_id, assignee, note, status, created_by_call,"
                 " created_at) VALUES ('C', 'a', 'n', 'OPEN', 'k', 't')",
                 "CREATE TABLE evil (x INTEGER)"):
-        with pytest.raises(Exception) as err, seeded.connect(readonly=True) as conn:
+        with pytest.raises(sa.exc.DBAPIError) as err, seeded.connect(readonly=True) as conn:
             conn.execute(sql)
-        assert type(err.value).__module__.split(".")[0] in ("sqlite3", "psycopg"), err.value
+        # Refused by the database itself (its driver's error), not by our code.
+        assert type(err.value.orig).__module__.split(".")[0] in ("sqlite3", "psycopg"), err.value
     assert rows_of(seeded, "sales_record") == 5000
+
+
+def test_sqlite_reader_cannot_write_through_attach_or_pragmas(seeded: Database,
+                                                              tmp_path: Path) -> None:
+    if seeded.dialect != "sqlite":
+        pytest.skip("SQLite's read-only connection")
+    other = tmp_path / "other.db"
+    for sql in (f"ATTACH DATABASE '{other}' AS other",
+                "ATTACH DATABASE ':memory:' AS scratch",
+                "PRAGMA query_only = 0",
+                "PRAGMA journal_mode = DELETE",
+                "CREATE TEMP TABLE t (x)",
+                "DETACH DATABASE main"):
+        with pytest.raises(sa.exc.DatabaseError, match="not authorized"), \
+                seeded.connect(readonly=True) as conn:
+            conn.execute(sql)
+    assert not other.exists()  # ATTACH would have created it
+    with seeded.connect(readonly=True) as conn:
+        assert conn.fetchone("PRAGMA query_only") == {"query_only": 1}
+        assert conn.fetchone("SELECT COUNT(*) AS n FROM sales_record") == {"n": 5000}
 
 
 def test_postgres_reader_role_can_only_select_sales(seeded: Database) -> None:

@@ -11,7 +11,9 @@ import json
 import re
 from typing import Any
 
-from turnstile.stores.db import Database, Dialect, schema
+import sqlalchemy as sa
+
+from turnstile.stores.db import Database, metadata
 from turnstile.stores.memory import now_iso
 
 INITIATED = "INITIATED"
@@ -42,32 +44,31 @@ def mask(text: str) -> str:
     return _PHONE.sub(phone, text)
 
 
-@schema
-def _audit_ddl(dialect: Dialect) -> list[str]:
-    return [
-        """CREATE TABLE IF NOT EXISTS tool_execution_log (
-            execution_id TEXT PRIMARY KEY,
-            workflow_id TEXT NOT NULL,
-            conversation_id TEXT NOT NULL,
-            user_id TEXT NOT NULL,
-            tool_name TEXT NOT NULL,
-            input_params TEXT,
-            start_time TEXT NOT NULL,
-            end_time TEXT,
-            status TEXT NOT NULL,
-            error_message TEXT)""",
-        """CREATE INDEX IF NOT EXISTS tool_execution_log_workflow
-            ON tool_execution_log (workflow_id)""",
-        """CREATE TABLE IF NOT EXISTS approval_decision (
-            workflow_id TEXT NOT NULL,
-            tool_call_id TEXT NOT NULL,
-            tool_name TEXT NOT NULL,
-            approved INTEGER NOT NULL,
-            reviewer TEXT NOT NULL,
-            note TEXT,
-            decided_at TEXT NOT NULL,
-            PRIMARY KEY (workflow_id, tool_call_id))""",
-    ]
+tool_execution_log = sa.Table(
+    "tool_execution_log", metadata,
+    sa.Column("execution_id", sa.Text, primary_key=True),
+    sa.Column("workflow_id", sa.Text, nullable=False),
+    sa.Column("conversation_id", sa.Text, nullable=False),
+    sa.Column("user_id", sa.Text, nullable=False),
+    sa.Column("tool_name", sa.Text, nullable=False),
+    sa.Column("input_params", sa.Text),
+    sa.Column("start_time", sa.Text, nullable=False),
+    sa.Column("end_time", sa.Text),
+    sa.Column("status", sa.Text, nullable=False),
+    sa.Column("error_message", sa.Text),
+    sa.Index("tool_execution_log_workflow", "workflow_id"),
+)
+
+approval_decision = sa.Table(
+    "approval_decision", metadata,
+    sa.Column("workflow_id", sa.Text, primary_key=True),
+    sa.Column("tool_call_id", sa.Text, primary_key=True),
+    sa.Column("tool_name", sa.Text, nullable=False),
+    sa.Column("approved", sa.Integer, nullable=False),
+    sa.Column("reviewer", sa.Text, nullable=False),
+    sa.Column("note", sa.Text),
+    sa.Column("decided_at", sa.Text, nullable=False),
+)
 
 
 def execution_id(workflow_id: str, call_id: str) -> str:

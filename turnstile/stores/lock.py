@@ -13,17 +13,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from turnstile.stores.db import Database, Dialect, schema
+import sqlalchemy as sa
+
+from turnstile.stores.db import Database, metadata
 from turnstile.stores.memory import now_iso
 
-
-@schema
-def _lock_ddl(dialect: Dialect) -> list[str]:
-    return ["""CREATE TABLE IF NOT EXISTS conversation_lock (
-        conversation_id TEXT PRIMARY KEY,
-        workflow_id TEXT NOT NULL,
-        run_id TEXT NOT NULL,
-        acquired_at TEXT NOT NULL)"""]
+conversation_lock = sa.Table(
+    "conversation_lock", metadata,
+    sa.Column("conversation_id", sa.Text, primary_key=True),
+    sa.Column("workflow_id", sa.Text, nullable=False),
+    sa.Column("run_id", sa.Text, nullable=False),
+    sa.Column("acquired_at", sa.Text, nullable=False),
+)
 
 
 @dataclass(frozen=True)

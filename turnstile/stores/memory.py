@@ -13,13 +13,14 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
+import sqlalchemy as sa
 from pydantic import BaseModel
 
 from turnstile.engine import attributes as attr
 from turnstile.engine.activity_io import MemorySnapshot
 from turnstile.engine.errors import ConversationOwnershipError, MemoryConflictError
 from turnstile.engine.messages import ChatMessage, ToolCall
-from turnstile.stores.db import Connection, Database, Dialect, schema
+from turnstile.stores.db import FLAG_FALSE, Connection, Database, Flag, metadata
 from turnstile.stores.message_parts import read_parts, write_parts
 
 
@@ -27,43 +28,42 @@ def now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
-@schema
-def _memory_ddl(dialect: Dialect) -> list[str]:
-    flag = ("BOOLEAN NOT NULL DEFAULT FALSE" if dialect == "postgresql"
-            else "INTEGER NOT NULL DEFAULT 0")
-    return [
-        """CREATE TABLE IF NOT EXISTS conversation (
-            conversation_id TEXT PRIMARY KEY,
-            user_id TEXT NOT NULL,
-            created_at TEXT NOT NULL)""",
-        f"""CREATE TABLE IF NOT EXISTS chat_message (
-            conversation_id TEXT NOT NULL,
-            seq BIGINT NOT NULL,
-            role TEXT NOT NULL,
-            content TEXT,
-            tool_calls TEXT,
-            tool_call_id TEXT,
-            is_error {flag},
-            attributes TEXT,
-            created_at TEXT,
-            workflow_id TEXT,
-            PRIMARY KEY (conversation_id, seq))""",
-        """CREATE INDEX IF NOT EXISTS chat_message_call
-            ON chat_message (conversation_id, tool_call_id)""",
-        """CREATE TABLE IF NOT EXISTS tool_call_ledger (
-            workflow_id TEXT NOT NULL,
-            tool_call_id TEXT NOT NULL,
-            tool_name TEXT NOT NULL,
-            status TEXT NOT NULL,
-            attempts INTEGER NOT NULL DEFAULT 1,
-            result TEXT,
-            is_error INTEGER NOT NULL DEFAULT 0,
-            outcome TEXT,
-            state TEXT,
-            started_at TEXT NOT NULL,
-            finished_at TEXT,
-            PRIMARY KEY (workflow_id, tool_call_id))""",
-    ]
+conversation = sa.Table(
+    "conversation", metadata,
+    sa.Column("conversation_id", sa.Text, primary_key=True),
+    sa.Column("user_id", sa.Text, nullable=False),
+    sa.Column("created_at", sa.Text, nullable=False),
+)
+
+chat_message = sa.Table(
+    "chat_message", metadata,
+    sa.Column("conversation_id", sa.Text, primary_key=True),
+    sa.Column("seq", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("role", sa.Text, nullable=False),
+    sa.Column("content", sa.Text),
+    sa.Column("tool_calls", sa.Text),
+    sa.Column("tool_call_id", sa.Text),
+    sa.Column("is_error", Flag, nullable=False, server_default=FLAG_FALSE),
+    sa.Column("attributes", sa.Text),
+    sa.Column("created_at", sa.Text),
+    sa.Column("workflow_id", sa.Text),
+    sa.Index("chat_message_call", "conversation_id", "tool_call_id"),
+)
+
+tool_call_ledger = sa.Table(
+    "tool_call_ledger", metadata,
+    sa.Column("workflow_id", sa.Text, primary_key=True),
+    sa.Column("tool_call_id", sa.Text, primary_key=True),
+    sa.Column("tool_name", sa.Text, nullable=False),
+    sa.Column("status", sa.Text, nullable=False),
+    sa.Column("attempts", sa.Integer, nullable=False, server_default="1"),
+    sa.Column("result", sa.Text),
+    sa.Column("is_error", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("outcome", sa.Text),
+    sa.Column("state", sa.Text),
+    sa.Column("started_at", sa.Text, nullable=False),
+    sa.Column("finished_at", sa.Text),
+)
 
 
 def _row_to_message(row: dict[str, Any]) -> ChatMessage:

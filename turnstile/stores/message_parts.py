@@ -10,23 +10,21 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+import sqlalchemy as sa
+
 from turnstile.engine.messages import Attachment
-from turnstile.stores.db import Connection, Dialect, schema
+from turnstile.stores.db import Connection, metadata
 
-
-@schema
-def _parts_ddl(dialect: Dialect) -> list[str]:
-    return [
-        """CREATE TABLE IF NOT EXISTS chat_message_part (
-            conversation_id TEXT NOT NULL,
-            seq BIGINT NOT NULL,
-            idx INTEGER NOT NULL,
-            type TEXT NOT NULL,
-            url TEXT,
-            data TEXT,
-            mime_type TEXT,
-            PRIMARY KEY (conversation_id, seq, idx))""",
-    ]
+chat_message_part = sa.Table(
+    "chat_message_part", metadata,
+    sa.Column("conversation_id", sa.Text, primary_key=True),
+    sa.Column("seq", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("idx", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("type", sa.Text, nullable=False),
+    sa.Column("url", sa.Text),
+    sa.Column("data", sa.Text),
+    sa.Column("mime_type", sa.Text),
+)
 
 
 def write_parts(conn: Connection, conversation_id: str, seq: int,

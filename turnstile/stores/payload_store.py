@@ -21,6 +21,7 @@ import logging
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
+import sqlalchemy as sa
 from temporalio.api.common.v1 import Payload
 from temporalio.client import Client
 from temporalio.converter import (
@@ -34,7 +35,7 @@ from temporalio.converter import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
-from turnstile.stores.db import Database, Dialect, schema
+from turnstile.stores.db import Database, metadata
 from turnstile.stores.memory import now_iso
 
 log = logging.getLogger(__name__)
@@ -46,20 +47,19 @@ class PayloadIntegrityError(Exception):
     """A stored payload does not hash to its key, or is missing."""
 
 
-@schema
-def _payload_ddl(dialect: Dialect) -> list[str]:
-    blob = "BYTEA" if dialect == "postgresql" else "BLOB"
-    return [
-        f"""CREATE TABLE IF NOT EXISTS payload_blob (
-            key TEXT PRIMARY KEY,
-            data {blob} NOT NULL,
-            size BIGINT NOT NULL,
-            created_at TEXT NOT NULL)""",
-        """CREATE TABLE IF NOT EXISTS payload_ref (
-            key TEXT NOT NULL,
-            workflow_id TEXT NOT NULL,
-            PRIMARY KEY (key, workflow_id))""",
-    ]
+payload_blob = sa.Table(
+    "payload_blob", metadata,
+    sa.Column("key", sa.Text, primary_key=True),
+    sa.Column("data", sa.LargeBinary, nullable=False),  # BLOB / BYTEA
+    sa.Column("size", sa.BigInteger, nullable=False),
+    sa.Column("created_at", sa.Text, nullable=False),
+)
+
+payload_ref = sa.Table(
+    "payload_ref", metadata,
+    sa.Column("key", sa.Text, primary_key=True),
+    sa.Column("workflow_id", sa.Text, primary_key=True),
+)
 
 
 def _owner(context: StorageDriverStoreContext) -> str:

@@ -22,8 +22,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import sqlalchemy as sa
+
 from turnstile.engine.activity_io import Snippet
-from turnstile.stores.db import Connection, Database, Dialect, schema
+from turnstile.stores.db import Connection, Database, metadata
 from turnstile.stores.memory import now_iso
 
 
@@ -51,36 +53,18 @@ class RetrievalContext:
 Retriever = Callable[[RetrievalContext], "Sequence[Snippet] | Awaitable[Sequence[Snippet]]"]
 
 
-@schema
-def _retrieval_ddl(dialect: Dialect) -> list[str]:
-    if dialect == "postgresql":
-        return [
-            """CREATE TABLE IF NOT EXISTS retrieval_document (
-                service TEXT NOT NULL,
-                doc_id TEXT NOT NULL,
-                title TEXT NOT NULL,
-                body TEXT NOT NULL,
-                content_hash TEXT NOT NULL,
-                updated_at TEXT NOT NULL,
-                tsv tsvector GENERATED ALWAYS AS
-                    (to_tsvector('english', title || ' ' || body)) STORED,
-                PRIMARY KEY (service, doc_id))""",
-            """CREATE INDEX IF NOT EXISTS retrieval_document_tsv
-                ON retrieval_document USING GIN (tsv)""",
-        ]
-    return [
-        """CREATE TABLE IF NOT EXISTS retrieval_document (
-            service TEXT NOT NULL,
-            doc_id TEXT NOT NULL,
-            title TEXT NOT NULL,
-            body TEXT NOT NULL,
-            content_hash TEXT NOT NULL,
-            updated_at TEXT NOT NULL,
-            PRIMARY KEY (service, doc_id))""",
-        """CREATE VIRTUAL TABLE IF NOT EXISTS retrieval_fts USING fts5(
-            service UNINDEXED, doc_id UNINDEXED, title, body,
-            tokenize = 'porter unicode61')""",
-    ]
+# The full-text side differs by engine and is made by the migrations: on
+# PostgreSQL a generated `tsv` column with a GIN index, on SQLite the FTS5
+# virtual table `retrieval_fts (service, doc_id, title, body)`.
+retrieval_document = sa.Table(
+    "retrieval_document", metadata,
+    sa.Column("service", sa.Text, primary_key=True),
+    sa.Column("doc_id", sa.Text, primary_key=True),
+    sa.Column("title", sa.Text, nullable=False),
+    sa.Column("body", sa.Text, nullable=False),
+    sa.Column("content_hash", sa.Text, nullable=False),
+    sa.Column("updated_at", sa.Text, nullable=False),
+)
 
 
 _STOP = frozenset(

@@ -19,7 +19,9 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from turnstile.stores.db import Database, Dialect, schema
+import sqlalchemy as sa
+
+from turnstile.stores.db import Database, metadata
 from turnstile.stores.memory import now_iso
 
 FLUSH_CHARS = 64
@@ -28,20 +30,17 @@ MAX_CHUNKS = 1000
 RETENTION_SECONDS = 24 * 3600.0
 
 
-@schema
-def _stream_ddl(dialect: Dialect) -> list[str]:
-    return [
-        """CREATE TABLE IF NOT EXISTS turn_stream (
-            workflow_id TEXT NOT NULL,
-            response_seq BIGINT NOT NULL,
-            attempt INTEGER NOT NULL,
-            chunk INTEGER NOT NULL,
-            text TEXT NOT NULL,
-            done INTEGER NOT NULL DEFAULT 0,
-            created_at TEXT NOT NULL,
-            PRIMARY KEY (workflow_id, response_seq, attempt, chunk))""",
-        "CREATE INDEX IF NOT EXISTS turn_stream_created ON turn_stream (created_at)",
-    ]
+turn_stream = sa.Table(
+    "turn_stream", metadata,
+    sa.Column("workflow_id", sa.Text, primary_key=True),
+    sa.Column("response_seq", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("attempt", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("chunk", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("text", sa.Text, nullable=False),
+    sa.Column("done", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("created_at", sa.Text, nullable=False),
+    sa.Index("turn_stream_created", "created_at"),
+)
 
 
 class StreamWriter:
