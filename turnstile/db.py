@@ -25,7 +25,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "upgrade":
             before = current(db)
             after = upgrade(db)
-            sys.stdout.write(f"database ({db.dialect}) upgraded: {before or 'empty'} -> {after}\n")
+            sys.stdout.write(f"database ({db.dialect}) upgraded: {before or 'no revision'} -> {after}\n")
         else:
             sys.stdout.write(f"database ({db.dialect}) at {current(db) or 'no revision'}; "
                              f"newest {head_revision()}\n")

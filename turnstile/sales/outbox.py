@@ -9,7 +9,12 @@
 Every change is a compare-and-set UPDATE (`WHERE status = <what we saw>`), so
 two senders, or a sender and a compensation, never both win. A claim bumps
 `attempts` and records the sender id; (`claimed_by`, `attempts`) is the
-claim token that later marks the outcome.
+claim token that later marks the outcome. The sender claims a small batch in
+one transaction (`claim_due`) and marks each outcome in its own; claims it
+did not get to send are given back (`release`) when it stops. A sender killed
+outright leaves its unsent claims SENDING, and stale recovery parks them as
+"possibly sent" like the one in flight: never sent twice, at the price of a
+person checking up to one claim batch after a crash.
 
 "Possibly sent": a task found in SENDING longer than a sender could take
 (sender crashed), or one whose connection broke after the message data went
@@ -31,7 +36,9 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from turnstile.sales.schema import now_text, utc_text
+import sqlalchemy as sa
+
+from turnstile.sales.schema import email_task, now_text, utc_text
 from turnstile.stores.db import Connection, Database
 
 
@@ -168,6 +175,47 @@ def claim(db: Database, task: EmailTask, sender_id: str) -> bool:
             " claimed_at = ?, next_attempt_at = NULL, updated_at = ?"
             " WHERE task_id = ? AND status = ? AND attempts = ?",
             (EmailStatus.SENDING, sender_id, now, now, task.task_id, task.status, task.attempts),
+        )
+        return cur.rowcount == 1
+
+
+def claim_due(db: Database, sender_id: str, limit: int) -> list[EmailTask]:
+    """Claim up to `limit` due tasks in one transaction (QUEUED/FAILED ->
+    SENDING, attempts + 1, claimed by `sender_id`), oldest first. On
+    PostgreSQL rows another sender is claiming are skipped (SKIP LOCKED); the
+    due condition is checked again on every row the UPDATE changes, so no
+    task is claimed twice."""
+    now = now_text()
+    t = email_task
+    is_due = sa.or_(
+        t.c.status == EmailStatus.QUEUED.value,
+        sa.and_(t.c.status == EmailStatus.FAILED.value, t.c.possibly_sent == sa.false(),
+                t.c.next_attempt_at <= now),
+    )
+    pick = (sa.select(t.c.task_id).where(is_due).order_by(t.c.created_at, t.c.task_id)
+            .limit(limit).with_for_update(skip_locked=True))
+    stmt = (
+        sa.update(t).where(t.c.task_id.in_(pick), is_due)
+        .values(status=EmailStatus.SENDING.value, attempts=t.c.attempts + 1,
+                claimed_by=sender_id, claimed_at=now, next_attempt_at=None, updated_at=now)
+        .returning(*t.c)
+    )
+    with db.connect() as conn:
+        rows = [dict(r) for r in conn.execute(stmt).mappings()]
+    tasks = [EmailTask.from_row(r) for r in rows]
+    return sorted(tasks, key=lambda task: (task.created_at, task.task_id))
+
+
+def release(db: Database, task: EmailTask) -> bool:
+    """Give back a claim whose message was never handed to SMTP (the sender is
+    stopping): SENDING -> QUEUED, the attempt not counted."""
+    with db.connect() as conn:
+        cur = conn.execute(
+            "UPDATE email_task SET status = ?, attempts = attempts - 1, claimed_by = NULL,"
+            " claimed_at = NULL, updated_at = ?"
+            " WHERE task_id = ? AND status = ? AND claimed_by = ? AND attempts = ?",
+            (EmailStatus.QUEUED, now_text(), task.task_id, EmailStatus.SENDING,
+             task.claimed_by, task.attempts),
         )
         return cur.rowcount == 1
 

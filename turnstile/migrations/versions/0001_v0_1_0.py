@@ -26,6 +26,10 @@ FLAG = sa.Integer().with_variant(sa.Boolean(), "postgresql")
 BIG_ID = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 
 
+# v0.1 wrote `TEXT PRIMARY KEY` / `INTEGER PRIMARY KEY` without NOT NULL: SQLite then allows NULL in
+# it (PostgreSQL never does); `nullable=True` on those columns keeps that.
+
+
 def upgrade() -> None:
     pg = op.get_bind().dialect.name == "postgresql"
     op.create_table(
@@ -41,7 +45,7 @@ def upgrade() -> None:
     )
     op.create_table(
         "conversation",
-        sa.Column("conversation_id", sa.Text, primary_key=True),
+        sa.Column("conversation_id", sa.Text, primary_key=True, nullable=True),
         sa.Column("user_id", sa.Text, nullable=False),
         sa.Column("created_at", sa.Text, nullable=False),
     )
@@ -77,7 +81,7 @@ def upgrade() -> None:
     )
     op.create_table(
         "tool_execution_log",
-        sa.Column("execution_id", sa.Text, primary_key=True),
+        sa.Column("execution_id", sa.Text, primary_key=True, nullable=True),
         sa.Column("workflow_id", sa.Text, nullable=False),
         sa.Column("conversation_id", sa.Text, nullable=False),
         sa.Column("user_id", sa.Text, nullable=False),
@@ -102,14 +106,14 @@ def upgrade() -> None:
     )
     op.create_table(
         "conversation_lock",
-        sa.Column("conversation_id", sa.Text, primary_key=True),
+        sa.Column("conversation_id", sa.Text, primary_key=True, nullable=True),
         sa.Column("workflow_id", sa.Text, nullable=False),
         sa.Column("run_id", sa.Text, nullable=False),
         sa.Column("acquired_at", sa.Text, nullable=False),
     )
     op.create_table(
         "payload_blob",
-        sa.Column("key", sa.Text, primary_key=True),
+        sa.Column("key", sa.Text, primary_key=True, nullable=True),
         sa.Column("data", sa.LargeBinary, nullable=False),
         sa.Column("size", sa.BigInteger, nullable=False),
         sa.Column("created_at", sa.Text, nullable=False),
@@ -145,7 +149,7 @@ def upgrade() -> None:
             tokenize = 'porter unicode61')""")
     op.create_table(
         "sales_record",
-        sa.Column("id", BIG_ID, primary_key=True, autoincrement=False),
+        sa.Column("id", BIG_ID, primary_key=True, autoincrement=False, nullable=True),
         sa.Column("customer_id", sa.Text, nullable=False),
         sa.Column("customer_name", sa.Text, nullable=False),
         sa.Column("customer_email", sa.Text, nullable=False),
@@ -155,7 +159,7 @@ def upgrade() -> None:
     )
     op.create_table(
         "follow_up_task",
-        sa.Column("id", BIG_ID, sa.Identity(), primary_key=True),
+        sa.Column("id", BIG_ID, sa.Identity(), primary_key=True, nullable=not pg),
         sa.Column("customer_id", sa.Text, nullable=False),
         sa.Column("assignee", sa.Text, nullable=False),
         sa.Column("note", sa.Text, nullable=False),
@@ -167,7 +171,7 @@ def upgrade() -> None:
     )
     op.create_table(
         "email_task",
-        sa.Column("task_id", sa.Text, primary_key=True),
+        sa.Column("task_id", sa.Text, primary_key=True, nullable=True),
         sa.Column("idempotency_key", sa.Text, nullable=False, unique=True),
         sa.Column("recipient", sa.Text, nullable=False),
         sa.Column("subject", sa.Text, nullable=False),
