@@ -10,6 +10,7 @@ import argparse
 import logging
 import sys
 
+import turnstile.sales.schema  # noqa: F401  (the reference app's tables: reader grants)
 from turnstile.runtime.config import Settings
 from turnstile.stores.db import Database, dispose_engines
 from turnstile.stores.schema import current, head_revision, upgrade
@@ -20,12 +21,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("command", choices=["upgrade", "current"])
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    db = Database(Settings.from_env().database_url)
+    settings = Settings.from_env()
+    db = Database(settings.database_url, readonly_url=settings.database_readonly_url)
     try:
         if args.command == "upgrade":
             before = current(db)
             after = upgrade(db)
-            sys.stdout.write(f"database ({db.dialect}) upgraded: {before or 'no revision'} -> {after}\n")
+            sys.stdout.write(
+                f"database ({db.dialect}) upgraded: {before or 'no revision'} -> {after}\n")
         else:
             sys.stdout.write(f"database ({db.dialect}) at {current(db) or 'no revision'}; "
                              f"newest {head_revision()}\n")

@@ -45,6 +45,7 @@ sales_record = sa.Table(
               sa.CheckConstraint("amount_cents >= 0"), nullable=False),
     sa.Column("create_time", Ts, nullable=False),
     sa.Index(SALES_INDEX, "create_time", "amount_cents"),
+    info={"reader": True},  # the read-only role may SELECT it (stores.schema)
 )
 
 sales_daily_total = sa.Table(
@@ -56,6 +57,7 @@ sales_daily_total = sa.Table(
     sa.Column("total_cents", sa.BigInteger, nullable=False),
     sa.Column("order_count", sa.BigInteger, nullable=False),
     sa.Column("last_time", Ts, nullable=False),
+    info={"reader": True},
 )
 
 follow_up_task = sa.Table(

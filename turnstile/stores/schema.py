@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import threading
 from importlib import resources
+from urllib.parse import unquote, urlparse
 
 import sqlalchemy as sa
 from alembic import command
@@ -25,7 +26,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 
 from turnstile.engine.errors import ConfigurationError
-from turnstile.stores.db import Database, engine_for
+from turnstile.stores.db import READER_ROLE, Database, engine_for, metadata
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +97,8 @@ def upgrade(db: Database, revision: str = "head") -> str | None:
             config = alembic_config()
             config.attributes["connection"] = conn
             command.upgrade(config, revision)
+            if db.dialect == "postgresql":
+                _grant_reader(conn, reader_role(db))
         now = MigrationContext.configure(conn).get_current_revision()
     if engine is not engine_for(db.url):
         engine.dispose()
@@ -120,6 +123,42 @@ def _stamp_v0_1(conn: sa.Connection) -> None:
                 V0_1_REVISION)
     MigrationContext.configure(conn).stamp(ScriptDirectory.from_config(alembic_config()),
                                            V0_1_REVISION)
+
+
+def reader_role(db: Database) -> str:
+    """The login of the read-only connection: DATABASE_READONLY_URL's user, or
+    `turnstile_reader` (the role `reader_url` derives)."""
+    if db.readonly_url:
+        user = urlparse(db.readonly_url).username
+        if user:
+            return unquote(user)
+    return READER_ROLE
+
+
+def _grant_reader(conn: sa.Connection, role: str) -> None:
+    """SELECT for the read-only role on the tables marked `info={"reader": True}`
+    (the sales app marks its sales tables), and nothing else. Re-applied on
+    every upgrade (GRANT is idempotent), so a role made after the tables, or a
+    table added by a later revision, gets its privilege. A missing role or a
+    user who may not grant is logged, not fatal: the query tool then reports
+    the failure."""
+    if conn.execute(sa.text("SELECT 1 FROM pg_roles WHERE rolname = :r"), {"r": role}).first() \
+            is None:
+        log.warning("read-only role %r does not exist: the sales query tool cannot connect "
+                    "until it does (see deploy/postgres/init-turnstile.sh)", role)
+        return
+    quote = conn.dialect.identifier_preparer.quote
+    present = set(sa.inspect(conn).get_table_names())
+    tables = [t.name for t in metadata.sorted_tables if t.info.get("reader") and t.name in present]
+    statements = ["GRANT USAGE ON SCHEMA " + quote(
+        conn.execute(sa.text("SELECT current_schema()")).scalar_one()) + f" TO {quote(role)}"]
+    statements += [f"GRANT SELECT ON {quote(t)} TO {quote(role)}" for t in tables]
+    for stmt in statements:
+        try:
+            with conn.begin_nested():
+                conn.execute(sa.text(stmt))
+        except sa.exc.ProgrammingError as err:  # insufficient_privilege
+            log.warning("cannot %s: %s", stmt, err.orig)
 
 
 def ensure_schema(db: Database) -> None:

@@ -1,6 +1,8 @@
 """`sales_daily_total`: per (UTC day, customer) totals of `sales_record`,
 kept exact by triggers, so the one-week sales query reads a few hundred rows
-instead of every order of the week. Filled from the existing rows here.
+instead of every order of the week. Filled from the existing rows here. (The
+read-only role's SELECT on it is granted after every upgrade, see
+turnstile.stores.schema.)
 
 Revision ID: 0002
 Revises: 0001
@@ -16,7 +18,6 @@ down_revision = "0001"
 branch_labels = None
 depends_on = None
 
-READER_ROLE = "turnstile_reader"
 TS = sa.Text().with_variant(sa.Text(collation="C"), "postgresql")
 COLUMNS = "day, customer_id, customer_name, customer_email, total_cents, order_count, last_time"
 
@@ -85,19 +86,6 @@ def _postgresql_triggers() -> list[str]:
         END $$""",
         """CREATE TRIGGER sales_rollup AFTER INSERT OR UPDATE OR DELETE ON sales_record
         FOR EACH ROW EXECUTE FUNCTION sales_rollup()""",
-        # The read-only role reads the totals too (when it exists and we may grant).
-        f"""DO $$
-        BEGIN
-            IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '{READER_ROLE}') THEN
-                BEGIN
-                    GRANT SELECT ON sales_daily_total TO {READER_ROLE};
-                EXCEPTION
-                    WHEN insufficient_privilege THEN
-                        RAISE NOTICE 'cannot grant SELECT on sales_daily_total to {READER_ROLE}';
-                END;
-            END IF;
-        END
-        $$""",
     ]
 
 
