@@ -11,6 +11,7 @@ Temporal retries it per the tool's policy.
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 from temporalio import activity
@@ -25,6 +26,9 @@ from turnstile.engine.messages import ChatMessage
 from turnstile.runtime.tools import ToolContext, ToolExecutionError, ToolResult, result_to_text
 from turnstile.runtime.tracing import record_tool_outcome, tool_span
 from turnstile.stores import audit
+from turnstile.stores.db import error_category
+
+log = logging.getLogger(__name__)
 
 PREVIEW_CHARS = 400
 INTERRUPTED_TEXT = (
@@ -133,6 +137,13 @@ class ToolActivities:
             retryable = not (isinstance(exc, ToolExecutionError) and not exc.retryable)
             error = (str(exc) if isinstance(exc, ToolExecutionError)
                      else f"{type(exc).__name__}: {exc}")
+            category = error_category(exc)
+            if category is not None:
+                # The driver's text names hosts, roles, SQL: the log gets it; the
+                # ledger, audit, memory and the model get the category.
+                log.warning("tool %s (%s) attempt %d failed: %s", call.name, call.id,
+                            info.attempt, error)
+                error = f"{category}; tried {info.attempt} time(s)"
             await asyncio.to_thread(self.rt.ledger.attempt_failed, wf_id, call.id, error)
             await asyncio.to_thread(audit_log.finished, workflow_id=wf_id, call_id=call.id,
                                     status=audit.FAILED, error=error)

@@ -217,3 +217,16 @@ def test_operator_commands(tmp_path: Path) -> None:
     assert run("current") == f"database (sqlite) at no revision; newest {head}\n"
     assert run("upgrade") == f"database (sqlite) upgraded: no revision -> {head}\n"
     assert run("current") == f"database (sqlite) at {head}; newest {head}\n"
+
+
+def test_migrations_ship_in_the_package() -> None:
+    """A non-editable install carries every package (migrations included)."""
+    import tomllib
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    packages = set(config["packages"])
+    on_disk = {".".join(p.parent.relative_to(ROOT).parts)
+               for p in (ROOT / "turnstile").rglob("__init__.py")}
+    assert on_disk <= packages, on_disk - packages
+    assert {"turnstile.migrations", "turnstile.migrations.versions"} <= packages
+    assert "script.py.mako" in config["package-data"]["turnstile.migrations"]

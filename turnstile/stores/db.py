@@ -36,7 +36,7 @@ from urllib.parse import quote, urlparse, urlunparse
 
 import sqlalchemy as sa
 from sqlalchemy import event, exc
-from sqlalchemy.engine import Engine, Result
+from sqlalchemy.engine import CursorResult, Engine
 
 from turnstile.engine.errors import DatabaseUnavailable
 
@@ -216,7 +216,7 @@ class Connection:
         features: SQLite's progress handler, PostgreSQL's COPY."""
         return self.sa.connection.driver_connection
 
-    def execute(self, sql: Statement, params: Params = ()) -> Result[Any]:
+    def execute(self, sql: Statement, params: Params = ()) -> CursorResult[Any]:
         stmt, values = _bind(sql, params)
         return self.sa.execute(stmt, values)
 
@@ -282,3 +282,20 @@ def unavailable(err: BaseException, dialect: Dialect, readonly: bool) -> Databas
     which = "read-only connection" if readonly else "connection"
     log.warning("database %s failed (%s): %s", which, dialect, err)
     return DatabaseUnavailable(f"database unavailable ({dialect} {which} failed)")
+
+
+def error_category(err: BaseException) -> str | None:
+    """A short text for a database error that may reach the model or memory
+    (never the driver's message: it can name hosts, roles and SQL), or None
+    when `err` is not a database error."""
+    if isinstance(err, DatabaseUnavailable):
+        return str(err)
+    if isinstance(err, exc.DBAPIError):
+        if err.connection_invalidated or isinstance(err, exc.OperationalError | exc.InterfaceError):
+            return "database unavailable"
+        if isinstance(err, exc.IntegrityError):
+            return "the database refused the change (a constraint)"
+        return f"database error ({type(err).__name__})"
+    if isinstance(err, exc.SQLAlchemyError | sqlite3.Error):
+        return f"database error ({type(err).__name__})"
+    return None
