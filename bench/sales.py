@@ -6,9 +6,13 @@
 For SQLite (a temporary file) and, when it answers, PostgreSQL (database
 `turnstile_bench`, created if missing on the server of --postgres-url):
 seed N rows, then time `querySalesData` for random one-week ranges, the
-way the tool runs it (a fresh read-only connection per call), and report
-p50/p95; then queue --mails e-mails and time the sender delivering them to
-the local SMTP server (mails/s).
+way the tool runs it (a read-only connection from the pool per call, the
+query, the result model), and report p50/p95; then queue --mails e-mails and
+time the sender delivering them to the local SMTP server (mails/s).
+
+Each figure is printed next to v0.1.0's, measured with v0.1.0's own
+bench/sales.py on 1,000,000 rows on this machine kind (2 cores), and next to
+the target of issue 11.
 """
 
 from __future__ import annotations
@@ -35,6 +39,11 @@ from turnstile.sales.smtp_server import LocalSmtpServer
 from turnstile.stores.db import Database
 
 DEFAULT_PG = "postgresql://postgres@127.0.0.1:5432/turnstile_bench"
+
+# v0.1.0 (git tag), `python -m bench.sales` at that tag, 1,000,000 rows, 2 cores:
+# (query p50 ms, query p95 ms, sender mails/s). Recorded, not measured by this run.
+V0_1 = {"sqlite": (103.0, 106.0, 162.0), "postgresql": (42.5, 56.9, 61.0)}
+TARGET_P95_MS, TARGET_MAILS_S = 20.0, 300.0
 
 
 def postgres_database(url: str) -> Database | None:
@@ -114,17 +123,21 @@ def main(argv: list[str] | None = None) -> None:
         if pg is not None:
             backends.append(pg)
         print(f"rows={args.rows:,} queries={args.queries} mails={args.mails}")
+        print(f"{'':<10} {'':>8} | {'one-week query p50 / p95 (ms)':^36} | "
+              f"{'sender (mails/s)':^26}")
+        print(f"{'database':<10} {'seed s':>8} | {'v0.1.0':>11} {'now':>11} {'target':>10} | "
+              f"{'v0.1.0':>7} {'now':>7} {'target':>8}")
         for db in backends:
             began = time.perf_counter()
             seed(db, rows=args.rows, today=today)
             seeded = time.perf_counter() - began
             p50, p95, matched = bench_queries(db, today, args.queries)
             rate = bench_sender(db, args.mails, workdir)
-            print(
-                f"{db.dialect:<10} seed {seeded:6.1f} s | one-week query p50 {p50:7.1f} ms "
-                f"p95 {p95:7.1f} ms (~{matched} customers > 50,000) | sender {rate:6.1f} mails/s"
-            )
-
+            old = V0_1[db.dialect]
+            print(f"{db.dialect:<10} {seeded:8.1f} | {old[0]:5.1f}/{old[1]:5.1f} "
+                  f"{p50:5.1f}/{p95:5.1f} {'p95<=' + format(TARGET_P95_MS, 'g'):>10} | "
+                  f"{old[2]:7.0f} {rate:7.0f} {'>=' + format(TARGET_MAILS_S, 'g'):>8}"
+                  f"   (~{matched} customers > 50,000 per week)")
 
 if __name__ == "__main__":
     main()
