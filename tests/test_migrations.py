@@ -112,7 +112,8 @@ def test_revision_0001_is_exactly_v0_1(fresh_url: str, tmp_path: Path,
 
 
 def _fill_v0_1(db: Database) -> None:
-    """Rows a v0.1 install holds: a conversation, audit, e-mail tasks, sales."""
+    """Rows a v0.1 install holds: a conversation, audit, e-mail tasks, sales.
+    Written through the driver alone, as v0.1 wrote them."""
     messages = [
         ("c-old", 0, "system", "You are the sales assistant.", None, None, False, None),
         ("c-old", 1, "user", "How did last month go?", None, None, False, None),
@@ -122,26 +123,33 @@ def _fill_v0_1(db: Database) -> None:
          json.dumps({"turnstile.tool_name": "querySalesData"})),
         ("c-old", 4, "assistant", "Three customers did well.", None, None, False, None),
     ]
-    sales = list(_rows(3000, TODAY))
-    with db.connect() as conn:
-        conn.execute("INSERT INTO conversation VALUES (?, ?, ?)",
-                     ("c-old", "alice", "2026-10-01T00:00:00.000+00:00"))
-        conn.executemany(
-            "INSERT INTO chat_message (conversation_id, seq, role, content, tool_calls,"
-            " tool_call_id, is_error, attributes, created_at, workflow_id)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, '2026-10-01', 'wf-old')", messages)
-        conn.execute(
-            "INSERT INTO tool_execution_log VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            ("wf-old/q0", "wf-old", "c-old", "alice", "querySalesData", "{}",
-             "2026-10-01T00:00:01", "2026-10-01T00:00:02", "COMPLETED", None))
-        conn.execute(
-            "INSERT INTO email_task (task_id, idempotency_key, recipient, subject, body, status,"
-            " attempts, created_at, updated_at, message_id, sent_at) VALUES"
-            " (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            ("mail-old", "wf-old/e0", "ops@example.com", "Old", "body", "SENT", 1,
-             "2026-10-01T00:00:03.000000Z", "2026-10-01T00:00:04.000000Z",
-             "<mail-old@turnstile.local>", "2026-10-01T00:00:04.000000Z"))
-        conn.executemany("INSERT INTO sales_record VALUES (?, ?, ?, ?, ?, ?)", sales)
+    statements: list[tuple[str, list[tuple[Any, ...]]]] = [
+        ("INSERT INTO conversation VALUES (?, ?, ?)",
+         [("c-old", "alice", "2026-10-01T00:00:00.000+00:00")]),
+        ("INSERT INTO chat_message (conversation_id, seq, role, content, tool_calls,"
+         " tool_call_id, is_error, attributes, created_at, workflow_id)"
+         " VALUES (?, ?, ?, ?, ?, ?, ?, ?, '2026-10-01', 'wf-old')", messages),
+        ("INSERT INTO tool_execution_log VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+         [("wf-old/q0", "wf-old", "c-old", "alice", "querySalesData", "{}",
+           "2026-10-01T00:00:01", "2026-10-01T00:00:02", "COMPLETED", None)]),
+        ("INSERT INTO email_task (task_id, idempotency_key, recipient, subject, body, status,"
+         " attempts, created_at, updated_at, message_id, sent_at) VALUES"
+         " (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+         [("mail-old", "wf-old/e0", "ops@example.com", "Old", "body", "SENT", 1,
+           "2026-10-01T00:00:03.000000Z", "2026-10-01T00:00:04.000000Z",
+           "<mail-old@turnstile.local>", "2026-10-01T00:00:04.000000Z")]),
+        ("INSERT INTO sales_record VALUES (?, ?, ?, ?, ?, ?)", list(_rows(3000, TODAY))),
+    ]
+    if db.dialect == "sqlite":
+        raw = sqlite3.connect(db.path)
+        for sql, rows in statements:
+            raw.executemany(sql, rows)
+        raw.commit()
+        raw.close()
+        return
+    with psycopg.connect(db.url) as conn, conn.cursor() as cur:
+        for sql, rows in statements:
+            cur.executemany(sql.replace("?", "%s"), rows)  # type: ignore[arg-type]
 
 
 def _rows_of(db: Database, table: str, order: str) -> list[dict[str, Any]]:

@@ -21,6 +21,7 @@ from turnstile.sales.query import (
     run_sales_query,
     statement_timeout,
 )
+from turnstile.sales.schema import sales_record
 from turnstile.sales.seed import BIG_CUSTOMERS, last_week, seed
 from turnstile.sales.tools import querySalesData
 from turnstile.stores.db import Database, reader_url
@@ -173,10 +174,10 @@ async def test_no_data_reasons(seeded: Database) -> None:
 async def test_more_than_100_matches_returns_top_10_and_true_total(db: Database) -> None:
     with db.connect() as conn:
         conn.executemany(
-            "INSERT INTO sales_record (id, customer_id, customer_name, customer_email,"
-            " amount_cents, create_time) VALUES (?, ?, ?, ?, ?, ?)",
-            [(i, f"X{i:04d}", f"Customer {i}", f"c{i}@example.com", 100_000 + i,
-              f"2024-06-0{1 + i % 7}T12:00:00.000000Z") for i in range(150)],
+            sa.insert(sales_record),
+            [{"id": i, "customer_id": f"X{i:04d}", "customer_name": f"Customer {i}",
+              "customer_email": f"c{i}@example.com", "amount_cents": 100_000 + i,
+              "create_time": f"2024-06-0{1 + i % 7}T12:00:00.000000Z"} for i in range(150)],
         )
     result = await query(db, startDate="2024-06-01", endDate="2024-06-07", minAmount=0)
     assert (result.totalCount, result.returnedCount, len(result.salesRecords)) == (150, 10, 10)

@@ -142,10 +142,11 @@ def _copy_postgres(conn: Connection, rows: int, today: date) -> None:
 
 
 def _insert_sqlite(conn: Connection, rows: int, today: date) -> None:
+    # The driver's own executemany: the fastest bulk path SQLite has.
     sql = f"INSERT INTO sales_record ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)"
     it = _rows(rows, today)
     while batch := list(itertools.islice(it, BATCH)):
-        conn.executemany(sql, batch)
+        conn.sa.exec_driver_sql(sql, batch)
 
 
 def _take_rollup_triggers(conn: Connection) -> list[str]:

@@ -99,13 +99,16 @@ class AuditLog:
             conn.execute(
                 "INSERT INTO tool_execution_log (execution_id, workflow_id, conversation_id, "
                 "user_id, tool_name, input_params, start_time, status) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (execution_id) DO UPDATE SET "
+                "VALUES (:execution_id, :workflow_id, :conversation_id, :user_id, :tool_name, "
+                ":input_params, :start_time, :status) ON CONFLICT (execution_id) DO UPDATE SET "
                 "start_time = excluded.start_time, status = excluded.status, end_time = NULL, "
                 "error_message = NULL",
-                (
-                    execution_id(workflow_id, call_id), workflow_id, conversation_id, user_id,
-                    tool_name, mask(params), now_iso(), INITIATED,
-                ),
+                {
+                    "execution_id": execution_id(workflow_id, call_id),
+                    "workflow_id": workflow_id, "conversation_id": conversation_id,
+                    "user_id": user_id, "tool_name": tool_name, "input_params": mask(params),
+                    "start_time": now_iso(), "status": INITIATED,
+                },
             )
 
     def finished(
@@ -115,10 +118,10 @@ class AuditLog:
             return
         with self.db.connect() as conn:
             conn.execute(
-                "UPDATE tool_execution_log SET status = ?, end_time = ?, error_message = ? "
-                "WHERE execution_id = ?",
-                (status, now_iso(), mask(error) if error else None,
-                 execution_id(workflow_id, call_id)),
+                "UPDATE tool_execution_log SET status = :status, end_time = :now, "
+                "error_message = :error WHERE execution_id = :execution_id",
+                {"status": status, "now": now_iso(), "error": mask(error) if error else None,
+                 "execution_id": execution_id(workflow_id, call_id)},
             )
 
     def settled(self, *, workflow_id: str, call_id: str, conversation_id: str, user_id: str,
@@ -135,14 +138,17 @@ class AuditLog:
         with self.db.connect() as conn:
             conn.execute(
                 "INSERT INTO approval_decision (workflow_id, tool_call_id, tool_name, approved, "
-                "reviewer, note, decided_at) VALUES (?, ?, ?, ?, ?, ?, ?) "
+                "reviewer, note, decided_at) VALUES (:workflow_id, :tool_call_id, :tool_name, "
+                ":approved, :reviewer, :note, :decided_at) "
                 "ON CONFLICT (workflow_id, tool_call_id) DO NOTHING",
-                (workflow_id, tool_call_id, tool_name, int(approved), reviewer, note, decided_at),
+                {"workflow_id": workflow_id, "tool_call_id": tool_call_id, "tool_name": tool_name,
+                 "approved": int(approved), "reviewer": reviewer, "note": note,
+                 "decided_at": decided_at},
             )
 
     def rows(self, workflow_id: str) -> list[dict[str, Any]]:
         with self.db.connect() as conn:
             return conn.fetchall(
-                "SELECT * FROM tool_execution_log WHERE workflow_id = ? ORDER BY start_time",
-                (workflow_id,),
+                "SELECT * FROM tool_execution_log WHERE workflow_id = :wf ORDER BY start_time",
+                {"wf": workflow_id},
             )

@@ -24,7 +24,6 @@
 from __future__ import annotations
 
 import logging
-import re
 import sqlite3
 import threading
 from collections.abc import Iterator, Mapping, Sequence
@@ -168,43 +167,20 @@ def dispose_engines() -> None:
 
 # --- statements --------------------------------------------------------------
 
-_QMARK = re.compile(r"'[^']*'|\"[^\"]*\"|\?")
-
 
 @lru_cache(maxsize=1024)
-def _qmark_text(sql: str) -> tuple[sa.TextClause, int]:
-    """`?`-placeholder SQL as a SQLAlchemy text clause with bind parameters
-    `:p0, :p1, ...` (quoted literals untouched); SQLAlchemy renders them in
-    the driver's own style."""
-    count = 0
-
-    def bind(m: re.Match[str]) -> str:
-        nonlocal count
-        if m.group(0) != "?":
-            return m.group(0)
-        count += 1
-        return f":p{count - 1}"
-
-    return sa.text(_QMARK.sub(bind, sql)), count
+def _text(sql: str) -> sa.TextClause:
+    return sa.text(sql)
 
 
 Statement = str | sa.Executable
-Params = Sequence[Any] | Mapping[str, Any]
-
-
-def _bind(sql: Statement, params: Params) -> tuple[sa.Executable, dict[str, Any]]:
-    if isinstance(sql, str):
-        clause, count = _qmark_text(sql)
-        values = list(params.values()) if isinstance(params, Mapping) else list(params)
-        if len(values) != count:
-            raise ValueError(f"{count} placeholders, {len(values)} values: {sql[:80]!r}")
-        return clause, {f"p{i}": v for i, v in enumerate(values)}
-    return sql, dict(params) if isinstance(params, Mapping) else {}
+Params = Mapping[str, Any]
 
 
 class Connection:
-    """One connection in one transaction. SQL is a Core statement (preferred)
-    or text with `?` placeholders; rows come back as dicts."""
+    """One connection in one transaction. SQL is a Core statement, or text
+    with named parameters (`:name`, SQLAlchemy's `text()`: SQLAlchemy renders
+    them in the driver's style); rows come back as dicts."""
 
     def __init__(self, sa_conn: sa.Connection, dialect: Dialect) -> None:
         self.sa = sa_conn
@@ -216,21 +192,19 @@ class Connection:
         features: SQLite's progress handler, PostgreSQL's COPY."""
         return self.sa.connection.driver_connection
 
-    def execute(self, sql: Statement, params: Params = ()) -> CursorResult[Any]:
-        stmt, values = _bind(sql, params)
-        return self.sa.execute(stmt, values)
+    def execute(self, sql: Statement, params: Params | None = None) -> CursorResult[Any]:
+        stmt = _text(sql) if isinstance(sql, str) else sql
+        return self.sa.execute(stmt, dict(params) if params else None)
 
-    def executemany(self, sql: Statement, rows: Sequence[Sequence[Any] | Mapping[str, Any]]
-                    ) -> None:
-        if not rows:
-            return
-        stmt, _ = _bind(sql, rows[0])
-        self.sa.execute(stmt, [_bind(sql, r)[1] for r in rows])
+    def executemany(self, sql: Statement, rows: Sequence[Params]) -> None:
+        if rows:
+            stmt = _text(sql) if isinstance(sql, str) else sql
+            self.sa.execute(stmt, [dict(r) for r in rows])
 
-    def fetchall(self, sql: Statement, params: Params = ()) -> list[dict[str, Any]]:
+    def fetchall(self, sql: Statement, params: Params | None = None) -> list[dict[str, Any]]:
         return [dict(r) for r in self.execute(sql, params).mappings()]
 
-    def fetchone(self, sql: Statement, params: Params = ()) -> dict[str, Any] | None:
+    def fetchone(self, sql: Statement, params: Params | None = None) -> dict[str, Any] | None:
         row = self.execute(sql, params).mappings().first()
         return None if row is None else dict(row)
 

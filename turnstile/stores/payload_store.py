@@ -94,10 +94,10 @@ class DatabasePayloadDriver(StorageDriver):
         with self.db.connect() as conn:
             for key, data in zip(keys, blobs, strict=True):
                 conn.execute("INSERT INTO payload_blob (key, data, size, created_at) "
-                             "VALUES (?, ?, ?, ?) ON CONFLICT (key) DO NOTHING",
-                             (key, data, len(data), now_iso()))
-                conn.execute("INSERT INTO payload_ref (key, workflow_id) VALUES (?, ?) "
-                             "ON CONFLICT (key, workflow_id) DO NOTHING", (key, owner))
+                             "VALUES (:key, :data, :size, :now) ON CONFLICT (key) DO NOTHING",
+                             {"key": key, "data": data, "size": len(data), "now": now_iso()})
+                conn.execute("INSERT INTO payload_ref (key, workflow_id) VALUES (:key, :wf) "
+                             "ON CONFLICT (key, workflow_id) DO NOTHING", {"key": key, "wf": owner})
 
     async def retrieve(self, context: StorageDriverRetrieveContext,
                        claims: Sequence[StorageDriverClaim]) -> list[Payload]:
@@ -117,7 +117,7 @@ class DatabasePayloadDriver(StorageDriver):
         with self.db.connect() as conn:
             found = {}
             for key in set(keys):
-                row = conn.fetchone("SELECT data FROM payload_blob WHERE key = ?", (key,))
+                row = conn.fetchone("SELECT data FROM payload_blob WHERE key = :k", {"k": key})
                 if row is not None:
                     found[key] = bytes(row["data"])
             return found
@@ -153,9 +153,9 @@ async def sweep(db: Database, client: Client, grace: timedelta = timedelta(hours
     cutoff = (datetime.now(UTC) - grace).isoformat(timespec="milliseconds")
     with db.connect() as conn:
         for wf_id in gone:
-            conn.execute("DELETE FROM payload_ref WHERE workflow_id = ?", (wf_id,))
-        cur = conn.execute("DELETE FROM payload_blob WHERE created_at < ? AND key NOT IN "
-                           "(SELECT key FROM payload_ref)", (cutoff,))
+            conn.execute("DELETE FROM payload_ref WHERE workflow_id = :wf", {"wf": wf_id})
+        cur = conn.execute("DELETE FROM payload_blob WHERE created_at < :cutoff AND key NOT IN "
+                           "(SELECT key FROM payload_ref)", {"cutoff": cutoff})
         deleted = cur.rowcount
     log.info("payload sweep: %d workflow(s) released, %d blob(s) deleted", len(gone), deleted)
     return deleted

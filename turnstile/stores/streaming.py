@@ -57,9 +57,10 @@ class StreamWriter:
         with self.db.connect() as conn:
             conn.execute(
                 "INSERT INTO turn_stream (workflow_id, response_seq, attempt, chunk, text, done, "
-                "created_at) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT "
-                "(workflow_id, response_seq, attempt, chunk) DO NOTHING",
-                (*self.key, self.chunk, text, int(done), now_iso()))
+                "created_at) VALUES (:wf, :response_seq, :attempt, :chunk, :text, :done, :now) "
+                "ON CONFLICT (workflow_id, response_seq, attempt, chunk) DO NOTHING",
+                {"wf": self.key[0], "response_seq": self.key[1], "attempt": self.key[2],
+                 "chunk": self.chunk, "text": text, "done": int(done), "now": now_iso()})
         self.chunk += 1
 
     async def open(self) -> None:
@@ -70,7 +71,7 @@ class StreamWriter:
 
     def _prune(self, cutoff: str) -> None:
         with self.db.connect() as conn:
-            conn.execute("DELETE FROM turn_stream WHERE created_at < ?", (cutoff,))
+            conn.execute("DELETE FROM turn_stream WHERE created_at < :cutoff", {"cutoff": cutoff})
 
     async def add(self, text: str) -> None:
         if self.truncated or not text:
@@ -100,10 +101,10 @@ def read_stream(db: Database, workflow_id: str,
     with db.connect() as conn:
         return conn.fetchall(
             "SELECT response_seq, attempt, chunk, text, done FROM turn_stream "
-            "WHERE workflow_id = ? AND (response_seq > ? OR (response_seq = ? AND "
-            "(attempt > ? OR (attempt = ? AND chunk > ?)))) "
+            "WHERE workflow_id = :wf AND (response_seq > :s OR (response_seq = :s AND "
+            "(attempt > :a OR (attempt = :a AND chunk > :c)))) "
             "ORDER BY response_seq, attempt, chunk",
-            (workflow_id, s, s, a, a, c))
+            {"wf": workflow_id, "s": s, "a": a, "c": c})
 
 
 async def follow_stream(db: Database, workflow_id: str, running: Callable[[], Awaitable[bool]],
