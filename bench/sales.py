@@ -5,10 +5,10 @@
 
 For SQLite (a temporary file) and, when it answers, PostgreSQL (database
 `turnstile_bench`, created if missing on the server of --postgres-url):
-seed N rows, then time `querySalesData` for random one-week ranges, the
-way the tool runs it (a read-only connection from the pool per call, the
-query, the result model), and report p50/p95; then queue --mails e-mails and
-time the sender delivering them to the local SMTP server (mails/s).
+queue --mails e-mails and time the sender delivering them to the local SMTP
+server (mails/s); then seed N rows and time `querySalesData` for random
+one-week ranges, the way the tool runs it (a read-only connection from the
+pool per call, the query, the result model), and report p50/p95.
 
 Each figure is printed next to v0.1.0's, measured with v0.1.0's own
 bench/sales.py on 1,000,000 rows on this machine kind (2 cores), and next to
@@ -42,6 +42,7 @@ from turnstile.sales.seed import PERIOD_DAYS, seed
 from turnstile.sales.sender import SenderConfig, deliver_due
 from turnstile.sales.smtp_server import LocalSmtpServer
 from turnstile.stores.db import Database
+from turnstile.stores.schema import upgrade
 
 DEFAULT_PG = "postgresql://postgres@127.0.0.1:5432/turnstile_bench"
 
@@ -145,7 +146,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--queries", type=int, default=50)
-    parser.add_argument("--mails", type=int, default=200)
+    parser.add_argument("--mails", type=int, default=1000)
     parser.add_argument("--postgres-url", default=DEFAULT_PG)
     parser.add_argument("--smtp", choices=["thread", "process"], default="thread",
                         help="the SMTP server in a thread of the bench (v0.1.0's way, the "
@@ -165,11 +166,15 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{'database':<10} {'seed s':>8} | {'v0.1.0':>11} {'now':>11} {'target':>10} | "
               f"{'v0.1.0':>7} {'now':>7} {'target':>8}")
         for db in backends:
+            # The sender first: right after a bulk load of a million rows the
+            # server is still writing them out (checkpoint, autovacuum), which
+            # is not the state a sender runs in.
+            upgrade(db)
+            rate = bench_sender(db, args.mails, workdir, args.smtp)
             began = time.perf_counter()
             seed(db, rows=args.rows, today=today)
             seeded = time.perf_counter() - began
             p50, p95, matched = bench_queries(db, today, args.queries)
-            rate = bench_sender(db, args.mails, workdir, args.smtp)
             old = V0_1[db.dialect]
             print(f"{db.dialect:<10} {seeded:8.1f} | {old[0]:5.1f}/{old[1]:5.1f} "
                   f"{p50:5.1f}/{p95:5.1f} {'p95<=' + format(TARGET_P95_MS, 'g'):>10} | "
