@@ -273,3 +273,20 @@ def test_declared_tables_match_the_migrated_schema(fresh_url: str) -> None:
         return False
 
     assert [d for d in diffs if not expected(d)] == []
+
+
+def test_concurrent_upgrades_by_several_processes(fresh_url: str) -> None:
+    """Workers starting together: one migrates, the others wait and find
+    nothing to do (PostgreSQL advisory lock / SQLite immediate transaction)."""
+    env = {"DATABASE_URL": fresh_url, "PATH": "/usr/bin:/bin"}
+    procs = [subprocess.Popen([sys.executable, "-m", "turnstile.db", "upgrade"], cwd=ROOT,
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(3)]
+    outputs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0], [err for _, err in outputs]
+    head = head_revision()
+    assert sorted(out.rsplit("-> ", 1)[1].strip() for out, _ in outputs) == [head] * 3
+    db = Database(fresh_url)
+    with db.connect() as conn:
+        assert conn.fetchall("SELECT version_num FROM alembic_version") == [
+            {"version_num": head}]
