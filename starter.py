@@ -32,7 +32,7 @@ from turnstile.engine.contract import (
 )
 from turnstile.runtime.client import connect, web_ui_url
 from turnstile.runtime.config import Settings
-from turnstile.stores.schema import ensure_schema
+from turnstile.stores.schema import upgrade
 
 
 def out(text: str = "") -> None:
@@ -177,7 +177,7 @@ async def main(argv: list[str] | None = None, client: Client | None = None) -> i
         from turnstile.stores.db import Database
 
         db = Database(settings.database_url, readonly_url=settings.database_readonly_url)
-        ensure_schema(db)
+        upgrade(db)
         n = seed(db, rows=args.rows)
         out(f"seeded {n} sales records into {db.dialect} ({settings.database_url})")
         return 0

@@ -23,7 +23,7 @@ from turnstile.runtime.search_attributes import ensure_search_attributes
 from turnstile.runtime.tracing import interceptors as tracing_interceptors
 from turnstile.runtime.tracing import setup_tracing
 from turnstile.sales.service import build_sales_service  # the reference app (+ its tables)
-from turnstile.stores.schema import ensure_schema
+from turnstile.stores.schema import upgrade
 from workflows import AgentTurn
 
 log = logging.getLogger("turnstile.worker")
@@ -53,7 +53,7 @@ async def run(argv: list[str] | None = None) -> None:
     settings = Settings.from_env()
     setup_tracing(settings, "turnstile-worker")
     rt = Runtime.build(settings, load_services(settings, [build_sales_service()]))
-    ensure_schema(rt.db)
+    upgrade(rt.db)  # migrate to the newest schema (a v0.1 database is stamped first)
     stop = threading.Event()
     loop = asyncio.get_running_loop()
     done = asyncio.Event()

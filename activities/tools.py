@@ -11,6 +11,7 @@ Temporal retries it per the tool's policy.
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 from temporalio import activity
@@ -37,7 +38,10 @@ from turnstile.runtime.tools import (
     result_to_text,
 )
 from turnstile.runtime.tracing import record_tool_outcome, tool_span
+from turnstile.stores.db import error_category
 from turnstile.stores.memory import LedgerStatus
+
+log = logging.getLogger(__name__)
 
 PREVIEW_CHARS = 400
 LISTING_HEARTBEAT_SECONDS = 1.5  # beats every 0.5 s while MCP servers are listed
@@ -164,6 +168,13 @@ class ToolActivities:
             retryable = not (isinstance(exc, ToolExecutionError) and not exc.retryable)
             error = (str(exc) if isinstance(exc, ToolExecutionError)
                      else f"{type(exc).__name__}: {exc}")
+            category = error_category(exc)
+            if category is not None:
+                # The driver's text names hosts, roles, SQL: the log gets it; the
+                # ledger, audit, memory and the model get the category.
+                log.warning("tool %s (%s) attempt %d failed: %s", call.name, call.id,
+                            info.attempt, error)
+                error = f"{category}; tried {info.attempt} time(s)"
             await asyncio.to_thread(self.rt.ledger.attempt_failed, wf_id, call.id, error)
             await asyncio.to_thread(audit_log.finished, workflow_id=wf_id, call_id=call.id,
                                     status=AuditStatus.FAILED, error=error)

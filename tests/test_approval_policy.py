@@ -45,7 +45,7 @@ async def pending_of(handle: WorkflowHandle, n: int = 1) -> list[PendingApproval
     raise TimeoutError("no pending approval appeared")
 
 
-def rows(db: Database, sql: str, *params: Any) -> list[dict[str, Any]]:
+def rows(db: Database, sql: str, **params: Any) -> list[dict[str, Any]]:
     with db.connect() as conn:
         return conn.fetchall(sql, params)
 
@@ -60,8 +60,8 @@ async def test_only_allowed_reviewers_decide_and_every_outcome_is_audited(
         client: Client, task_queue: str, tmp_path, fake_llm: FakeLLM) -> None:
     db = sqlite_db(tmp_path)
     with db.connect() as conn:  # the operator narrows who may approve e-mail
-        conn.execute("INSERT INTO approver (service, tool, reviewer) VALUES (?, ?, ?)",
-                     ("sales-assistant", "createEmailTask", "ops-lead"))
+        conn.execute("INSERT INTO approver (service, tool, reviewer) VALUES (:s, :t, :r)",
+                     {"s": "sales-assistant", "t": "createEmailTask", "r": "ops-lead"})
     fake_llm.script(tool_reply(("e1", "createEmailTask", MAIL)), text_reply("queued"))
     async with running_worker(client, task_queue, db.url, [build_sales_service()],
                               llm_url=fake_llm.url) as turns:
@@ -88,14 +88,14 @@ async def test_only_allowed_reviewers_decide_and_every_outcome_is_audited(
     assert "'alice' requested this call" in progress.refused_signals[0]
     assert "'mallory' is not an approver" in progress.refused_signals[1]
     refusals = rows(db, "SELECT tool_name, input_params, status, error_message FROM "
-                        "tool_execution_log WHERE workflow_id = ? AND status = ? "
-                        "ORDER BY execution_id", handle.id, "APPROVAL_REFUSED")
+                        "tool_execution_log WHERE workflow_id = :wf AND status = :status "
+                        "ORDER BY execution_id", wf=handle.id, status="APPROVAL_REFUSED")
     assert [r["tool_name"] for r in refusals] == ["createEmailTask"] * 2
     assert '"reviewer": "alice"' in refusals[0]["input_params"]
     assert "requested this call" in refusals[0]["error_message"]
     assert "not an approver" in refusals[1]["error_message"]
-    assert rows(db, "SELECT reviewer, approved FROM approval_decision WHERE workflow_id = ?",
-                handle.id) == [{"reviewer": "ops-lead", "approved": 1}]
+    assert rows(db, "SELECT reviewer, approved FROM approval_decision WHERE workflow_id = :wf",
+                wf=handle.id) == [{"reviewer": "ops-lead", "approved": 1}]
     assert len(rows(db, "SELECT * FROM email_task")) == 1
 
 

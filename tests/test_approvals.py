@@ -39,8 +39,8 @@ async def wait_pending(handle: WorkflowHandle, n: int = 1) -> list[PendingApprov
 def decisions(db: Database, wf_id: str) -> list[dict[str, Any]]:
     with db.connect() as conn:
         return conn.fetchall("SELECT tool_call_id, approved, reviewer, note FROM "
-                             "approval_decision WHERE workflow_id = ? ORDER BY tool_call_id",
-                             (wf_id,))
+                             "approval_decision WHERE workflow_id = :wf ORDER BY tool_call_id",
+                             {"wf": wf_id})
 
 
 PAY = tool_reply(("p1", "sendMoneySlowly", {"to": "bob@example.com", "amount": 10}))

@@ -14,11 +14,12 @@ def _prefill(db, conversation: str, n: int) -> None:  # type: ignore[no-untyped-
     """Rows as another program would insert them: only the four required columns."""
     with db.connect() as conn:
         conn.execute("INSERT INTO conversation (conversation_id, user_id, created_at) "
-                     "VALUES (?, 'alice', '2026-01-01')", (conversation,))
+                     "VALUES (:c, 'alice', '2026-01-01')", {"c": conversation})
         conn.executemany(
-            "INSERT INTO chat_message (conversation_id, seq, role, content) VALUES (?, ?, ?, ?)",
-            [(conversation, i, "user" if i % 2 == 0 else "assistant",
-              f"message number {i:06d} " + "x" * 200) for i in range(n)])
+            "INSERT INTO chat_message (conversation_id, seq, role, content)"
+            " VALUES (:c, :seq, :role, :content)",
+            [{"c": conversation, "seq": i, "role": "user" if i % 2 == 0 else "assistant",
+              "content": f"message number {i:06d} " + "x" * 200} for i in range(n)])
 
 
 def _payload_size(event) -> int:  # type: ignore[no-untyped-def]

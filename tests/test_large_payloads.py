@@ -79,6 +79,6 @@ async def test_corrupted_blob_is_detected_and_sweep_keeps_live_references(
     # Nothing references it but the owner "?" here (no workflow): sweep keeps it.
     assert await sweep(db, client) == 0
     with db.connect() as conn:
-        conn.execute("UPDATE payload_blob SET data = ?", (b"tampered",))
+        conn.execute("UPDATE payload_blob SET data = :data", {"data": b"tampered"})
     with pytest.raises(PayloadIntegrityError, match="does not match its hash"):
         await conv.decode(payloads, [str])

@@ -11,6 +11,7 @@ from typing import Any
 
 import psycopg
 import pytest
+import sqlalchemy as sa
 
 from turnstile.engine.errors import ToolArgumentError
 from turnstile.runtime.tools import ToolContext, ToolExecutionError
@@ -20,6 +21,7 @@ from turnstile.sales.query import (
     run_sales_query,
     statement_timeout,
 )
+from turnstile.sales.schema import sales_record
 from turnstile.sales.seed import BIG_CUSTOMERS, last_week, seed
 from turnstile.sales.tools import querySalesData
 from turnstile.stores.db import Database, reader_url
@@ -172,10 +174,10 @@ async def test_no_data_reasons(seeded: Database) -> None:
 async def test_more_than_100_matches_returns_top_10_and_true_total(db: Database) -> None:
     with db.connect() as conn:
         conn.executemany(
-            "INSERT INTO sales_record (id, customer_id, customer_name, customer_email,"
-            " amount_cents, create_time) VALUES (?, ?, ?, ?, ?, ?)",
-            [(i, f"X{i:04d}", f"Customer {i}", f"c{i}@example.com", 100_000 + i,
-              f"2024-06-0{1 + i % 7}T12:00:00.000000Z") for i in range(150)],
+            sa.insert(sales_record),
+            [{"id": i, "customer_id": f"X{i:04d}", "customer_name": f"Customer {i}",
+              "customer_email": f"c{i}@example.com", "amount_cents": 100_000 + i,
+              "create_time": f"2024-06-0{1 + i % 7}T12:00:00.000000Z"} for i in range(150)],
         )
     result = await query(db, startDate="2024-06-01", endDate="2024-06-07", minAmount=0)
     assert (result.totalCount, result.returnedCount, len(result.salesRecords)) == (150, 10, 10)
@@ -231,10 +233,31 @@ def test_write_through_readonly_connection_fails_at_the_database(seeded: Databas
                 "INSERT INTO follow_up_task (customer_id, assignee, note, status, created_by_call,"
                 " created_at) VALUES ('C', 'a', 'n', 'OPEN', 'k', 't')",
                 "CREATE TABLE evil (x INTEGER)"):
-        with pytest.raises(Exception) as err, seeded.connect(readonly=True) as conn:
+        with pytest.raises(sa.exc.DBAPIError) as err, seeded.connect(readonly=True) as conn:
             conn.execute(sql)
-        assert type(err.value).__module__.split(".")[0] in ("sqlite3", "psycopg"), err.value
+        # Refused by the database itself (its driver's error), not by our code.
+        assert type(err.value.orig).__module__.split(".")[0] in ("sqlite3", "psycopg"), err.value
     assert rows_of(seeded, "sales_record") == 5000
+
+
+def test_sqlite_reader_cannot_write_through_attach_or_pragmas(seeded: Database,
+                                                              tmp_path: Path) -> None:
+    if seeded.dialect != "sqlite":
+        pytest.skip("SQLite's read-only connection")
+    other = tmp_path / "other.db"
+    for sql in (f"ATTACH DATABASE '{other}' AS other",
+                "ATTACH DATABASE ':memory:' AS scratch",
+                "PRAGMA query_only = 0",
+                "PRAGMA journal_mode = DELETE",
+                "CREATE TEMP TABLE t (x)",
+                "DETACH DATABASE main"):
+        with pytest.raises(sa.exc.DatabaseError, match="not authorized"), \
+                seeded.connect(readonly=True) as conn:
+            conn.execute(sql)
+    assert not other.exists()  # ATTACH would have created it
+    with seeded.connect(readonly=True) as conn:
+        assert conn.fetchone("PRAGMA query_only") == {"query_only": 1}
+        assert conn.fetchone("SELECT COUNT(*) AS n FROM sales_record") == {"n": 5000}
 
 
 def test_postgres_reader_role_can_only_select_sales(seeded: Database) -> None:

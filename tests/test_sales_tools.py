@@ -41,7 +41,7 @@ async def run(tool: Tool, ctx: ToolContext, **arguments: Any) -> Any:
     return await tool.invoke(ctx, tool.parse_arguments(json.dumps(arguments)))
 
 
-def count(db: Database, sql: str, params: tuple[Any, ...] = ()) -> int:
+def count(db: Database, sql: str, params: dict[str, Any] | None = None) -> int:
     with db.connect() as conn:
         row = conn.fetchone(f"SELECT COUNT(*) AS n FROM {sql}", params)
     return int(row["n"]) if row else 0
@@ -51,8 +51,9 @@ def count(db: Database, sql: str, params: tuple[Any, ...] = ()) -> int:
 def sales_db(db: Database) -> Database:
     with db.connect() as conn:
         conn.executemany(
-            "INSERT INTO sales_record VALUES (?, ?, ?, ?, ?, ?)",
-            [(i, c, f"Name {c}", f"{c.lower()}@example.com", 100, "2025-03-03T10:00:00.000000Z")
+            "INSERT INTO sales_record VALUES (:id, :c, :name, :email, 100,"
+            " '2025-03-03T10:00:00.000000Z')",
+            [{"id": i, "c": c, "name": f"Name {c}", "email": f"{c.lower()}@example.com"}
              for i, c in enumerate(CUSTOMERS)],
         )
     return db
@@ -91,8 +92,8 @@ async def test_follow_up_is_idempotent_per_call_and_compensates(sales_db: Databa
     text = undo(ctx, args, first.model_dump_json())  # result as stored text
     assert "cancelled 3 follow-up task(s)" in text
     assert count(sales_db, "follow_up_task WHERE status = 'CANCELLED'") == 3
-    assert count(sales_db, "follow_up_task WHERE created_by_call = ? AND status = 'OPEN'",
-                 ("wf-test/call-b",)) == 3
+    assert count(sales_db, "follow_up_task WHERE created_by_call = :key AND status = 'OPEN'",
+                 {"key": "wf-test/call-b"}) == 3
     assert "cancelled 0" in undo(ctx, args, None)  # again, without a result: by call key
     assert count(sales_db, "follow_up_task WHERE status = 'CANCELLED'") == 3
 
@@ -124,7 +125,7 @@ async def test_follow_up_injection_strings_are_data_or_rejected(sales_db: Databa
         stored += 1
         with sales_db.connect() as conn:
             rows = conn.fetchall("SELECT assignee, note FROM follow_up_task"
-                                 " WHERE created_by_call = ?", (ctx.idempotency_key,))
+                                 " WHERE created_by_call = :key", {"key": ctx.idempotency_key})
         assert rows == [{"assignee": payload or "x", "note": payload or "x"}]
     assert count(sales_db, "follow_up_task") == stored >= 50
     assert count(sales_db, "sales_record") == 3
@@ -183,9 +184,10 @@ async def _task_in(db: Database, status: EmailStatus, *, possibly_sent: bool = F
     ctx = ctx_for(db, f"call-{status}-{possibly_sent}")
     created = await run(createEmailTask, ctx, to="ops@example.com", subject="s", body="b")
     with db.connect() as conn:
-        conn.execute("UPDATE email_task SET status = ?, possibly_sent = ?, sent_at = ?"
-                     " WHERE task_id = ?",
-                     (status, possibly_sent, "2025-03-12T10:00:00.000000Z", created.taskId))
+        conn.execute("UPDATE email_task SET status = :status, possibly_sent = :possibly_sent,"
+                     " sent_at = '2025-03-12T10:00:00.000000Z' WHERE task_id = :task_id",
+                     {"status": status, "possibly_sent": possibly_sent,
+                      "task_id": created.taskId})
     return ctx, created
 
 

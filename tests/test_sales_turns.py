@@ -45,8 +45,8 @@ async def approve_when_asked(handle: WorkflowHandle, reviewer: str) -> list[Pend
 
 def email_tasks(db: Database, wf_id: str) -> list[dict[str, Any]]:
     with db.connect() as conn:
-        return conn.fetchall("SELECT * FROM email_task WHERE idempotency_key LIKE ?",
-                             (wf_id + "/%",))
+        return conn.fetchall("SELECT * FROM email_task WHERE idempotency_key LIKE :key",
+                             {"key": wf_id + "/%"})
 
 
 async def test_demo_turn_end_to_end(client: Client, task_queue: str, tmp_path,

@@ -8,7 +8,7 @@ when it does not answer.
 - `postgres_url`: one fresh database `turnstile_t_<hex>` per test session,
   dropped (WITH FORCE) at the end. Creating a database costs ~0.1 s, so the
   `db` fixture reuses it and empties its tables between tests instead.
-- `db`: parametrized over BACKENDS, a `Database` with `ensure_schema()` applied
+- `db`: parametrized over BACKENDS, a `Database` migrated to the newest schema
   and no rows in any table.
 - `temporary_postgres_database()` (also as the `postgres_database_factory`
   fixture): a context manager for tests or module-scoped fixtures that want a
@@ -72,13 +72,15 @@ def sqlite_file_url(path: Path) -> str:
 
 
 def empty_all_tables(db: Database) -> None:
-    """Delete every row of every table, whoever owns the table."""
+    """Delete every row of every table, whoever owns the table (but the
+    migrations' own `alembic_version`)."""
     with db.connect() as conn:
         if db.dialect == "postgresql":
             names = [
                 r["tablename"]
                 for r in conn.fetchall(
                     "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()"
+                    " AND tablename <> 'alembic_version'"
                 )
             ]
             if names:
@@ -89,7 +91,7 @@ def empty_all_tables(db: Database) -> None:
                 r["name"]
                 for r in conn.fetchall(
                     "SELECT name FROM sqlite_master WHERE type = 'table'"
-                    " AND name NOT LIKE 'sqlite_%'"
+                    " AND name NOT LIKE 'sqlite_%' AND name <> 'alembic_version'"
                 )
             ]
             for n in names:

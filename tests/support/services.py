@@ -24,8 +24,8 @@ def side_effects(db, call_key_prefix: str = "") -> list[dict]:  # type: ignore[n
     with db.connect() as conn:
         conn.execute("CREATE TABLE IF NOT EXISTS test_side_effect ("
                      "call_key TEXT NOT NULL, tool TEXT NOT NULL, note TEXT)")
-        return conn.fetchall("SELECT * FROM test_side_effect WHERE call_key LIKE ?",
-                             (call_key_prefix + "%",))
+        return conn.fetchall("SELECT * FROM test_side_effect WHERE call_key LIKE :prefix",
+                             {"prefix": call_key_prefix + "%"})
 
 
 @tool(idempotent=True)
@@ -39,8 +39,9 @@ async def slowWrite(ctx: ToolContext, note: str, seconds: float = 3.0) -> dict: 
     """Write one row, then work for a while. NOT safe to run twice."""
     _effects_table(ctx)
     with ctx.db.connect() as conn:
-        conn.execute("INSERT INTO test_side_effect (call_key, tool, note) VALUES (?, ?, ?)",
-                     (ctx.idempotency_key, "slowWrite", note))
+        conn.execute("INSERT INTO test_side_effect (call_key, tool, note)"
+                     " VALUES (:key, :tool, :note)",
+                     {"key": ctx.idempotency_key, "tool": "slowWrite", "note": note})
     await asyncio.sleep(seconds)
     return {"written": note}
 
@@ -50,11 +51,12 @@ async def slowUpsert(ctx: ToolContext, note: str, seconds: float = 3.0) -> dict:
     """Write one row keyed by the call (idempotent), then work for a while."""
     _effects_table(ctx)
     with ctx.db.connect() as conn:
-        exists = conn.fetchone("SELECT 1 AS x FROM test_side_effect WHERE call_key = ?",
-                               (ctx.idempotency_key,))
+        exists = conn.fetchone("SELECT 1 AS x FROM test_side_effect WHERE call_key = :key",
+                               {"key": ctx.idempotency_key})
         if not exists:
-            conn.execute("INSERT INTO test_side_effect (call_key, tool, note) VALUES (?, ?, ?)",
-                         (ctx.idempotency_key, "slowUpsert", note))
+            conn.execute("INSERT INTO test_side_effect (call_key, tool, note)"
+                         " VALUES (:key, :tool, :note)",
+                         {"key": ctx.idempotency_key, "tool": "slowUpsert", "note": note})
     await asyncio.sleep(seconds)
     return {"written": note, "attempt": ctx.attempt}
 
@@ -94,18 +96,19 @@ def reserve(ctx: ToolContext, item: str) -> dict:
     """Reserve an item (compensable: the reservation is cancelled on rollback)."""
     _effects_table(ctx)
     with ctx.db.connect() as conn:
-        if not conn.fetchone("SELECT 1 AS x FROM test_side_effect WHERE call_key = ?",
-                             (ctx.idempotency_key,)):
-            conn.execute("INSERT INTO test_side_effect (call_key, tool, note) VALUES (?, ?, ?)",
-                         (ctx.idempotency_key, "reserve", item))
+        if not conn.fetchone("SELECT 1 AS x FROM test_side_effect WHERE call_key = :key",
+                             {"key": ctx.idempotency_key}):
+            conn.execute("INSERT INTO test_side_effect (call_key, tool, note)"
+                         " VALUES (:key, :tool, :note)",
+                         {"key": ctx.idempotency_key, "tool": "reserve", "note": item})
     return {"reserved": item}
 
 
 @reserve.compensation
 def _cancel_reservation(ctx: ToolContext, args, result) -> str:  # type: ignore[no-untyped-def]
     with ctx.db.connect() as conn:
-        conn.execute("UPDATE test_side_effect SET note = 'CANCELLED' WHERE call_key = ?",
-                     (ctx.idempotency_key,))
+        conn.execute("UPDATE test_side_effect SET note = 'CANCELLED' WHERE call_key = :key",
+                     {"key": ctx.idempotency_key})
     return f"reservation of {args.item} cancelled"
 
 
@@ -118,12 +121,12 @@ def slowUndoReserve(ctx: ToolContext, item: str) -> dict:  # noqa: N802
 @slowUndoReserve.compensation
 async def _slow_cancel(ctx: ToolContext, args, result) -> str:  # type: ignore[no-untyped-def]
     with ctx.db.connect() as conn:
-        conn.execute("UPDATE test_side_effect SET note = 'CANCELLING' WHERE call_key = ? "
-                     "AND note <> 'CANCELLED'", (ctx.idempotency_key,))
+        conn.execute("UPDATE test_side_effect SET note = 'CANCELLING' WHERE call_key = :key "
+                     "AND note <> 'CANCELLED'", {"key": ctx.idempotency_key})
     await asyncio.sleep(4)
     with ctx.db.connect() as conn:
-        conn.execute("UPDATE test_side_effect SET note = 'CANCELLED' WHERE call_key = ?",
-                     (ctx.idempotency_key,))
+        conn.execute("UPDATE test_side_effect SET note = 'CANCELLED' WHERE call_key = :key",
+                     {"key": ctx.idempotency_key})
     return f"reservation of {args.item} cancelled (attempt {ctx.attempt})"
 
 
@@ -149,8 +152,9 @@ def sendMoney(ctx: ToolContext, to: str, amount: int) -> dict:  # noqa: N802
     """Pay someone (needs a reviewer's approval; 2 s deadline in tests)."""
     _effects_table(ctx)
     with ctx.db.connect() as conn:
-        conn.execute("INSERT INTO test_side_effect (call_key, tool, note) VALUES (?, ?, ?)",
-                     (ctx.idempotency_key, "sendMoney", f"{to}:{amount}"))
+        conn.execute("INSERT INTO test_side_effect (call_key, tool, note)"
+                     " VALUES (:key, :tool, :note)",
+                     {"key": ctx.idempotency_key, "tool": "sendMoney", "note": f"{to}:{amount}"})
     return {"paid": amount, "to": to}
 
 

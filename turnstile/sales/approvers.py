@@ -16,25 +16,19 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+import sqlalchemy as sa
+
 from turnstile.runtime.services import ApproverContext
-from turnstile.stores.db import Database, Dialect, schema
-
-
-@schema
-def approver_schema(dialect: Dialect) -> list[str]:
-    return ["""CREATE TABLE IF NOT EXISTS approver (
-        service TEXT NOT NULL,
-        tool TEXT NOT NULL,
-        reviewer TEXT NOT NULL,
-        PRIMARY KEY (service, tool, reviewer))"""]
+from turnstile.sales.schema import approver
+from turnstile.stores.db import Database
 
 
 def table_approvers(ctx: ApproverContext) -> Mapping[str, Iterable[str]]:
     """The resolver of the reference service: rows of `approver` by tool."""
     db: Database = ctx.db
     with db.connect() as conn:
-        rows = conn.fetchall("SELECT tool, reviewer FROM approver WHERE service = ?",
-                             (ctx.service,))
+        rows = conn.fetchall(sa.select(approver.c.tool, approver.c.reviewer)
+                             .where(approver.c.service == ctx.service))
     out: dict[str, list[str]] = {}
     for row in rows:
         out.setdefault(row["tool"], []).append(row["reviewer"])

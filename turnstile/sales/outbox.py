@@ -9,7 +9,12 @@
 Every change is a compare-and-set UPDATE (`WHERE status = <what we saw>`), so
 two senders, or a sender and a compensation, never both win. A claim bumps
 `attempts` and records the sender id; (`claimed_by`, `attempts`) is the
-claim token that later marks the outcome.
+claim token that later marks the outcome. The sender claims a small batch in
+one transaction (`claim_due`) and marks each outcome in its own; claims it
+did not get to send are given back (`release`) when it stops. A sender killed
+outright leaves its unsent claims SENDING, and stale recovery parks them as
+"possibly sent" like the one in flight: never sent twice, at the price of a
+person checking up to one claim batch after a crash.
 
 "Possibly sent": a task found in SENDING longer than a sender could take
 (sender crashed), or one whose connection broke after the message data went
@@ -31,7 +36,9 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from turnstile.sales.schema import now_text, utc_text
+import sqlalchemy as sa
+
+from turnstile.sales.schema import email_task, now_text, utc_text
 from turnstile.stores.db import Connection, Database
 
 
@@ -81,8 +88,20 @@ def _after(seconds: float) -> str:
     return utc_text(datetime.now(UTC) + timedelta(seconds=seconds))
 
 
+t = email_task
+
+
+def _is_due(now: str) -> sa.ColumnElement[bool]:
+    """QUEUED, or FAILED (not possibly sent) whose retry time came."""
+    return sa.or_(
+        t.c.status == EmailStatus.QUEUED.value,
+        sa.and_(t.c.status == EmailStatus.FAILED.value, t.c.possibly_sent == sa.false(),
+                t.c.next_attempt_at <= now),
+    )
+
+
 def _get(conn: Connection, task_id: str) -> EmailTask | None:
-    row = conn.fetchone("SELECT * FROM email_task WHERE task_id = ?", (task_id,))
+    row = conn.fetchone(sa.select(t).where(t.c.task_id == task_id))
     return EmailTask.from_row(row) if row else None
 
 
@@ -101,10 +120,12 @@ def enqueue(
         cur = conn.execute(
             """INSERT INTO email_task (task_id, idempotency_key, recipient, subject, body,
                    status, attempts, created_at, updated_at, message_id)
-               VALUES (?, ?, ?, ?, ?, ?, 0, ?, ?, ?)
+               VALUES (:task_id, :key, :recipient, :subject, :body, :status, 0, :now, :now,
+                       :message_id)
                ON CONFLICT (idempotency_key) DO NOTHING""",
-            (task_id, idempotency_key, recipient, subject, body, EmailStatus.QUEUED, now, now,
-             message_id_for(task_id)),
+            {"task_id": task_id, "key": idempotency_key, "recipient": recipient,
+             "subject": subject, "body": body, "status": EmailStatus.QUEUED.value, "now": now,
+             "message_id": message_id_for(task_id)},
         )
         created = cur.rowcount == 1
         task = _by_key(conn, idempotency_key)
@@ -113,7 +134,7 @@ def enqueue(
 
 
 def _by_key(conn: Connection, idempotency_key: str) -> EmailTask | None:
-    row = conn.fetchone("SELECT * FROM email_task WHERE idempotency_key = ?", (idempotency_key,))
+    row = conn.fetchone(sa.select(t).where(t.c.idempotency_key == idempotency_key))
     return EmailTask.from_row(row) if row else None
 
 
@@ -126,10 +147,11 @@ def cancel(db: Database, task_id: str) -> tuple[bool, EmailTask | None]:
     """QUEUED/FAILED -> CANCELLED. -> (cancelled now, task as it is afterwards)."""
     with db.connect() as conn:
         cur = conn.execute(
-            "UPDATE email_task SET status = ?, next_attempt_at = NULL, updated_at = ?"
-            " WHERE task_id = ? AND status IN (?, ?)",
-            (EmailStatus.CANCELLED, now_text(), task_id, EmailStatus.QUEUED, EmailStatus.FAILED),
-        )
+            sa.update(t)
+            .where(t.c.task_id == task_id,
+                   t.c.status.in_([EmailStatus.QUEUED.value, EmailStatus.FAILED.value]))
+            .values(status=EmailStatus.CANCELLED.value, next_attempt_at=None,
+                    updated_at=now_text()))
         return cur.rowcount == 1, _get(conn, task_id)
 
 
@@ -138,24 +160,20 @@ def requeue(
 ) -> tuple[bool, EmailTask | None]:
     """FAILED -> QUEUED, due now. A possibly-sent task only with the explicit flag."""
     with db.connect() as conn:
-        cur = conn.execute(
-            "UPDATE email_task SET status = ?, next_attempt_at = NULL, possibly_sent = ?,"
-            " updated_at = ? WHERE task_id = ? AND status = ? AND (possibly_sent = ? OR ?)",
-            (EmailStatus.QUEUED, False, now_text(), task_id, EmailStatus.FAILED, False,
-             allow_possibly_sent),
-        )
+        stmt = sa.update(t).where(t.c.task_id == task_id,
+                                  t.c.status == EmailStatus.FAILED.value)
+        if not allow_possibly_sent:
+            stmt = stmt.where(t.c.possibly_sent == sa.false())
+        cur = conn.execute(stmt.values(status=EmailStatus.QUEUED.value, next_attempt_at=None,
+                                       possibly_sent=False, updated_at=now_text()))
         return cur.rowcount == 1, _get(conn, task_id)
 
 
 def due(db: Database, limit: int) -> list[EmailTask]:
     """Tasks a sender may claim now: QUEUED, or FAILED whose retry time came."""
     with db.connect() as conn:
-        rows = conn.fetchall(
-            "SELECT * FROM email_task WHERE status = ?"
-            " OR (status = ? AND possibly_sent = ? AND next_attempt_at <= ?)"
-            " ORDER BY created_at, task_id LIMIT ?",
-            (EmailStatus.QUEUED, EmailStatus.FAILED, False, now_text(), limit),
-        )
+        rows = conn.fetchall(sa.select(t).where(_is_due(now_text()))
+                             .order_by(t.c.created_at, t.c.task_id).limit(limit))
     return [EmailTask.from_row(r) for r in rows]
 
 
@@ -164,11 +182,46 @@ def claim(db: Database, task: EmailTask, sender_id: str) -> bool:
     now = now_text()
     with db.connect() as conn:
         cur = conn.execute(
-            "UPDATE email_task SET status = ?, attempts = attempts + 1, claimed_by = ?,"
-            " claimed_at = ?, next_attempt_at = NULL, updated_at = ?"
-            " WHERE task_id = ? AND status = ? AND attempts = ?",
-            (EmailStatus.SENDING, sender_id, now, now, task.task_id, task.status, task.attempts),
-        )
+            sa.update(t)
+            .where(t.c.task_id == task.task_id, t.c.status == task.status.value,
+                   t.c.attempts == task.attempts)
+            .values(status=EmailStatus.SENDING.value, attempts=t.c.attempts + 1,
+                    claimed_by=sender_id, claimed_at=now, next_attempt_at=None, updated_at=now))
+        return cur.rowcount == 1
+
+
+def claim_due(db: Database, sender_id: str, limit: int) -> list[EmailTask]:
+    """Claim up to `limit` due tasks in one transaction (QUEUED/FAILED ->
+    SENDING, attempts + 1, claimed by `sender_id`), oldest first. On
+    PostgreSQL rows another sender is claiming are skipped (SKIP LOCKED); the
+    due condition is checked again on every row the UPDATE changes, so no
+    task is claimed twice."""
+    now = now_text()
+    is_due = _is_due(now)
+    pick = (sa.select(t.c.task_id).where(is_due).order_by(t.c.created_at, t.c.task_id)
+            .limit(limit).with_for_update(skip_locked=True))
+    stmt = (
+        sa.update(t).where(t.c.task_id.in_(pick), is_due)
+        .values(status=EmailStatus.SENDING.value, attempts=t.c.attempts + 1,
+                claimed_by=sender_id, claimed_at=now, next_attempt_at=None, updated_at=now)
+        .returning(*t.c)
+    )
+    with db.connect() as conn:
+        rows = [dict(r) for r in conn.execute(stmt).mappings()]
+    tasks = [EmailTask.from_row(r) for r in rows]
+    return sorted(tasks, key=lambda task: (task.created_at, task.task_id))
+
+
+def release(db: Database, task: EmailTask) -> bool:
+    """Give back a claim whose message was never handed to SMTP (the sender is
+    stopping): SENDING -> QUEUED, the attempt not counted."""
+    with db.connect() as conn:
+        cur = conn.execute(
+            sa.update(t)
+            .where(t.c.task_id == task.task_id, t.c.status == EmailStatus.SENDING.value,
+                   t.c.claimed_by == task.claimed_by, t.c.attempts == task.attempts)
+            .values(status=EmailStatus.QUEUED.value, attempts=t.c.attempts - 1,
+                    claimed_by=None, claimed_at=None, updated_at=now_text()))
         return cur.rowcount == 1
 
 
@@ -178,10 +231,10 @@ def mark_sent(db: Database, task_id: str, sender_id: str, attempt: int) -> bool:
     now = now_text()
     with db.connect() as conn:
         cur = conn.execute(
-            "UPDATE email_task SET status = ?, sent_at = ?, updated_at = ?, last_error = NULL,"
-            " possibly_sent = ? WHERE task_id = ? AND claimed_by = ? AND attempts = ?",
-            (EmailStatus.SENT, now, now, False, task_id, sender_id, attempt),
-        )
+            sa.update(t)
+            .where(t.c.task_id == task_id, t.c.claimed_by == sender_id, t.c.attempts == attempt)
+            .values(status=EmailStatus.SENT.value, sent_at=now, updated_at=now, last_error=None,
+                    possibly_sent=False))
         return cur.rowcount == 1
 
 
@@ -207,12 +260,11 @@ def mark_failed(
         status, next_at = EmailStatus.FAILED, _after(retry_after)
     with db.connect() as conn:
         cur = conn.execute(
-            "UPDATE email_task SET status = ?, last_error = ?, next_attempt_at = ?,"
-            " possibly_sent = ?, updated_at = ?"
-            " WHERE task_id = ? AND claimed_by = ? AND attempts = ? AND status IN (?, ?)",
-            (status, error[:2000], next_at, possibly_sent, now_text(), task_id, sender_id, attempt,
-             EmailStatus.SENDING, EmailStatus.FAILED),
-        )
+            sa.update(t)
+            .where(t.c.task_id == task_id, t.c.claimed_by == sender_id, t.c.attempts == attempt,
+                   t.c.status.in_([EmailStatus.SENDING.value, EmailStatus.FAILED.value]))
+            .values(status=status.value, last_error=error[:2000], next_attempt_at=next_at,
+                    possibly_sent=possibly_sent, updated_at=now_text()))
         return status if cur.rowcount == 1 else None
 
 
@@ -221,17 +273,11 @@ def recover_stale(db: Database, older_than_seconds: float) -> int:
     cutoff = _after(-older_than_seconds)
     with db.connect() as conn:
         cur = conn.execute(
-            "UPDATE email_task SET status = ?, possibly_sent = ?, next_attempt_at = NULL,"
-            " last_error = ?, updated_at = ? WHERE status = ? AND claimed_at < ?",
-            (
-                EmailStatus.FAILED,
-                True,
-                f"{POSSIBLY_SENT}: the sender stopped while delivering; the SMTP server may "
-                "have accepted it. Not retried automatically: check the recipient's mailbox "
-                "for the Message-ID first",
-                now_text(),
-                EmailStatus.SENDING,
-                cutoff,
-            ),
-        )
+            sa.update(t)
+            .where(t.c.status == EmailStatus.SENDING.value, t.c.claimed_at < cutoff)
+            .values(status=EmailStatus.FAILED.value, possibly_sent=True, next_attempt_at=None,
+                    last_error=f"{POSSIBLY_SENT}: the sender stopped while delivering; the SMTP "
+                    "server may have accepted it. Not retried automatically: check the "
+                    "recipient's mailbox for the Message-ID first",
+                    updated_at=now_text()))
         return cur.rowcount

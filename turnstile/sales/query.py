@@ -6,7 +6,8 @@ Three validation levels, each with a message the model can act on:
               ISO `YYYY-MM-DD` dates only, amounts >= 0;
 2. tool     — `check_period`: start <= end, at most `MAX_RANGE_DAYS` days;
 3. query    — `aggregate_sql` refuses to build a query without a time range,
-              so no code path can turn into a full-table scan.
+              so no code path can turn into a full-table scan. It reads the
+              per-day rollup `sales_daily_total` (see turnstile.sales.schema).
 
 The model never sends SQL: values only reach the database as bound parameters
 through a read-only connection, under a statement timeout.
@@ -19,15 +20,16 @@ import sqlite3
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import date, timedelta
+from datetime import date
 from decimal import ROUND_FLOOR, Decimal
 from typing import Annotated, Any
 
+import sqlalchemy as sa
 from pydantic import BaseModel, BeforeValidator, Field
 
 from turnstile.engine.errors import ToolArgumentError
 from turnstile.runtime.tools import ToolExecutionError
-from turnstile.sales.schema import day_start_text
+from turnstile.sales.schema import sales_daily_total
 from turnstile.stores.db import Connection
 
 MAX_RANGE_DAYS = 366
@@ -107,33 +109,43 @@ class EmptyConditionError(ToolArgumentError):
     """A query without a restricting condition would scan the whole table."""
 
 
-def aggregate_sql(start_text: str | None, end_text: str | None) -> str:
-    """Per-customer totals in [start, end) above a threshold (level 3).
-
-    Parameters, in order: start, end (exclusive), threshold cents, limit.
+def aggregate_sql(start_day: str | None, end_day: str | None) -> sa.Select[Any]:
+    """Per-customer totals over the days [start_day, end_day] (level 3), from
+    the per-day rollup `sales_daily_total`: about 7 x customers rows for a
+    week, whatever the number of orders. Bind parameters: `threshold` (cents,
+    a total must exceed it) and `limit`.
     """
-    if not start_text or not end_text:
+    if not start_day or not end_day:
         raise EmptyConditionError(
             "refusing to query sales without a date range (it would scan every sale): "
             "give startDate and endDate"
         )
+    t = sales_daily_total
+    total = sa.func.sum(t.c.total_cents)
     # COUNT(*) OVER () counts the groups that passed HAVING: the true total
     # even though at most `limit` rows come back.
-    return """
-        SELECT customer_id,
-               MAX(customer_name) AS customer_name,
-               MAX(customer_email) AS customer_email,
-               SUM(amount_cents) AS total_cents,
-               COUNT(*) AS order_count,
-               MAX(create_time) AS last_order,
-               COUNT(*) OVER () AS matching
-        FROM sales_record
-        WHERE create_time >= ? AND create_time < ?
-        GROUP BY customer_id
-        HAVING SUM(amount_cents) > ?
-        ORDER BY total_cents DESC, customer_id
-        LIMIT ?
-    """
+    return (
+        sa.select(
+            t.c.customer_id,
+            sa.func.max(t.c.customer_name).label("customer_name"),
+            sa.func.max(t.c.customer_email).label("customer_email"),
+            total.label("total_cents"),
+            sa.func.sum(t.c.order_count).label("order_count"),
+            sa.func.max(t.c.last_time).label("last_order"),
+            sa.func.count().over().label("matching"),
+        )
+        .where(t.c.day >= start_day, t.c.day <= end_day)
+        .group_by(t.c.customer_id)
+        .having(total > sa.bindparam("threshold"))
+        .order_by(sa.desc("total_cents"), t.c.customer_id)
+        .limit(sa.bindparam("limit"))
+    )
+
+
+def _orders_sql(start_day: str, end_day: str) -> sa.Select[Any]:
+    t = sales_daily_total
+    return sa.select(sa.func.coalesce(sa.func.sum(t.c.order_count), 0).label("n")).where(
+        t.c.day >= start_day, t.c.day <= end_day)
 
 
 @contextmanager
@@ -146,20 +158,23 @@ def statement_timeout(conn: Connection, seconds: float) -> Iterator[None]:
         conn.execute(f"SET LOCAL statement_timeout = {max(1, int(seconds * 1000))}")
         try:
             yield
-        except QueryCanceled as exc:
-            raise _timeout_error(seconds) from exc
+        except sa.exc.DBAPIError as exc:
+            if isinstance(exc.orig, QueryCanceled):
+                raise _timeout_error(seconds) from exc
+            raise
         return
     deadline = time.monotonic() + seconds
     # The handler runs every N SQLite VM instructions; non-zero aborts the query.
-    conn.raw.set_progress_handler(lambda: int(time.monotonic() > deadline), 10_000)
+    raw = conn.raw
+    raw.set_progress_handler(lambda: int(time.monotonic() > deadline), 10_000)
     try:
         yield
-    except sqlite3.OperationalError as exc:
-        if "interrupted" in str(exc):
+    except sa.exc.OperationalError as exc:
+        if isinstance(exc.orig, sqlite3.OperationalError) and "interrupted" in str(exc.orig):
             raise _timeout_error(seconds) from exc
         raise
     finally:
-        conn.raw.set_progress_handler(None, 0)
+        raw.set_progress_handler(None, 0)
 
 
 def _timeout_error(seconds: float) -> ToolExecutionError:
@@ -181,18 +196,14 @@ def run_sales_query(
     timeout_seconds: float = QUERY_TIMEOUT_SECONDS,
 ) -> SalesQueryResult:
     check_period(start, end)
-    start_text = day_start_text(start)
-    end_text = day_start_text(end + timedelta(days=1))  # end day is inclusive
+    start_day, end_day = start.isoformat(), end.isoformat()  # both days inclusive
     threshold = floor_cents(min_amount)
-    sql = aggregate_sql(start_text, end_text)
     with statement_timeout(conn, timeout_seconds):
-        rows = conn.fetchall(sql, (start_text, end_text, threshold, FULL_LIST_LIMIT + 1))
+        rows = conn.fetchall(aggregate_sql(start_day, end_day),
+                             {"threshold": threshold, "limit": FULL_LIST_LIMIT + 1})
         orders_in_period = None
         if not rows:
-            found = conn.fetchone(
-                "SELECT COUNT(*) AS n FROM sales_record WHERE create_time >= ? AND create_time < ?",
-                (start_text, end_text),
-            )
+            found = conn.fetchone(_orders_sql(start_day, end_day))
             orders_in_period = int(found["n"]) if found else 0
     total = int(rows[0]["matching"]) if rows else 0
     shown = rows if total <= FULL_LIST_LIMIT else rows[:TRUNCATED_LIMIT]

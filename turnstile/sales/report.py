@@ -22,14 +22,14 @@ def report_effects(db: Database, workflow_id: str, mail_dir: Path, out: Callable
     while True:
         with db.connect() as conn:
             tasks = conn.fetchall("SELECT task_id, recipient, subject, status, attempts, "
-                                  "message_id FROM email_task WHERE idempotency_key LIKE ? "
-                                  "ORDER BY created_at", (key,))
+                                  "message_id FROM email_task WHERE idempotency_key LIKE :key "
+                                  "ORDER BY created_at", {"key": key})
         if all(t["status"] in SETTLED for t in tasks) or time.monotonic() > deadline:
             break
         time.sleep(0.5)
     with db.connect() as conn:
         follow_ups = conn.fetchall("SELECT customer_id, assignee, status FROM follow_up_task "
-                                   "WHERE created_by_call LIKE ? ORDER BY id", (key,))
+                                   "WHERE created_by_call LIKE :key ORDER BY id", {"key": key})
     out("effects:")
     out(f"  follow-up tasks: {len(follow_ups)} "
         + ", ".join(f"{f['customer_id']}->{f['assignee']} [{f['status']}]" for f in follow_ups))

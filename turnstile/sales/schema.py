@@ -6,18 +6,102 @@ text order equal time order, so one SQL text and one Python value type serve
 SQLite and PostgreSQL alike (no datetime-vs-str split in the tools).
 
 Amounts are integer cents. On PostgreSQL a LOGIN role `turnstile_reader` with
-SELECT on `sales_record` only backs `Database.connect(readonly=True)`.
+SELECT on `sales_record` and its rollup `sales_daily_total` only backs
+`Database.connect(readonly=True)`.
+
+`sales_daily_total` holds one row per (UTC day, customer): the sum, count and
+latest time of that customer's orders that day. Triggers on `sales_record` keep
+it exact (an insert adds to its row; a delete or update recomputes the rows it
+touched from `sales_record`), so the one-week query reads ~7 x customers rows
+instead of every order of the week. The tables and triggers are made by the
+migrations (turnstile/migrations); `rollup_rebuild_sql` serves the bulk
+loader (`seed`), which sets the triggers aside while it loads.
 """
 
 from __future__ import annotations
 
 from datetime import UTC, date, datetime, time
 
-from turnstile.stores.db import READER_ROLE, Dialect, schema
+import sqlalchemy as sa
+
+from turnstile.stores.db import Flag, metadata
 
 SALES_INDEX = "sales_record_time_amount_idx"
 SALES_INDEX_DDL = (
     f"CREATE INDEX IF NOT EXISTS {SALES_INDEX} ON sales_record (create_time, amount_cents)"
+)
+
+# Timestamps: fixed-width ISO text; "C" collation on PostgreSQL (byte order).
+Ts = sa.Text().with_variant(sa.Text(collation="C"), "postgresql")
+
+sales_record = sa.Table(
+    "sales_record", metadata,
+    sa.Column("id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), primary_key=True,
+              autoincrement=False),
+    sa.Column("customer_id", sa.Text, nullable=False),
+    sa.Column("customer_name", sa.Text, nullable=False),
+    sa.Column("customer_email", sa.Text, nullable=False),
+    sa.Column("amount_cents", sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
+              sa.CheckConstraint("amount_cents >= 0"), nullable=False),
+    sa.Column("create_time", Ts, nullable=False),
+    sa.Index(SALES_INDEX, "create_time", "amount_cents"),
+    info={"reader": True},  # the read-only role may SELECT it (stores.schema)
+)
+
+# Who may decide approvals of the service's calls (turnstile.sales.approvers;
+# migration 0003). `tool` is a tool name, or "*" for every tool.
+approver = sa.Table(
+    "approver", metadata,
+    sa.Column("service", sa.Text, primary_key=True),
+    sa.Column("tool", sa.Text, primary_key=True),
+    sa.Column("reviewer", sa.Text, primary_key=True),
+)
+
+sales_daily_total = sa.Table(
+    "sales_daily_total", metadata,
+    sa.Column("day", Ts, primary_key=True),  # YYYY-MM-DD (UTC)
+    sa.Column("customer_id", sa.Text, primary_key=True),
+    sa.Column("customer_name", sa.Text, nullable=False),  # MAX over the day's orders
+    sa.Column("customer_email", sa.Text, nullable=False),  # MAX over the day's orders
+    sa.Column("total_cents", sa.BigInteger, nullable=False),
+    sa.Column("order_count", sa.BigInteger, nullable=False),
+    sa.Column("last_time", Ts, nullable=False),
+    info={"reader": True},
+)
+
+follow_up_task = sa.Table(
+    "follow_up_task", metadata,
+    sa.Column("id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), sa.Identity(),
+              primary_key=True),
+    sa.Column("customer_id", sa.Text, nullable=False),
+    sa.Column("assignee", sa.Text, nullable=False),
+    sa.Column("note", sa.Text, nullable=False),
+    sa.Column("status", sa.Text, nullable=False, server_default="OPEN"),
+    sa.Column("created_by_call", sa.Text, nullable=False),
+    sa.Column("created_at", Ts, nullable=False),
+    sa.UniqueConstraint("created_by_call", "customer_id"),
+    sqlite_autoincrement=True,
+)
+
+email_task = sa.Table(
+    "email_task", metadata,
+    sa.Column("task_id", sa.Text, primary_key=True),
+    sa.Column("idempotency_key", sa.Text, nullable=False, unique=True),
+    sa.Column("recipient", sa.Text, nullable=False),
+    sa.Column("subject", sa.Text, nullable=False),
+    sa.Column("body", sa.Text, nullable=False),
+    sa.Column("status", sa.Text, nullable=False),
+    sa.Column("attempts", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("last_error", sa.Text),
+    sa.Column("created_at", Ts, nullable=False),
+    sa.Column("updated_at", Ts, nullable=False),
+    sa.Column("message_id", sa.Text, nullable=False),
+    sa.Column("next_attempt_at", Ts),
+    sa.Column("claimed_by", sa.Text),
+    sa.Column("claimed_at", Ts),
+    sa.Column("sent_at", Ts),
+    sa.Column("possibly_sent", Flag, nullable=False, server_default=sa.false()),
+    sa.Index("email_task_due_idx", "status", "next_attempt_at"),
 )
 
 
@@ -38,122 +122,18 @@ def now_text() -> str:
     return utc_text(datetime.now(UTC))
 
 
-def _sqlite() -> list[str]:
-    return [
-        """CREATE TABLE IF NOT EXISTS sales_record (
-            id INTEGER PRIMARY KEY,
-            customer_id TEXT NOT NULL,
-            customer_name TEXT NOT NULL,
-            customer_email TEXT NOT NULL,
-            amount_cents INTEGER NOT NULL CHECK (amount_cents >= 0),
-            create_time TEXT NOT NULL
-        )""",
-        """CREATE TABLE IF NOT EXISTS follow_up_task (
-            id INTEGER PRIMARY KEY AUTOINCREMENT,
-            customer_id TEXT NOT NULL,
-            assignee TEXT NOT NULL,
-            note TEXT NOT NULL,
-            status TEXT NOT NULL DEFAULT 'OPEN',
-            created_by_call TEXT NOT NULL,
-            created_at TEXT NOT NULL,
-            UNIQUE (created_by_call, customer_id)
-        )""",
-        """CREATE TABLE IF NOT EXISTS email_task (
-            task_id TEXT PRIMARY KEY,
-            idempotency_key TEXT NOT NULL UNIQUE,
-            recipient TEXT NOT NULL,
-            subject TEXT NOT NULL,
-            body TEXT NOT NULL,
-            status TEXT NOT NULL,
-            attempts INTEGER NOT NULL DEFAULT 0,
-            last_error TEXT,
-            created_at TEXT NOT NULL,
-            updated_at TEXT NOT NULL,
-            message_id TEXT NOT NULL,
-            next_attempt_at TEXT,
-            claimed_by TEXT,
-            claimed_at TEXT,
-            sent_at TEXT,
-            possibly_sent INTEGER NOT NULL DEFAULT 0
-        )""",
-    ]
+ROLLUP_COLUMNS = ("day, customer_id, customer_name, customer_email, total_cents, "
+                  "order_count, last_time")
 
 
-def _postgresql() -> list[str]:
-    # COLLATE "C": byte order, so ISO text sorts as time (and no locale cost).
-    ts = 'TEXT COLLATE "C"'
-    return [
-        f"""CREATE TABLE IF NOT EXISTS sales_record (
-            id BIGINT PRIMARY KEY,
-            customer_id TEXT NOT NULL,
-            customer_name TEXT NOT NULL,
-            customer_email TEXT NOT NULL,
-            amount_cents BIGINT NOT NULL CHECK (amount_cents >= 0),
-            create_time {ts} NOT NULL
-        )""",
-        f"""CREATE TABLE IF NOT EXISTS follow_up_task (
-            id BIGINT GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY,
-            customer_id TEXT NOT NULL,
-            assignee TEXT NOT NULL,
-            note TEXT NOT NULL,
-            status TEXT NOT NULL DEFAULT 'OPEN',
-            created_by_call TEXT NOT NULL,
-            created_at {ts} NOT NULL,
-            UNIQUE (created_by_call, customer_id)
-        )""",
-        f"""CREATE TABLE IF NOT EXISTS email_task (
-            task_id TEXT PRIMARY KEY,
-            idempotency_key TEXT NOT NULL UNIQUE,
-            recipient TEXT NOT NULL,
-            subject TEXT NOT NULL,
-            body TEXT NOT NULL,
-            status TEXT NOT NULL,
-            attempts INTEGER NOT NULL DEFAULT 0,
-            last_error TEXT,
-            created_at {ts} NOT NULL,
-            updated_at {ts} NOT NULL,
-            message_id TEXT NOT NULL,
-            next_attempt_at {ts},
-            claimed_by TEXT,
-            claimed_at {ts},
-            sent_at {ts},
-            possibly_sent BOOLEAN NOT NULL DEFAULT FALSE
-        )""",
-        # The read-only role. A concurrent creator (another worker, another
-        # database of the same cluster) is fine; a DDL user without CREATEROLE
-        # must not break schema creation: it then has to provide
-        # DATABASE_READONLY_URL itself. (No question marks or percent signs
-        # in this text: Connection rewrites placeholders.)
-        f"""DO $$
-        BEGIN
-            IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '{READER_ROLE}') THEN
-                BEGIN
-                    CREATE ROLE {READER_ROLE} LOGIN;
-                EXCEPTION
-                    WHEN duplicate_object OR unique_violation THEN NULL;
-                    WHEN insufficient_privilege THEN
-                        RAISE NOTICE 'cannot create role {READER_ROLE}: set DATABASE_READONLY_URL';
-                END;
-            END IF;
-            IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '{READER_ROLE}') THEN
-                BEGIN
-                    EXECUTE 'GRANT USAGE ON SCHEMA ' || quote_ident(current_schema())
-                        || ' TO {READER_ROLE}';
-                    GRANT SELECT ON sales_record TO {READER_ROLE};
-                EXCEPTION
-                    WHEN insufficient_privilege THEN
-                        RAISE NOTICE 'cannot grant SELECT on sales_record to {READER_ROLE}';
-                END;
-            END IF;
-        END
-        $$""",
-    ]
+def rollup_rebuild_sql() -> str:
+    """Recompute every `sales_daily_total` row from `sales_record` (after a bulk
+    load with the triggers set aside; the table must be empty)."""
+    return (
+        f"INSERT INTO sales_daily_total ({ROLLUP_COLUMNS}) "
+        "SELECT substr(create_time, 1, 10), customer_id, MAX(customer_name), "
+        "MAX(customer_email), SUM(amount_cents), COUNT(*), MAX(create_time) "
+        "FROM sales_record GROUP BY substr(create_time, 1, 10), customer_id"
+    )
 
 
-@schema
-def sales_schema(dialect: Dialect) -> list[str]:
-    statements = _postgresql() if dialect == "postgresql" else _sqlite()
-    return statements + [
-        SALES_INDEX_DDL,
-        "CREATE INDEX IF NOT EXISTS email_task_due_idx ON email_task (status, next_attempt_at)",
-    ]

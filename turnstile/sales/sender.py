@@ -49,7 +49,10 @@ class SenderConfig:
     # smtp_timeout_seconds): a task SENDING for longer lost its sender.
     stale_after_seconds: float = 300.0
     smtp_timeout_seconds: float = 20.0
-    batch_size: int = 100
+    batch_size: int = 100  # tasks per pass
+    # Tasks claimed per transaction. After a hard crash, up to this many
+    # claimed-but-unsent tasks are parked as "possibly sent" (see outbox).
+    claim_batch: int = 10
     from_addr: str = "turnstile@localhost"
     sender_id: str = field(default_factory=_sender_id)
 
@@ -151,26 +154,38 @@ class SmtpSession:
             self.close()
 
 
-def deliver_due(db: Database, settings: Settings, config: SenderConfig | None = None) -> int:
-    """One pass: park stale claims, then claim and send what is due. Returns
-    the number of messages the SMTP server accepted in this pass."""
+def deliver_due(db: Database, settings: Settings, config: SenderConfig | None = None,
+                stop: threading.Event | None = None) -> int:
+    """One pass: park stale claims, then claim (`claim_batch` tasks per
+    transaction) and send what is due, over one SMTP connection. Returns the
+    number of messages the SMTP server accepted in this pass. Claims not yet
+    sent when `stop` is set or the pass fails are given back."""
     config = config or SenderConfig()
     recovered = outbox.recover_stale(db, config.stale_after_seconds)
     if recovered:
         log.warning("%d e-mail task(s) were stuck in SENDING: marked possibly sent", recovered)
-    tasks = outbox.due(db, config.batch_size)
-    delivered = 0
+    delivered = claimed = 0
     with SmtpSession(settings.smtp_host, settings.smtp_port, config.smtp_timeout_seconds) as smtp:
-        for task in tasks:
-            if not outbox.claim(db, task, config.sender_id):
-                continue  # another sender (or a cancel) got there first
-            if _deliver_one(db, smtp, task, config):
-                delivered += 1
+        while claimed < config.batch_size and not (stop and stop.is_set()):
+            limit = min(config.claim_batch, config.batch_size - claimed)
+            tasks = outbox.claim_due(db, config.sender_id, limit)
+            claimed += len(tasks)
+            pending = list(tasks)
+            try:
+                while pending and not (stop and stop.is_set()):
+                    if _deliver_one(db, smtp, pending[0], config):
+                        delivered += 1
+                    pending.pop(0)
+            finally:
+                for task in pending:  # never handed to SMTP
+                    outbox.release(db, task)
+            if len(tasks) < limit:
+                break  # nothing more is due
     return delivered
 
 
 def _deliver_one(db: Database, smtp: SmtpSession, task: EmailTask, config: SenderConfig) -> bool:
-    attempt = task.attempts + 1
+    attempt = task.attempts  # the claim counted it
     try:
         try:
             msg = build_message(task, config.from_addr)
@@ -213,7 +228,7 @@ def run_sender(
     while not stop_event.is_set():
         busy = False
         try:
-            busy = deliver_due(db, settings, config) >= config.batch_size
+            busy = deliver_due(db, settings, config, stop_event) >= config.batch_size
         except Exception:
             # The loop outlives any one failed pass (database restarting, lock
             # timeout...): the rows keep the state, the next pass resumes.

@@ -16,6 +16,7 @@ import time
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
+import sqlalchemy as sa
 from pydantic import AfterValidator, BaseModel, Field
 
 from turnstile.engine.errors import ToolArgumentError
@@ -24,7 +25,7 @@ from turnstile.runtime.tools import ToolContext, ToolExecutionError, Undo, tool
 from turnstile.sales import outbox
 from turnstile.sales.outbox import EmailStatus, EmailTask
 from turnstile.sales.query import IsoDate, Money, SalesQueryResult, run_sales_query
-from turnstile.sales.schema import now_text
+from turnstile.sales.schema import now_text, sales_daily_total
 from turnstile.sales.sender import SenderConfig
 
 _EMAIL = re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}")
@@ -141,14 +142,14 @@ def createFollowUpTask(
     """Create one OPEN follow-up task per customer, assigned to `assignee`.
     Use customerId values from querySalesData."""
     ids = list(dict.fromkeys(customerIds))  # a repeated id is one task
-    marks = ", ".join(["?"] * len(ids))
     with ctx.db.connect(readonly=True) as conn:
-        # No index on customer_id: one scan, on a write the model makes rarely.
+        # The per-day rollup has a row for every customer with a sale, keyed by
+        # (day, customer): a few thousand rows, not every order.
+        daily = sales_daily_total.c
         known = {
             r["customer_id"]
-            for r in conn.fetchall(
-                f"SELECT DISTINCT customer_id FROM sales_record WHERE customer_id IN ({marks})", ids
-            )
+            for r in conn.fetchall(sa.select(daily.customer_id).distinct()
+                                   .where(daily.customer_id.in_(ids)))
         }
     unknown = [c for c in ids if c not in known]
     if unknown:
@@ -161,14 +162,15 @@ def createFollowUpTask(
     with ctx.db.connect() as conn:
         conn.executemany(
             "INSERT INTO follow_up_task (customer_id, assignee, note, status, created_by_call,"
-            " created_at) VALUES (?, ?, ?, 'OPEN', ?, ?)"
+            " created_at) VALUES (:customer, :assignee, :note, 'OPEN', :key, :now)"
             " ON CONFLICT (created_by_call, customer_id) DO NOTHING",
-            [(c, assignee, note, key, now) for c in ids],
+            [{"customer": c, "assignee": assignee, "note": note, "key": key, "now": now}
+             for c in ids],
         )
         rows = conn.fetchall(
-            "SELECT id, customer_id, status FROM follow_up_task WHERE created_by_call = ?"
+            "SELECT id, customer_id, status FROM follow_up_task WHERE created_by_call = :key"
             " ORDER BY id",
-            (key,),
+            {"key": key},
         )
     tasks = [
         FollowUpTask(id=r["id"], customerId=r["customer_id"], status=r["status"]) for r in rows
@@ -184,11 +186,11 @@ def cancel_follow_up_tasks(ctx: ToolContext, arguments: Any, result: Any) -> str
     with ctx.db.connect() as conn:
         cur = conn.execute(
             "UPDATE follow_up_task SET status = 'CANCELLED'"
-            " WHERE created_by_call = ? AND status <> 'CANCELLED'",
-            (key,),
+            " WHERE created_by_call = :key AND status <> 'CANCELLED'",
+            {"key": key},
         )
         total = conn.fetchone(
-            "SELECT COUNT(*) AS n FROM follow_up_task WHERE created_by_call = ?", (key,)
+            "SELECT COUNT(*) AS n FROM follow_up_task WHERE created_by_call = :key", {"key": key}
         )
     return (
         f"cancelled {cur.rowcount} follow-up task(s) created by call {key} "

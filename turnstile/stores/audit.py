@@ -10,9 +10,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import sqlalchemy as sa
+
 from turnstile.engine.contract import AuditStatus
 from turnstile.engine.masking import mask_json_text
-from turnstile.stores.db import Database, Dialect, schema
+from turnstile.stores.db import Database, metadata
 from turnstile.stores.memory import now_iso
 
 MAX_PARAMS_CHARS = 16_384  # the audit row records what was asked, not megabytes of it
@@ -23,32 +25,31 @@ def mask(text: str) -> str:
     return mask_json_text(text)
 
 
-@schema
-def _audit_ddl(dialect: Dialect) -> list[str]:
-    return [
-        """CREATE TABLE IF NOT EXISTS tool_execution_log (
-            execution_id TEXT PRIMARY KEY,
-            workflow_id TEXT NOT NULL,
-            conversation_id TEXT NOT NULL,
-            user_id TEXT NOT NULL,
-            tool_name TEXT NOT NULL,
-            input_params TEXT,
-            start_time TEXT NOT NULL,
-            end_time TEXT,
-            status TEXT NOT NULL,
-            error_message TEXT)""",
-        """CREATE INDEX IF NOT EXISTS tool_execution_log_workflow
-            ON tool_execution_log (workflow_id)""",
-        """CREATE TABLE IF NOT EXISTS approval_decision (
-            workflow_id TEXT NOT NULL,
-            tool_call_id TEXT NOT NULL,
-            tool_name TEXT NOT NULL,
-            approved INTEGER NOT NULL,
-            reviewer TEXT NOT NULL,
-            note TEXT,
-            decided_at TEXT NOT NULL,
-            PRIMARY KEY (workflow_id, tool_call_id))""",
-    ]
+tool_execution_log = sa.Table(
+    "tool_execution_log", metadata,
+    sa.Column("execution_id", sa.Text, primary_key=True),
+    sa.Column("workflow_id", sa.Text, nullable=False),
+    sa.Column("conversation_id", sa.Text, nullable=False),
+    sa.Column("user_id", sa.Text, nullable=False),
+    sa.Column("tool_name", sa.Text, nullable=False),
+    sa.Column("input_params", sa.Text),
+    sa.Column("start_time", sa.Text, nullable=False),
+    sa.Column("end_time", sa.Text),
+    sa.Column("status", sa.Text, nullable=False),
+    sa.Column("error_message", sa.Text),
+    sa.Index("tool_execution_log_workflow", "workflow_id"),
+)
+
+approval_decision = sa.Table(
+    "approval_decision", metadata,
+    sa.Column("workflow_id", sa.Text, primary_key=True),
+    sa.Column("tool_call_id", sa.Text, primary_key=True),
+    sa.Column("tool_name", sa.Text, nullable=False),
+    sa.Column("approved", sa.Integer, nullable=False),
+    sa.Column("reviewer", sa.Text, nullable=False),
+    sa.Column("note", sa.Text),
+    sa.Column("decided_at", sa.Text, nullable=False),
+)
 
 
 def execution_id(workflow_id: str, call_id: str) -> str:
@@ -80,13 +81,16 @@ class AuditLog:
             conn.execute(
                 "INSERT INTO tool_execution_log (execution_id, workflow_id, conversation_id, "
                 "user_id, tool_name, input_params, start_time, status) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (execution_id) DO UPDATE SET "
+                "VALUES (:execution_id, :workflow_id, :conversation_id, :user_id, :tool_name, "
+                ":input_params, :start_time, :status) ON CONFLICT (execution_id) DO UPDATE SET "
                 "start_time = excluded.start_time, status = excluded.status, end_time = NULL, "
                 "error_message = NULL",
-                (
-                    execution_id(workflow_id, call_id), workflow_id, conversation_id, user_id,
-                    tool_name, params, now_iso(), AuditStatus.INITIATED.value,
-                ),
+                {
+                    "execution_id": execution_id(workflow_id, call_id),
+                    "workflow_id": workflow_id, "conversation_id": conversation_id,
+                    "user_id": user_id, "tool_name": tool_name, "input_params": params,
+                    "start_time": now_iso(), "status": AuditStatus.INITIATED.value,
+                },
             )
 
     def finished(
@@ -96,10 +100,10 @@ class AuditLog:
             return
         with self.db.connect() as conn:
             conn.execute(
-                "UPDATE tool_execution_log SET status = ?, end_time = ?, error_message = ? "
-                "WHERE execution_id = ?",
-                (status.value, now_iso(), mask(error) if error else None,
-                 execution_id(workflow_id, call_id)),
+                "UPDATE tool_execution_log SET status = :status, end_time = :now, "
+                "error_message = :error WHERE execution_id = :execution_id",
+                {"status": status.value, "now": now_iso(), "error": mask(error) if error else None,
+                 "execution_id": execution_id(workflow_id, call_id)},
             )
 
     def settled(self, *, workflow_id: str, call_id: str, conversation_id: str, user_id: str,
@@ -116,14 +120,17 @@ class AuditLog:
         with self.db.connect() as conn:
             conn.execute(
                 "INSERT INTO approval_decision (workflow_id, tool_call_id, tool_name, approved, "
-                "reviewer, note, decided_at) VALUES (?, ?, ?, ?, ?, ?, ?) "
+                "reviewer, note, decided_at) VALUES (:workflow_id, :tool_call_id, :tool_name, "
+                ":approved, :reviewer, :note, :decided_at) "
                 "ON CONFLICT (workflow_id, tool_call_id) DO NOTHING",
-                (workflow_id, tool_call_id, tool_name, int(approved), reviewer, note, decided_at),
+                {"workflow_id": workflow_id, "tool_call_id": tool_call_id, "tool_name": tool_name,
+                 "approved": int(approved), "reviewer": reviewer, "note": note,
+                 "decided_at": decided_at},
             )
 
     def rows(self, workflow_id: str) -> list[dict[str, Any]]:
         with self.db.connect() as conn:
             return conn.fetchall(
-                "SELECT * FROM tool_execution_log WHERE workflow_id = ? ORDER BY start_time",
-                (workflow_id,),
+                "SELECT * FROM tool_execution_log WHERE workflow_id = :wf ORDER BY start_time",
+                {"wf": workflow_id},
             )

@@ -1,41 +1,57 @@
-"""One database code path for SQLite (default) and PostgreSQL (DATABASE_URL).
+"""The project's database access, on SQLAlchemy Core (SQLite or PostgreSQL).
 
-SQL in this project is written once, with `?` placeholders; the PostgreSQL
-connection rewrites them to `%s` for psycopg. Dialect differences that SQL
-cannot hide (auto-increment keys, timestamp types) are spelled out in the DDL
-of the module that owns each table, keyed by `Database.dialect`.
+- One `Engine` (with its connection pool) per database URL per process,
+  shared by every `Database` naming that URL; `DATABASE_URL` keeps its
+  documented forms (`sqlite:///ABSOLUTE/PATH`, `postgresql://USER@HOST:PORT/DB`)
+  and the project picks the driver: the standard library's `sqlite3`, or
+  psycopg 3 (`postgresql+psycopg://`).
+- Every table is declared once, as a `Table` on `metadata`, by the module that
+  owns it (the stores here; the sales app under turnstile.sales). The schema in
+  a database is made by the Alembic migrations of `turnstile_migrations`, never
+  by `create_all`.
+- SQLite connections are set up by a connect event: WAL, synchronous=NORMAL,
+  a 30 s busy timeout, foreign keys on.
+- The read-only connection (`connect(readonly=True)`, used by the query tool)
+  cannot write: on SQLite the file is opened `mode=ro`, `PRAGMA query_only` is
+  set and an authorizer refuses everything but reading (ATTACH of another
+  file included); on PostgreSQL it logs in as a SELECT-only role
+  (DATABASE_READONLY_URL, or `turnstile_reader` on the same server) in a
+  read-only transaction.
+- A connection that cannot be opened is a `DatabaseUnavailable` whose message
+  is a short category; the driver's text (host, role, SQL) goes to the log only.
 """
 
 from __future__ import annotations
 
+import logging
 import sqlite3
-from collections.abc import Callable, Iterator, Sequence
+import threading
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import quote, urlparse, urlunparse
 
+import sqlalchemy as sa
+from sqlalchemy import event, exc
+from sqlalchemy.engine import CursorResult, Engine
+
 from turnstile.engine.errors import DatabaseUnavailable
+
+log = logging.getLogger(__name__)
 
 Dialect = Literal["sqlite", "postgresql"]
 
-# Each module that owns tables registers a function returning its DDL
-# statements for a dialect; `turnstile.stores.schema.ensure_schema` runs them all.
-SchemaProvider = Callable[[Dialect], Sequence[str]]
-_schema_providers: list[SchemaProvider] = []
+# Every table of every component. Owners add theirs at import time
+# (`sa.Table("name", metadata, ...)`); nothing here imports an owner.
+metadata = sa.MetaData()
 
+# A yes/no column as v0.1 made it: BOOLEAN on PostgreSQL, INTEGER 0/1 on SQLite.
+Flag = sa.Integer().with_variant(sa.Boolean(), "postgresql")
+FLAG_FALSE = sa.false()  # its server default: FALSE / 0
 
-def schema(provider: SchemaProvider) -> SchemaProvider:
-    """Register a DDL provider (decorator). Statements must be idempotent."""
-    _schema_providers.append(provider)
-    return provider
-
-
-def registered_schema() -> list[SchemaProvider]:
-    return list(_schema_providers)
-
-
-# The SELECT-only role created by turnstile.sales.schema on PostgreSQL.
+# The SELECT-only role of the read-only connection on PostgreSQL.
 READER_ROLE = "turnstile_reader"
 
 
@@ -52,98 +68,208 @@ def reader_url(url: str) -> str:
     return urlunparse(parsed._replace(netloc=netloc))
 
 
-class Connection:
-    """A thin DB-API wrapper: `?` placeholders on both backends, rows as dicts."""
+def sqlalchemy_url(url: str) -> str:
+    """The documented DATABASE_URL forms, with the driver the project uses."""
+    scheme, sep, rest = url.partition("://")
+    if scheme in ("postgresql", "postgres", "postgresql+psycopg"):
+        return f"postgresql+psycopg://{rest}"
+    if scheme == "sqlite" and sep:
+        return url
+    raise ValueError(
+        f"unsupported DATABASE_URL scheme {scheme!r}: "
+        "use sqlite:///ABSOLUTE/PATH or postgresql://USER@HOST:PORT/DB"
+    )
 
-    def __init__(self, raw: Any, dialect: Dialect) -> None:
-        self.raw = raw
+
+# --- engines -----------------------------------------------------------------
+
+_engines: dict[tuple[str, bool], Engine] = {}
+_engines_lock = threading.Lock()
+
+
+def _sqlite_setup(dbapi_conn: Any, _record: Any) -> None:
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute("PRAGMA synchronous=NORMAL")
+    cur.execute("PRAGMA busy_timeout=30000")
+    cur.execute("PRAGMA foreign_keys=ON")
+    cur.close()
+
+
+# What the read-only SQLite connection may do: read, and nothing else.
+_READ_ACTIONS = frozenset({
+    sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION,
+    sqlite3.SQLITE_RECURSIVE, sqlite3.SQLITE_TRANSACTION, sqlite3.SQLITE_SAVEPOINT,
+})
+
+
+def _read_only_authorizer(action: int, arg1: str | None, arg2: str | None,
+                          _db: str | None, _trigger: str | None) -> int:
+    if action in _READ_ACTIONS:
+        return sqlite3.SQLITE_OK
+    if action == sqlite3.SQLITE_PRAGMA and arg2 is None:
+        return sqlite3.SQLITE_OK  # reading a pragma; setting one is refused
+    return sqlite3.SQLITE_DENY  # ATTACH, DETACH, writes, DDL, setting pragmas
+
+
+def _sqlite_reader(path: Path) -> sqlite3.Connection:
+    # One leading slash ("sqlite:////abs" gives "//abs", which a file: URI
+    # would read as a host) and quoted ("?", "#", "%").
+    uri = f"file:{quote('/' + path.as_posix().lstrip('/'))}?mode=ro"
+    conn = sqlite3.connect(uri, uri=True, timeout=30, check_same_thread=False)
+    conn.execute("PRAGMA busy_timeout=30000")
+    conn.execute("PRAGMA query_only=1")
+    conn.set_authorizer(_read_only_authorizer)
+    return conn
+
+
+def _make_engine(url: str, readonly: bool, readonly_url: str | None) -> Engine:
+    target = sqlalchemy_url(url)
+    if target.startswith("sqlite"):
+        path = Path(urlparse(url).path)
+        if readonly:
+            return sa.create_engine("sqlite://", creator=lambda: _sqlite_reader(path),
+                                    poolclass=sa.QueuePool, pool_size=5, max_overflow=10)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        engine = sa.create_engine(target, pool_size=5, max_overflow=10,
+                                  connect_args={"timeout": 30})
+        event.listen(engine, "connect", _sqlite_setup)
+        return engine
+    if readonly:
+        target = sqlalchemy_url(readonly_url or reader_url(url))
+    engine = sa.create_engine(
+        target, pool_size=5, max_overflow=10, pool_recycle=1800,
+        connect_args={"connect_timeout": 10},
+    )
+    if readonly:
+        engine = engine.execution_options(postgresql_readonly=True)
+    return engine
+
+
+def engine_for(url: str, *, readonly: bool = False, readonly_url: str | None = None) -> Engine:
+    """The process-wide engine of `url` (or of its read-only connection)."""
+    key = (f"{url}|{readonly_url or ''}" if readonly else url, readonly)
+    with _engines_lock:
+        engine = _engines.get(key)
+        if engine is None:
+            engine = _engines[key] = _make_engine(url, readonly, readonly_url)
+        return engine
+
+
+def dispose_engines() -> None:
+    """Close every pooled connection of this process (tests, shutdown)."""
+    with _engines_lock:
+        engines = list(_engines.values())
+        _engines.clear()
+    for engine in engines:
+        engine.dispose()
+
+
+# --- statements --------------------------------------------------------------
+
+
+@lru_cache(maxsize=1024)
+def _text(sql: str) -> sa.TextClause:
+    return sa.text(sql)
+
+
+Statement = str | sa.Executable
+Params = Mapping[str, Any]
+
+
+class Connection:
+    """One connection in one transaction. SQL is a Core statement, or text
+    with named parameters (`:name`, SQLAlchemy's `text()`: SQLAlchemy renders
+    them in the driver's style); rows come back as dicts."""
+
+    def __init__(self, sa_conn: sa.Connection, dialect: Dialect) -> None:
+        self.sa = sa_conn
         self.dialect = dialect
 
-    def _sql(self, sql: str) -> str:
-        return sql.replace("?", "%s") if self.dialect == "postgresql" else sql
+    @property
+    def raw(self) -> Any:
+        """The driver's own connection (sqlite3 / psycopg), for driver-only
+        features: SQLite's progress handler, PostgreSQL's COPY."""
+        return self.sa.connection.driver_connection
 
-    def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
-        cur = self.raw.cursor()
-        cur.execute(self._sql(sql), tuple(params))
-        return cur
+    def execute(self, sql: Statement, params: Params | None = None) -> CursorResult[Any]:
+        stmt = _text(sql) if isinstance(sql, str) else sql
+        return self.sa.execute(stmt, dict(params) if params else None)
 
-    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
-        cur = self.raw.cursor()
-        cur.executemany(self._sql(sql), [tuple(r) for r in rows])
+    def executemany(self, sql: Statement, rows: Sequence[Params]) -> None:
+        if rows:
+            stmt = _text(sql) if isinstance(sql, str) else sql
+            self.sa.execute(stmt, [dict(r) for r in rows])
 
-    def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
-        cur = self.execute(sql, params)
-        cols = [d[0] for d in cur.description]
-        return [dict(zip(cols, row, strict=True)) for row in cur.fetchall()]
+    def fetchall(self, sql: Statement, params: Params | None = None) -> list[dict[str, Any]]:
+        return [dict(r) for r in self.execute(sql, params).mappings()]
 
-    def fetchone(self, sql: str, params: Sequence[Any] = ()) -> dict[str, Any] | None:
-        rows = self.fetchall(sql, params)
-        return rows[0] if rows else None
+    def fetchone(self, sql: Statement, params: Params | None = None) -> dict[str, Any] | None:
+        row = self.execute(sql, params).mappings().first()
+        return None if row is None else dict(row)
 
 
 class Database:
-    """Connection factory for one DATABASE_URL."""
+    """The database of one DATABASE_URL (and its read-only connection)."""
 
     def __init__(self, url: str, *, readonly_url: str | None = None) -> None:
+        target = sqlalchemy_url(url)  # refuses unknown schemes early
         self.url = url
-        parsed = urlparse(url)
-        if parsed.scheme == "sqlite":
-            self.dialect: Dialect = "sqlite"
+        self.dialect: Dialect = "sqlite" if target.startswith("sqlite") else "postgresql"
+        if self.dialect == "sqlite":
             # sqlite:///ABSOLUTE/PATH -> path "/ABSOLUTE/PATH"
-            self.path = Path(parsed.path)
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-        elif parsed.scheme in ("postgresql", "postgres"):
-            self.dialect = "postgresql"
-        else:
-            raise ValueError(
-                f"unsupported DATABASE_URL scheme {parsed.scheme!r}: "
-                "use sqlite:///ABSOLUTE/PATH or postgresql://USER@HOST:PORT/DB"
-            )
+            self.path = Path(urlparse(url).path)
         self.readonly_url = readonly_url
 
     def __repr__(self) -> str:
         return f"Database({self.dialect})"
 
-    def _open(self, *, readonly: bool) -> Any:
-        try:
-            if self.dialect == "sqlite":
-                if readonly:
-                    # One leading slash ("sqlite:////abs" gives "//abs", which a
-                    # file: URI would read as a host) and quoted ("?", "#", "%").
-                    uri = f"file:{quote('/' + self.path.as_posix().lstrip('/'))}?mode=ro"
-                    raw = sqlite3.connect(uri, uri=True, timeout=30)
-                else:
-                    raw = sqlite3.connect(self.path, timeout=30)
-                    raw.execute("PRAGMA journal_mode=WAL")
-                    raw.execute("PRAGMA synchronous=NORMAL")
-                raw.execute("PRAGMA busy_timeout=30000")
-                return raw
-            import psycopg
+    @property
+    def engine(self) -> Engine:
+        return engine_for(self.url)
 
-            url = self.url
-            if readonly:
-                url = self.readonly_url or reader_url(self.url)
-            pg: Any = psycopg.connect(url, connect_timeout=10)
-            if readonly:
-                pg.read_only = True
-            return pg
-        except sqlite3.OperationalError as exc:
-            raise DatabaseUnavailable(f"cannot open SQLite database {self.path}: {exc}") from exc
-        except Exception as exc:  # psycopg.OperationalError and friends
-            if type(exc).__module__.startswith("psycopg"):
-                raise DatabaseUnavailable(f"cannot connect to PostgreSQL: {exc}") from exc
-            raise
+    def reader_engine(self) -> Engine:
+        return engine_for(self.url, readonly=True, readonly_url=self.readonly_url)
 
     @contextmanager
     def connect(self, *, readonly: bool = False) -> Iterator[Connection]:
-        """A connection in one transaction: committed on success, rolled back on error."""
-        raw = self._open(readonly=readonly)
+        """A pooled connection in one transaction: committed on success,
+        rolled back on error."""
+        engine = self.reader_engine() if readonly else self.engine
         try:
-            conn = Connection(raw, self.dialect)
-            yield conn
-            raw.commit()
-        except BaseException:
-            raw.rollback()
+            sa_conn = engine.connect()
+        except (exc.OperationalError, exc.InterfaceError) as err:
+            raise unavailable(err, self.dialect, readonly) from err
+        try:
+            with sa_conn.begin():
+                yield Connection(sa_conn, self.dialect)
+        except exc.DBAPIError as err:
+            if err.connection_invalidated:
+                raise unavailable(err, self.dialect, readonly) from err
             raise
         finally:
-            raw.close()
+            sa_conn.close()
+
+
+def unavailable(err: BaseException, dialect: Dialect, readonly: bool) -> DatabaseUnavailable:
+    """A short, safe category for the model and memory; the detail is logged."""
+    which = "read-only connection" if readonly else "connection"
+    log.warning("database %s failed (%s): %s", which, dialect, err)
+    return DatabaseUnavailable(f"database unavailable ({dialect} {which} failed)")
+
+
+def error_category(err: BaseException) -> str | None:
+    """A short text for a database error that may reach the model or memory
+    (never the driver's message: it can name hosts, roles and SQL), or None
+    when `err` is not a database error."""
+    if isinstance(err, DatabaseUnavailable):
+        return str(err)
+    if isinstance(err, exc.DBAPIError):
+        if err.connection_invalidated or isinstance(err, exc.OperationalError | exc.InterfaceError):
+            return "database unavailable"
+        if isinstance(err, exc.IntegrityError):
+            return "the database refused the change (a constraint)"
+        return f"database error ({type(err).__name__})"
+    if isinstance(err, exc.SQLAlchemyError | sqlite3.Error):
+        return f"database error ({type(err).__name__})"
+    return None

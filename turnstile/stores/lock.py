@@ -13,17 +13,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from turnstile.stores.db import Database, Dialect, schema
+import sqlalchemy as sa
+
+from turnstile.stores.db import Database, metadata
 from turnstile.stores.memory import now_iso
 
-
-@schema
-def _lock_ddl(dialect: Dialect) -> list[str]:
-    return ["""CREATE TABLE IF NOT EXISTS conversation_lock (
-        conversation_id TEXT PRIMARY KEY,
-        workflow_id TEXT NOT NULL,
-        run_id TEXT NOT NULL,
-        acquired_at TEXT NOT NULL)"""]
+conversation_lock = sa.Table(
+    "conversation_lock", metadata,
+    sa.Column("conversation_id", sa.Text, primary_key=True),
+    sa.Column("workflow_id", sa.Text, nullable=False),
+    sa.Column("run_id", sa.Text, nullable=False),
+    sa.Column("acquired_at", sa.Text, nullable=False),
+)
 
 
 @dataclass(frozen=True)
@@ -40,25 +41,25 @@ class ConversationLocks:
         """None when `me` holds the lock now; otherwise the current holder."""
         with self.db.connect() as conn:
             conn.execute(
-                "INSERT INTO conversation_lock (conversation_id, workflow_id, run_id, "
-                "acquired_at) VALUES (?, ?, ?, ?) ON CONFLICT (conversation_id) DO NOTHING",
-                (conversation_id, me.workflow_id, me.run_id, now_iso()))
+                "INSERT INTO conversation_lock (conversation_id, workflow_id, run_id, acquired_at)"
+                " VALUES (:c, :wf, :run, :now) ON CONFLICT (conversation_id) DO NOTHING",
+                {"c": conversation_id, "wf": me.workflow_id, "run": me.run_id, "now": now_iso()})
             row = conn.fetchone("SELECT workflow_id, run_id FROM conversation_lock "
-                                "WHERE conversation_id = ?", (conversation_id,))
+                                "WHERE conversation_id = :c", {"c": conversation_id})
         holder = Holder(row["workflow_id"], row["run_id"]) if row else None
         return None if holder == me else holder
 
     def take_over(self, conversation_id: str, stale: Holder, me: Holder) -> bool:
         with self.db.connect() as conn:
             cur = conn.execute(
-                "UPDATE conversation_lock SET workflow_id = ?, run_id = ?, acquired_at = ? "
-                "WHERE conversation_id = ? AND workflow_id = ? AND run_id = ?",
-                (me.workflow_id, me.run_id, now_iso(), conversation_id, stale.workflow_id,
-                 stale.run_id))
+                "UPDATE conversation_lock SET workflow_id = :wf, run_id = :run, acquired_at = :now "
+                "WHERE conversation_id = :c AND workflow_id = :stale_wf AND run_id = :stale_run",
+                {"wf": me.workflow_id, "run": me.run_id, "now": now_iso(), "c": conversation_id,
+                 "stale_wf": stale.workflow_id, "stale_run": stale.run_id})
             return bool(cur.rowcount == 1)
 
     def release(self, conversation_id: str, me: Holder) -> None:
         with self.db.connect() as conn:
-            conn.execute("DELETE FROM conversation_lock WHERE conversation_id = ? "
-                         "AND workflow_id = ? AND run_id = ?",
-                         (conversation_id, me.workflow_id, me.run_id))
+            conn.execute("DELETE FROM conversation_lock WHERE conversation_id = :c "
+                         "AND workflow_id = :wf AND run_id = :run",
+                         {"c": conversation_id, "wf": me.workflow_id, "run": me.run_id})

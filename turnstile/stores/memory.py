@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
+import sqlalchemy as sa
 from pydantic import BaseModel
 
 from turnstile.engine import attributes as attr
@@ -21,7 +22,7 @@ from turnstile.engine.activity_io import MemorySnapshot
 from turnstile.engine.contract import CallStatus
 from turnstile.engine.errors import ConversationOwnershipError, MemoryConflictError
 from turnstile.engine.messages import ChatMessage, ToolCall
-from turnstile.stores.db import Connection, Database, Dialect, schema
+from turnstile.stores.db import FLAG_FALSE, Connection, Database, Flag, metadata
 from turnstile.stores.message_parts import read_parts, write_parts
 
 
@@ -29,43 +30,42 @@ def now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
-@schema
-def _memory_ddl(dialect: Dialect) -> list[str]:
-    flag = ("BOOLEAN NOT NULL DEFAULT FALSE" if dialect == "postgresql"
-            else "INTEGER NOT NULL DEFAULT 0")
-    return [
-        """CREATE TABLE IF NOT EXISTS conversation (
-            conversation_id TEXT PRIMARY KEY,
-            user_id TEXT NOT NULL,
-            created_at TEXT NOT NULL)""",
-        f"""CREATE TABLE IF NOT EXISTS chat_message (
-            conversation_id TEXT NOT NULL,
-            seq BIGINT NOT NULL,
-            role TEXT NOT NULL,
-            content TEXT,
-            tool_calls TEXT,
-            tool_call_id TEXT,
-            is_error {flag},
-            attributes TEXT,
-            created_at TEXT,
-            workflow_id TEXT,
-            PRIMARY KEY (conversation_id, seq))""",
-        """CREATE INDEX IF NOT EXISTS chat_message_call
-            ON chat_message (conversation_id, tool_call_id)""",
-        """CREATE TABLE IF NOT EXISTS tool_call_ledger (
-            workflow_id TEXT NOT NULL,
-            tool_call_id TEXT NOT NULL,
-            tool_name TEXT NOT NULL,
-            status TEXT NOT NULL,
-            attempts INTEGER NOT NULL DEFAULT 1,
-            result TEXT,
-            is_error INTEGER NOT NULL DEFAULT 0,
-            outcome TEXT,
-            state TEXT,
-            started_at TEXT NOT NULL,
-            finished_at TEXT,
-            PRIMARY KEY (workflow_id, tool_call_id))""",
-    ]
+conversation = sa.Table(
+    "conversation", metadata,
+    sa.Column("conversation_id", sa.Text, primary_key=True),
+    sa.Column("user_id", sa.Text, nullable=False),
+    sa.Column("created_at", sa.Text, nullable=False),
+)
+
+chat_message = sa.Table(
+    "chat_message", metadata,
+    sa.Column("conversation_id", sa.Text, primary_key=True),
+    sa.Column("seq", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("role", sa.Text, nullable=False),
+    sa.Column("content", sa.Text),
+    sa.Column("tool_calls", sa.Text),
+    sa.Column("tool_call_id", sa.Text),
+    sa.Column("is_error", Flag, nullable=False, server_default=FLAG_FALSE),
+    sa.Column("attributes", sa.Text),
+    sa.Column("created_at", sa.Text),
+    sa.Column("workflow_id", sa.Text),
+    sa.Index("chat_message_call", "conversation_id", "tool_call_id"),
+)
+
+tool_call_ledger = sa.Table(
+    "tool_call_ledger", metadata,
+    sa.Column("workflow_id", sa.Text, primary_key=True),
+    sa.Column("tool_call_id", sa.Text, primary_key=True),
+    sa.Column("tool_name", sa.Text, nullable=False),
+    sa.Column("status", sa.Text, nullable=False),
+    sa.Column("attempts", sa.Integer, nullable=False, server_default="1"),
+    sa.Column("result", sa.Text),
+    sa.Column("is_error", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("outcome", sa.Text),
+    sa.Column("state", sa.Text),
+    sa.Column("started_at", sa.Text, nullable=False),
+    sa.Column("finished_at", sa.Text),
+)
 
 
 def _row_to_message(row: dict[str, Any]) -> ChatMessage:
@@ -88,12 +88,12 @@ class MemoryStore:
     def bind(self, conn: Connection, conversation_id: str, user_id: str) -> None:
         """Bind a new conversation to its user; refuse anyone else's turn on it."""
         conn.execute(
-            "INSERT INTO conversation (conversation_id, user_id, created_at) VALUES (?, ?, ?) "
-            "ON CONFLICT (conversation_id) DO NOTHING",
-            (conversation_id, user_id, now_iso()),
+            "INSERT INTO conversation (conversation_id, user_id, created_at)"
+            " VALUES (:conversation_id, :user_id, :now) ON CONFLICT (conversation_id) DO NOTHING",
+            {"conversation_id": conversation_id, "user_id": user_id, "now": now_iso()},
         )
         owner = conn.fetchone(
-            "SELECT user_id FROM conversation WHERE conversation_id = ?", (conversation_id,)
+            "SELECT user_id FROM conversation WHERE conversation_id = :c", {"c": conversation_id}
         )
         if owner is None or owner["user_id"] != user_id:
             raise ConversationOwnershipError(
@@ -111,13 +111,13 @@ class MemoryStore:
             self.bind(conn, conversation_id, user_id)
             stats = conn.fetchone(
                 "SELECT COUNT(*) AS n, MAX(seq) AS last FROM chat_message "
-                "WHERE conversation_id = ?",
-                (conversation_id,),
+                "WHERE conversation_id = :c",
+                {"c": conversation_id},
             ) or {"n": 0, "last": None}
             system = conn.fetchone(
-                "SELECT content FROM chat_message WHERE conversation_id = ? AND role = 'system' "
+                "SELECT content FROM chat_message WHERE conversation_id = :c AND role = 'system' "
                 "ORDER BY seq DESC LIMIT 1",
-                (conversation_id,),
+                {"c": conversation_id},
             )
         last = stats["last"]
         return MemorySnapshot(
@@ -134,8 +134,8 @@ class MemoryStore:
         "original") gets that text back for the turn `workflow_id` only."""
         with self.db.connect() as conn:
             rows = conn.fetchall(
-                "SELECT * FROM chat_message WHERE conversation_id = ? ORDER BY seq",
-                (conversation_id,),
+                "SELECT * FROM chat_message WHERE conversation_id = :c ORDER BY seq",
+                {"c": conversation_id},
             )
             parts = read_parts(conn, conversation_id)
         msgs = []
@@ -163,8 +163,8 @@ class MemoryStore:
     def get(self, conversation_id: str, seq: int) -> tuple[ChatMessage, str | None] | None:
         with self.db.connect() as conn:
             row = conn.fetchone(
-                "SELECT * FROM chat_message WHERE conversation_id = ? AND seq = ?",
-                (conversation_id, seq),
+                "SELECT * FROM chat_message WHERE conversation_id = :c AND seq = :seq",
+                {"c": conversation_id, "seq": seq},
             )
         return None if row is None else (_row_to_message(row), row.get("workflow_id"))
 
@@ -183,29 +183,30 @@ class MemoryStore:
                 cur = conn.execute(
                     "INSERT INTO chat_message (conversation_id, seq, role, content, tool_calls, "
                     "tool_call_id, is_error, attributes, created_at, workflow_id) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                    "VALUES (:conversation_id, :seq, :role, :content, :tool_calls, "
+                    ":tool_call_id, :is_error, :attributes, :created_at, :workflow_id) "
                     "ON CONFLICT (conversation_id, seq) DO NOTHING",
-                    (
-                        conversation_id,
-                        seq,
-                        m.role,
-                        m.content,
-                        (json.dumps([c.model_dump() for c in m.tool_calls])
-                         if m.tool_calls else None),
-                        m.tool_call_id,
-                        m.is_error,
-                        json.dumps(m.attributes) if m.attributes else None,
-                        now_iso(),
-                        workflow_id,
-                    ),
+                    {
+                        "conversation_id": conversation_id,
+                        "seq": seq,
+                        "role": m.role,
+                        "content": m.content,
+                        "tool_calls": (json.dumps([c.model_dump() for c in m.tool_calls])
+                                       if m.tool_calls else None),
+                        "tool_call_id": m.tool_call_id,
+                        "is_error": m.is_error,
+                        "attributes": json.dumps(m.attributes) if m.attributes else None,
+                        "created_at": now_iso(),
+                        "workflow_id": workflow_id,
+                    },
                 )
                 if cur.rowcount == 1 and m.parts:
                     write_parts(conn, conversation_id, seq, m.parts)
                 if cur.rowcount == 0:
                     owner = conn.fetchone(
                         "SELECT workflow_id FROM chat_message "
-                        "WHERE conversation_id = ? AND seq = ?",
-                        (conversation_id, seq),
+                        "WHERE conversation_id = :c AND seq = :seq",
+                        {"c": conversation_id, "seq": seq},
                     )
                     if owner is None or owner["workflow_id"] != workflow_id:
                         raise MemoryConflictError(
@@ -219,15 +220,15 @@ class MemoryStore:
         retry); the row stays for the record. Idempotent."""
         with self.db.connect() as conn:
             row = conn.fetchone(
-                "SELECT attributes FROM chat_message WHERE conversation_id = ? AND seq = ?",
-                (conversation_id, seq))
+                "SELECT attributes FROM chat_message WHERE conversation_id = :c AND seq = :seq",
+                {"c": conversation_id, "seq": seq})
             if row is None:
                 return
             attrs = json.loads(row["attributes"]) if row["attributes"] else {}
             attrs[attr.DISCARDED] = reason
             conn.execute(
-                "UPDATE chat_message SET attributes = ? WHERE conversation_id = ? AND seq = ?",
-                (json.dumps(attrs), conversation_id, seq))
+                "UPDATE chat_message SET attributes = :a WHERE conversation_id = :c AND seq = :seq",
+                {"a": json.dumps(attrs), "c": conversation_id, "seq": seq})
 
     def rewrite_tool_result(
         self,
@@ -239,17 +240,18 @@ class MemoryStore:
         """Replace what the model remembers of a call (saga rollback)."""
         with self.db.connect() as conn:
             rows = conn.fetchall(
-                "SELECT seq, attributes FROM chat_message WHERE conversation_id = ? "
-                "AND tool_call_id = ? AND role = 'tool'",
-                (conversation_id, tool_call_id),
+                "SELECT seq, attributes FROM chat_message WHERE conversation_id = :c "
+                "AND tool_call_id = :call AND role = 'tool'",
+                {"c": conversation_id, "call": tool_call_id},
             )
             for row in rows:
                 attrs = json.loads(row["attributes"]) if row["attributes"] else {}
                 attrs.update(extra_attributes)
                 conn.execute(
-                    "UPDATE chat_message SET content = ?, is_error = ?, attributes = ? "
-                    "WHERE conversation_id = ? AND seq = ?",
-                    (content, True, json.dumps(attrs), conversation_id, row["seq"]),
+                    "UPDATE chat_message SET content = :content, is_error = :is_error, "
+                    "attributes = :a WHERE conversation_id = :c AND seq = :seq",
+                    {"content": content, "is_error": True, "a": json.dumps(attrs),
+                     "c": conversation_id, "seq": row["seq"]},
                 )
             return len(rows)
 
@@ -284,15 +286,15 @@ class ToolLedger:
         with self.db.connect() as conn:
             cur = conn.execute(
                 "INSERT INTO tool_call_ledger (workflow_id, tool_call_id, tool_name, status, "
-                "started_at) VALUES (?, ?, ?, 'STARTED', ?) "
+                "started_at) VALUES (:wf, :call, :tool, 'STARTED', :now) "
                 "ON CONFLICT (workflow_id, tool_call_id) DO NOTHING",
-                (workflow_id, call_id, tool_name, now_iso()),
+                {"wf": workflow_id, "call": call_id, "tool": tool_name, "now": now_iso()},
             )
             if cur.rowcount == 1:
                 return LedgerEntry(status=LedgerStatus.STARTED, fresh=True)
             row = conn.fetchone(
-                "SELECT * FROM tool_call_ledger WHERE workflow_id = ? AND tool_call_id = ?",
-                (workflow_id, call_id),
+                "SELECT * FROM tool_call_ledger WHERE workflow_id = :wf AND tool_call_id = :call",
+                {"wf": workflow_id, "call": call_id},
             )
             assert row is not None
             if row["status"] == "COMPLETED":
@@ -305,8 +307,10 @@ class ToolLedger:
             if row["status"] == "ATTEMPT_FAILED" or rerun_lost:
                 conn.execute(
                     "UPDATE tool_call_ledger SET status = 'STARTED', attempts = attempts + 1, "
-                    "started_at = ? WHERE workflow_id = ? AND tool_call_id = ? AND status = ?",
-                    (now_iso(), workflow_id, call_id, row["status"]),
+                    "started_at = :now WHERE workflow_id = :wf AND tool_call_id = :call "
+                    "AND status = :seen",
+                    {"now": now_iso(), "wf": workflow_id, "call": call_id,
+                     "seen": row["status"]},
                 )
                 return LedgerEntry(status=LedgerStatus.STARTED, fresh=True,
                                    attempts=row["attempts"] + 1)
@@ -316,26 +320,29 @@ class ToolLedger:
     def result(self, workflow_id: str, call_id: str) -> str | None:
         with self.db.connect() as conn:
             row = conn.fetchone(
-                "SELECT result FROM tool_call_ledger WHERE workflow_id = ? AND tool_call_id = ? "
-                "AND status = 'COMPLETED'", (workflow_id, call_id))
+                "SELECT result FROM tool_call_ledger WHERE workflow_id = :wf "
+                "AND tool_call_id = :call AND status = 'COMPLETED'",
+                {"wf": workflow_id, "call": call_id})
         return None if row is None else row["result"]
 
     def complete(self, workflow_id: str, call_id: str, result: str, is_error: bool,
                  outcome: CallStatus, state: dict[str, Any] | None = None) -> None:
         with self.db.connect() as conn:
             conn.execute(
-                "UPDATE tool_call_ledger SET status = 'COMPLETED', result = ?, is_error = ?, "
-                "outcome = ?, state = ?, finished_at = ? "
-                "WHERE workflow_id = ? AND tool_call_id = ?",
-                (result, int(is_error), outcome.value, json.dumps(state) if state else None,
-                 now_iso(), workflow_id, call_id),
+                "UPDATE tool_call_ledger SET status = 'COMPLETED', result = :result, "
+                "is_error = :is_error, outcome = :outcome, state = :state, finished_at = :now "
+                "WHERE workflow_id = :wf AND tool_call_id = :call",
+                {"result": result, "is_error": int(is_error), "outcome": outcome.value,
+                 "state": json.dumps(state) if state else None, "now": now_iso(),
+                 "wf": workflow_id, "call": call_id},
             )
 
     def attempt_failed(self, workflow_id: str, call_id: str, error: str) -> None:
         """The tool raised: the attempt ended cleanly, so a retry may run it again."""
         with self.db.connect() as conn:
             conn.execute(
-                "UPDATE tool_call_ledger SET status = 'ATTEMPT_FAILED', result = ?, "
-                "finished_at = ? WHERE workflow_id = ? AND tool_call_id = ? AND status = 'STARTED'",
-                (error, now_iso(), workflow_id, call_id),
+                "UPDATE tool_call_ledger SET status = 'ATTEMPT_FAILED', result = :error, "
+                "finished_at = :now WHERE workflow_id = :wf AND tool_call_id = :call "
+                "AND status = 'STARTED'",
+                {"error": error, "now": now_iso(), "wf": workflow_id, "call": call_id},
             )

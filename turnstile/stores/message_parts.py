@@ -10,23 +10,21 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+import sqlalchemy as sa
+
 from turnstile.engine.messages import Attachment
-from turnstile.stores.db import Connection, Dialect, schema
+from turnstile.stores.db import Connection, metadata
 
-
-@schema
-def _parts_ddl(dialect: Dialect) -> list[str]:
-    return [
-        """CREATE TABLE IF NOT EXISTS chat_message_part (
-            conversation_id TEXT NOT NULL,
-            seq BIGINT NOT NULL,
-            idx INTEGER NOT NULL,
-            type TEXT NOT NULL,
-            url TEXT,
-            data TEXT,
-            mime_type TEXT,
-            PRIMARY KEY (conversation_id, seq, idx))""",
-    ]
+chat_message_part = sa.Table(
+    "chat_message_part", metadata,
+    sa.Column("conversation_id", sa.Text, primary_key=True),
+    sa.Column("seq", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("idx", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("type", sa.Text, nullable=False),
+    sa.Column("url", sa.Text),
+    sa.Column("data", sa.Text),
+    sa.Column("mime_type", sa.Text),
+)
 
 
 def write_parts(conn: Connection, conversation_id: str, seq: int,
@@ -35,15 +33,16 @@ def write_parts(conn: Connection, conversation_id: str, seq: int,
     for idx, p in enumerate(parts):
         conn.execute(
             "INSERT INTO chat_message_part (conversation_id, seq, idx, type, url, data, "
-            "mime_type) VALUES (?, ?, ?, ?, ?, ?, ?) "
+            "mime_type) VALUES (:c, :seq, :idx, :type, :url, :data, :mime_type) "
             "ON CONFLICT (conversation_id, seq, idx) DO NOTHING",
-            (conversation_id, seq, idx, p.type, p.url, p.data, p.mime_type))
+            {"c": conversation_id, "seq": seq, "idx": idx, "type": p.type, "url": p.url,
+             "data": p.data, "mime_type": p.mime_type})
 
 
 def read_parts(conn: Connection, conversation_id: str) -> dict[int, list[Attachment]]:
     rows = conn.fetchall(
         "SELECT seq, type, url, data, mime_type FROM chat_message_part "
-        "WHERE conversation_id = ? ORDER BY seq, idx", (conversation_id,))
+        "WHERE conversation_id = :c ORDER BY seq, idx", {"c": conversation_id})
     out: dict[int, list[Attachment]] = defaultdict(list)
     for r in rows:
         out[int(r["seq"])].append(Attachment(type=r["type"], url=r["url"], data=r["data"],

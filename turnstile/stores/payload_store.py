@@ -21,6 +21,7 @@ import logging
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
+import sqlalchemy as sa
 from temporalio.api.common.v1 import Payload
 from temporalio.client import Client
 from temporalio.converter import (
@@ -34,7 +35,7 @@ from temporalio.converter import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
-from turnstile.stores.db import Database, Dialect, schema
+from turnstile.stores.db import Database, metadata
 from turnstile.stores.memory import now_iso
 
 log = logging.getLogger(__name__)
@@ -46,20 +47,19 @@ class PayloadIntegrityError(Exception):
     """A stored payload does not hash to its key, or is missing."""
 
 
-@schema
-def _payload_ddl(dialect: Dialect) -> list[str]:
-    blob = "BYTEA" if dialect == "postgresql" else "BLOB"
-    return [
-        f"""CREATE TABLE IF NOT EXISTS payload_blob (
-            key TEXT PRIMARY KEY,
-            data {blob} NOT NULL,
-            size BIGINT NOT NULL,
-            created_at TEXT NOT NULL)""",
-        """CREATE TABLE IF NOT EXISTS payload_ref (
-            key TEXT NOT NULL,
-            workflow_id TEXT NOT NULL,
-            PRIMARY KEY (key, workflow_id))""",
-    ]
+payload_blob = sa.Table(
+    "payload_blob", metadata,
+    sa.Column("key", sa.Text, primary_key=True),
+    sa.Column("data", sa.LargeBinary, nullable=False),  # BLOB / BYTEA
+    sa.Column("size", sa.BigInteger, nullable=False),
+    sa.Column("created_at", sa.Text, nullable=False),
+)
+
+payload_ref = sa.Table(
+    "payload_ref", metadata,
+    sa.Column("key", sa.Text, primary_key=True),
+    sa.Column("workflow_id", sa.Text, primary_key=True),
+)
 
 
 def _owner(context: StorageDriverStoreContext) -> str:
@@ -94,10 +94,10 @@ class DatabasePayloadDriver(StorageDriver):
         with self.db.connect() as conn:
             for key, data in zip(keys, blobs, strict=True):
                 conn.execute("INSERT INTO payload_blob (key, data, size, created_at) "
-                             "VALUES (?, ?, ?, ?) ON CONFLICT (key) DO NOTHING",
-                             (key, data, len(data), now_iso()))
-                conn.execute("INSERT INTO payload_ref (key, workflow_id) VALUES (?, ?) "
-                             "ON CONFLICT (key, workflow_id) DO NOTHING", (key, owner))
+                             "VALUES (:key, :data, :size, :now) ON CONFLICT (key) DO NOTHING",
+                             {"key": key, "data": data, "size": len(data), "now": now_iso()})
+                conn.execute("INSERT INTO payload_ref (key, workflow_id) VALUES (:key, :wf) "
+                             "ON CONFLICT (key, workflow_id) DO NOTHING", {"key": key, "wf": owner})
 
     async def retrieve(self, context: StorageDriverRetrieveContext,
                        claims: Sequence[StorageDriverClaim]) -> list[Payload]:
@@ -117,7 +117,7 @@ class DatabasePayloadDriver(StorageDriver):
         with self.db.connect() as conn:
             found = {}
             for key in set(keys):
-                row = conn.fetchone("SELECT data FROM payload_blob WHERE key = ?", (key,))
+                row = conn.fetchone("SELECT data FROM payload_blob WHERE key = :k", {"k": key})
                 if row is not None:
                     found[key] = bytes(row["data"])
             return found
@@ -153,9 +153,9 @@ async def sweep(db: Database, client: Client, grace: timedelta = timedelta(hours
     cutoff = (datetime.now(UTC) - grace).isoformat(timespec="milliseconds")
     with db.connect() as conn:
         for wf_id in gone:
-            conn.execute("DELETE FROM payload_ref WHERE workflow_id = ?", (wf_id,))
-        cur = conn.execute("DELETE FROM payload_blob WHERE created_at < ? AND key NOT IN "
-                           "(SELECT key FROM payload_ref)", (cutoff,))
+            conn.execute("DELETE FROM payload_ref WHERE workflow_id = :wf", {"wf": wf_id})
+        cur = conn.execute("DELETE FROM payload_blob WHERE created_at < :cutoff AND key NOT IN "
+                           "(SELECT key FROM payload_ref)", {"cutoff": cutoff})
         deleted = int(cur.rowcount)
     log.info("payload sweep: %d workflow(s) released, %d blob(s) deleted", len(gone), deleted)
     return deleted

@@ -22,8 +22,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import sqlalchemy as sa
+
 from turnstile.engine.activity_io import Snippet
-from turnstile.stores.db import Connection, Database, Dialect, schema
+from turnstile.stores.db import Connection, Database, metadata
 from turnstile.stores.memory import now_iso
 
 
@@ -51,36 +53,18 @@ class RetrievalContext:
 Retriever = Callable[[RetrievalContext], "Sequence[Snippet] | Awaitable[Sequence[Snippet]]"]
 
 
-@schema
-def _retrieval_ddl(dialect: Dialect) -> list[str]:
-    if dialect == "postgresql":
-        return [
-            """CREATE TABLE IF NOT EXISTS retrieval_document (
-                service TEXT NOT NULL,
-                doc_id TEXT NOT NULL,
-                title TEXT NOT NULL,
-                body TEXT NOT NULL,
-                content_hash TEXT NOT NULL,
-                updated_at TEXT NOT NULL,
-                tsv tsvector GENERATED ALWAYS AS
-                    (to_tsvector('english', title || ' ' || body)) STORED,
-                PRIMARY KEY (service, doc_id))""",
-            """CREATE INDEX IF NOT EXISTS retrieval_document_tsv
-                ON retrieval_document USING GIN (tsv)""",
-        ]
-    return [
-        """CREATE TABLE IF NOT EXISTS retrieval_document (
-            service TEXT NOT NULL,
-            doc_id TEXT NOT NULL,
-            title TEXT NOT NULL,
-            body TEXT NOT NULL,
-            content_hash TEXT NOT NULL,
-            updated_at TEXT NOT NULL,
-            PRIMARY KEY (service, doc_id))""",
-        """CREATE VIRTUAL TABLE IF NOT EXISTS retrieval_fts USING fts5(
-            service UNINDEXED, doc_id UNINDEXED, title, body,
-            tokenize = 'porter unicode61')""",
-    ]
+# The full-text side differs by engine and is made by the migrations: on
+# PostgreSQL a generated `tsv` column with a GIN index, on SQLite the FTS5
+# virtual table `retrieval_fts (service, doc_id, title, body)`.
+retrieval_document = sa.Table(
+    "retrieval_document", metadata,
+    sa.Column("service", sa.Text, primary_key=True),
+    sa.Column("doc_id", sa.Text, primary_key=True),
+    sa.Column("title", sa.Text, nullable=False),
+    sa.Column("body", sa.Text, nullable=False),
+    sa.Column("content_hash", sa.Text, nullable=False),
+    sa.Column("updated_at", sa.Text, nullable=False),
+)
 
 
 _STOP = frozenset(
@@ -112,8 +96,8 @@ class DocumentIndex:
         changed = 0
         with self.db.connect() as conn:
             have = {r["doc_id"]: r["content_hash"] for r in conn.fetchall(
-                "SELECT doc_id, content_hash FROM retrieval_document WHERE service = ?",
-                (service,))}
+                "SELECT doc_id, content_hash FROM retrieval_document WHERE service = :s",
+                {"s": service})}
             for doc in documents:
                 if have.get(doc.id) != doc.content_hash():
                     self._write(conn, service, doc)
@@ -126,22 +110,25 @@ class DocumentIndex:
     def _write(self, conn: Connection, service: str, doc: Document) -> None:
         conn.execute(
             "INSERT INTO retrieval_document (service, doc_id, title, body, content_hash, "
-            "updated_at) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (service, doc_id) DO UPDATE "
+            "updated_at) VALUES (:s, :doc, :title, :body, :hash, :now) "
+            "ON CONFLICT (service, doc_id) DO UPDATE "
             "SET title = excluded.title, body = excluded.body, "
             "content_hash = excluded.content_hash, updated_at = excluded.updated_at",
-            (service, doc.id, doc.title, doc.text, doc.content_hash(), now_iso()))
+            {"s": service, "doc": doc.id, "title": doc.title, "body": doc.text,
+             "hash": doc.content_hash(), "now": now_iso()})
         if conn.dialect == "sqlite":
-            conn.execute("DELETE FROM retrieval_fts WHERE service = ? AND doc_id = ?",
-                         (service, doc.id))
+            conn.execute("DELETE FROM retrieval_fts WHERE service = :s AND doc_id = :doc",
+                         {"s": service, "doc": doc.id})
             conn.execute("INSERT INTO retrieval_fts (service, doc_id, title, body) "
-                         "VALUES (?, ?, ?, ?)", (service, doc.id, doc.title, doc.text))
+                         "VALUES (:s, :doc, :title, :body)",
+                         {"s": service, "doc": doc.id, "title": doc.title, "body": doc.text})
 
     def _delete(self, conn: Connection, service: str, doc_id: str) -> None:
-        conn.execute("DELETE FROM retrieval_document WHERE service = ? AND doc_id = ?",
-                     (service, doc_id))
+        conn.execute("DELETE FROM retrieval_document WHERE service = :s AND doc_id = :doc",
+                     {"s": service, "doc": doc_id})
         if conn.dialect == "sqlite":
-            conn.execute("DELETE FROM retrieval_fts WHERE service = ? AND doc_id = ?",
-                         (service, doc_id))
+            conn.execute("DELETE FROM retrieval_fts WHERE service = :s AND doc_id = :doc",
+                         {"s": service, "doc": doc_id})
 
     def search(self, service: str, query: str, top_k: int) -> list[Snippet]:
         terms = query_terms(query)
@@ -161,18 +148,18 @@ class DocumentIndex:
         match = " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
         return conn.fetchall(
             "SELECT doc_id, title, body, -bm25(retrieval_fts, 0.0, 0.0, 2.0, 1.0) AS score "
-            "FROM retrieval_fts WHERE retrieval_fts MATCH ? AND service = ? "
-            "ORDER BY score DESC, doc_id LIMIT ?", (match, service, top_k))
+            "FROM retrieval_fts WHERE retrieval_fts MATCH :match AND service = :s "
+            "ORDER BY score DESC, doc_id LIMIT :k", {"match": match, "s": service, "k": top_k})
 
     @staticmethod
     def _search_pg(conn: Connection, service: str, text: str,
                    top_k: int) -> list[dict[str, Any]]:
         return conn.fetchall(
             "SELECT doc_id, title, body, ts_rank(tsv, query.q) AS score "
-            "FROM retrieval_document CROSS JOIN (SELECT replace(plainto_tsquery('english', ?)"
-            "::text, '&', '|')::tsquery AS q) AS query "
-            "WHERE service = ? AND tsv @@ query.q ORDER BY score DESC, doc_id LIMIT ?",
-            (text, service, top_k))
+            "FROM retrieval_document CROSS JOIN (SELECT replace(plainto_tsquery('english', "
+            ":words)::text, '&', '|')::tsquery AS q) AS query "
+            "WHERE service = :s AND tsv @@ query.q ORDER BY score DESC, doc_id LIMIT :k",
+            {"words": text, "s": service, "k": top_k})
 
 
 class FullTextRetriever:

@@ -1,31 +1,166 @@
-"""Create every registered table and index that is missing.
+"""The database schema is made and changed only by the Alembic migrations in
+`turnstile/migrations` (shipped inside the package).
 
-The table owners register their DDL with `turnstile.stores.db.schema`; this
-module imports the stores' owners so they are registered. The reference
-app's tables register when `turnstile.sales.schema` is imported (the worker
-and the seed do).
+`upgrade(db)` brings a database to the newest revision; the worker and
+`starter.py seed` call it on start, operators run `python -m turnstile.db
+upgrade`. Several processes may call it at once: on PostgreSQL an advisory
+lock, on SQLite an immediate write transaction, lets one of them migrate while
+the others wait and then find nothing to do.
+
+A database made by v0.1 (its tables, no `alembic_version`) is recognised and
+stamped at revision 0001 (exactly v0.1's schema) before the later revisions
+run; a database holding only some of v0.1's tables is refused, not guessed at.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
+from importlib import resources
+from urllib.parse import unquote, urlparse
 
-import turnstile.stores.audit  # noqa: F401
-import turnstile.stores.lock  # noqa: F401
-import turnstile.stores.memory  # noqa: F401
-import turnstile.stores.payload_store  # noqa: F401
-import turnstile.stores.retrieval_index  # noqa: F401
-import turnstile.stores.streaming  # noqa: F401
-from turnstile.stores.db import Database, registered_schema
+import sqlalchemy as sa
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
 
+from turnstile.engine.errors import ConfigurationError
+from turnstile.stores.db import READER_ROLE, Database, engine_for, metadata
+
+log = logging.getLogger(__name__)
+
+V0_1_REVISION = "0001"
+# Every table v0.1.0's ensure_schema created (retrieval_fts on SQLite only).
+V0_1_TABLES = frozenset({
+    "chat_message_part", "conversation", "chat_message", "tool_call_ledger",
+    "tool_execution_log", "approval_decision", "conversation_lock", "payload_blob",
+    "payload_ref", "retrieval_document", "sales_record", "follow_up_task", "email_task",
+    "turn_stream",
+})
+_ADVISORY_LOCK = 7262010  # the key v0.1 used for its schema lock
 _lock = threading.Lock()
 
 
+class SchemaError(ConfigurationError):
+    """The database's schema is not one the migrations can take forward."""
+
+    error_type = "SchemaError"
+
+
+def alembic_config() -> Config:
+    config = Config()
+    location = resources.files("turnstile") / "migrations"
+    config.set_main_option("script_location", str(location))
+    return config
+
+
+def head_revision() -> str:
+    head = ScriptDirectory.from_config(alembic_config()).get_current_head()
+    assert head is not None
+    return head
+
+
+def _migration_engine(db: Database) -> sa.Engine:
+    if db.dialect == "postgresql":
+        return engine_for(db.url)
+    # SQLite: the driver's own transaction handling would commit each DDL
+    # statement on its own; take the write lock up front and make the whole
+    # upgrade one transaction.
+    engine = sa.create_engine(f"sqlite:///{db.path}", poolclass=sa.NullPool,
+                              connect_args={"isolation_level": None, "timeout": 60})
+
+    @sa.event.listens_for(engine, "begin")
+    def _begin(conn: sa.Connection) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+    return engine
+
+
+def current(db: Database) -> str | None:
+    """The revision the database is at (None: no migrations ran)."""
+    with engine_for(db.url).connect() as conn:
+        return MigrationContext.configure(conn).get_current_revision()
+
+
+def upgrade(db: Database, revision: str = "head") -> str | None:
+    """Migrate `db` to `revision` (newest by default); returns the revision
+    it is at afterwards."""
+    if db.dialect == "sqlite":
+        db.path.parent.mkdir(parents=True, exist_ok=True)
+    engine = _migration_engine(db)
+    with _lock, engine.connect() as conn:
+        with conn.begin():
+            if db.dialect == "postgresql":
+                conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": _ADVISORY_LOCK})
+            _stamp_v0_1(conn)
+            config = alembic_config()
+            config.attributes["connection"] = conn
+            command.upgrade(config, revision)
+            if db.dialect == "postgresql":
+                _grant_reader(conn, reader_role(db))
+        now = MigrationContext.configure(conn).get_current_revision()
+    if engine is not engine_for(db.url):
+        engine.dispose()
+    return now
+
+
+def _stamp_v0_1(conn: sa.Connection) -> None:
+    tables = set(sa.inspect(conn).get_table_names())
+    if "alembic_version" in tables:
+        return
+    present = tables & V0_1_TABLES
+    if not present:
+        return  # an empty database: revision 0001 creates everything
+    missing = V0_1_TABLES - present
+    if missing:
+        raise SchemaError(
+            f"the database has some of Turnstile's tables but not {sorted(missing)} and no "
+            "alembic_version: it was not made by Turnstile v0.1 and cannot be upgraded "
+            "automatically"
+        )
+    log.warning("database made by Turnstile v0.1: stamping revision %s, then upgrading",
+                V0_1_REVISION)
+    MigrationContext.configure(conn).stamp(ScriptDirectory.from_config(alembic_config()),
+                                           V0_1_REVISION)
+
+
+def reader_role(db: Database) -> str:
+    """The login of the read-only connection: DATABASE_READONLY_URL's user, or
+    `turnstile_reader` (the role `reader_url` derives)."""
+    if db.readonly_url:
+        user = urlparse(db.readonly_url).username
+        if user:
+            return unquote(user)
+    return READER_ROLE
+
+
+def _grant_reader(conn: sa.Connection, role: str) -> None:
+    """SELECT for the read-only role on the tables marked `info={"reader": True}`
+    (the sales app marks its sales tables), and nothing else. Re-applied on
+    every upgrade (GRANT is idempotent), so a role made after the tables, or a
+    table added by a later revision, gets its privilege. A missing role or a
+    user who may not grant is logged, not fatal: the query tool then reports
+    the failure."""
+    if conn.execute(sa.text("SELECT 1 FROM pg_roles WHERE rolname = :r"), {"r": role}).first() \
+            is None:
+        log.warning("read-only role %r does not exist: the sales query tool cannot connect "
+                    "until it does (see deploy/postgres/init-turnstile.sh)", role)
+        return
+    quote = conn.dialect.identifier_preparer.quote
+    present = set(sa.inspect(conn).get_table_names())
+    tables = [t.name for t in metadata.sorted_tables if t.info.get("reader") and t.name in present]
+    statements = ["GRANT USAGE ON SCHEMA " + quote(
+        conn.execute(sa.text("SELECT current_schema()")).scalar_one()) + f" TO {quote(role)}"]
+    statements += [f"GRANT SELECT ON {quote(t)} TO {quote(role)}" for t in tables]
+    for stmt in statements:
+        try:
+            with conn.begin_nested():
+                conn.execute(sa.text(stmt))
+        except sa.exc.ProgrammingError as err:  # insufficient_privilege
+            log.warning("cannot %s: %s", stmt, err.orig)
+
+
 def ensure_schema(db: Database) -> None:
-    with _lock, db.connect() as conn:
-        if db.dialect == "postgresql":
-            # Serialise concurrent schema creation by several workers.
-            conn.execute("SELECT pg_advisory_xact_lock(7262010)")
-        for provider in registered_schema():
-            for stmt in provider(db.dialect):
-                conn.execute(stmt)
+    """Bring the database to the newest schema (kept for existing callers)."""
+    upgrade(db)

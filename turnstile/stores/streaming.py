@@ -19,7 +19,9 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from turnstile.stores.db import Database, Dialect, schema
+import sqlalchemy as sa
+
+from turnstile.stores.db import Database, metadata
 from turnstile.stores.memory import now_iso
 
 FLUSH_CHARS = 64
@@ -28,20 +30,17 @@ MAX_CHUNKS = 1000
 RETENTION_SECONDS = 24 * 3600.0
 
 
-@schema
-def _stream_ddl(dialect: Dialect) -> list[str]:
-    return [
-        """CREATE TABLE IF NOT EXISTS turn_stream (
-            workflow_id TEXT NOT NULL,
-            response_seq BIGINT NOT NULL,
-            attempt INTEGER NOT NULL,
-            chunk INTEGER NOT NULL,
-            text TEXT NOT NULL,
-            done INTEGER NOT NULL DEFAULT 0,
-            created_at TEXT NOT NULL,
-            PRIMARY KEY (workflow_id, response_seq, attempt, chunk))""",
-        "CREATE INDEX IF NOT EXISTS turn_stream_created ON turn_stream (created_at)",
-    ]
+turn_stream = sa.Table(
+    "turn_stream", metadata,
+    sa.Column("workflow_id", sa.Text, primary_key=True),
+    sa.Column("response_seq", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("attempt", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("chunk", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("text", sa.Text, nullable=False),
+    sa.Column("done", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("created_at", sa.Text, nullable=False),
+    sa.Index("turn_stream_created", "created_at"),
+)
 
 
 class StreamWriter:
@@ -58,9 +57,10 @@ class StreamWriter:
         with self.db.connect() as conn:
             conn.execute(
                 "INSERT INTO turn_stream (workflow_id, response_seq, attempt, chunk, text, done, "
-                "created_at) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT "
-                "(workflow_id, response_seq, attempt, chunk) DO NOTHING",
-                (*self.key, self.chunk, text, int(done), now_iso()))
+                "created_at) VALUES (:wf, :response_seq, :attempt, :chunk, :text, :done, :now) "
+                "ON CONFLICT (workflow_id, response_seq, attempt, chunk) DO NOTHING",
+                {"wf": self.key[0], "response_seq": self.key[1], "attempt": self.key[2],
+                 "chunk": self.chunk, "text": text, "done": int(done), "now": now_iso()})
         self.chunk += 1
 
     async def open(self) -> None:
@@ -71,7 +71,7 @@ class StreamWriter:
 
     def _prune(self, cutoff: str) -> None:
         with self.db.connect() as conn:
-            conn.execute("DELETE FROM turn_stream WHERE created_at < ?", (cutoff,))
+            conn.execute("DELETE FROM turn_stream WHERE created_at < :cutoff", {"cutoff": cutoff})
 
     async def add(self, text: str) -> None:
         if self.truncated or not text:
@@ -101,10 +101,10 @@ def read_stream(db: Database, workflow_id: str,
     with db.connect() as conn:
         return conn.fetchall(
             "SELECT response_seq, attempt, chunk, text, done FROM turn_stream "
-            "WHERE workflow_id = ? AND (response_seq > ? OR (response_seq = ? AND "
-            "(attempt > ? OR (attempt = ? AND chunk > ?)))) "
+            "WHERE workflow_id = :wf AND (response_seq > :s OR (response_seq = :s AND "
+            "(attempt > :a OR (attempt = :a AND chunk > :c)))) "
             "ORDER BY response_seq, attempt, chunk",
-            (workflow_id, s, s, a, a, c))
+            {"wf": workflow_id, "s": s, "a": a, "c": c})
 
 
 async def follow_stream(db: Database, workflow_id: str, running: Callable[[], Awaitable[bool]],

@@ -1,0 +1,32 @@
+"""`approver(service, tool, reviewer)`: who may decide the approvals of a
+service's tool calls (the reference service's approver policy; README,
+"Approvals"). Empty: the default policy, any named reviewer except the user
+who asked.
+
+Revision ID: 0003
+Revises: 0002
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0003"
+down_revision = "0002"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    op.create_table(
+        "approver",
+        sa.Column("service", sa.Text, nullable=False),
+        sa.Column("tool", sa.Text, nullable=False),
+        sa.Column("reviewer", sa.Text, nullable=False),
+        sa.PrimaryKeyConstraint("service", "tool", "reviewer"),
+    )
+
+
+def downgrade() -> None:
+    op.drop_table("approver")
