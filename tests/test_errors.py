@@ -13,6 +13,7 @@ from turnstile.runtime.guardrails import GuardrailError
 from turnstile.runtime.mcp.connection import MCPCallLost, MCPUnavailable
 from turnstile.runtime.tools import ToolExecutionError
 from turnstile.sales.query import EmptyConditionError
+from turnstile.stores.schema import SchemaError
 
 STABLE = {
     errors.UnknownServiceError: "UnknownService",
@@ -57,6 +58,7 @@ STABLE = {
     IncompleteStreamError: "IncompleteStream",  # the provider's variant keeps the name
     MCPUnavailable: "MCPUnavailable",
     MCPCallLost: "MCPCallLost",
+    SchemaError: "SchemaError",  # a database the migrations cannot take forward
 }
 
 
