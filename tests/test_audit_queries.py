@@ -71,8 +71,8 @@ def test_top_callers_over_a_threshold_in_a_window(audited: Database) -> None:
 
 
 def test_failures_by_category(audited: Database) -> None:
-    found = {r["category"]: r["failures"]
-             for r in q.failures_by_category(audited, q.AuditFilter(since=NOW - timedelta(hours=1)))}
+    hour = q.AuditFilter(since=NOW - timedelta(hours=1))
+    found = {r["category"]: r["failures"] for r in q.failures_by_category(audited, hour)}
     assert found == {category: 1 for _, _, category in ERRORS}
     day = q.failures_by_category(audited, q.AuditFilter(since=NOW - timedelta(days=1)))
     assert {r["category"]: r["failures"] for r in day}["database unavailable"] == 2
