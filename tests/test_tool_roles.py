@@ -7,8 +7,12 @@ still has it). On SQLite: the recipient rule."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -25,6 +29,7 @@ from turnstile.stores.schema import upgrade
 
 pytest_plugins = ["tests.support.databases"]
 
+ROOT = Path(__file__).resolve().parents[1]
 NOW = datetime.now(UTC)
 RECENT = utc_text(NOW - timedelta(days=2))
 OLD = utc_text(NOW - timedelta(days=120))
@@ -102,6 +107,26 @@ def test_query_window_is_configurable(pg: Database) -> None:
             assert conn.execute("SELECT COUNT(*) FROM sales_record").fetchone() == (0,)
     finally:
         set_query_window(pg, 90)
+
+
+def test_query_window_command(pg: Database, tmp_path: Any) -> None:
+    def run(url: str, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "turnstile.db", "query-window", *args],
+                              cwd=ROOT, env={**os.environ, "DATABASE_URL": url},
+                              capture_output=True, text=True, timeout=60)
+
+    try:
+        done = run(pg.url, "off")
+        assert done.returncode == 0 and "every sales row" in done.stdout, done.stderr
+        with psycopg.connect(reader_url(pg.url), autocommit=True) as conn:
+            assert conn.execute("SELECT COUNT(*) FROM sales_record").fetchone() == (2,)
+        assert run(pg.url, "soon").returncode == 2
+    finally:
+        assert "the last 90 days" in run(pg.url, "90").stdout
+    with psycopg.connect(reader_url(pg.url), autocommit=True) as conn:
+        assert conn.execute("SELECT COUNT(*) FROM sales_record").fetchone() == (1,)
+    sqlite = run(f"sqlite:///{tmp_path}/x.db", "30")
+    assert sqlite.returncode == 2 and "PostgreSQL only" in sqlite.stderr
 
 
 def test_follow_up_role_inserts_and_updates_follow_ups_only(pg: Database) -> None:
