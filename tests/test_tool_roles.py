@@ -219,3 +219,14 @@ def test_recipient_longer_than_100_is_refused_on_sqlite(db: Database) -> None:
             db.connect() as conn:
         conn.execute("UPDATE email_task SET recipient = :to WHERE task_id = 'ok'",
                      {"to": "o" * 89 + "@example.com"})
+
+
+def test_the_tool_refuses_a_recipient_the_database_would() -> None:
+    """The model hears about the 100-character rule as an argument error it
+    can correct, before the database's CHECK would refuse the row."""
+    ok = createEmailTask.parse_arguments(json.dumps(
+        {"to": "o" * 88 + "@example.com", "subject": "s", "body": "b"}))
+    assert len(ok.to) == 100  # type: ignore[attr-defined]
+    with pytest.raises(ToolArgumentError, match="at most 100 characters"):
+        createEmailTask.parse_arguments(json.dumps(
+            {"to": "o" * 89 + "@example.com", "subject": "s", "body": "b"}))
