@@ -5,6 +5,8 @@
     python starter.py status|pending WORKFLOW_ID
     python starter.py stream WORKFLOW_ID   (partial model text of a streaming service)
     python starter.py approve|reject WORKFLOW_ID TOOL_CALL_ID --reviewer NAME [--note TEXT]
+    python starter.py audit [--since 1h] [--tool T] [--user U] [--status S] [--limit N]
+                            [--top [--over N] | --failures] [--json]
 """
 
 from __future__ import annotations
@@ -142,6 +144,46 @@ async def stream_turn(handle: WorkflowHandle[Any, Any], settings: Settings) -> N
     out()
 
 
+def audit_command(db: Any, args: argparse.Namespace) -> int:
+    """`starter.py audit`: the rows or summary asked for, as a table or JSON lines."""
+    from turnstile.stores import audit_queries as q
+
+    try:
+        since_text = args.since or ("1h" if args.top or args.failures else None)
+        f = q.AuditFilter(
+            since=q.parse_since(since_text) if since_text else None,
+            until=q.parse_since(args.until) if args.until else None,
+            tool=args.tool, user=args.user, status=args.status)
+    except ValueError as exc:
+        sys.stderr.write(f"starter.py audit: {exc}\n")
+        return 2
+    if args.top:
+        rows = q.top_callers(db, f, over=args.over, limit=args.limit)
+        columns = ["user_id", "tool_name", "calls"]
+    elif args.failures:
+        rows = q.failures_by_category(db, f)
+        columns = ["category", "failures", "tools", "latest"]
+    else:
+        rows = q.calls(db, f, limit=args.limit)
+        columns = ["start_time", "user_id", "tool_name", "status", "workflow_id",
+                   "error_message"]
+    window = f"since {q.stored_time(f.since)}" if f.since else "all time"
+    if args.json:
+        for r in rows:
+            out(json.dumps(r, default=str))
+        return 0
+    out(f"{len(rows)} row(s), {window}")
+    if rows:
+        cells = [[str(r[col] if r[col] is not None else "")[:60] for col in columns]
+                 for r in rows]
+        widths = [max(len(col), *(len(line[i]) for line in cells))
+                  for i, col in enumerate(columns)]
+        out("  ".join(col.ljust(w) for col, w in zip(columns, widths, strict=True)))
+        for line in cells:
+            out("  ".join(v.ljust(w) for v, w in zip(line, widths, strict=True)).rstrip())
+    return 0
+
+
 async def main(argv: list[str] | None = None, client: Client | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -169,8 +211,33 @@ async def main(argv: list[str] | None = None, client: Client | None = None) -> i
         p.add_argument("tool_call_id")
         p.add_argument("--reviewer", required=True)
         p.add_argument("--note", default="")
+    p_audit = sub.add_parser("audit", help="ask the audit log: calls, --top callers, --failures")
+    p_audit.add_argument("--since", default=None,
+                         help="window start: 1h, 30m, 7d, or an ISO time (summaries: 1h)")
+    p_audit.add_argument("--until", default=None, help="window end (ISO time); default now")
+    p_audit.add_argument("--tool", default=None)
+    p_audit.add_argument("--user", default=None)
+    p_audit.add_argument("--status", default=None, help="INITIATED, COMPLETED, FAILED, ...")
+    p_audit.add_argument("--limit", type=int, default=50)
+    summary = p_audit.add_mutually_exclusive_group()
+    summary.add_argument("--top", action="store_true",
+                         help="calls per user and tool in the window, most first")
+    summary.add_argument("--failures", action="store_true",
+                         help="failed calls in the window by error category")
+    p_audit.add_argument("--over", type=int, default=0,
+                         help="with --top: only pairs with more than this many calls")
+    p_audit.add_argument("--json", action="store_true", help="JSON lines instead of a table")
     args = parser.parse_args(argv)
     settings = Settings.from_env()
+
+    if args.cmd == "audit":
+        from turnstile.stores.db import Database, dispose_engines
+
+        db = Database(settings.database_url, readonly_url=settings.database_readonly_url)
+        try:
+            return await asyncio.to_thread(audit_command, db, args)
+        finally:
+            dispose_engines()
 
     if args.cmd == "seed":
         from turnstile.sales.seed import seed

@@ -49,7 +49,8 @@ class SagaActivities:
             stored = raw
         ctx = ToolContext(db=self.rt.db, workflow_id=wf_id, conversation_id=req.conversation_id,
                           user_id=req.user_id, tool_call_id=call.id, attempt=info.attempt,
-                          settings=self.rt.settings, heartbeat=activity.heartbeat)
+                          settings=self.rt.settings, heartbeat=activity.heartbeat,
+            statement_timeout_seconds=tool.spec.statement_timeout_seconds)
         work = tool.undo(ctx, tool.parse_arguments(call.arguments), stored)
         outcome = await with_heartbeat(work, tool.spec.heartbeat_seconds)
         if isinstance(outcome, Undo) and not outcome.undone:

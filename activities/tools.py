@@ -144,6 +144,7 @@ class ToolActivities:
             db=self.rt.db, workflow_id=wf_id, conversation_id=req.conversation_id,
             user_id=req.user_id, tool_call_id=call.id, attempt=info.attempt,
             settings=self.rt.settings, heartbeat=activity.heartbeat,
+            statement_timeout_seconds=tool.spec.statement_timeout_seconds,
         )
         try:
             result = await with_heartbeat(tool.invoke(ctx, args), tool.spec.heartbeat_seconds)

@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -25,6 +26,7 @@ from tests.test_compose import COMPOSE, environment_of
 from tests.test_sales_turns import DEMO, TODAY, approve_when_asked
 from turnstile.engine.contract import CallStatus, TurnStatus
 from turnstile.providers import DemoPlanner
+from turnstile.sales.schema import EMAIL_ROLE, FOLLOWUP_ROLE, SENDER_ROLE
 from turnstile.sales.seed import BIG_CUSTOMERS, seed
 from turnstile.sales.service import build_sales_service
 from turnstile.sales.smtp_server import LocalSmtpServer
@@ -32,6 +34,7 @@ from turnstile.stores.db import Database, dispose_engines
 
 ROOT = Path(__file__).resolve().parents[1]
 INIT = ROOT / "deploy" / "postgres" / "init-turnstile.sh"
+TOOL_ROLES = (FOLLOWUP_ROLE, EMAIL_ROLE, SENDER_ROLE)
 
 
 @pytest.fixture
@@ -84,7 +87,13 @@ async def test_demo_turn_with_the_compose_roles(compose_roles: dict[str, str], c
     with psycopg.connect(ADMIN_URL) as conn:
         flags = conn.execute("SELECT rolcreaterole, rolsuper FROM pg_roles WHERE rolname = %s",
                              (compose_roles["TURNSTILE_DB_USER"],)).fetchone()
-    assert flags == (False, False)  # the application cannot make roles
+        # The application cannot make roles...
+        # ...but the init script granted it the tool roles, to SET ROLE to.
+        member = conn.execute(
+            "SELECT bool_and(pg_has_role(%s, r, 'MEMBER')) FROM unnest(%s::text[]) AS r",
+            (compose_roles["TURNSTILE_DB_USER"], list(TOOL_ROLES))).fetchone()
+    assert flags == (False, False)
+    assert member == (True,)
 
     db = Database(app_url, readonly_url=reader_url)
     seed(db, rows=3000, today=TODAY)  # `starter.py seed`: migrates as the application
@@ -103,9 +112,15 @@ async def test_demo_turn_with_the_compose_roles(compose_roles: dict[str, str], c
 
     # The reader reads the sales tables and nothing else; it writes nothing.
     with psycopg.connect(reader_url, autocommit=True) as conn:
-        assert conn.execute("SELECT COUNT(*) FROM sales_record").fetchone() == (3000,)
-        assert conn.execute("SELECT SUM(order_count) FROM sales_daily_total").fetchone() == (
-            3000,)
+        # Row-level security: the rows of the last 90 days (all 3000 while
+        # TODAY is recent; fewer as the calendar moves on, never older ones).
+        start = (datetime.now(UTC).date() - timedelta(days=90)).isoformat()
+        with psycopg.connect(app_url, autocommit=True) as app:
+            recent = app.execute("SELECT COUNT(*) FROM sales_record WHERE create_time >= %s",
+                                 (start,)).fetchone()
+        assert conn.execute("SELECT COUNT(*) FROM sales_record").fetchone() == recent
+        assert conn.execute("SELECT COALESCE(SUM(order_count), 0) FROM sales_daily_total"
+                            ).fetchone() == recent
         for sql in ("SELECT * FROM email_task", "SELECT * FROM chat_message",
                     "DELETE FROM sales_record", "INSERT INTO sales_daily_total VALUES "
                     "('2026-01-01', 'x', 'x', 'x', 1, 1, 'x')", "CREATE TABLE evil (x int)"):

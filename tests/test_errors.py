@@ -12,6 +12,7 @@ from turnstile.providers.openai_stream import IncompleteStream
 from turnstile.runtime.guardrails import GuardrailError
 from turnstile.runtime.mcp.connection import MCPCallLost, MCPUnavailable
 from turnstile.runtime.tools import ToolExecutionError
+from turnstile.sales.access import QueryTooLong
 from turnstile.sales.query import EmptyConditionError
 from turnstile.stores.schema import SchemaError
 
@@ -59,6 +60,7 @@ STABLE = {
     MCPUnavailable: "MCPUnavailable",
     MCPCallLost: "MCPCallLost",
     SchemaError: "SchemaError",  # a database the migrations cannot take forward
+    QueryTooLong: "QueryTooLong",  # a tool statement past its statement timeout
 }
 
 

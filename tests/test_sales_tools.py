@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from turnstile.runtime.config import Settings
 from turnstile.runtime.tools import Tool, ToolContext, ToolExecutionError, Undo
 from turnstile.sales import outbox
 from turnstile.sales.outbox import EmailStatus
+from turnstile.sales.schema import utc_text
 from turnstile.sales.service import build_sales_service
 from turnstile.sales.smtp_server import LocalSmtpServer
 from turnstile.sales.tools import (
@@ -49,12 +51,13 @@ def count(db: Database, sql: str, params: dict[str, Any] | None = None) -> int:
 
 @pytest.fixture
 def sales_db(db: Database) -> Database:
+    # Yesterday: inside the 90 days the tools' reader may see on PostgreSQL.
+    when = utc_text(datetime.now(UTC) - timedelta(days=1))
     with db.connect() as conn:
         conn.executemany(
-            "INSERT INTO sales_record VALUES (:id, :c, :name, :email, 100,"
-            " '2025-03-03T10:00:00.000000Z')",
-            [{"id": i, "c": c, "name": f"Name {c}", "email": f"{c.lower()}@example.com"}
-             for i, c in enumerate(CUSTOMERS)],
+            "INSERT INTO sales_record VALUES (:id, :c, :name, :email, 100, :when)",
+            [{"id": i, "c": c, "name": f"Name {c}", "email": f"{c.lower()}@example.com",
+              "when": when} for i, c in enumerate(CUSTOMERS)],
         )
     return db
 

@@ -13,5 +13,5 @@ and `tests/test_layers.py` fails on a violation or an import cycle):
 providers and runtime to the activity names; `worker.py` and `starter.py` sit
 on top. Outside the layers: `turnstile.migrations` (Alembic revisions of every
 component's tables; they import no project module) and `turnstile.db` (the
-operator's `python -m turnstile.db upgrade|current`).
+operator's `python -m turnstile.db upgrade|current|query-window`).
 """

@@ -2,6 +2,9 @@
 
     python -m turnstile.db upgrade    # migrate to the newest schema (the worker does it too)
     python -m turnstile.db current    # the revision the database is at, and the newest one
+    python -m turnstile.db query-window DAYS|off
+                                      # PostgreSQL: how many days of sales the query tool's
+                                      # role sees (row-level security; 90 after migrating)
 """
 
 from __future__ import annotations
@@ -18,12 +21,16 @@ from turnstile.stores.schema import current, head_revision, upgrade
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m turnstile.db", description=__doc__)
-    parser.add_argument("command", choices=["upgrade", "current"])
+    parser.add_argument("command", choices=["upgrade", "current", "query-window"])
+    parser.add_argument("days", nargs="?", default=None,
+                        help="query-window: a number of days, or `off` (every row)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     settings = Settings.from_env()
     db = Database(settings.database_url, readonly_url=settings.database_readonly_url)
     try:
+        if args.command == "query-window":
+            return _query_window(db, args.days)
         if args.command == "upgrade":
             before = current(db)
             after = upgrade(db)
@@ -34,6 +41,23 @@ def main(argv: list[str] | None = None) -> int:
                              f"newest {head_revision()}\n")
     finally:
         dispose_engines()
+    return 0
+
+
+def _query_window(db: Database, days_text: str | None) -> int:
+    from turnstile.sales.access import set_query_window
+
+    if days_text is None or not (days_text == "off" or days_text.isdigit()):
+        sys.stderr.write("query-window takes a number of days (e.g. 90) or `off`\n")
+        return 2
+    if db.dialect != "postgresql":
+        sys.stderr.write("query-window is row-level security: PostgreSQL only (SQLite cannot "
+                         "restrict rows by role; see README, Least privilege)\n")
+        return 2
+    days = None if days_text == "off" else int(days_text)
+    set_query_window(db, days)
+    sys.stdout.write(f"the query tool's role now sees "
+                     f"{'every sales row' if days is None else f'the last {days} days'}\n")
     return 0
 
 

@@ -30,6 +30,11 @@ class RetrySpec(BaseModel):
 DEFAULT_MAX_ARGUMENT_BYTES = 64 * 1024  # raw JSON arguments of one call
 
 
+# Every statement a database tool runs is stopped after this long (per tool:
+# ToolSpec.statement_timeout_seconds; turnstile.sales.access).
+DEFAULT_STATEMENT_TIMEOUT_SECONDS = 3.0
+
+
 class ToolSpec(BaseModel):
     name: str
     description: str
@@ -53,6 +58,8 @@ class ToolSpec(BaseModel):
     review_fields: list[str] = Field(default_factory=list)
     # Arguments holding outbound addresses, checked against the service's OutboundPolicy.
     recipient_fields: list[str] = Field(default_factory=list)
+    # The statement timeout of the tool's database statements.
+    statement_timeout_seconds: float = DEFAULT_STATEMENT_TIMEOUT_SECONDS
 
     @property
     def start_to_close(self) -> timedelta:

@@ -24,7 +24,12 @@ from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from turnstile.engine.approvals import OutboundPolicy, outbound_findings
 from turnstile.engine.errors import DuplicateToolError, ToolArgumentError, TurnstileError
-from turnstile.engine.specs import DEFAULT_MAX_ARGUMENT_BYTES, RetrySpec, ToolSpec
+from turnstile.engine.specs import (
+    DEFAULT_MAX_ARGUMENT_BYTES,
+    DEFAULT_STATEMENT_TIMEOUT_SECONDS,
+    RetrySpec,
+    ToolSpec,
+)
 
 if TYPE_CHECKING:
     from turnstile.stores.db import Database
@@ -42,6 +47,8 @@ class ToolContext:
     attempt: int = 1
     settings: Any = None
     heartbeat: Callable[..., None] = field(default=lambda *a: None)
+    # The tool's ToolSpec.statement_timeout_seconds (turnstile.sales.access).
+    statement_timeout_seconds: float = DEFAULT_STATEMENT_TIMEOUT_SECONDS
 
     @property
     def idempotency_key(self) -> str:
@@ -220,6 +227,7 @@ def tool(
     max_argument_bytes: int = DEFAULT_MAX_ARGUMENT_BYTES,
     review_fields: Iterable[str] = (),
     recipient_fields: Iterable[str] = (),
+    statement_timeout_seconds: float = DEFAULT_STATEMENT_TIMEOUT_SECONDS,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -239,6 +247,7 @@ def tool(
     max_argument_bytes: int = DEFAULT_MAX_ARGUMENT_BYTES,
     review_fields: Iterable[str] = (),
     recipient_fields: Iterable[str] = (),
+    statement_timeout_seconds: float = DEFAULT_STATEMENT_TIMEOUT_SECONDS,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Turn a typed function into a Tool (usable bare or with options)."""
 
@@ -276,6 +285,7 @@ def tool(
             max_argument_bytes=max_argument_bytes,
             review_fields=list(review_fields),
             recipient_fields=list(recipient_fields),
+            statement_timeout_seconds=statement_timeout_seconds,
         )
         unknown = [f for f in (*spec.review_fields, *spec.recipient_fields) if f not in fields]
         if unknown:

@@ -3,7 +3,8 @@ calls with GenAI semantic-convention attributes.
 
 Exported over OTLP/HTTP when OTEL_EXPORTER_OTLP_ENDPOINT is set, otherwise to
 a JSON-lines file under .data/ (the embedded default) so a user can read the
-spans without a collector. Workflow spans come from the interceptor, which
+spans without a collector. Metrics (`turnstile.email.dead`) likewise: OTLP/HTTP
+`/v1/metrics` every 10 s, or `.data/metrics.jsonl`. Workflow spans come from the interceptor, which
 does not create them while a workflow replays; model and tool spans are made
 inside activities, which never replay: no span is emitted twice.
 """
@@ -16,7 +17,13 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from opentelemetry import trace
+from opentelemetry import metrics, trace
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import (
+    ConsoleMetricExporter,
+    MetricExporter,
+    PeriodicExportingMetricReader,
+)
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
@@ -69,8 +76,25 @@ def setup_tracing(settings: Settings, service_name: str) -> TracerProvider | Non
             log.info("tracing: spans written to %s", settings.data_dir / "traces.jsonl")
         provider.add_span_processor(BatchSpanProcessor(exporter))
         trace.set_tracer_provider(provider)
+        metrics.set_meter_provider(_meter_provider(settings, provider.resource))
         _configured = True
         return provider
+
+
+def _meter_provider(settings: Settings, resource: Resource) -> MeterProvider:
+    exporter: MetricExporter
+    if settings.otlp_endpoint:
+        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+
+        exporter = OTLPMetricExporter(endpoint=settings.otlp_endpoint.rstrip("/") + "/v1/metrics")
+    else:
+        path = settings.data_dir / "metrics.jsonl"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        exporter = ConsoleMetricExporter(
+            out=open(path, "a", encoding="utf-8"),  # noqa: SIM115 (lives with the process)
+            formatter=lambda data: data.to_json(indent=None) + "\n")
+    reader = PeriodicExportingMetricReader(exporter, export_interval_millis=10_000)
+    return MeterProvider(resource=resource, metric_readers=[reader])
 
 
 def interceptors() -> list[TracingInterceptor]:

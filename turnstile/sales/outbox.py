@@ -26,6 +26,10 @@ a person who checked the recipient's mailbox for the task's Message-ID (fixed
 per task, recorded at creation) re-queues it with `requeue(...,
 allow_possibly_sent=True)`. Every attempt reuses that Message-ID, so a
 duplicate that does happen is recognisable as one.
+
+Roles (PostgreSQL, turnstile.sales.access): `enqueue` inserts as the e-mail
+tool's role, which may do nothing else; every other read and state change
+runs as the sender's role; each statement under a statement timeout.
 """
 
 from __future__ import annotations
@@ -38,7 +42,9 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from turnstile.sales.schema import email_task, now_text, utc_text
+from turnstile.engine.specs import DEFAULT_STATEMENT_TIMEOUT_SECONDS as TIMEOUT
+from turnstile.sales.access import as_role, tool_connection
+from turnstile.sales.schema import EMAIL_ROLE, SENDER_ROLE, email_task, now_text, utc_text
 from turnstile.stores.db import Connection, Database
 
 
@@ -105,31 +111,40 @@ def _get(conn: Connection, task_id: str) -> EmailTask | None:
     return EmailTask.from_row(row) if row else None
 
 
-def get(db: Database, task_id: str) -> EmailTask | None:
-    with db.connect() as conn:
+def get(db: Database, task_id: str, *, timeout_seconds: float = TIMEOUT) -> EmailTask | None:
+    with tool_connection(db, SENDER_ROLE, timeout_seconds=timeout_seconds) as conn:
         return _get(conn, task_id)
 
 
 def enqueue(
-    db: Database, *, idempotency_key: str, recipient: str, subject: str, body: str
+    db: Database, *, idempotency_key: str, recipient: str, subject: str, body: str,
+    timeout_seconds: float = TIMEOUT,
 ) -> tuple[EmailTask, bool]:
-    """Queue one e-mail; the same key returns the existing task. -> (task, created)."""
+    """Queue one e-mail; the same key returns the existing task. -> (task, created).
+    The INSERT runs as the e-mail tool's role (it may only insert); the read
+    back as the sender's (PostgreSQL; turnstile.sales.access)."""
     task_id = f"mail-{uuid.uuid4().hex}"
     now = now_text()
-    with db.connect() as conn:
-        cur = conn.execute(
-            """INSERT INTO email_task (task_id, idempotency_key, recipient, subject, body,
-                   status, attempts, created_at, updated_at, message_id)
-               VALUES (:task_id, :key, :recipient, :subject, :body, :status, 0, :now, :now,
-                       :message_id)
-               ON CONFLICT (idempotency_key) DO NOTHING""",
-            {"task_id": task_id, "key": idempotency_key, "recipient": recipient,
-             "subject": subject, "body": body, "status": EmailStatus.QUEUED.value, "now": now,
-             "message_id": message_id_for(task_id)},
-        )
-        created = cur.rowcount == 1
-        task = _by_key(conn, idempotency_key)
-    assert task is not None  # inserted or already there, in this transaction
+    insert = sa.insert(t).values(
+        task_id=task_id, idempotency_key=idempotency_key, recipient=recipient, subject=subject,
+        body=body, status=EmailStatus.QUEUED.value, attempts=0, created_at=now, updated_at=now,
+        message_id=message_id_for(task_id))
+    with tool_connection(db, None, timeout_seconds=timeout_seconds) as conn:
+        created = True
+        refused: sa.exc.IntegrityError | None = None
+        with as_role(conn, EMAIL_ROLE):
+            # A plain INSERT in a savepoint, not ON CONFLICT: that would need
+            # SELECT on the key, and this role may not read.
+            try:
+                with conn.sa.begin_nested():
+                    conn.execute(insert)
+            except sa.exc.IntegrityError as err:
+                created, refused = False, err
+        with as_role(conn, SENDER_ROLE):
+            task = _by_key(conn, idempotency_key)
+    if task is None:  # refused, and not because this key is already queued
+        assert refused is not None
+        raise refused
     return task, created
 
 
@@ -138,14 +153,16 @@ def _by_key(conn: Connection, idempotency_key: str) -> EmailTask | None:
     return EmailTask.from_row(row) if row else None
 
 
-def find_by_key(db: Database, idempotency_key: str) -> EmailTask | None:
-    with db.connect() as conn:
+def find_by_key(db: Database, idempotency_key: str, *,
+                timeout_seconds: float = TIMEOUT) -> EmailTask | None:
+    with tool_connection(db, SENDER_ROLE, timeout_seconds=timeout_seconds) as conn:
         return _by_key(conn, idempotency_key)
 
 
-def cancel(db: Database, task_id: str) -> tuple[bool, EmailTask | None]:
+def cancel(db: Database, task_id: str, *,
+           timeout_seconds: float = TIMEOUT) -> tuple[bool, EmailTask | None]:
     """QUEUED/FAILED -> CANCELLED. -> (cancelled now, task as it is afterwards)."""
-    with db.connect() as conn:
+    with tool_connection(db, SENDER_ROLE, timeout_seconds=timeout_seconds) as conn:
         cur = conn.execute(
             sa.update(t)
             .where(t.c.task_id == task_id,
@@ -156,10 +173,11 @@ def cancel(db: Database, task_id: str) -> tuple[bool, EmailTask | None]:
 
 
 def requeue(
-    db: Database, task_id: str, *, allow_possibly_sent: bool = False
+    db: Database, task_id: str, *, allow_possibly_sent: bool = False,
+    timeout_seconds: float = TIMEOUT,
 ) -> tuple[bool, EmailTask | None]:
     """FAILED -> QUEUED, due now. A possibly-sent task only with the explicit flag."""
-    with db.connect() as conn:
+    with tool_connection(db, SENDER_ROLE, timeout_seconds=timeout_seconds) as conn:
         stmt = sa.update(t).where(t.c.task_id == task_id,
                                   t.c.status == EmailStatus.FAILED.value)
         if not allow_possibly_sent:
@@ -171,7 +189,7 @@ def requeue(
 
 def due(db: Database, limit: int) -> list[EmailTask]:
     """Tasks a sender may claim now: QUEUED, or FAILED whose retry time came."""
-    with db.connect() as conn:
+    with tool_connection(db, SENDER_ROLE) as conn:
         rows = conn.fetchall(sa.select(t).where(_is_due(now_text()))
                              .order_by(t.c.created_at, t.c.task_id).limit(limit))
     return [EmailTask.from_row(r) for r in rows]
@@ -180,7 +198,7 @@ def due(db: Database, limit: int) -> list[EmailTask]:
 def claim(db: Database, task: EmailTask, sender_id: str) -> bool:
     """Compare-and-set QUEUED/FAILED -> SENDING; False if another sender won."""
     now = now_text()
-    with db.connect() as conn:
+    with tool_connection(db, SENDER_ROLE) as conn:
         cur = conn.execute(
             sa.update(t)
             .where(t.c.task_id == task.task_id, t.c.status == task.status.value,
@@ -206,7 +224,7 @@ def claim_due(db: Database, sender_id: str, limit: int) -> list[EmailTask]:
                 claimed_by=sender_id, claimed_at=now, next_attempt_at=None, updated_at=now)
         .returning(*t.c)
     )
-    with db.connect() as conn:
+    with tool_connection(db, SENDER_ROLE) as conn:
         rows = [dict(r) for r in conn.execute(stmt).mappings()]
     tasks = [EmailTask.from_row(r) for r in rows]
     return sorted(tasks, key=lambda task: (task.created_at, task.task_id))
@@ -215,7 +233,7 @@ def claim_due(db: Database, sender_id: str, limit: int) -> list[EmailTask]:
 def release(db: Database, task: EmailTask) -> bool:
     """Give back a claim whose message was never handed to SMTP (the sender is
     stopping): SENDING -> QUEUED, the attempt not counted."""
-    with db.connect() as conn:
+    with tool_connection(db, SENDER_ROLE) as conn:
         cur = conn.execute(
             sa.update(t)
             .where(t.c.task_id == task.task_id, t.c.status == EmailStatus.SENDING.value,
@@ -229,7 +247,7 @@ def mark_sent(db: Database, task_id: str, sender_id: str, attempt: int) -> bool:
     # Only the claim token: if stale recovery or a cancel changed the status
     # while we were sending, the truth is still that the server accepted it.
     now = now_text()
-    with db.connect() as conn:
+    with tool_connection(db, SENDER_ROLE) as conn:
         cur = conn.execute(
             sa.update(t)
             .where(t.c.task_id == task_id, t.c.claimed_by == sender_id, t.c.attempts == attempt)
@@ -258,7 +276,7 @@ def mark_failed(
         status, next_at = EmailStatus.DEAD, None
     else:
         status, next_at = EmailStatus.FAILED, _after(retry_after)
-    with db.connect() as conn:
+    with tool_connection(db, SENDER_ROLE) as conn:
         cur = conn.execute(
             sa.update(t)
             .where(t.c.task_id == task_id, t.c.claimed_by == sender_id, t.c.attempts == attempt,
@@ -271,7 +289,7 @@ def mark_failed(
 def recover_stale(db: Database, older_than_seconds: float) -> int:
     """SENDING for too long (its sender died) -> FAILED + possibly_sent."""
     cutoff = _after(-older_than_seconds)
-    with db.connect() as conn:
+    with tool_connection(db, SENDER_ROLE) as conn:
         cur = conn.execute(
             sa.update(t)
             .where(t.c.status == EmailStatus.SENDING.value, t.c.claimed_at < cutoff)

@@ -10,16 +10,13 @@ Three validation levels, each with a message the model can act on:
               per-day rollup `sales_daily_total` (see turnstile.sales.schema).
 
 The model never sends SQL: values only reach the database as bound parameters
-through a read-only connection, under a statement timeout.
+through a read-only connection (on PostgreSQL its role sees the last 90 days
+only), under a statement timeout (turnstile.sales.access).
 """
 
 from __future__ import annotations
 
 import re
-import sqlite3
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import date
 from decimal import ROUND_FLOOR, Decimal
 from typing import Annotated, Any
@@ -28,14 +25,15 @@ import sqlalchemy as sa
 from pydantic import BaseModel, BeforeValidator, Field
 
 from turnstile.engine.errors import ToolArgumentError
-from turnstile.runtime.tools import ToolExecutionError
+from turnstile.engine.specs import DEFAULT_STATEMENT_TIMEOUT_SECONDS
+from turnstile.sales.access import statement_timeout
 from turnstile.sales.schema import sales_daily_total
 from turnstile.stores.db import Connection
 
 MAX_RANGE_DAYS = 366
 FULL_LIST_LIMIT = 100  # up to this many matches are all returned...
 TRUNCATED_LIMIT = 10  # ...beyond it only the top ones, with the true total
-QUERY_TIMEOUT_SECONDS = 5.0
+QUERY_TIMEOUT_SECONDS = DEFAULT_STATEMENT_TIMEOUT_SECONDS
 MAX_AMOUNT = Decimal("1000000000000")  # keeps cents inside BIGINT
 
 _ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
@@ -146,44 +144,6 @@ def _orders_sql(start_day: str, end_day: str) -> sa.Select[Any]:
     t = sales_daily_total
     return sa.select(sa.func.coalesce(sa.func.sum(t.c.order_count), 0).label("n")).where(
         t.c.day >= start_day, t.c.day <= end_day)
-
-
-@contextmanager
-def statement_timeout(conn: Connection, seconds: float) -> Iterator[None]:
-    """Bound one query's run time on either backend; raise ToolExecutionError."""
-    if conn.dialect == "postgresql":
-        from psycopg.errors import QueryCanceled
-
-        # SET takes no bind parameters; the value is an int we computed.
-        conn.execute(f"SET LOCAL statement_timeout = {max(1, int(seconds * 1000))}")
-        try:
-            yield
-        except sa.exc.DBAPIError as exc:
-            if isinstance(exc.orig, QueryCanceled):
-                raise _timeout_error(seconds) from exc
-            raise
-        return
-    deadline = time.monotonic() + seconds
-    # The handler runs every N SQLite VM instructions; non-zero aborts the query.
-    raw = conn.raw
-    raw.set_progress_handler(lambda: int(time.monotonic() > deadline), 10_000)
-    try:
-        yield
-    except sa.exc.OperationalError as exc:
-        if isinstance(exc.orig, sqlite3.OperationalError) and "interrupted" in str(exc.orig):
-            raise _timeout_error(seconds) from exc
-        raise
-    finally:
-        raw.set_progress_handler(None, 0)
-
-
-def _timeout_error(seconds: float) -> ToolExecutionError:
-    # Not retryable: the same query would time out again; a shorter period won't.
-    return ToolExecutionError(
-        f"the sales query took longer than {seconds:g} s and was stopped; "
-        "query a shorter period",
-        retryable=False,
-    )
 
 
 def run_sales_query(

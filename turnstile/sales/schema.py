@@ -7,7 +7,8 @@ SQLite and PostgreSQL alike (no datetime-vs-str split in the tools).
 
 Amounts are integer cents. On PostgreSQL a LOGIN role `turnstile_reader` with
 SELECT on `sales_record` and its rollup `sales_daily_total` only backs
-`Database.connect(readonly=True)`.
+`Database.connect(readonly=True)`; row-level security shows it the last 90
+days only. The other sales tools run as their own roles (turnstile.sales.access).
 
 `sales_daily_total` holds one row per (UTC day, customer): the sum, count and
 latest time of that customer's orders that day. Triggers on `sales_record` keep
@@ -27,6 +28,11 @@ import sqlalchemy as sa
 from turnstile.stores.db import Flag, metadata
 
 SALES_INDEX = "sales_record_time_amount_idx"
+
+# The PostgreSQL roles of the sales tools (migration 0004; turnstile.sales.access).
+FOLLOWUP_ROLE = "turnstile_followup"
+EMAIL_ROLE = "turnstile_email"
+SENDER_ROLE = "turnstile_sender"
 SALES_INDEX_DDL = (
     f"CREATE INDEX IF NOT EXISTS {SALES_INDEX} ON sales_record (create_time, amount_cents)"
 )
@@ -81,6 +87,9 @@ follow_up_task = sa.Table(
     sa.Column("created_at", Ts, nullable=False),
     sa.UniqueConstraint("created_by_call", "customer_id"),
     sqlite_autoincrement=True,
+    # PostgreSQL: createFollowUpTask inserts and reads back its rows; its
+    # compensation updates them (turnstile.sales.access).
+    info={"grants": {FOLLOWUP_ROLE: "SELECT, INSERT, UPDATE"}},
 )
 
 email_task = sa.Table(
@@ -102,6 +111,10 @@ email_task = sa.Table(
     sa.Column("sent_at", Ts),
     sa.Column("possibly_sent", Flag, nullable=False, server_default=sa.false()),
     sa.Index("email_task_due_idx", "status", "next_attempt_at"),
+    # createEmailTask may only insert; every state change (sender, status,
+    # retry, cancel) goes through the sender's role. A CHECK (migration 0004;
+    # triggers on SQLite) keeps recipient <= 100 characters.
+    info={"grants": {EMAIL_ROLE: "INSERT", SENDER_ROLE: "SELECT, UPDATE"}},
 )
 
 

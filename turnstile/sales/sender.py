@@ -12,6 +12,12 @@ any byte goes to SMTP, and a task whose outcome is unknown is parked as
 "possibly sent" instead of being retried (outbox docstring). Failures before
 the message data went out are retried after `retry_delays` (1 s, then 5 s);
 the third failure, or a permanent 5xx answer, ends in DEAD.
+
+A task that ends DEAD raises a flag, so nobody has to poll the table for it:
+an error-level log line and the OpenTelemetry counter `turnstile.email.dead`
+(attribute `reason`: `permanent` or `attempts exhausted`), on the meter
+provider of `SenderConfig.meter_provider` or the process's global one (the
+worker installs it: turnstile.runtime.tracing).
 """
 
 from __future__ import annotations
@@ -29,6 +35,8 @@ from email.message import EmailMessage
 from email.utils import format_datetime
 from types import TracebackType
 
+from opentelemetry import metrics
+
 from turnstile.engine.masking import mask_text
 from turnstile.runtime.config import Settings
 from turnstile.sales import outbox
@@ -36,6 +44,7 @@ from turnstile.sales.outbox import EmailTask
 from turnstile.stores.db import Database
 
 log = logging.getLogger(__name__)
+DEAD_COUNTER = "turnstile.email.dead"
 
 
 def _sender_id() -> str:
@@ -55,6 +64,8 @@ class SenderConfig:
     claim_batch: int = 10
     from_addr: str = "turnstile@localhost"
     sender_id: str = field(default_factory=_sender_id)
+    # Where `turnstile.email.dead` is counted (None: the global meter provider).
+    meter_provider: metrics.MeterProvider | None = field(default=None, compare=False)
 
     @property
     def max_attempts(self) -> int:
@@ -202,14 +213,29 @@ def _deliver_one(db: Database, smtp: SmtpSession, task: EmailTask, config: Sende
             db, task.task_id, config.sender_id, attempt, error,
             retry_after=retry_after, possibly_sent=exc.possibly_sent,
         )
-        log.warning("e-mail task %s attempt %d -> %s: %s", task.task_id, attempt, status,
-                    mask_text(error))
+        if status is outbox.EmailStatus.DEAD:
+            _raise_dead_flag(task, attempt, error, config,
+                             "permanent" if exc.permanent else "attempts exhausted")
+        else:
+            log.warning("e-mail task %s attempt %d -> %s: %s", task.task_id, attempt, status,
+                        mask_text(error))
         return False
     if not outbox.mark_sent(db, task.task_id, config.sender_id, attempt):
         log.warning("e-mail task %s was sent but its claim had changed", task.task_id)
     log.info("e-mail task %s sent to %s (attempt %d)", task.task_id, mask_text(task.recipient),
              attempt)
     return True
+
+
+def _raise_dead_flag(task: EmailTask, attempt: int, error: str, config: SenderConfig,
+                     reason: str) -> None:
+    log.error("e-mail task %s is DEAD after attempt %d (%s), never delivered to %s: %s",
+              task.task_id, attempt, reason, mask_text(task.recipient), mask_text(error))
+    provider = config.meter_provider or metrics.get_meter_provider()
+    counter = provider.get_meter("turnstile.sales.sender").create_counter(
+        DEAD_COUNTER, unit="{task}",
+        description="e-mail tasks that ended DEAD (dead letters): never delivered")
+    counter.add(1, {"reason": reason})
 
 
 def run_sender(

@@ -23,9 +23,10 @@ from turnstile.engine.errors import ToolArgumentError
 from turnstile.runtime.config import Settings
 from turnstile.runtime.tools import ToolContext, ToolExecutionError, Undo, tool
 from turnstile.sales import outbox
+from turnstile.sales.access import tool_connection
 from turnstile.sales.outbox import EmailStatus, EmailTask
 from turnstile.sales.query import IsoDate, Money, SalesQueryResult, run_sales_query
-from turnstile.sales.schema import now_text, sales_daily_total
+from turnstile.sales.schema import FOLLOWUP_ROLE, now_text, sales_daily_total
 from turnstile.sales.sender import SenderConfig
 
 _EMAIL = re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}")
@@ -63,7 +64,8 @@ def _no_nul(value: str) -> str:
 
 EmailAddress = Annotated[
     str,
-    Field(max_length=254, json_schema_extra={"format": "email"}),
+    # 100: email_task.recipient's CHECK (migration 0004) refuses longer ones.
+    Field(max_length=100, json_schema_extra={"format": "email"}),
     _matching(_EMAIL, "one e-mail address such as ops@example.com"),
 ]
 CustomerId = Annotated[
@@ -113,7 +115,8 @@ def querySalesData(
     than 100 customers match, only the top 10 are listed and totalCount says how
     many matched. An empty result carries noDataReason."""
     with ctx.db.connect(readonly=True) as conn:
-        return run_sales_query(conn, startDate, endDate, minAmount, today=datetime.now(UTC).date())
+        return run_sales_query(conn, startDate, endDate, minAmount, today=datetime.now(UTC).date(),
+                               timeout_seconds=ctx.statement_timeout_seconds)
 
 
 # --- createFollowUpTask ------------------------------------------------------
@@ -142,7 +145,8 @@ def createFollowUpTask(
     """Create one OPEN follow-up task per customer, assigned to `assignee`.
     Use customerId values from querySalesData."""
     ids = list(dict.fromkeys(customerIds))  # a repeated id is one task
-    with ctx.db.connect(readonly=True) as conn:
+    timeout = ctx.statement_timeout_seconds
+    with tool_connection(ctx.db, None, readonly=True, timeout_seconds=timeout) as conn:
         # The per-day rollup has a row for every customer with a sale, keyed by
         # (day, customer): a few thousand rows, not every order.
         daily = sales_daily_total.c
@@ -159,7 +163,7 @@ def createFollowUpTask(
         )
     key = ctx.idempotency_key
     now = now_text()
-    with ctx.db.connect() as conn:
+    with tool_connection(ctx.db, FOLLOWUP_ROLE, timeout_seconds=timeout) as conn:
         conn.executemany(
             "INSERT INTO follow_up_task (customer_id, assignee, note, status, created_by_call,"
             " created_at) VALUES (:customer, :assignee, :note, 'OPEN', :key, :now)"
@@ -183,7 +187,8 @@ def createFollowUpTask(
 @createFollowUpTask.compensation
 def cancel_follow_up_tasks(ctx: ToolContext, arguments: Any, result: Any) -> str:
     key = _field(result, "createdByCall") or ctx.idempotency_key
-    with ctx.db.connect() as conn:
+    with tool_connection(ctx.db, FOLLOWUP_ROLE,
+                         timeout_seconds=ctx.statement_timeout_seconds) as conn:
         cur = conn.execute(
             "UPDATE follow_up_task SET status = 'CANCELLED'"
             " WHERE created_by_call = :key AND status <> 'CANCELLED'",
@@ -298,7 +303,8 @@ def createEmailTask(
     """Queue one e-mail for delivery (needs approval). Returns a taskId with
     status QUEUED: nothing is sent yet. Follow it with getEmailTaskStatus."""
     task, created = outbox.enqueue(
-        ctx.db, idempotency_key=ctx.idempotency_key, recipient=to, subject=subject, body=body
+        ctx.db, idempotency_key=ctx.idempotency_key, recipient=to, subject=subject, body=body,
+        timeout_seconds=ctx.statement_timeout_seconds,
     )
     note = (
         "queued; nothing has been sent yet. Check delivery with getEmailTaskStatus"
@@ -315,12 +321,14 @@ def createEmailTask(
 def cancel_email_task(ctx: ToolContext, arguments: Any, result: Any) -> Undo | str:
     task_id = _field(result, "taskId")
     if task_id:
-        task = outbox.get(ctx.db, task_id)
+        task = outbox.get(ctx.db, task_id, timeout_seconds=ctx.statement_timeout_seconds)
     else:  # no recorded result: the task, if any, carries this call's key
-        task = outbox.find_by_key(ctx.db, ctx.idempotency_key)
+        task = outbox.find_by_key(ctx.db, ctx.idempotency_key,
+                                  timeout_seconds=ctx.statement_timeout_seconds)
     if task is None:
         return "no e-mail task was created by this call; nothing to undo"
-    cancelled, now = outbox.cancel(ctx.db, task.task_id)
+    cancelled, now = outbox.cancel(ctx.db, task.task_id,
+                                   timeout_seconds=ctx.statement_timeout_seconds)
     task = now or task
     if cancelled and task.possibly_sent:
         return Undo(
@@ -349,7 +357,7 @@ def cancel_email_task(ctx: ToolContext, arguments: Any, result: Any) -> Undo | s
 
 
 def _task(ctx: ToolContext, task_id: str) -> EmailTask:
-    task = outbox.get(ctx.db, task_id)
+    task = outbox.get(ctx.db, task_id, timeout_seconds=ctx.statement_timeout_seconds)
     if task is None:
         raise ToolArgumentError(
             f"no e-mail task {task_id}; use the taskId that createEmailTask returned"
@@ -368,7 +376,7 @@ def getEmailTaskStatus(ctx: ToolContext, taskId: TaskId) -> EmailTaskView:
 def retryEmailTask(ctx: ToolContext, taskId: TaskId) -> EmailTaskView:
     """Re-queue a FAILED e-mail task for immediate delivery. Only FAILED tasks
     can be retried."""
-    requeued, task = outbox.requeue(ctx.db, taskId)
+    requeued, task = outbox.requeue(ctx.db, taskId, timeout_seconds=ctx.statement_timeout_seconds)
     if requeued and task is not None:
         return EmailTaskView.of(task)
     task = _task(ctx, taskId)

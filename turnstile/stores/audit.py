@@ -38,6 +38,10 @@ tool_execution_log = sa.Table(
     sa.Column("status", sa.Text, nullable=False),
     sa.Column("error_message", sa.Text),
     sa.Index("tool_execution_log_workflow", "workflow_id"),
+    # `starter.py audit` (turnstile.stores.audit_queries): a time window, and
+    # failures by time (migration 0004).
+    sa.Index("tool_execution_log_time", "start_time", "user_id", "tool_name", "status"),
+    sa.Index("tool_execution_log_status_time", "status", "start_time"),
 )
 
 approval_decision = sa.Table(

@@ -99,6 +99,7 @@ def upgrade(db: Database, revision: str = "head") -> str | None:
             command.upgrade(config, revision)
             if db.dialect == "postgresql":
                 _grant_reader(conn, reader_role(db))
+                _grant_tool_roles(conn)
         now = MigrationContext.configure(conn).get_current_revision()
     if engine is not engine_for(db.url):
         engine.dispose()
@@ -164,3 +165,34 @@ def _grant_reader(conn: sa.Connection, role: str) -> None:
 def ensure_schema(db: Database) -> None:
     """Bring the database to the newest schema (kept for existing callers)."""
     upgrade(db)
+
+
+def _grant_tool_roles(conn: sa.Connection) -> None:
+    """The privileges of the tool roles, from each table's `info["grants"]`
+    ({role: "SELECT, INSERT"}), re-applied on every upgrade like the reader's.
+    A role that does not exist (the migrating user may not create roles and
+    the operator has not) is logged: its tools then run as the application
+    and say so in the log (turnstile.sales.access)."""
+    quote = conn.dialect.identifier_preparer.quote
+    present = set(sa.inspect(conn).get_table_names())
+    schema = quote(conn.execute(sa.text("SELECT current_schema()")).scalar_one())
+    wanted: dict[str, list[str]] = {}
+    for table in metadata.sorted_tables:
+        if table.name not in present:
+            continue
+        for role, privileges in table.info.get("grants", {}).items():
+            wanted.setdefault(role, []).append(
+                f"GRANT {privileges} ON {quote(table.name)} TO {quote(role)}")
+    for role, grants in wanted.items():
+        exists = conn.execute(sa.text("SELECT 1 FROM pg_roles WHERE rolname = :r"),
+                              {"r": role}).first()
+        if exists is None:
+            log.warning("tool role %r does not exist: its tools run as the application role "
+                        "(see deploy/postgres/init-turnstile.sh)", role)
+            continue
+        for stmt in [f"GRANT USAGE ON SCHEMA {schema} TO {quote(role)}", *grants]:
+            try:
+                with conn.begin_nested():
+                    conn.execute(sa.text(stmt))
+            except sa.exc.ProgrammingError as err:  # insufficient_privilege
+                log.warning("cannot %s: %s", stmt, err.orig)

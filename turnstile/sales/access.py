@@ -1,0 +1,168 @@
+"""How each sales tool reaches the database: its own role, a statement timeout.
+
+PostgreSQL: every tool has a role with exactly the rights its job needs
+(migration 0004, granted after each upgrade from the tables'
+`info["grants"]`):
+
+- `turnstile_reader` (LOGIN): querySalesData, createFollowUpTask's customer
+  check: SELECT sales_record and sales_daily_total, rows of the last 90 days
+  only (row-level security);
+- `turnstile_followup`: createFollowUpTask and its compensation: SELECT,
+  INSERT, UPDATE follow_up_task;
+- `turnstile_email`: createEmailTask: INSERT email_task;
+- `turnstile_sender`: the sender, getEmailTaskStatus, retryEmailTask, the
+  cancel compensation: SELECT, UPDATE email_task.
+
+The reader is its own login (DATABASE_READONLY_URL) because it always was;
+the other roles are NOLOGIN and reached with `SET LOCAL ROLE` from the
+application's pooled connection, inside the tool's transaction (so it ends
+with the transaction and a pooled connection never keeps it). Why not a login
+and URL per tool: no password per tool to deploy and rotate, one pool instead
+of four, and it works where the application may not create roles (compose):
+the operator makes the roles once and grants them to the application
+(deploy/postgres/init-turnstile.sh). The journal, memory and audit writes stay
+on the application's own role. A role the application cannot use (missing, or
+not granted to it) is logged at error level once and the tool runs as the
+application: the tool keeps working, least privilege is then not in effect.
+
+SQLite has no roles: the query tool's connection is read-only (mode=ro, an
+authorizer that refuses writes and ATTACH), the others are the application's.
+
+Every tool statement runs under a statement timeout (ToolSpec's
+`statement_timeout_seconds`, default 3 s): PostgreSQL's `statement_timeout`,
+SQLite's progress handler. A timeout is a retryable ToolExecutionError: the
+model sees "the query took too long" when the tool's retries are spent.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import sqlalchemy as sa
+
+from turnstile.engine.specs import DEFAULT_STATEMENT_TIMEOUT_SECONDS
+from turnstile.runtime.tools import ToolExecutionError
+from turnstile.stores.db import Connection, Database
+
+log = logging.getLogger(__name__)
+
+_usable: dict[tuple[str, str], bool] = {}
+_usable_lock = threading.Lock()
+
+
+class QueryTooLong(ToolExecutionError):
+    """A tool's statement ran past its statement timeout and was stopped."""
+
+    error_type = "QueryTooLong"
+
+
+def _role_usable(conn: Connection, role: str) -> bool:
+    key = (str(conn.sa.engine.url), role)
+    with _usable_lock:
+        known = _usable.get(key)
+    if known is not None:
+        return known
+    row = conn.fetchone(
+        "SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = :r"
+        " AND pg_has_role(current_user, oid, 'MEMBER')) AS ok", {"r": role})
+    usable = bool(row and row["ok"])
+    if not usable:
+        log.error("database role %r is missing or not granted to the application: the tools "
+                  "that should run as it run as the application (least privilege NOT in "
+                  "effect; see deploy/postgres/init-turnstile.sh)", role)
+    with _usable_lock:
+        _usable[key] = usable
+    return usable
+
+
+@contextmanager
+def as_role(conn: Connection, role: str | None) -> Iterator[Connection]:
+    """Run the statements of the block as `role` (PostgreSQL), then go back to
+    the application's role within the same transaction."""
+    if role is None or conn.dialect != "postgresql" or not _role_usable(conn, role):
+        yield conn
+        return
+    quote = conn.sa.dialect.identifier_preparer.quote
+    conn.execute(f"SET LOCAL ROLE {quote(role)}")
+    yield conn
+    # Only after success: a failed statement aborted the transaction, whose
+    # rollback ends the SET LOCAL anyway.
+    conn.execute("RESET ROLE")
+
+
+@contextmanager
+def statement_timeout(conn: Connection, seconds: float) -> Iterator[None]:
+    """Bound the run time of each statement in the block; raise QueryTooLong."""
+    if conn.dialect == "postgresql":
+        from psycopg.errors import QueryCanceled
+
+        # SET takes no bind parameters; the value is an int we computed.
+        conn.execute(f"SET LOCAL statement_timeout = {max(1, int(seconds * 1000))}")
+        try:
+            yield
+        except sa.exc.DBAPIError as exc:
+            if isinstance(exc.orig, QueryCanceled):
+                raise _timeout_error(seconds) from exc
+            raise
+        return
+    deadline = time.monotonic() + seconds
+    # The handler runs every N SQLite VM instructions; non-zero aborts the query.
+    raw = conn.raw
+    raw.set_progress_handler(lambda: int(time.monotonic() > deadline), 10_000)
+    try:
+        yield
+    except sa.exc.OperationalError as exc:
+        if isinstance(exc.orig, sqlite3.OperationalError) and "interrupted" in str(exc.orig):
+            raise _timeout_error(seconds) from exc
+        raise
+    finally:
+        raw.set_progress_handler(None, 0)
+
+
+def _timeout_error(seconds: float) -> QueryTooLong:
+    # Retryable: a slow plan under load may pass on the next attempt; the
+    # tool's retry policy bounds how often.
+    return QueryTooLong(
+        f"the query took too long (over {seconds:g} s) and was stopped; try a shorter period "
+        "or try again later")
+
+
+@contextmanager
+def tool_connection(
+    db: Database,
+    role: str | None,
+    *,
+    timeout_seconds: float = DEFAULT_STATEMENT_TIMEOUT_SECONDS,
+    readonly: bool = False,
+) -> Iterator[Connection]:
+    """One transaction for a tool: as `role`, under the statement timeout."""
+    with db.connect(readonly=readonly) as conn, statement_timeout(conn, timeout_seconds), \
+            as_role(conn, role):
+        yield conn
+
+
+def set_query_window(db: Database, days: int | None) -> None:
+    """How many days back the query tool's role sees sales (None: all of
+    them). PostgreSQL only: it replaces the function the row-level security
+    policies of sales_record and sales_daily_total call."""
+    if db.dialect != "postgresql":
+        raise ValueError("the query window is row-level security: PostgreSQL only")
+    if days is not None and days < 0:
+        raise ValueError("the query window is a number of days >= 0")
+    with db.connect() as conn:
+        conn.execute(window_function_sql(days))
+
+
+def window_function_sql(days: int | None) -> str:
+    """The first day (YYYY-MM-DD, UTC) the reader may see; '' = every day.
+    (Migration 0004 holds a frozen copy.)"""
+    body = ("SELECT ''::text" if days is None else
+            "SELECT to_char((now() AT TIME ZONE 'UTC')::date - "
+            f"{int(days)}, 'YYYY-MM-DD')")
+    return ("CREATE OR REPLACE FUNCTION turnstile_query_window_start() RETURNS text "
+            f"LANGUAGE sql STABLE AS $$ {body} $$")
