@@ -4,7 +4,7 @@ planner, an approval, the outbox, a real SMTP server, the audit log."""
 from __future__ import annotations
 
 import asyncio
-from datetime import date
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from temporalio.client import Client, WorkflowHandle
@@ -27,7 +27,11 @@ from turnstile.stores.db import Database
 from turnstile.stores.memory import MemoryStore
 from turnstile.stores.schema import ensure_schema
 
-TODAY = date(2026, 11, 25)
+# The real date: on PostgreSQL the query role only sees the last 90 days
+# (row-level security), so demo data seeded around a fixed date would fall out
+# of sight as the calendar moves on.
+TODAY = datetime.now(UTC).date()
+LAST_MONDAY = TODAY - timedelta(days=TODAY.weekday() + 7)
 DEMO = "Find customers whose sales last week exceeded 50,000 and email ops@example.com to follow up"
 
 
@@ -77,7 +81,9 @@ async def test_demo_turn_end_to_end(client: Client, task_queue: str, tmp_path,
         ("querySalesData", CallStatus.COMPLETED), ("createFollowUpTask", CallStatus.COMPLETED),
         ("createEmailTask", CallStatus.COMPLETED)]
     query = result.tool_calls[0].arguments
-    assert query == {"startDate": "2026-11-16", "endDate": "2026-11-22", "minAmount": 50000.0}
+    assert query == {"startDate": LAST_MONDAY.isoformat(),
+                     "endDate": (LAST_MONDAY + timedelta(days=6)).isoformat(),
+                     "minAmount": 50000.0}
     customers = result.tool_calls[1].arguments["customerIds"]
     assert customers and all(c in result.answer for c in customers)
     assert sent == 1 and outbox.get(db, task["task_id"]).status == EmailStatus.SENT
