@@ -9,7 +9,9 @@ turnstile.runtime.devstack), an instant scripted OpenAI-compatible model
 (tests.support.fake_llm.FakeLLM, a real HTTP server in this process) and a
 SQLite database seeded like `starter.py seed` (100,000 rows). Each system's
 worker is its own process, started and stopped here, so its CPU time is its
-own (/proc/PID/stat):
+own (/proc/PID/stat). All three are up at once; per concurrency, `--rounds`
+interleaved rounds of one batch per system (the order rotates), so drifting
+load on a shared machine falls on all three alike:
 
 - **turnstile**: `python worker.py --no-sender`, the product with its
   defaults, serving the reference service `sales-assistant` (audit, memory,
@@ -23,8 +25,8 @@ week, then the week before, minAmount 50,000), then answers: 3 model calls
 and 2 `querySalesData` queries on the same database. Every result is checked.
 
 Per system and concurrency: p50/p95 latency (start to result, as the client
-sees it), turns/s (turns / wall time of the batch; at least 2x concurrency
-turns), activities, history events and bytes (sum of each event's ByteSize())
+sees it), turns/s (turns / wall time of the batches; each batch at least 2x
+concurrency turns), activities, history events and bytes (sum of each event's ByteSize())
 per turn, worker CPU seconds per turn; then the ratios of issue 13.
 `--profile N`: N more Turnstile turns at concurrency 20 with its worker under
 py-spy; prints where a turn's worker CPU goes.
@@ -177,32 +179,48 @@ async def run_batch(client: Client, system: System, queue: str, turns: int,
     return latencies, time.perf_counter() - t0, ids
 
 
-async def measure_system(client: Client, system: System, env: dict[str, str], workdir: Path,
-                         args: argparse.Namespace) -> list[Row]:
-    queue = f"bench-{system.name}-{uuid.uuid4().hex[:6]}"
-    worker = WorkerProc(system.command, {**env, "TURNSTILE_TASK_QUEUE": queue},
-                        workdir / f"worker-{system.name}.log", system.ready, cwd=ROOT)
-    rows = []
+async def measure_all(client: Client, systems: list[System], env: dict[str, str],
+                      workdir: Path, args: argparse.Namespace) -> list[Row]:
+    """All workers up at once; per concurrency, `--rounds` rounds of one batch
+    per system, the order rotating each round, so drifting load on a shared
+    machine falls on every system alike."""
+    workers: dict[str, tuple[WorkerProc, str]] = {}
     try:
-        # Warm-up: imports, pools, caches (not measured).
-        _, _, warm = await run_batch(client, system, queue, args.warmup, 1)
-        kinds = await activity_types(client, warm[0])
-        args.activity_lines.append(f"{system.name}: " + ", ".join(
-            f"{name} x{n}" for name, n in kinds.items()))
+        for system in systems:
+            queue = f"bench-{system.name}-{uuid.uuid4().hex[:6]}"
+            workers[system.name] = (WorkerProc(
+                system.command, {**env, "TURNSTILE_TASK_QUEUE": queue},
+                workdir / f"worker-{system.name}.log", system.ready, cwd=ROOT), queue)
+        for system in systems:  # warm-up: imports, pools, caches (not measured)
+            _, _, warm = await run_batch(client, system, workers[system.name][1], args.warmup, 1)
+            kinds = await activity_types(client, warm[0])
+            args.activity_lines.append(f"{system.name}: " + ", ".join(
+                f"{name} x{n}" for name, n in kinds.items()))
+        rows = []
         for conc in args.concurrency:
             turns = max(args.turns, 2 * conc)
-            cpu0 = worker.cpu_seconds()
-            latencies, wall, ids = await run_batch(client, system, queue, turns, conc)
-            cpu = worker.cpu_seconds() - cpu0
-            acts, events, size = await history_stats(client, ids)
-            row = Row(system.name, conc, turns, 1000 * percentile(latencies, 0.5),
-                      1000 * percentile(latencies, 0.95), turns / wall, acts, events, size,
-                      cpu / turns)
-            log.info("%s", row)
-            rows.append(row)
+            got: dict[str, tuple[list[float], float, list[str], float]] = {
+                s.name: ([], 0.0, [], 0.0) for s in systems}
+            for r in range(args.rounds):
+                for system in systems[r % len(systems):] + systems[:r % len(systems)]:
+                    worker, queue = workers[system.name]
+                    cpu0 = worker.cpu_seconds()
+                    latencies, wall, ids = await run_batch(client, system, queue, turns, conc)
+                    lat, walls, all_ids, cpu = got[system.name]
+                    got[system.name] = (lat + latencies, walls + wall, all_ids + ids,
+                                        cpu + worker.cpu_seconds() - cpu0)
+            for system in systems:
+                lat, walls, ids, cpu = got[system.name]
+                acts, events, size = await history_stats(client, ids[:turns])
+                row = Row(system.name, conc, len(ids), 1000 * percentile(lat, 0.5),
+                          1000 * percentile(lat, 0.95), len(ids) / walls, acts, events, size,
+                          cpu / len(ids))
+                log.info("%s", row)
+                rows.append(row)
+        return rows
     finally:
-        worker.stop()
-    return rows
+        for worker, _ in workers.values():
+            worker.stop()
 
 
 async def profile_turnstile(client: Client, env: dict[str, str], workdir: Path,
@@ -277,9 +295,7 @@ async def bench(args: argparse.Namespace, workdir: Path) -> tuple[list[Row], str
         env = {"TEMPORAL_ADDRESS": server.address, "DATABASE_URL": db_url,
                "LLM_BASE_URL": fake.url, "BENCH_LLM_URL": fake.url,
                "TURNSTILE_DATA_DIR": str(workdir), "PYTHONPATH": str(ROOT)}
-        rows: list[Row] = []
-        for name in args.systems:
-            rows += await measure_system(client, SYSTEMS[name], env, workdir, args)
+        rows = await measure_all(client, [SYSTEMS[n] for n in args.systems], env, workdir, args)
         profile = await profile_turnstile(client, env, workdir, args.profile,
                                           args.profile_raw) \
             if args.profile else None
@@ -294,8 +310,10 @@ async def bench(args: argparse.Namespace, workdir: Path) -> tuple[list[Row], str
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--turns", type=int, default=50,
-                        help="turns per measurement (at least 2x the concurrency)")
+    parser.add_argument("--turns", type=int, default=20,
+                        help="turns per batch (at least 2x the concurrency)")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="batches per system and concurrency, interleaved")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 20, 50])
     parser.add_argument("--systems", nargs="+", choices=list(SYSTEMS), default=list(SYSTEMS))
     parser.add_argument("--warmup", type=int, default=3, help="unmeasured turns first")
