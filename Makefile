@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 DEMO_MESSAGE ?= Find customers whose sales last week exceeded 50,000 and email ops@example.com to follow up
 
-.PHONY: install run up down test lint bench clean
+.PHONY: install bench-install run up down test lint bench clean
 
 install: $(STAMP)
 
@@ -14,6 +14,10 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
+
+# The bench-only extra (pydantic-ai for bench/turns.py's peer, py-spy).
+bench-install: install
+	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
 
 up: install
 	$(BIN)/python -m turnstile.runtime.devstack up

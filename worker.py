@@ -10,6 +10,7 @@ import concurrent.futures
 import logging
 import signal
 import threading
+from datetime import timedelta
 
 from temporalio.client import Client
 from temporalio.worker import Worker
@@ -38,6 +39,9 @@ def build_worker(client: Client, rt: Runtime, **overrides: object) -> Worker:
         # Sync activities (database work) run on this pool.
         "activity_executor": concurrent.futures.ThreadPoolExecutor(max_workers=32),
         "max_concurrent_activities": 32,
+        # SIGTERM: running activities get this long to finish; then the model
+        # calls still running are handed back (activities.runtime.with_heartbeat).
+        "graceful_shutdown_timeout": timedelta(seconds=rt.settings.shutdown_grace_seconds),
     }
     options.update(overrides)
     return Worker(client, **options)  # type: ignore[arg-type]
@@ -83,6 +87,9 @@ async def run(argv: list[str] | None = None) -> None:
                  settings.temporal_address, rt.db, rt.provider.name)
         async with worker:
             await done.wait()
+            log.info("shutting down: running activities get %.0f s to finish",
+                     settings.shutdown_grace_seconds)
+        log.info("worker stopped")
         await mcp_connections.close_all()  # stdio MCP servers end with the worker
     stop.set()
     await asyncio.gather(*tasks, return_exceptions=True)

@@ -11,7 +11,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.model_request import build_request
 from activities.model_stream import request_model
-from activities.runtime import Runtime, application_error, turn_workflow_id
+from activities.runtime import Runtime, application_error, turn_workflow_id, with_heartbeat
 from turnstile.engine import attributes as attr
 from turnstile.engine.activity_io import CALL_MODEL, ModelCallInput, ModelCallResult
 from turnstile.engine.errors import (
@@ -33,6 +33,12 @@ class ModelActivities:
 
     @activity.defn(name=CALL_MODEL)
     async def call_model(self, req: ModelCallInput) -> ModelCallResult:
+        # Heartbeating while the model answers (streamed or not): a worker lost
+        # mid-request costs the heartbeat timeout, not the request's timeout.
+        # On shutdown the request is handed back: asking again is safe.
+        return await with_heartbeat(self._call_model(req), hand_back=True)
+
+    async def _call_model(self, req: ModelCallInput) -> ModelCallResult:
         wf_id = turn_workflow_id()
         memory = self.rt.memory
         # A retry after the response was stored (worker lost before completing)

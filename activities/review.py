@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from temporalio import activity
 
-from activities.runtime import Runtime, application_error
+from activities.runtime import Runtime, application_error, with_heartbeat
 from turnstile.engine.activity_io import REVIEW_CALL, ReviewCallInput, ReviewedCall
 from turnstile.engine.errors import (
     ConfigurationError,
@@ -29,7 +29,7 @@ class ReviewActivities:
         try:
             service = self.rt.services.get(req.service)
             # An MCP tool this worker has not listed yet is listed first.
-            tool = await service.find_tool(req.call.name)
+            tool = await with_heartbeat(service.find_tool(req.call.name))
         except (UnknownServiceError, ConfigurationError) as exc:
             raise application_error(exc, non_retryable=True) from exc
         except MCPServerUnavailable as exc:

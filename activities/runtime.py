@@ -60,10 +60,25 @@ def application_error(exc: TurnstileError, *, non_retryable: bool) -> Applicatio
 T = TypeVar("T")
 
 
-async def with_heartbeat(work: Awaitable[T], heartbeat_seconds: float | None) -> T:
+# The failure type of an attempt a worker handed back on shutdown (SIGTERM):
+# retryable, so another worker runs the activity again at once.
+WORKER_SHUTDOWN = "WorkerShutdown"
+
+
+async def with_heartbeat(work: Awaitable[T], heartbeat_seconds: float | None = None, *,
+                         hand_back: bool = False) -> T:
     """Heartbeat while `work` runs, so a lost worker is noticed within the
     heartbeat timeout (not the much longer start-to-close timeout) and a
-    cancellation reaches the work."""
+    cancellation reaches the work. `heartbeat_seconds` None: the activity's
+    own heartbeat timeout.
+
+    `hand_back`: when the worker shuts down (SIGTERM, after its grace period)
+    while `work` still runs, the attempt fails as retryable `WorkerShutdown`
+    instead of ending as cancelled, so the server gives it to another worker
+    at once. Only for work that is safe to run again (a model request)."""
+    if heartbeat_seconds is None:
+        timeout = activity.info().heartbeat_timeout
+        heartbeat_seconds = timeout.total_seconds() if timeout else None
     interval = max(0.5, (heartbeat_seconds or 10.0) / 3)
 
     async def beat() -> None:
@@ -74,6 +89,14 @@ async def with_heartbeat(work: Awaitable[T], heartbeat_seconds: float | None) ->
     beater = asyncio.create_task(beat())
     try:
         return await work
+    except asyncio.CancelledError:
+        details = activity.cancellation_details()
+        if hand_back and details is not None and details.worker_shutdown \
+                and not details.cancel_requested:
+            raise ApplicationError(
+                "the worker shut down during this attempt; another worker runs it again",
+                type=WORKER_SHUTDOWN) from None
+        raise
     finally:
         beater.cancel()
         with contextlib.suppress(asyncio.CancelledError):

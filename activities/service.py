@@ -9,7 +9,7 @@ import logging
 
 from temporalio import activity
 
-from activities.runtime import Runtime, application_error, model_name
+from activities.runtime import Runtime, application_error, model_name, with_heartbeat
 from turnstile.engine.activity_io import (
     DESCRIBE_SERVICE,
     RESOLVE_TOOLS,
@@ -66,7 +66,8 @@ class ServiceActivities:
         worker; the result is recorded, so a replay never asks them again."""
         service = self.rt.services.get(req.service)
         try:
-            failed = await service.refresh_providers()
+            # Heartbeating: opening MCP sessions may take a while.
+            failed = await with_heartbeat(service.refresh_providers())
         except ConfigurationError as exc:
             raise application_error(exc, non_retryable=True) from exc
         if failed and activity.info().attempt < PROVIDER_ATTEMPTS:

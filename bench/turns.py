@@ -1,22 +1,35 @@
-"""Turn latency and throughput on a tuned Temporal dev server, next to a floor.
+"""One turn, three ways, one run: Turnstile, a minimal hand-written turn and
+pydantic-ai's TemporalAgent, side by side on the same dev server.
 
-    .venv/bin/python -m bench.turns [--turns 50] [--concurrency 1 20] [--tool-rounds 2]
+    make bench-install        # once: the bench extra (pydantic-ai-slim, py-spy)
+    .venv/bin/python -m bench.turns [--turns 50] [--concurrency 1 20 50] [--profile 100]
 
 Starts `temporal server start-dev` (in memory, with the speed flags of
-turnstile.runtime.devstack) as a subprocess in its own process group, an instant
-scripted OpenAI-compatible model (tests.support.fake_llm.FakeLLM) and, in this
-process, a Turnstile worker (worker.build_worker) serving the test service
-(tests.support.services.make_service, tool `add`) on a SQLite file in a temp
-directory. Each turn: the model asks for `add` --tool-rounds times, then
-answers (2 rounds = 3 model calls + 2 tool calls).
+turnstile.runtime.devstack), an instant scripted OpenAI-compatible model
+(tests.support.fake_llm.FakeLLM, a real HTTP server in this process) and a
+SQLite database seeded like `starter.py seed` (100,000 rows). Each system's
+worker is its own process, started and stopped here, so its CPU time is its
+own (/proc/PID/stat). All three are up at once; per concurrency, `--rounds`
+interleaved rounds of one batch per system (the order rotates), so drifting
+load on a shared machine falls on all three alike:
 
-The floor: `FloorTurn`, defined here, runs as many no-op activities per turn
-as an AgentTurn scheduled (counted from its history), one after the other, no
-database, no HTTP, in the same process and against the same server.
+- **turnstile**: `python worker.py --no-sender`, the product with its
+  defaults, serving the reference service `sales-assistant` (audit, memory,
+  retrieval, lock: everything a default turn does);
+- **minimal**: bench/minimal_turn.py, a workflow of exactly the model and
+  tool activities (`python -m bench.turn_workers minimal`);
+- **pydantic-ai**: bench/peer_turn.py, `TemporalAgent` (`... peer`).
 
-Reported per scenario and concurrency: p50/p95 turn latency (start to result,
-seen by the client), turns/s, activities, history events and history bytes
-(sum of event ByteSize()) per turn.
+The same turn for all: the scripted model asks for `querySalesData` (last
+week, then the week before, minAmount 50,000), then answers: 3 model calls
+and 2 `querySalesData` queries on the same database. Every result is checked.
+
+Per system and concurrency: p50/p95 latency (start to result, as the client
+sees it), turns/s (turns / wall time of the batches; each batch at least 2x
+concurrency turns), activities, history events and bytes (sum of each event's ByteSize())
+per turn, worker CPU seconds per turn; then the ratios of issue 13.
+`--profile N`: N more Turnstile turns at concurrency 20 with its worker under
+py-spy; prints where a turn's worker CPU goes.
 """
 
 from __future__ import annotations
@@ -25,131 +38,116 @@ import argparse
 import asyncio
 import json
 import logging
-import math
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
-from dataclasses import dataclass
-from datetime import timedelta
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from temporalio import activity, workflow
-from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.worker import Worker
+from temporalio.client import Client, WorkflowHandle
 
-from turnstile.stores.schema import ensure_schema
-
-with workflow.unsafe.imports_passed_through():
-    from activities import Runtime
-    from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
-    from tests.support.services import make_service
-    from turnstile.engine.contract import WORKFLOW_TYPE, TurnInput, TurnResult, TurnStatus
-    from turnstile.providers import build_provider
-    from turnstile.runtime.config import Settings
-    from turnstile.runtime.devstack import TEMPORAL_SPEED_FLAGS, temporal_dev_command
-    from turnstile.runtime.search_attributes import ensure_search_attributes
-    from turnstile.runtime.services import ServiceRegistry
-    from worker import build_worker
+from bench.bench_support import (
+    DevServer,
+    WorkerProc,
+    activity_types,
+    connect,
+    history_stats,
+    percentile,
+)
+from bench.profile_summary import summarize
+from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
+from turnstile.engine.contract import WORKFLOW_TYPE, TurnInput, TurnResult, TurnStatus
+from turnstile.runtime.devstack import TEMPORAL_SPEED_FLAGS
+from turnstile.sales.seed import last_week, seed
+from turnstile.stores.db import Database
 
 log = logging.getLogger("bench.turns")
+ROOT = Path(__file__).resolve().parents[1]
+MESSAGE = "Which customers' sales exceeded 50,000 last week, and the week before?"
+ANSWER = "done after 2 queries"
+QUERIES = 2
 
 
-# --- the floor: the same number of activities, doing nothing ---------------------
-
-@activity.defn(name="bench.noop")
-async def noop(step: int) -> int:
-    return step
-
-
-@workflow.defn(name="FloorTurn")
-class FloorTurn:
-    @workflow.run
-    async def run(self, activities: int) -> int:
-        for step in range(activities):
-            await workflow.execute_activity(noop, step,
-                                            start_to_close_timeout=timedelta(seconds=30))
-        return activities
+def complete(body: dict[str, Any]) -> dict[str, Any]:
+    """Every field OpenAI sends (pydantic-ai validates them with the openai SDK's types)."""
+    usage = body["usage"]
+    return {**body, "object": "chat.completion", "created": 1_764_547_200,
+            "usage": {**usage, "total_tokens": usage["prompt_tokens"] + usage["completion_tokens"]}}
 
 
-# --- the scripted model ----------------------------------------------------------
-
-def scripted_model(tool_rounds: int):  # type: ignore[no-untyped-def]
-    """Per request: ask for `add` until the turn has `tool_rounds` tool results."""
+def scripted_model() -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """Per request: one `querySalesData` per week until the turn has 2 results."""
+    start, end = last_week(datetime.now(UTC).date())
 
     def reply(request: dict[str, Any]) -> dict[str, Any]:
         messages = request.get("messages") or []
         last_user = max((i for i, m in enumerate(messages) if m.get("role") == "user"),
                         default=-1)
         done = sum(1 for m in messages[last_user + 1:] if m.get("role") == "tool")
-        if done < tool_rounds:
-            call_id = f"call-{uuid.uuid4().hex[:12]}"
-            return tool_reply((call_id, "add", {"a": done + 1, "b": 1}))
-        return text_reply(f"done after {done} tool call(s)")
+        if done < QUERIES:
+            week = timedelta(days=7 * done)
+            return complete(tool_reply((f"call-{uuid.uuid4().hex[:12]}", "querySalesData", {
+                "startDate": (start - week).isoformat(), "endDate": (end - week).isoformat(),
+                "minAmount": 50000})))
+        return complete(text_reply(ANSWER))
 
     return reply
 
 
-# --- the dev server --------------------------------------------------------------
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class DevServer:
-    """`temporal server start-dev` in its own process group."""
-
-    def __init__(self, logfile: Path) -> None:
-        self.port = free_port()
-        self.address = f"127.0.0.1:{self.port}"
-        cmd = temporal_dev_command(self.port, 0, None, headless=True)
-        with open(logfile, "ab") as out:
-            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
-                                         start_new_session=True)
-        log.info("dev server pid %s on %s: %s", self.proc.pid, self.address, " ".join(cmd))
-
-    def stop(self) -> None:
-        if self.proc.poll() is not None:
-            return
-        for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):
-            try:
-                os.killpg(self.proc.pid, sig)
-            except ProcessLookupError:
-                return
-            try:
-                self.proc.wait(timeout=wait)
-                return
-            except subprocess.TimeoutExpired:
-                continue
+@dataclass
+class System:
+    name: str
+    command: list[str]
+    ready: str
+    start: Callable[[Client, str, int], Awaitable[WorkflowHandle[Any, Any]]]
+    check: Callable[[Any], None]
 
 
-async def connect(address: str, timeout: float = 60) -> Client:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            client = await Client.connect(address, data_converter=pydantic_data_converter)
-            await client.count_workflows()
-            return client
-        except RuntimeError:
-            if time.monotonic() > deadline:
-                raise
-            await asyncio.sleep(0.2)
+async def _start_turnstile(client: Client, queue: str, i: int) -> WorkflowHandle[Any, Any]:
+    turn = TurnInput(conversation_id=f"bench-{uuid.uuid4().hex[:12]}", user_id="bench",
+                     message=MESSAGE, service="sales-assistant")
+    return await client.start_workflow(WORKFLOW_TYPE, turn, id=f"turn-{uuid.uuid4().hex[:12]}",
+                                       task_queue=queue, result_type=TurnResult)
 
 
-# --- measuring -------------------------------------------------------------------
+def _check_turnstile(result: TurnResult) -> None:
+    if (result.status != TurnStatus.COMPLETED or result.answer != ANSWER
+            or [c.name for c in result.tool_calls] != ["querySalesData"] * QUERIES):
+        raise RuntimeError(f"unexpected turn result: {result.model_dump_json()[:500]}")
+
+
+def _by_name(workflow: str) -> Callable[[Client, str, int], Awaitable[WorkflowHandle[Any, Any]]]:
+    async def start(client: Client, queue: str, i: int) -> WorkflowHandle[Any, Any]:
+        return await client.start_workflow(workflow, MESSAGE, id=f"{workflow}-{uuid.uuid4().hex}",
+                                           task_queue=queue, result_type=str)
+    return start
+
+
+def _check_answer(result: str) -> None:
+    if result != ANSWER:
+        raise RuntimeError(f"unexpected answer: {result[:300]!r}")
+
+
+SYSTEMS = {
+    "turnstile": System("turnstile", [sys.executable, "worker.py", "--no-sender"],
+                        "worker serving task queue", _start_turnstile, _check_turnstile),
+    "minimal": System("minimal", [sys.executable, "-m", "bench.turn_workers", "minimal"],
+                      "bench worker ready", _by_name("MinimalTurn"), _check_answer),
+    "pydantic-ai": System("pydantic-ai", [sys.executable, "-m", "bench.turn_workers", "peer"],
+                          "bench worker ready", _by_name("PeerTurn"), _check_answer),
+}
+
 
 @dataclass
 class Row:
-    scenario: str
+    system: str
     concurrency: int
     turns: int
     p50_ms: float
@@ -158,150 +156,152 @@ class Row:
     activities: float
     events: float
     history_bytes: float
+    cpu_s_per_turn: float
 
 
-def percentile(values: list[float], q: float) -> float:
-    """Nearest-rank percentile."""
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
-
-
-async def run_batch(client: Client, start_one, turns: int,  # type: ignore[no-untyped-def]
-                    concurrency: int) -> tuple[list[float], float, list[str], list[Any]]:
-    """Run `turns` turns, at most `concurrency` at a time. Returns latencies (s),
-    wall time (s), workflow ids and results."""
+async def run_batch(client: Client, system: System, queue: str, turns: int,
+                    concurrency: int) -> tuple[list[float], float, list[str]]:
     gate = asyncio.Semaphore(concurrency)
     latencies: list[float] = []
     ids: list[str] = []
-    results: list[Any] = []
 
     async def one(i: int) -> None:
         async with gate:
             t0 = time.perf_counter()
-            handle = await start_one(i)
+            handle = await system.start(client, queue, i)
             result = await handle.result()
             latencies.append(time.perf_counter() - t0)
+            system.check(result)
             ids.append(handle.id)
-            results.append(result)
 
     t0 = time.perf_counter()
     await asyncio.gather(*(one(i) for i in range(turns)))
-    return latencies, time.perf_counter() - t0, ids, results
+    return latencies, time.perf_counter() - t0, ids
 
 
-async def history_stats(client: Client, ids: list[str]) -> tuple[float, float, float]:
-    """Mean activities, events and bytes per workflow history."""
-    acts = events = size = 0
-    for wf_id in ids:
-        history = await client.get_workflow_handle(wf_id).fetch_history()
-        events += len(history.events)
-        size += sum(e.ByteSize() for e in history.events)
-        acts += sum(1 for e in history.events
-                    if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED)
-    n = len(ids)
-    return acts / n, events / n, size / n
+async def measure_all(client: Client, systems: list[System], env: dict[str, str],
+                      workdir: Path, args: argparse.Namespace) -> list[Row]:
+    """All workers up at once; per concurrency, `--rounds` rounds of one batch
+    per system, the order rotating each round, so drifting load on a shared
+    machine falls on every system alike."""
+    workers: dict[str, tuple[WorkerProc, str]] = {}
+    try:
+        for system in systems:
+            queue = f"bench-{system.name}-{uuid.uuid4().hex[:6]}"
+            workers[system.name] = (WorkerProc(
+                system.command, {**env, "TURNSTILE_TASK_QUEUE": queue},
+                workdir / f"worker-{system.name}.log", system.ready, cwd=ROOT), queue)
+        for system in systems:  # warm-up: imports, pools, caches (not measured)
+            _, _, warm = await run_batch(client, system, workers[system.name][1], args.warmup, 1)
+            kinds = await activity_types(client, warm[0])
+            args.activity_lines.append(f"{system.name}: " + ", ".join(
+                f"{name} x{n}" for name, n in kinds.items()))
+        rows = []
+        for conc in args.concurrency:
+            turns = max(args.turns, 2 * conc)
+            got: dict[str, tuple[list[float], float, list[str], float]] = {
+                s.name: ([], 0.0, [], 0.0) for s in systems}
+            for r in range(args.rounds):
+                for system in systems[r % len(systems):] + systems[:r % len(systems)]:
+                    worker, queue = workers[system.name]
+                    cpu0 = worker.cpu_seconds()
+                    latencies, wall, ids = await run_batch(client, system, queue, turns, conc)
+                    lat, walls, all_ids, cpu = got[system.name]
+                    got[system.name] = (lat + latencies, walls + wall, all_ids + ids,
+                                        cpu + worker.cpu_seconds() - cpu0)
+            for system in systems:
+                lat, walls, ids, cpu = got[system.name]
+                acts, events, size = await history_stats(client, ids[:turns])
+                row = Row(system.name, conc, len(ids), 1000 * percentile(lat, 0.5),
+                          1000 * percentile(lat, 0.95), len(ids) / walls, acts, events, size,
+                          cpu / len(ids))
+                log.info("%s", row)
+                rows.append(row)
+        return rows
+    finally:
+        for worker, _ in workers.values():
+            worker.stop()
 
 
-async def activity_types(client: Client, wf_id: str) -> dict[str, int]:
-    history = await client.get_workflow_handle(wf_id).fetch_history()
-    counts: dict[str, int] = {}
-    for e in history.events:
-        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
-            name = e.activity_task_scheduled_event_attributes.activity_type.name
-            counts[name] = counts.get(name, 0) + 1
-    return counts
+async def profile_turnstile(client: Client, env: dict[str, str], workdir: Path,
+                            turns: int, keep: Path | None) -> str:
+    """py-spy attached to a warm Turnstile worker for `turns` turns at concurrency 20."""
+    queue = f"bench-profile-{uuid.uuid4().hex[:6]}"
+    raw = workdir / "turnstile-worker.pyspy.txt"
+    system = SYSTEMS["turnstile"]
+    worker = WorkerProc(system.command, {**env, "TURNSTILE_TASK_QUEUE": queue},
+                        workdir / "worker-profile.log", system.ready, cwd=ROOT)
+    try:
+        await run_batch(client, system, queue, 3, 1)
+        spy = subprocess.Popen(
+            [str(Path(sys.executable).parent / "py-spy"), "record", "--gil", "-r", "200",
+             "-f", "raw", "-o", str(raw), "--pid", str(worker.proc.pid)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        await asyncio.sleep(1)  # attached
+        await run_batch(client, system, queue, turns, 20)
+        spy.send_signal(signal.SIGINT)  # py-spy writes its file on SIGINT
+        spy.wait(timeout=60)
+    finally:
+        worker.stop()
+    if keep:
+        keep.write_text(raw.read_text())
+    return summarize(raw.read_text(), turns)
 
 
-async def measure(client: Client, scenario: str, start_one, turns: int,  # type: ignore[no-untyped-def]
-                  concurrency: int, check) -> Row:
-    latencies, wall, ids, results = await run_batch(client, start_one, turns, concurrency)
-    for result in results:
-        check(result)
-    acts, events, size = await history_stats(client, ids)
-    row = Row(scenario, concurrency, turns, 1000 * percentile(latencies, 0.50),
-              1000 * percentile(latencies, 0.95), turns / wall, acts, events, size)
-    log.info("%s", row)
-    return row
+def ratios(rows: list[Row]) -> list[str]:
+    def get(system: str, conc: int) -> Row | None:
+        return next((r for r in rows if r.system == system and r.concurrency == conc), None)
+
+    out = []
+    t1, m1 = get("turnstile", 1), get("minimal", 1)
+    if t1 and m1:
+        out.append(f"p50 at concurrency 1: turnstile / minimal = {t1.p50_ms / m1.p50_ms:.2f}x "
+                   "(goal <= 1.3x)")
+    for conc in (20, 50):
+        t, m, p = get("turnstile", conc), get("minimal", conc), get("pydantic-ai", conc)
+        if t and p:
+            out.append(f"turns/s at concurrency {conc}: turnstile / pydantic-ai = "
+                       f"{t.turns_per_s / p.turns_per_s:.2f}x" + (" (goal >= 2x)" * (conc == 20)))
+        if t and m:
+            out.append(f"turns/s at concurrency {conc}: turnstile / minimal = "
+                       f"{t.turns_per_s / m.turns_per_s:.2f}x"
+                       + (" (goal >= 0.85x)" * (conc == 20)))
+    return out
 
 
 def print_table(rows: list[Row], header: str) -> None:
     print(header)
-    cols = ("scenario", "conc", "turns", "p50 ms", "p95 ms", "turns/s", "activities/turn",
-            "events/turn", "bytes/turn")
-    fmt = "{:<34} {:>4} {:>5} {:>7} {:>7} {:>8} {:>15} {:>11} {:>10}"
+    cols = ("system", "conc", "turns", "p50 ms", "p95 ms", "turns/s", "activities",
+            "events", "bytes", "worker CPU s/turn")
+    fmt = "{:<12} {:>4} {:>5} {:>8} {:>8} {:>8} {:>10} {:>7} {:>8} {:>17}"
     print(fmt.format(*cols))
-    print("-" * 109)
+    print("-" * 98)
     for r in rows:
-        print(fmt.format(r.scenario, r.concurrency, r.turns, f"{r.p50_ms:.1f}",
-                         f"{r.p95_ms:.1f}", f"{r.turns_per_s:.1f}", f"{r.activities:.1f}",
-                         f"{r.events:.1f}", f"{r.history_bytes:,.0f}"))
+        print(fmt.format(r.system, r.concurrency, r.turns, f"{r.p50_ms:.1f}", f"{r.p95_ms:.1f}",
+                         f"{r.turns_per_s:.1f}", f"{r.activities:.1f}", f"{r.events:.1f}",
+                         f"{r.history_bytes:,.0f}", f"{r.cpu_s_per_turn:.4f}"))
+    for line in ratios(rows):
+        print(line)
 
 
-# --- main ------------------------------------------------------------------------
-
-async def bench(args: argparse.Namespace, workdir: Path) -> list[Row]:
+async def bench(args: argparse.Namespace, workdir: Path) -> tuple[list[Row], str | None]:
+    db_url = f"sqlite:///{workdir / 'bench.db'}"
+    seed(Database(db_url), rows=args.rows)
     server = DevServer(workdir / "temporal.log")
     fake = FakeLLM()
-    fake.default = scripted_model(args.tool_rounds)
+    fake.default = scripted_model()
     try:
         client = await connect(server.address)
-        queue = f"bench-{uuid.uuid4().hex[:8]}"
-        settings = Settings.from_env({
-            "TURNSTILE_TASK_QUEUE": queue,
-            "DATABASE_URL": args.database_url or f"sqlite:///{workdir / 'turnstile.db'}",
-            "LLM_BASE_URL": fake.url,
-            "TURNSTILE_DATA_DIR": str(workdir),
-        })
-        rt = Runtime.build(settings, ServiceRegistry([make_service()]), build_provider(settings))
-        ensure_schema(rt.db)
-        rt.search_attributes = await ensure_search_attributes(client, "default")
-        floor_queue = f"{queue}-floor"
-        rows: list[Row] = []
-        run_id = uuid.uuid4().hex[:6]
-
-        async def start_turn(i: int):  # type: ignore[no-untyped-def]
-            turn = TurnInput(conversation_id=f"bench-{run_id}-{uuid.uuid4().hex[:8]}",
-                             user_id="bench", message=f"what is {i} + 1?", service="test",
-                             variables={"team": "bench"})
-            return await client.start_workflow(
-                WORKFLOW_TYPE, turn, id=f"turn-{uuid.uuid4().hex[:12]}", task_queue=queue,
-                result_type=TurnResult)
-
-        def check_turn(result: TurnResult) -> None:
-            if result.status != TurnStatus.COMPLETED or len(result.tool_calls) != args.tool_rounds:
-                raise RuntimeError(f"unexpected turn result: {result.model_dump_json()[:500]}")
-
-        floor_activities = 0
-
-        async def start_floor(i: int):  # type: ignore[no-untyped-def]
-            return await client.start_workflow(
-                FloorTurn.run, floor_activities, id=f"floor-{uuid.uuid4().hex[:12]}",
-                task_queue=floor_queue)
-
-        def check_floor(result: int) -> None:
-            if result != floor_activities:
-                raise RuntimeError(f"floor turn ran {result} activities")
-
-        floor_worker = Worker(client, task_queue=floor_queue, workflows=[FloorTurn],
-                              activities=[noop], max_concurrent_activities=32)
-        async with build_worker(client, rt), floor_worker:
-            # Warm-up (not measured): sandbox imports, SQLite file, connections.
-            _, _, warm_ids, _ = await run_batch(client, start_turn, args.warmup, 1)
-            acts, _, _ = await history_stats(client, warm_ids)
-            floor_activities = round(acts)
-            log.info("activities of one turn: %s", await activity_types(client, warm_ids[0]))
-            await run_batch(client, start_floor, args.warmup, 1)
-            label = f"AgentTurn ({args.tool_rounds + 1} model + {args.tool_rounds} tool)"
-            for conc in args.concurrency:
-                rows.append(await measure(client, label, start_turn, args.turns, conc,
-                                          check_turn))
-            for conc in args.concurrency:
-                rows.append(await measure(client, f"floor ({floor_activities} no-op activities)",
-                                          start_floor, args.turns, conc, check_floor))
-        await rt.provider.aclose()
-        model_calls = len(fake.requests)
-        log.info("fake model answered %d requests", model_calls)
-        return rows
+        env = {"TEMPORAL_ADDRESS": server.address, "DATABASE_URL": db_url,
+               "LLM_BASE_URL": fake.url, "BENCH_LLM_URL": fake.url,
+               "TURNSTILE_DATA_DIR": str(workdir), "PYTHONPATH": str(ROOT)}
+        rows = await measure_all(client, [SYSTEMS[n] for n in args.systems], env, workdir, args)
+        profile = await profile_turnstile(client, env, workdir, args.profile,
+                                          args.profile_raw) \
+            if args.profile else None
+        if fake.refusals:
+            raise RuntimeError(f"the model refused requests: {fake.refusals[:3]}")
+        return rows, profile
     finally:
         fake.close()
         server.stop()
@@ -310,31 +310,47 @@ async def bench(args: argparse.Namespace, workdir: Path) -> list[Row]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--turns", type=int, default=50, help="turns per measurement")
-    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 20])
-    parser.add_argument("--tool-rounds", type=int, default=2,
-                        help="tool calls per turn (model calls = this + 1)")
+    parser.add_argument("--turns", type=int, default=20,
+                        help="turns per batch (at least 2x the concurrency)")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="batches per system and concurrency, interleaved")
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 20, 50])
+    parser.add_argument("--systems", nargs="+", choices=list(SYSTEMS), default=list(SYSTEMS))
     parser.add_argument("--warmup", type=int, default=3, help="unmeasured turns first")
-    parser.add_argument("--database-url", default=None,
-                        help="Turnstile's database (default: SQLite in a temp dir)")
+    parser.add_argument("--rows", type=int, default=100_000, help="sales rows seeded")
+    parser.add_argument("--profile", type=int, default=0, metavar="N",
+                        help="profile N Turnstile turns with py-spy (0: no profile)")
+    parser.add_argument("--profile-raw", type=Path, default=None,
+                        help="keep py-spy's raw stacks here (flamegraph.pl input)")
     parser.add_argument("--json", type=Path, default=None, help="also write the rows here")
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args(argv)
+    args.activity_lines = []
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    t0, load0 = time.monotonic(), os.getloadavg()[0]
+    t0, load0 = time.monotonic(), os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="turnstile-bench-") as tmp:
-        rows = asyncio.run(bench(args, Path(tmp)))
-    header = (f"{args.turns} turns per row, tool rounds {args.tool_rounds}, "
+        rows, profile = asyncio.run(bench(args, Path(tmp)))
+    load1 = os.getloadavg()
+    header = (f"same turn (3 model calls, {QUERIES} querySalesData on {args.rows:,} rows, SQLite), "
               f"dev server in memory + {' '.join(TEMPORAL_SPEED_FLAGS)}; "
               f"Python {sys.version.split()[0]}, {os.cpu_count()} CPUs; "
-              f"load avg {load0:.2f} -> {os.getloadavg()[0]:.2f}; "
+              f"load avg (1/5/15 min) {load0[0]:.2f}/{load0[1]:.2f}/{load0[2]:.2f} -> "
+              f"{load1[0]:.2f}/{load1[1]:.2f}/{load1[2]:.2f}; "
               f"total {time.monotonic() - t0:.0f} s")
     print_table(rows, header)
+    print("activities of one turn:")
+    for line in args.activity_lines:
+        print(f"  {line}")
+    if profile:
+        print(profile)
     if args.json:
-        args.json.write_text(json.dumps([r.__dict__ for r in rows], indent=2))
+        args.json.write_text(json.dumps([asdict(r) for r in rows], indent=2))
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except subprocess.CalledProcessError as exc:
+        sys.exit(exc.returncode)

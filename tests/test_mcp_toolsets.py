@@ -237,6 +237,8 @@ async def test_a_worker_that_never_listed_the_server_lists_it_before_reviewing_a
         tmp_path, effects: Effects) -> None:  # type: ignore[no-untyped-def]
     """The turn's resolve_tools may have run on another worker: review_call
     (before an approval) finds the MCP tool by listing the server first."""
+    from temporalio.testing import ActivityEnvironment
+
     from activities import Runtime
     from activities.review import ReviewActivities
     from turnstile.engine.activity_io import ReviewCallInput
@@ -248,15 +250,16 @@ async def test_a_worker_that_never_listed_the_server_lists_it_before_reviewing_a
     rt = Runtime.build(Settings.from_env({"DATABASE_URL": f"sqlite:///{tmp_path}/t.db"}),
                        ServiceRegistry([service]))
     review = ReviewActivities(rt)
+    env = ActivityEnvironment()  # review_call heartbeats: it runs in an activity context
 
     def req(args: str) -> ReviewCallInput:
         return ReviewCallInput(service="s", call=ToolCall(id="x", name="delete_record",
                                                           arguments=args))
 
     try:
-        bad = await review.review_call(req('{"record_id": "seven"}'))
+        bad = await env.run(review.review_call, req('{"record_id": "seven"}'))
         assert not bad.valid and "'seven' is not of type 'integer'" in bad.error
-        assert (await review.review_call(req('{"record_id": 7}'))).valid
+        assert (await env.run(review.review_call, req('{"record_id": 7}'))).valid
         assert effects.runs() == []  # reviewing never runs the tool
     finally:
         await connections.close_all()

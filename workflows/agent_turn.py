@@ -46,7 +46,7 @@ with workflow.unsafe.imports_passed_through():
     from turnstile.engine.turn_rules import FinalAnswer, RunTools, next_step
     from workflows.pipeline_steps import PipelineSteps
     from workflows.state import TurnState, TurnStopped, failure_reason
-    from workflows.tool_options import compensation_options, model_options
+    from workflows.tool_options import compensation_options, listing_options, model_options
     from workflows.tool_round import RoundWrites, ToolRound
 
 
@@ -274,7 +274,7 @@ class AgentTurn:
             io.resolve_tools, io.ResolveToolsInput(
                 conversation_id=turn.conversation_id, user_id=turn.user_id,
                 service=turn.service, known=s.tool_names),
-            "resolve_tools", TurnStatus.FAILED)
+            "resolve_tools", TurnStatus.FAILED, options=listing_options())
         for note in resolved.unavailable:
             s.event("tools_unavailable", note)
         for t in resolved.added:

@@ -40,13 +40,26 @@ def memory_options() -> ActivityOptions:
     }
 
 
+# Activities that may wait on a remote catalogue (MCP sessions and listings:
+# resolve_tools, review_call) heartbeat; a lost worker costs this long.
+LISTING_HEARTBEAT = timedelta(seconds=10)
+
+
 def model_options(loop: LoopPolicy) -> ActivityOptions:
+    # A heartbeat timeout only adds a field to the ScheduleActivityTask command:
+    # recorded histories replay unchanged (tests/test_replay.py).
     return {
         "start_to_close_timeout": timedelta(seconds=loop.model_timeout_seconds),
+        "heartbeat_timeout": timedelta(seconds=loop.model_heartbeat_seconds),
         "schedule_to_close_timeout": timedelta(seconds=loop.model_retry_window_seconds),
         "retry_policy": RetryPolicy(initial_interval=timedelta(seconds=1),
                                     maximum_interval=timedelta(seconds=60)),
     }
+
+
+def listing_options() -> ActivityOptions:
+    """resolve_tools and review_call: memory's timeouts and retries, plus a heartbeat."""
+    return {**memory_options(), "heartbeat_timeout": LISTING_HEARTBEAT}
 
 
 def tool_options(tool: ToolSpec) -> ActivityOptions:

@@ -37,7 +37,7 @@ with workflow.unsafe.imports_passed_through():
     from turnstile.engine.specs import ServiceSpec, ToolSpec
     from turnstile.engine.turn_rules import parsed_arguments
     from workflows.state import TurnState, TurnStopped, failure_reason
-    from workflows.tool_options import tool_options
+    from workflows.tool_options import listing_options, tool_options
 
 
 # Patch marker: approvals validate the call first (turnstile.review_call).
@@ -154,7 +154,7 @@ class ToolRound:
             return None
         reviewed: io.ReviewedCall = await self.s.activity(
             io.review_call, io.ReviewCallInput(service=self.turn.service, call=call),
-            f"review {call.name}", TurnStatus.FAILED)
+            f"review {call.name}", TurnStatus.FAILED, options=listing_options())
         return reviewed
 
     async def _approval(self, call: ToolCall, rec: ToolCallRecord, tool: ToolSpec,

@@ -85,6 +85,9 @@ class LoopPolicy(BaseModel):
     on_rejection: Literal["tell_model", "fail"] = "tell_model"  # a reviewer said no
     argument_error_budget: int = 3  # per tool per turn, then the turn fails
     model_timeout_seconds: float = 180.0  # one model request
+    # The model activity heartbeats while it waits: a lost worker is noticed
+    # within this long, not after model_timeout_seconds.
+    model_heartbeat_seconds: float = 10.0
     model_retry_window_seconds: float = 6 * 3600.0  # survive a provider outage this long
     compensation_attempts: int = 5  # each compensation's activity retries
     breakers: BreakerPolicy = Field(default_factory=BreakerPolicy)

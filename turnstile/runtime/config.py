@@ -42,6 +42,10 @@ class Settings:
     # The model's context size in tokens, for memory windows (unset: from the
     # model's name, 8,192 for a name Turnstile does not know).
     context_tokens: int | None = None
+    # SIGTERM: the worker stops polling and lets running activities finish this
+    # long; what is still running then is handed back (failed as WorkerShutdown,
+    # retried at once by another worker).
+    shutdown_grace_seconds: float = 20.0
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -67,5 +71,7 @@ class Settings:
             otlp_endpoint=e.get("OTEL_EXPORTER_OTLP_ENDPOINT") or None,
             mcp_servers=e.get("TURNSTILE_MCP_SERVERS") or "",
             context_tokens=int(e.get("TURNSTILE_CONTEXT_TOKENS") or 0) or None,
+            shutdown_grace_seconds=float(e.get("TURNSTILE_SHUTDOWN_GRACE_SECONDS")
+                                         or d.shutdown_grace_seconds),
             plugins=tuple(p for p in (e.get("TURNSTILE_PLUGINS") or "").split(",") if p.strip()),
         )
