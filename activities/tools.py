@@ -89,13 +89,14 @@ class ToolActivities:
         msg = tool_message(req.call.id, req.call.name, text, status, is_error, wf_id)
         if state:
             msg.attributes[attr.STATE] = state
-        await asyncio.to_thread(self.rt.memory.put, req.conversation_id, req.result_seq, msg, wf_id)
+        await asyncio.to_thread(self.rt.memory.put, req.conversation_id, req.result_seq, msg, wf_id,
+                                req.execution_chain)
         return ToolOutcome(call_id=req.call.id, name=req.call.name, status=status,
                            is_error=is_error, preview=_preview(text))
 
     async def _execute(self, req: ToolExecInput) -> ToolOutcome:
         info = activity.info()
-        wf_id, call = turn_workflow_id(), req.call
+        wf_id, call, chain = turn_workflow_id(), req.call, req.execution_chain
         service = self.rt.services.get(req.service)
         try:
             # An MCP tool this worker has not listed yet (e.g. after a restart) is
@@ -122,10 +123,10 @@ class ToolActivities:
             await asyncio.to_thread(
                 audit_log.decision, workflow_id=wf_id, tool_name=call.name,
                 tool_call_id=call.id, approved=d.approved, reviewer=d.reviewer, note=d.note,
-                decided_at=d.decided_at)
+                decided_at=d.decided_at, chain=chain)
         entry = await asyncio.to_thread(
-            self.rt.ledger.begin, wf_id, call.id, call.name, rerun_lost=tool.spec.idempotent
-        )
+            self.rt.ledger.begin, wf_id, call.id, call.name, rerun_lost=tool.spec.idempotent,
+            chain=chain)
         if entry.status is LedgerStatus.COMPLETED:
             # A finished attempt whose completion was lost: replay what it reported.
             status = entry.outcome or (
@@ -138,12 +139,12 @@ class ToolActivities:
         await asyncio.to_thread(
             audit_log.started, workflow_id=wf_id, call_id=call.id,
             conversation_id=req.conversation_id, user_id=req.user_id, tool_name=call.name,
-            arguments=call.arguments,
+            arguments=call.arguments, chain=chain,
         )
         ctx = ToolContext(
             db=self.rt.db, workflow_id=wf_id, conversation_id=req.conversation_id,
             user_id=req.user_id, tool_call_id=call.id, attempt=info.attempt,
-            settings=self.rt.settings, heartbeat=activity.heartbeat,
+            settings=self.rt.settings, heartbeat=activity.heartbeat, execution_chain=chain,
         )
         try:
             result = await with_heartbeat(tool.invoke(ctx, args), tool.spec.heartbeat_seconds)
@@ -152,16 +153,17 @@ class ToolActivities:
                 # In flight when the connection broke: the effect is unknown, so
                 # the call is settled as interrupted, never re-run.
                 return await self._interrupted(req, wf_id, str(exc))
-            await asyncio.to_thread(self.rt.ledger.attempt_failed, wf_id, call.id, str(exc))
+            await asyncio.to_thread(self.rt.ledger.attempt_failed, wf_id, call.id, str(exc),
+                                    chain)
             await asyncio.to_thread(audit_log.finished, workflow_id=wf_id, call_id=call.id,
-                                    status=AuditStatus.FAILED, error=str(exc))
+                                    status=AuditStatus.FAILED, error=str(exc), chain=chain)
             raise ApplicationError(str(exc), type="ToolExecutionError") from exc
         except ToolArgumentError as exc:
             # The tool's own validation (e.g. start after end): the model can fix it.
             await asyncio.to_thread(self.rt.ledger.complete, wf_id, call.id, str(exc), True,
-                                    CallStatus.INVALID_ARGUMENTS)
+                                    CallStatus.INVALID_ARGUMENTS, None, chain)
             await asyncio.to_thread(audit_log.finished, workflow_id=wf_id, call_id=call.id,
-                                    status=AuditStatus.FAILED, error=str(exc))
+                                    status=AuditStatus.FAILED, error=str(exc), chain=chain)
             return await self._finish(req, str(exc), CallStatus.INVALID_ARGUMENTS, True)
         except Exception as exc:
             # Any other failure is an execution error: Temporal retries it per the tool's policy.
@@ -175,9 +177,9 @@ class ToolActivities:
                 log.warning("tool %s (%s) attempt %d failed: %s", call.name, call.id,
                             info.attempt, error)
                 error = f"{category}; tried {info.attempt} time(s)"
-            await asyncio.to_thread(self.rt.ledger.attempt_failed, wf_id, call.id, error)
+            await asyncio.to_thread(self.rt.ledger.attempt_failed, wf_id, call.id, error, chain)
             await asyncio.to_thread(audit_log.finished, workflow_id=wf_id, call_id=call.id,
-                                    status=AuditStatus.FAILED, error=error)
+                                    status=AuditStatus.FAILED, error=error, chain=chain)
             raise ApplicationError(error, type=ToolExecutionError.error_type,
                                    non_retryable=not retryable) from exc
         text = result_to_text(result)
@@ -185,29 +187,29 @@ class ToolActivities:
         if isinstance(result, ToolResult) and result.is_error:
             # The tool ran and reported a failure: an error result for the model.
             await asyncio.to_thread(self.rt.ledger.complete, wf_id, call.id, text, True,
-                                    CallStatus.FAILED, state)
+                                    CallStatus.FAILED, state, chain)
             await asyncio.to_thread(audit_log.finished, workflow_id=wf_id, call_id=call.id,
-                                    status=AuditStatus.FAILED, error=text[:500])
+                                    status=AuditStatus.FAILED, error=text[:500], chain=chain)
             return await self._finish(req, text, CallStatus.FAILED, True, state)
         await asyncio.to_thread(self.rt.ledger.complete, wf_id, call.id, text, False,
-                                CallStatus.COMPLETED, state)
+                                CallStatus.COMPLETED, state, chain)
         await asyncio.to_thread(audit_log.finished, workflow_id=wf_id, call_id=call.id,
-                                status=AuditStatus.COMPLETED)
+                                status=AuditStatus.COMPLETED, chain=chain)
         return await self._finish(req, text, CallStatus.COMPLETED, False, state)
 
     async def _interrupted(self, req: ToolExecInput, wf_id: str, error: str) -> ToolOutcome:
         call = req.call
         text = INTERRUPTED_TEXT.format(name=call.name)
         await asyncio.to_thread(self.rt.ledger.complete, wf_id, call.id, text, True,
-                                CallStatus.INTERRUPTED)
+                                CallStatus.INTERRUPTED, None, req.execution_chain)
         await asyncio.to_thread(self.rt.audit.finished, workflow_id=wf_id, call_id=call.id,
                                 status=AuditStatus.FAILED,
-                                error=f"interrupted; effect unknown: {error}")
+                                error=f"interrupted; effect unknown: {error}",
+                                chain=req.execution_chain)
         return await self._finish(req, text, CallStatus.INTERRUPTED, True)
 
     def _audit_rejected(self, req: ToolExecInput, wf_id: str, error: str) -> None:
-        self.rt.audit.started(workflow_id=wf_id, call_id=req.call.id,
+        self.rt.audit.settled(workflow_id=wf_id, call_id=req.call.id,
                               conversation_id=req.conversation_id, user_id=req.user_id,
-                              tool_name=req.call.name, arguments=req.call.arguments)
-        self.rt.audit.finished(workflow_id=wf_id, call_id=req.call.id, status=AuditStatus.FAILED,
-                               error=error)
+                              tool_name=req.call.name, arguments=req.call.arguments,
+                              status=AuditStatus.FAILED, error=error, chain=req.execution_chain)

@@ -50,6 +50,11 @@ with workflow.unsafe.imports_passed_through():
     from workflows.tool_round import RoundWrites, ToolRound
 
 
+# Patch marker: effects keyed by the turn's execution chain (issue 12). Turns
+# recorded before it replay with the keys they were written with.
+CHAIN_KEYS = "execution-chain-keys"
+
+
 @workflow.defn(name=WORKFLOW_TYPE)
 class AgentTurn:
     def __init__(self) -> None:
@@ -126,6 +131,11 @@ class AgentTurn:
     async def run(self, turn: TurnInput) -> TurnResult:
         s = self.s
         s.turn = turn
+        if workflow.patched(CHAIN_KEYS):
+            # Keys of this turn's effects (ledger, audit, idempotency, approvals):
+            # the same across reset, workflow retry and continue-as-new, new for
+            # a new start of a closed workflow id (tests/test_execution_chain.py).
+            s.chain = workflow.info().first_execution_run_id
         self.steps = PipelineSteps(s, turn, self.spec)
         try:
             answer = await self._pipeline(turn)
@@ -319,7 +329,7 @@ class AgentTurn:
                     io.compensate_tool,
                     io.CompensateInput(conversation_id=turn.conversation_id,
                                        user_id=turn.user_id, service=turn.service, call=call,
-                                       cause=cause),
+                                       cause=cause, execution_chain=s.chain),
                     f"undo {call.name} {call.id}",
                     compensation_options(self.spec.tool(call.name), self.spec.loop))
             except ActivityError as exc:
@@ -329,7 +339,7 @@ class AgentTurn:
                 s.event("compensation_failed", f"{call.name} ({call.id}): {reason}")
                 await s.activity(io.record_compensation_failure, io.CompensationFailure(
                     conversation_id=turn.conversation_id, call=call, cause=cause,
-                    error=reason), f"record failed undo of {call.name}",
+                    error=reason, execution_chain=s.chain), f"record failed undo of {call.name}",
                     TurnStatus.COMPENSATION_FAILED)
                 continue
             if not undo.undone:  # e.g. an e-mail already sent: reported, never "rolled back"

@@ -116,7 +116,8 @@ class ToolRound:
                 io.execute_tool,
                 io.ToolExecInput(conversation_id=self.turn.conversation_id,
                                  user_id=self.turn.user_id, service=self.turn.service,
-                                 call=call, result_seq=seq, approval=approval),
+                                 call=call, result_seq=seq, approval=approval,
+                                 execution_chain=self.s.chain),
                 tool.summary or call.name, tool_options(tool))
         except ActivityError as exc:
             self._settle(rec, seq, call, rules.after_retries(call.name, failure_reason(exc), tool))

@@ -78,6 +78,8 @@ class AppendMessagesInput(BaseModel):
     messages: list[ChatMessage]
     audit: list[AuditEntry] = Field(default_factory=list)
     decisions: list[ApprovalDecision] = Field(default_factory=list)
+    # The turn's execution chain (see ToolExecInput).
+    execution_chain: str = ""
 
 
 class ModelCallInput(BaseModel):
@@ -112,6 +114,10 @@ class ToolExecInput(BaseModel):
     call: ToolCall
     result_seq: int  # where the tool-result message is stored
     approval: ApprovalDecision | None = None  # recorded with the execution
+    # The turn's execution chain (workflow.info().first_execution_run_id; ""
+    # in turns recorded before issue 12): scopes ledger, audit, idempotency and
+    # approval keys, because provider call ids repeat.
+    execution_chain: str = ""
 
 
 class ReviewCallInput(BaseModel):
@@ -144,6 +150,10 @@ class CompensateInput(BaseModel):
     service: str
     call: ToolCall
     cause: RollbackCause  # why the turn is rolled back
+    # The turn's execution chain (workflow.info().first_execution_run_id; ""
+    # in turns recorded before issue 12): scopes ledger, audit, idempotency and
+    # approval keys, because provider call ids repeat.
+    execution_chain: str = ""
 
 
 class CompensateResult(BaseModel):
@@ -157,6 +167,10 @@ class CompensationFailure(BaseModel):
     call: ToolCall
     cause: RollbackCause
     error: str
+    # The turn's execution chain (workflow.info().first_execution_run_id; ""
+    # in turns recorded before issue 12): scopes ledger, audit, idempotency and
+    # approval keys, because provider call ids repeat.
+    execution_chain: str = ""
 
 
 class ResolveToolsInput(BaseModel):

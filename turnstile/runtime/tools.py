@@ -42,10 +42,17 @@ class ToolContext:
     attempt: int = 1
     settings: Any = None
     heartbeat: Callable[..., None] = field(default=lambda *a: None)
+    # The turn's execution chain (Temporal's first_execution_run_id): the same
+    # across reset, workflow retry and continue-as-new, new for a new start.
+    execution_chain: str = ""
 
     @property
     def idempotency_key(self) -> str:
-        """Stable across activity retries and worker crashes: one per tool call."""
+        """Stable across activity retries, worker crashes and resets: one per
+        tool call of one turn. Provider call ids repeat (call_0...), so the key
+        also names the turn's execution chain."""
+        if self.execution_chain:
+            return f"{self.workflow_id}/{self.execution_chain}/{self.tool_call_id}"
         return f"{self.workflow_id}/{self.tool_call_id}"
 
 

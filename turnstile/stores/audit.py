@@ -1,7 +1,7 @@
 """Audit log: one row per tool execution in `tool_execution_log`.
 
-The row is keyed by the tool call (workflow id + call id), so activity retries
-update it instead of adding rows. Input parameters are stored with e-mail
+The row is keyed by the tool call (workflow id + execution chain + call id), so
+activity retries update it instead of adding rows. Input parameters are stored with e-mail
 addresses and phone numbers masked. TURNSTILE_AUDIT=off turns writing off.
 """
 
@@ -37,12 +37,14 @@ tool_execution_log = sa.Table(
     sa.Column("end_time", sa.Text),
     sa.Column("status", sa.Text, nullable=False),
     sa.Column("error_message", sa.Text),
+    sa.Column("execution_chain", sa.Text),
     sa.Index("tool_execution_log_workflow", "workflow_id"),
 )
 
 approval_decision = sa.Table(
     "approval_decision", metadata,
     sa.Column("workflow_id", sa.Text, primary_key=True),
+    sa.Column("execution_chain", sa.Text, primary_key=True, server_default=""),
     sa.Column("tool_call_id", sa.Text, primary_key=True),
     sa.Column("tool_name", sa.Text, nullable=False),
     sa.Column("approved", sa.Integer, nullable=False),
@@ -52,8 +54,10 @@ approval_decision = sa.Table(
 )
 
 
-def execution_id(workflow_id: str, call_id: str) -> str:
-    return f"{workflow_id}/{call_id}"
+def execution_id(workflow_id: str, call_id: str, chain: str = "") -> str:
+    """One execution of one tool call: the call id scoped to its turn's
+    execution chain (provider call ids repeat across turns and runs)."""
+    return f"{workflow_id}/{chain}/{call_id}" if chain else f"{workflow_id}/{call_id}"
 
 
 class AuditLog:
@@ -70,6 +74,7 @@ class AuditLog:
         user_id: str,
         tool_name: str,
         arguments: Any,
+        chain: str = "",
     ) -> None:
         if not self.enabled:
             return
@@ -80,13 +85,15 @@ class AuditLog:
         with self.db.connect() as conn:
             conn.execute(
                 "INSERT INTO tool_execution_log (execution_id, workflow_id, conversation_id, "
-                "user_id, tool_name, input_params, start_time, status) "
+                "user_id, tool_name, input_params, start_time, status, execution_chain) "
                 "VALUES (:execution_id, :workflow_id, :conversation_id, :user_id, :tool_name, "
-                ":input_params, :start_time, :status) ON CONFLICT (execution_id) DO UPDATE SET "
+                ":input_params, :start_time, :status, :chain) "
+                "ON CONFLICT (execution_id) DO UPDATE SET "
                 "start_time = excluded.start_time, status = excluded.status, end_time = NULL, "
                 "error_message = NULL",
                 {
-                    "execution_id": execution_id(workflow_id, call_id),
+                    "execution_id": execution_id(workflow_id, call_id, chain),
+                    "chain": chain or None,
                     "workflow_id": workflow_id, "conversation_id": conversation_id,
                     "user_id": user_id, "tool_name": tool_name, "input_params": params,
                     "start_time": now_iso(), "status": AuditStatus.INITIATED.value,
@@ -94,7 +101,8 @@ class AuditLog:
             )
 
     def finished(
-        self, *, workflow_id: str, call_id: str, status: AuditStatus, error: str | None = None
+        self, *, workflow_id: str, call_id: str, status: AuditStatus, error: str | None = None,
+        chain: str = "",
     ) -> None:
         if not self.enabled:
             return
@@ -103,27 +111,30 @@ class AuditLog:
                 "UPDATE tool_execution_log SET status = :status, end_time = :now, "
                 "error_message = :error WHERE execution_id = :execution_id",
                 {"status": status.value, "now": now_iso(), "error": mask(error) if error else None,
-                 "execution_id": execution_id(workflow_id, call_id)},
+                 "execution_id": execution_id(workflow_id, call_id, chain)},
             )
 
     def settled(self, *, workflow_id: str, call_id: str, conversation_id: str, user_id: str,
-                tool_name: str, arguments: str, status: AuditStatus, error: str) -> None:
+                tool_name: str, arguments: str, status: AuditStatus, error: str,
+                chain: str = "") -> None:
         """A call the workflow settled without running the tool: one complete row."""
         self.started(workflow_id=workflow_id, call_id=call_id, conversation_id=conversation_id,
-                     user_id=user_id, tool_name=tool_name, arguments=arguments)
-        self.finished(workflow_id=workflow_id, call_id=call_id, status=status, error=error)
+                     user_id=user_id, tool_name=tool_name, arguments=arguments, chain=chain)
+        self.finished(workflow_id=workflow_id, call_id=call_id, status=status, error=error,
+                      chain=chain)
 
     def decision(self, *, workflow_id: str, tool_name: str, tool_call_id: str, approved: bool,
-                 reviewer: str, note: str, decided_at: str) -> None:
+                 reviewer: str, note: str, decided_at: str, chain: str = "") -> None:
         """Who decided what about which call, and when. Recorded even with
         TURNSTILE_AUDIT off: an approval is part of the call, not a log line."""
         with self.db.connect() as conn:
             conn.execute(
-                "INSERT INTO approval_decision (workflow_id, tool_call_id, tool_name, approved, "
-                "reviewer, note, decided_at) VALUES (:workflow_id, :tool_call_id, :tool_name, "
-                ":approved, :reviewer, :note, :decided_at) "
-                "ON CONFLICT (workflow_id, tool_call_id) DO NOTHING",
-                {"workflow_id": workflow_id, "tool_call_id": tool_call_id, "tool_name": tool_name,
+                "INSERT INTO approval_decision (workflow_id, execution_chain, tool_call_id, "
+                "tool_name, approved, reviewer, note, decided_at) VALUES (:workflow_id, :chain, "
+                ":tool_call_id, :tool_name, :approved, :reviewer, :note, :decided_at) "
+                "ON CONFLICT (workflow_id, execution_chain, tool_call_id) DO NOTHING",
+                {"workflow_id": workflow_id, "chain": chain, "tool_call_id": tool_call_id,
+                 "tool_name": tool_name,
                  "approved": int(approved), "reviewer": reviewer, "note": note,
                  "decided_at": decided_at},
             )
