@@ -37,7 +37,13 @@ class MemoryActivities:
         try:
             await asyncio.to_thread(memory.check_owner, conv, req.user_id)
             await self._lock(conv)
-            return await asyncio.to_thread(memory.snapshot, conv, req.user_id)
+            # Holding the lock: calls of ended turns left without a result get one.
+            repairs = await asyncio.to_thread(self.rt.journal.repair_orphans, conv,
+                                              turn_workflow_id())
+            snapshot = await asyncio.to_thread(memory.snapshot, conv, req.user_id)
+            snapshot.repaired = [f"{r.call_id} ({r.tool_name}) of turn {r.workflow_id}: "
+                                 f"{r.outcome.value}" for r in repairs]
+            return snapshot
         except ConversationOwnershipError as exc:
             raise application_error(exc, non_retryable=True) from exc
         except (DatabaseUnavailable, ConversationBusy) as exc:

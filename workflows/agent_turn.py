@@ -53,6 +53,8 @@ with workflow.unsafe.imports_passed_through():
 # Patch marker: effects keyed by the turn's execution chain (issue 12). Turns
 # recorded before it replay with the keys they were written with.
 CHAIN_KEYS = "execution-chain-keys"
+# Patch marker: a cancel gives every call of the round under way a result.
+CANCEL_SETTLES_CALLS = "cancel-settles-calls"
 
 
 @workflow.defn(name=WORKFLOW_TYPE)
@@ -65,6 +67,7 @@ class AgentTurn:
         self.breakers: Breakers | None = None
         self.stream = False  # step 8, decided once per turn
         self.response_format: dict[str, Any] | None = None  # step 9
+        self.round: ToolRound | None = None  # the tool round under way
 
     # -- queries, signals, update (docs/contract.md) ----------------------------
     @workflow.query(name="status")
@@ -149,7 +152,10 @@ class AgentTurn:
                     status = rolled
             return await self._result(turn, status, stop.answer, error)
         except asyncio.CancelledError:
-            # `temporal workflow cancel`: undo what was done, then end as Canceled.
+            # `temporal workflow cancel`: every call gets a result, what was done
+            # is undone, then the turn ends as Canceled.
+            if self.round is not None and workflow.patched(CANCEL_SETTLES_CALLS):
+                await self._settle_cancelled(self.round)
             if s.compensable:
                 error = TurnErrorInfo(type=TurnCancelled.error_type,
                                       message="the turn was cancelled")
@@ -178,6 +184,8 @@ class AgentTurn:
         self.locked = True  # load_memory took the conversation's lock
         s.seq = memory.next_seq
         s.event("load_memory", f"{memory.message_count} stored message(s)")
+        for note in memory.repaired:  # calls an ended turn left without a result
+            s.event("memory_repaired", note)
         s.step = "prepare"
         system = await steps.system_message()  # 2. system message (+ transformer)
         user = steps.user_message()  # 3. user message from its template
@@ -236,7 +244,9 @@ class AgentTurn:
                 await self._record_unrun(step.calls, str(limit))
                 raise TurnStopped(TurnStatus.FAILED, limit)
             s.step = "tools"
-            await ToolRound(s, turn, spec, breakers).run(step.calls, s.alloc(len(step.calls)))
+            self.round = ToolRound(s, turn, spec, breakers)
+            await self.round.run(step.calls, s.alloc(len(step.calls)))
+            self.round = None
 
     async def _honest_ending(self, turn: TurnInput, spec: ServiceSpec,
                              response: io.ModelCallResult) -> io.ModelCallResult:
@@ -302,6 +312,7 @@ class AgentTurn:
         result = await s.activity(
             io.call_model,
             io.ModelCallInput(conversation_id=turn.conversation_id, service=turn.service,
+                              execution_chain=s.chain,
                               tool_names=[] if continuation else list(s.tool_names),
                               response_seq=s.answer_seq, round=s.round_trips,
                               taken_call_ids=[c.id for c in s.calls], stream=self.stream,
@@ -352,6 +363,17 @@ class AgentTurn:
             error.message += f"; compensation failed, effect may remain: {names}"
             return TurnStatus.COMPENSATION_FAILED
         return TurnStatus.ROLLED_BACK
+
+    async def _settle_cancelled(self, round_: ToolRound) -> None:
+        """Calls still open when the cancel arrived: those awaiting approval (or
+        not yet run) are recorded as not run; those running may or may not have
+        taken effect: the compensable ones join the rollback, the others are
+        recorded as interrupted."""
+        for call, rec in round_.settle_cancelled():
+            tool = self.spec.tool(call.name)
+            if tool is not None and tool.compensation:
+                self.s.compensable.append((call, rec))
+        await round_.write_cancelled()
 
     async def _release(self, turn: TurnInput) -> None:
         """Let the conversation's next turn in."""

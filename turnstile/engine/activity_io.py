@@ -58,6 +58,9 @@ class MemorySnapshot(BaseModel):
     next_seq: int
     message_count: int
     system_prompt: str | None = None  # latest stored system message
+    # Tool calls of ended turns that had no result and got one at this load
+    # (turnstile.stores.journal.repair_orphans): "call_id (tool): outcome".
+    repaired: list[str] = Field(default_factory=list)
 
 
 class AuditEntry(BaseModel):
@@ -84,6 +87,7 @@ class AppendMessagesInput(BaseModel):
 
 class ModelCallInput(BaseModel):
     conversation_id: str
+    execution_chain: str = ""  # the turn's execution chain (see ToolExecInput)
     service: str
     tool_names: list[str]
     response_seq: int  # where the assistant message is stored
