@@ -19,6 +19,8 @@ with workflow.unsafe.imports_passed_through():
     # Deterministic modules (the engine's models and rules, and the workflow's
     # own helpers): passed through so the sandbox does not re-import them, and
     # pydantic with them, on every workflow task.
+    from pydantic import ValidationError
+
     from turnstile.engine import activity_io as io
     from turnstile.engine import endings
     from turnstile.engine.approvals import approval_refusal
@@ -38,7 +40,12 @@ with workflow.unsafe.imports_passed_through():
         TurnResult,
         TurnStatus,
     )
-    from turnstile.engine.errors import AnswerTruncated, ContentFiltered, TurnCancelled
+    from turnstile.engine.errors import (
+        AnswerTruncated,
+        ContentFiltered,
+        TurnCancelled,
+        TurnstileError,
+    )
     from turnstile.engine.masking import mask_text
     from turnstile.engine.messages import ChatMessage, ToolCall
     from turnstile.engine.specs import ServiceSpec
@@ -55,6 +62,20 @@ with workflow.unsafe.imports_passed_through():
 CHAIN_KEYS = "execution-chain-keys"
 # Patch marker: a cancel gives every call of the round under way a result.
 CANCEL_SETTLES_CALLS = "cancel-settles-calls"
+
+# Exceptions that fail the turn's workflow instead of its workflow task
+# (the worker's `workflow_failure_exception_types`, as pydantic-ai's Temporal
+# integration declares its own). A workflow task that fails is retried
+# forever with the same history and the same deterministic code, so it fails
+# the same way each time while the turn holds its conversation: these are
+# errors no retry can fix — our typed errors and a stop that escaped its
+# handler, data that does not fit its type, text that cannot be encoded,
+# nesting too deep to walk, and an assertion of the workflow's own rules.
+# Not listed, on purpose: NondeterminismError (a worker running incompatible
+# code must not end in-flight turns; the operator redeploys and they go on).
+FAILS_THE_TURN: tuple[type[BaseException], ...] = (
+    TurnstileError, TurnStopped, ValidationError, UnicodeError, RecursionError,
+    AssertionError)
 
 
 @workflow.defn(name=WORKFLOW_TYPE)
@@ -155,7 +176,10 @@ class AgentTurn:
             # `temporal workflow cancel`: every call gets a result, what was done
             # is undone, then the turn ends as Canceled.
             if self.round is not None and workflow.patched(CANCEL_SETTLES_CALLS):
-                await self._settle_cancelled(self.round)
+                try:
+                    await self._settle_cancelled(self.round)
+                except TurnStopped as stop:  # the next memory load repairs what is missing
+                    s.event("record_failed", str(stop))
             if s.compensable:
                 error = TurnErrorInfo(type=TurnCancelled.error_type,
                                       message="the turn was cancelled")
@@ -348,10 +372,13 @@ class AgentTurn:
                 failed.append(rec)
                 rec.status = CallStatus.COMPLETED
                 s.event("compensation_failed", f"{call.name} ({call.id}): {reason}")
-                await s.activity(io.record_compensation_failure, io.CompensationFailure(
-                    conversation_id=turn.conversation_id, call=call, cause=cause,
-                    error=reason, execution_chain=s.chain), f"record failed undo of {call.name}",
-                    TurnStatus.COMPENSATION_FAILED)
+                try:
+                    await s.activity(io.record_compensation_failure, io.CompensationFailure(
+                        conversation_id=turn.conversation_id, call=call, cause=cause,
+                        error=reason, execution_chain=s.chain),
+                        f"record failed undo of {call.name}", TurnStatus.COMPENSATION_FAILED)
+                except TurnStopped as unrecorded:  # bookkeeping failed for good: never a hang
+                    s.event("record_failed", f"{call.name} ({call.id}): {unrecorded}")
                 continue
             if not undo.undone:  # e.g. an e-mail already sent: reported, never "rolled back"
                 failed.append(rec)
@@ -378,11 +405,16 @@ class AgentTurn:
     async def _release(self, turn: TurnInput) -> None:
         """Let the conversation's next turn in."""
         if self.locked:
-            await self.s.activity(
-                io.release_conversation, io.LoadMemoryInput(
-                    conversation_id=turn.conversation_id, user_id=turn.user_id),
-                "release_conversation", TurnStatus.FAILED)
             self.locked = False
+            try:
+                await self.s.activity(
+                    io.release_conversation, io.LoadMemoryInput(
+                        conversation_id=turn.conversation_id, user_id=turn.user_id),
+                    "release_conversation", TurnStatus.FAILED)
+            except TurnStopped as stop:
+                # The turn still ends with its status; the next turn of the
+                # conversation takes over the lock of an ended turn.
+                self.s.event("release_failed", str(stop))
 
     async def _result(self, turn: TurnInput, status: TurnStatus, answer: Any,
                       error: TurnErrorInfo | None) -> TurnResult:

@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from turnstile.engine.approvals import OutboundPolicy, outbound_findings
 from turnstile.engine.errors import DuplicateToolError, ToolArgumentError, TurnstileError
+from turnstile.engine.safe_text import has_unsafe_text, safe_text
 from turnstile.engine.specs import DEFAULT_MAX_ARGUMENT_BYTES, RetrySpec, ToolSpec
 
 if TYPE_CHECKING:
@@ -203,6 +204,10 @@ def decode_arguments(name: str, raw: str, max_bytes: int) -> dict[str, Any]:
         raise ToolArgumentError(
             f"arguments for {name} must be a JSON object, got {type(data).__name__}"
         )
+    if has_unsafe_text(data):
+        raise ToolArgumentError(
+            f"arguments for {name} hold text that cannot be stored: a lone UTF-16 surrogate "
+            "(an unpaired \\ud800-\\udfff escape) or NUL (\\u0000); send plain text")
     return data
 
 
@@ -321,11 +326,12 @@ class ToolRegistry:
 
 
 def result_to_text(result: Any) -> str:
-    """The text the model reads for a tool's return value."""
+    """The text the model reads for a tool's return value (lone surrogates and
+    NUL replaced: no payload or database could hold them)."""
     if isinstance(result, ToolResult):
         return result_to_text(result.content)
     if isinstance(result, str):
-        return result
+        return safe_text(result)
     if isinstance(result, BaseModel):
-        return result.model_dump_json(by_alias=True)
-    return json.dumps(result, default=str, ensure_ascii=False)
+        return safe_text(result.model_dump_json(by_alias=True))
+    return safe_text(json.dumps(result, default=str, ensure_ascii=False))
