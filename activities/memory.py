@@ -72,20 +72,25 @@ class MemoryActivities:
 
     @activity.defn(name=APPEND_MESSAGES)
     def append_messages(self, req: AppendMessagesInput) -> None:
-        wf_id = turn_workflow_id()
+        """Messages the workflow wrote itself, with the audit rows and approval
+        decisions of the calls it settled: one transaction (the call journal's
+        rule: a settled call's facts are written together or not at all)."""
+        wf_id, chain = turn_workflow_id(), req.execution_chain
         try:
-            self.rt.memory.append(req.conversation_id, req.start_seq, req.messages, wf_id,
-                                  req.execution_chain)
-            for e in req.audit:
-                self.rt.audit.settled(
-                    workflow_id=wf_id, call_id=e.call_id, conversation_id=req.conversation_id,
-                    user_id=req.user_id, tool_name=e.tool_name, arguments=e.arguments,
-                    status=e.status, error=e.error, chain=req.execution_chain)
-            for d in req.decisions:
-                self.rt.audit.decision(workflow_id=wf_id, tool_name=d.tool_name,
-                                       tool_call_id=d.tool_call_id, approved=d.approved,
-                                       reviewer=d.reviewer, note=d.note,
-                                       decided_at=d.decided_at, chain=req.execution_chain)
+            with self.rt.db.connect() as conn:
+                self.rt.memory.append_in(conn, req.conversation_id, req.start_seq,
+                                         req.messages, wf_id, chain or None)
+                for e in req.audit:
+                    self.rt.audit.settled(
+                        workflow_id=wf_id, call_id=e.call_id,
+                        conversation_id=req.conversation_id, user_id=req.user_id,
+                        tool_name=e.tool_name, arguments=e.arguments, status=e.status,
+                        error=e.error, chain=chain, conn=conn)
+                for d in req.decisions:
+                    self.rt.audit.decision(workflow_id=wf_id, tool_name=d.tool_name,
+                                           tool_call_id=d.tool_call_id, approved=d.approved,
+                                           reviewer=d.reviewer, note=d.note,
+                                           decided_at=d.decided_at, chain=chain, conn=conn)
         except MemoryConflictError as exc:
             raise application_error(exc, non_retryable=True) from exc
         except DatabaseUnavailable as exc:

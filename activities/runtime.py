@@ -43,16 +43,17 @@ class Runtime:
         provider: ModelProvider | None = None,
     ) -> Runtime:
         db = Database(settings.database_url, readonly_url=settings.database_readonly_url)
-        memory = MemoryStore(db)
+        memory, ledger = MemoryStore(db), ToolLedger(db)
+        audit = AuditLog(db, enabled=settings.audit)
         return cls(
             settings=settings,
             db=db,
             services=services,
             provider=provider or build_provider(settings),
             memory=memory,
-            ledger=ToolLedger(db),
-            audit=AuditLog(db, enabled=settings.audit),
-            journal=CallJournal(db, memory, audit_enabled=settings.audit),
+            ledger=ledger,
+            audit=audit,
+            journal=CallJournal(db, memory, ledger, audit),
         )
 
 

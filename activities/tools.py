@@ -3,9 +3,10 @@
 Order inside one attempt: validate arguments (an argument error is returned,
 never retried) → consult the ledger (a finished call returns its stored
 result; a call lost mid-run is re-run only if the tool is idempotent) → audit
-INITIATED → run, heartbeating → store the result in memory at the slot the
-workflow assigned → audit COMPLETED. A raised error fails the attempt, so
-Temporal retries it per the tool's policy.
+INITIATED → run, heartbeating → the call journal's `finish`: ledger row,
+audit row, approval decision and the result message at the slot the workflow
+assigned, in one transaction. A raised error fails the attempt, so Temporal
+retries it per the tool's policy.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from turnstile.runtime.tools import (
 )
 from turnstile.runtime.tracing import record_tool_outcome, tool_span
 from turnstile.stores.db import error_category
+from turnstile.stores.journal import Ending
 from turnstile.stores.memory import LedgerStatus
 
 log = logging.getLogger(__name__)
@@ -84,13 +86,20 @@ class ToolActivities:
             ) from exc
 
     async def _finish(self, req: ToolExecInput, text: str, status: CallStatus,
-                      is_error: bool, state: dict[str, Any] | None = None) -> ToolOutcome:
+                      is_error: bool, state: dict[str, Any] | None = None, *,
+                      audit: AuditStatus = AuditStatus.FAILED, error: str | None = None,
+                      ledger: bool = True) -> ToolOutcome:
+        """Record how the call ended — ledger, audit row, approval decision,
+        result message — in one transaction (turnstile.stores.journal)."""
         wf_id = turn_workflow_id()
         msg = tool_message(req.call.id, req.call.name, text, status, is_error, wf_id)
         if state:
             msg.attributes[attr.STATE] = state
-        await asyncio.to_thread(self.rt.memory.put, req.conversation_id, req.result_seq, msg, wf_id,
-                                req.execution_chain)
+        await asyncio.to_thread(self.rt.journal.finish, Ending(
+            workflow_id=wf_id, chain=req.execution_chain, conversation_id=req.conversation_id,
+            user_id=req.user_id, call=req.call, seq=req.result_seq, message=msg,
+            audit_status=audit, audit_error=error, decision=req.approval, ledger=ledger,
+            state=state))
         return ToolOutcome(call_id=req.call.id, name=req.call.name, status=status,
                            is_error=is_error, preview=_preview(text))
 
@@ -108,22 +117,17 @@ class ToolActivities:
         except MCPServerUnavailable as exc:
             raise application_error(exc, non_retryable=False) from exc
         if tool is None:  # the workflow checks names first; a stale spec can still get here
-            return await self._finish(req, f"Tool {call.name!r} does not exist.",
-                                      CallStatus.UNKNOWN_TOOL, True)
+            text = f"Tool {call.name!r} does not exist."
+            return await self._finish(req, text, CallStatus.UNKNOWN_TOOL, True, error=text,
+                                      ledger=False)
         audit_log = self.rt.audit
         try:
             args = tool.parse_arguments(call.arguments)
             tool.check_outbound(args, service.outbound)
         except ToolArgumentError as exc:
-            await asyncio.to_thread(self._audit_rejected, req, wf_id, str(exc))
-            return await self._finish(req, str(exc), CallStatus.INVALID_ARGUMENTS, True)
+            return await self._finish(req, str(exc), CallStatus.INVALID_ARGUMENTS, True,
+                                      error=str(exc), ledger=False)
 
-        if req.approval is not None:
-            d = req.approval
-            await asyncio.to_thread(
-                audit_log.decision, workflow_id=wf_id, tool_name=call.name,
-                tool_call_id=call.id, approved=d.approved, reviewer=d.reviewer, note=d.note,
-                decided_at=d.decided_at, chain=chain)
         entry = await asyncio.to_thread(
             self.rt.ledger.begin, wf_id, call.id, call.name, rerun_lost=tool.spec.idempotent,
             chain=chain)
@@ -131,8 +135,10 @@ class ToolActivities:
             # A finished attempt whose completion was lost: replay what it reported.
             status = entry.outcome or (
                 CallStatus.FAILED if entry.is_error else CallStatus.COMPLETED)
-            return await self._finish(req, entry.result or "", status, entry.is_error,
-                                      entry.state)
+            return await self._finish(
+                req, entry.result or "", status, entry.is_error, entry.state,
+                audit=AuditStatus.FAILED if entry.is_error else AuditStatus.COMPLETED,
+                error=(entry.result or "")[:500] if entry.is_error else None, ledger=False)
         if not entry.fresh:
             return await self._interrupted(req, wf_id, "its worker was lost mid-run")
 
@@ -160,11 +166,8 @@ class ToolActivities:
             raise ApplicationError(str(exc), type="ToolExecutionError") from exc
         except ToolArgumentError as exc:
             # The tool's own validation (e.g. start after end): the model can fix it.
-            await asyncio.to_thread(self.rt.ledger.complete, wf_id, call.id, str(exc), True,
-                                    CallStatus.INVALID_ARGUMENTS, None, chain)
-            await asyncio.to_thread(audit_log.finished, workflow_id=wf_id, call_id=call.id,
-                                    status=AuditStatus.FAILED, error=str(exc), chain=chain)
-            return await self._finish(req, str(exc), CallStatus.INVALID_ARGUMENTS, True)
+            return await self._finish(req, str(exc), CallStatus.INVALID_ARGUMENTS, True,
+                                      error=str(exc))
         except Exception as exc:
             # Any other failure is an execution error: Temporal retries it per the tool's policy.
             retryable = not (isinstance(exc, ToolExecutionError) and not exc.retryable)
@@ -186,30 +189,13 @@ class ToolActivities:
         state = result.state if isinstance(result, ToolResult) else None
         if isinstance(result, ToolResult) and result.is_error:
             # The tool ran and reported a failure: an error result for the model.
-            await asyncio.to_thread(self.rt.ledger.complete, wf_id, call.id, text, True,
-                                    CallStatus.FAILED, state, chain)
-            await asyncio.to_thread(audit_log.finished, workflow_id=wf_id, call_id=call.id,
-                                    status=AuditStatus.FAILED, error=text[:500], chain=chain)
-            return await self._finish(req, text, CallStatus.FAILED, True, state)
-        await asyncio.to_thread(self.rt.ledger.complete, wf_id, call.id, text, False,
-                                CallStatus.COMPLETED, state, chain)
-        await asyncio.to_thread(audit_log.finished, workflow_id=wf_id, call_id=call.id,
-                                status=AuditStatus.COMPLETED, chain=chain)
-        return await self._finish(req, text, CallStatus.COMPLETED, False, state)
+            return await self._finish(req, text, CallStatus.FAILED, True, state,
+                                      error=text[:500])
+        return await self._finish(req, text, CallStatus.COMPLETED, False, state,
+                                  audit=AuditStatus.COMPLETED)
 
     async def _interrupted(self, req: ToolExecInput, wf_id: str, error: str) -> ToolOutcome:
         call = req.call
         text = INTERRUPTED_TEXT.format(name=call.name)
-        await asyncio.to_thread(self.rt.ledger.complete, wf_id, call.id, text, True,
-                                CallStatus.INTERRUPTED, None, req.execution_chain)
-        await asyncio.to_thread(self.rt.audit.finished, workflow_id=wf_id, call_id=call.id,
-                                status=AuditStatus.FAILED,
-                                error=f"interrupted; effect unknown: {error}",
-                                chain=req.execution_chain)
-        return await self._finish(req, text, CallStatus.INTERRUPTED, True)
-
-    def _audit_rejected(self, req: ToolExecInput, wf_id: str, error: str) -> None:
-        self.rt.audit.settled(workflow_id=wf_id, call_id=req.call.id,
-                              conversation_id=req.conversation_id, user_id=req.user_id,
-                              tool_name=req.call.name, arguments=req.call.arguments,
-                              status=AuditStatus.FAILED, error=error, chain=req.execution_chain)
+        return await self._finish(req, text, CallStatus.INTERRUPTED, True,
+                                  error=f"interrupted; effect unknown: {error}")

@@ -158,6 +158,8 @@ class ToolRound:
                 # Cancelled with the turn: its effect is unknown; the call stays
                 # open for AgentTurn's cancel path (settle_cancelled).
                 raise asyncio.CancelledError() from exc
+            if approval is not None:  # the call ran under a decision: journal it too
+                self.writes.decisions.append(approval)
             self._settle(rec, seq, call, rules.after_retries(call.name, failure_reason(exc), tool))
             return
         self.open.pop(seq, None)  # the activity wrote the result

@@ -14,7 +14,7 @@ import sqlalchemy as sa
 
 from turnstile.engine.contract import AuditStatus
 from turnstile.engine.masking import mask_json_text
-from turnstile.stores.db import Database, metadata
+from turnstile.stores.db import Connection, Database, metadata
 from turnstile.stores.memory import now_iso
 
 MAX_PARAMS_CHARS = 16_384  # the audit row records what was asked, not megabytes of it
@@ -75,6 +75,7 @@ class AuditLog:
         tool_name: str,
         arguments: Any,
         chain: str = "",
+        conn: Connection | None = None,
     ) -> None:
         if not self.enabled:
             return
@@ -82,7 +83,7 @@ class AuditLog:
                       else json.dumps(arguments, default=str))
         if len(params) > MAX_PARAMS_CHARS:
             params = params[:MAX_PARAMS_CHARS] + f"... [truncated, {len(params)} chars in all]"
-        with self.db.connect() as conn:
+        with self.db.joined(conn) as conn:
             conn.execute(
                 "INSERT INTO tool_execution_log (execution_id, workflow_id, conversation_id, "
                 "user_id, tool_name, input_params, start_time, status, execution_chain) "
@@ -102,11 +103,11 @@ class AuditLog:
 
     def finished(
         self, *, workflow_id: str, call_id: str, status: AuditStatus, error: str | None = None,
-        chain: str = "",
+        chain: str = "", conn: Connection | None = None,
     ) -> None:
         if not self.enabled:
             return
-        with self.db.connect() as conn:
+        with self.db.joined(conn) as conn:
             conn.execute(
                 "UPDATE tool_execution_log SET status = :status, end_time = :now, "
                 "error_message = :error WHERE execution_id = :execution_id",
@@ -116,18 +117,21 @@ class AuditLog:
 
     def settled(self, *, workflow_id: str, call_id: str, conversation_id: str, user_id: str,
                 tool_name: str, arguments: str, status: AuditStatus, error: str,
-                chain: str = "") -> None:
+                chain: str = "", conn: Connection | None = None) -> None:
         """A call the workflow settled without running the tool: one complete row."""
-        self.started(workflow_id=workflow_id, call_id=call_id, conversation_id=conversation_id,
-                     user_id=user_id, tool_name=tool_name, arguments=arguments, chain=chain)
-        self.finished(workflow_id=workflow_id, call_id=call_id, status=status, error=error,
-                      chain=chain)
+        with self.db.joined(conn) as conn:
+            self.started(workflow_id=workflow_id, call_id=call_id,
+                         conversation_id=conversation_id, user_id=user_id, tool_name=tool_name,
+                         arguments=arguments, chain=chain, conn=conn)
+            self.finished(workflow_id=workflow_id, call_id=call_id, status=status, error=error,
+                          chain=chain, conn=conn)
 
     def decision(self, *, workflow_id: str, tool_name: str, tool_call_id: str, approved: bool,
-                 reviewer: str, note: str, decided_at: str, chain: str = "") -> None:
+                 reviewer: str, note: str, decided_at: str, chain: str = "",
+                 conn: Connection | None = None) -> None:
         """Who decided what about which call, and when. Recorded even with
         TURNSTILE_AUDIT off: an approval is part of the call, not a log line."""
-        with self.db.connect() as conn:
+        with self.db.joined(conn) as conn:
             conn.execute(
                 "INSERT INTO approval_decision (workflow_id, execution_chain, tool_call_id, "
                 "tool_name, approved, reviewer, note, decided_at) VALUES (:workflow_id, :chain, "

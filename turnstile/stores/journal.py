@@ -1,6 +1,12 @@
 """The call journal: facts about tool calls that span memory, the ledger and
 the audit log, each written in one transaction.
 
+`finish` records how a call ended — the ledger row, the audit row, the
+approval decision and the tool-result message — in one transaction, so a
+crash can never leave one written without the others (an audit row left
+`INITIATED` while the ledger says `COMPLETED`, a result in memory with no
+approval row).
+
 `repair_orphans` keeps the promise that every tool call in memory has
 exactly one result. A turn that ends without workflow code running —
 `temporal workflow terminate`, a `reset` that abandons the base run, a run
@@ -22,11 +28,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from turnstile.engine import attributes as attr
-from turnstile.engine.contract import AuditStatus, CallStatus
+from turnstile.engine.contract import ApprovalDecision, AuditStatus, CallStatus
 from turnstile.engine.messages import ChatMessage, ToolCall
-from turnstile.stores.audit import execution_id, mask
+from turnstile.stores.audit import AuditLog, execution_id, mask
 from turnstile.stores.db import Connection, Database
-from turnstile.stores.memory import MemoryStore, now_iso
+from turnstile.stores.memory import MemoryStore, ToolLedger, now_iso
 
 log = logging.getLogger(__name__)
 
@@ -74,9 +80,60 @@ def _open_calls(rows: list[dict[str, Any]]) -> list[tuple[dict[str, Any], list[T
     return found
 
 
+@dataclass(frozen=True)
+class Ending:
+    """How one call ended, as `CallJournal.finish` records it."""
+
+    workflow_id: str
+    chain: str
+    conversation_id: str
+    user_id: str
+    call: ToolCall
+    seq: int  # the memory slot the workflow assigned to the result
+    message: ChatMessage  # the tool-result message
+    audit_status: AuditStatus
+    audit_error: str | None = None
+    decision: ApprovalDecision | None = None  # the approval the call ran under
+    ledger: bool = True  # complete the ledger row (False: it is already complete)
+    state: dict[str, Any] | None = None
+
+
 class CallJournal:
-    def __init__(self, db: Database, memory: MemoryStore, audit_enabled: bool = True) -> None:
-        self.db, self.memory, self.audit_enabled = db, memory, audit_enabled
+    def __init__(self, db: Database, memory: MemoryStore, ledger: ToolLedger,
+                 audit: AuditLog) -> None:
+        self.db, self.memory, self.ledger, self.audit = db, memory, ledger, audit
+        self.audit_enabled = audit.enabled
+
+    def finish(self, e: Ending) -> None:
+        """Ledger, audit, decision and result message of one call, in one
+        transaction. Idempotent: a retried attempt rewrites the same facts."""
+        m = e.message
+        outcome = CallStatus(m.attributes.get(attr.OUTCOME, CallStatus.COMPLETED.value))
+        with self.db.connect() as conn:
+            if e.ledger:
+                self.ledger.complete(e.workflow_id, e.call.id, m.content or "", m.is_error,
+                                     outcome, e.state, e.chain, conn=conn)
+            if e.decision is not None:
+                d = e.decision
+                self.audit.decision(workflow_id=e.workflow_id, tool_name=e.call.name,
+                                    tool_call_id=e.call.id, approved=d.approved,
+                                    reviewer=d.reviewer, note=d.note, decided_at=d.decided_at,
+                                    chain=e.chain, conn=conn)
+            opened = conn.fetchone(
+                "SELECT 1 AS x FROM tool_execution_log WHERE execution_id = :k",
+                {"k": execution_id(e.workflow_id, e.call.id, e.chain)})
+            if opened is None:
+                self.audit.settled(workflow_id=e.workflow_id, call_id=e.call.id,
+                                   conversation_id=e.conversation_id, user_id=e.user_id,
+                                   tool_name=e.call.name, arguments=e.call.arguments,
+                                   status=e.audit_status, error=e.audit_error or "",
+                                   chain=e.chain, conn=conn)
+            else:
+                self.audit.finished(workflow_id=e.workflow_id, call_id=e.call.id,
+                                    status=e.audit_status, error=e.audit_error, chain=e.chain,
+                                    conn=conn)
+            self.memory.append_in(conn, e.conversation_id, e.seq, [m], e.workflow_id,
+                                  e.chain or None)
 
     def repair_orphans(self, conversation_id: str, repaired_by: str) -> list[Repair]:
         """Give every unanswered tool call of the conversation a result (see

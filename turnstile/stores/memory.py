@@ -355,8 +355,8 @@ class ToolLedger:
 
     def complete(self, workflow_id: str, call_id: str, result: str, is_error: bool,
                  outcome: CallStatus, state: dict[str, Any] | None = None,
-                 chain: str = "") -> None:
-        with self.db.connect() as conn:
+                 chain: str = "", conn: Connection | None = None) -> None:
+        with self.db.joined(conn) as conn:
             conn.execute(
                 "UPDATE tool_call_ledger SET status = 'COMPLETED', result = :result, "
                 "is_error = :is_error, outcome = :outcome, state = :state, finished_at = :now "
