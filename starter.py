@@ -169,8 +169,22 @@ async def main(argv: list[str] | None = None, client: Client | None = None) -> i
         p.add_argument("tool_call_id")
         p.add_argument("--reviewer", required=True)
         p.add_argument("--note", default="")
+    p_check = sub.add_parser("check", help="compare memory, journal, audit, approvals and "
+                             "the world tables; exit 1 on any disagreement")
+    p_check.add_argument("--conversation", default=None)
     args = parser.parse_args(argv)
     settings = Settings.from_env()
+
+    if args.cmd == "check":
+        from turnstile.sales.truth import disagreements
+        from turnstile.stores.db import Database
+
+        db = Database(settings.database_url, readonly_url=settings.database_readonly_url)
+        found = disagreements(db, args.conversation)
+        for line in found:
+            out(line)
+        out(f"{len(found)} disagreement(s)")
+        return 1 if found else 0
 
     if args.cmd == "seed":
         from turnstile.sales.seed import seed

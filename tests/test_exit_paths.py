@@ -28,6 +28,7 @@ from turnstile.engine.messages import ChatMessage
 from turnstile.stores.audit import AuditLog
 from turnstile.stores.db import Database
 from turnstile.stores.memory import MemoryStore
+from turnstile.stores.truth import disagreements
 
 
 def stored_pairing(db: Database, conversation: str) -> list[str]:
@@ -78,7 +79,8 @@ async def test_cancel_gives_running_and_waiting_calls_a_result(
         violations = stored_pairing(db, conv)
         reserve, write, pay = (result_of(db, conv, c) for c in ("call_0", "call_1", "call_2"))
         nxt = await turns.run("what is booked?", conversation=conv)
-    assert violations == []
+        truth = disagreements(db, conv)
+    assert violations == [] and truth == []
     assert len(reserve) == len(write) == len(pay) == 1
     assert reserve[0].attributes.get(attr.ROLLED_BACK)  # compensable and completed: undone
     assert write[0].is_error and "may or may not have taken effect" in (write[0].content or "")
@@ -105,6 +107,8 @@ async def test_terminate_leaves_a_hole_the_next_turn_repairs(
         [pay] = result_of(db, conv, "call_1")
         audit = [r for r in AuditLog(db).rows(stuck.id) if r["tool_name"] == "sendMoneySlowly"]
         events = await nxt.query("status")
+        truth = disagreements(db, conv)
+    assert truth == []
     assert hole  # the terminated turn left call_1 without a result (v0.1's 400 forever)
     assert result.status == TurnStatus.COMPLETED, result.error
     assert violations == []
@@ -140,6 +144,8 @@ async def test_reset_to_the_first_task_of_a_turn_waiting_for_approval(
         [pay] = result_of(db, conv, "call_0")
         nxt = await turns.run("did you pay?", conversation=conv)
         violations = stored_pairing(db, conv)
+        truth = disagreements(db, conv)
+    assert truth == []
     assert reset_result.status == TurnStatus.COMPLETED, reset_result.error
     assert pay.is_error and pay.attributes[attr.REPAIRED]["by"] == base.id
     assert nxt.status == TurnStatus.COMPLETED, nxt.error

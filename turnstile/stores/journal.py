@@ -55,7 +55,7 @@ class Repair:
     outcome: CallStatus
 
 
-def _open_calls(rows: list[dict[str, Any]]) -> list[tuple[dict[str, Any], list[ToolCall],
+def open_calls(rows: list[dict[str, Any]]) -> list[tuple[dict[str, Any], list[ToolCall],
                                                          int | None]]:
     """Assistant messages with calls left unanswered: (row, calls, seq of the
     next non-tool message or None). The same walk as a Chat Completions
@@ -145,7 +145,7 @@ class CallJournal:
                 "execution_chain, conversation_id FROM chat_message "
                 "WHERE conversation_id = :c ORDER BY seq", {"c": conversation_id})
             taken = {int(r["seq"]) for r in rows}
-            for owner, calls, next_seq in _open_calls(rows):
+            for owner, calls, next_seq in open_calls(rows):
                 slot = int(owner["seq"])
                 for call in calls:
                     slot += 1
