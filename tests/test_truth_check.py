@@ -10,8 +10,8 @@ import pytest
 from temporalio.client import Client
 
 import starter
-from tests.test_sales_turns import DEMO, TODAY, approve_when_asked
 from tests.support.turns import running_worker
+from tests.test_sales_turns import DEMO, TODAY, approve_when_asked
 from turnstile.engine.contract import TurnStatus
 from turnstile.providers import DemoPlanner
 from turnstile.sales.seed import seed
