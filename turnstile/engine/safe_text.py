@@ -25,18 +25,26 @@ def safe_text(text: str) -> str:
     return _UNSAFE.sub(REPLACEMENT, text)
 
 
-def has_unsafe_text(value: Any) -> bool:
-    """Does a decoded JSON value hold a string (key or value) with a lone
-    surrogate or NUL? Iterative: nesting depth is the decoder's to bound."""
-    stack = [value]
+def unsafe_text_at(value: Any) -> str | None:
+    """Where a decoded JSON value holds a string (key or value) with a lone
+    surrogate or NUL, as a dotted path ("(arguments)" for the top), or None.
+    Iterative: nesting depth is the decoder's to bound."""
+    stack: list[tuple[str, Any]] = [("", value)]
     while stack:
-        v = stack.pop()
+        path, v = stack.pop()
         if isinstance(v, str):
             if _UNSAFE.search(v):
-                return True
+                return path or "(arguments)"
         elif isinstance(v, dict):
-            stack.extend(v.keys())
-            stack.extend(v.values())
+            for k, item in v.items():
+                where = f"{path}.{k}" if path else str(k)
+                if isinstance(k, str) and _UNSAFE.search(k):
+                    return safe_text(where)
+                stack.append((where, item))
         elif isinstance(v, list):
-            stack.extend(v)
-    return False
+            stack.extend((f"{path}.{i}" if path else str(i), item) for i, item in enumerate(v))
+    return None
+
+
+def has_unsafe_text(value: Any) -> bool:
+    return unsafe_text_at(value) is not None

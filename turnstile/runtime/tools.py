@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from turnstile.engine.approvals import OutboundPolicy, outbound_findings
 from turnstile.engine.errors import DuplicateToolError, ToolArgumentError, TurnstileError
-from turnstile.engine.safe_text import has_unsafe_text, safe_text
+from turnstile.engine.safe_text import safe_text, unsafe_text_at
 from turnstile.engine.specs import DEFAULT_MAX_ARGUMENT_BYTES, RetrySpec, ToolSpec
 
 if TYPE_CHECKING:
@@ -204,10 +204,12 @@ def decode_arguments(name: str, raw: str, max_bytes: int) -> dict[str, Any]:
         raise ToolArgumentError(
             f"arguments for {name} must be a JSON object, got {type(data).__name__}"
         )
-    if has_unsafe_text(data):
+    where = unsafe_text_at(data)
+    if where is not None:
         raise ToolArgumentError(
-            f"arguments for {name} hold text that cannot be stored: a lone UTF-16 surrogate "
-            "(an unpaired \\ud800-\\udfff escape) or NUL (\\u0000); send plain text")
+            f"invalid arguments for {name}: {where}: text that cannot be stored, a lone UTF-16 "
+            "surrogate (an unpaired \\ud800-\\udfff escape) or NUL (\\u0000); send plain "
+            "text")
     return data
 
 
