@@ -227,6 +227,9 @@ async def main(argv: list[str] | None = None, client: Client | None = None) -> i
     p_audit.add_argument("--over", type=int, default=0,
                          help="with --top: only pairs with more than this many calls")
     p_audit.add_argument("--json", action="store_true", help="JSON lines instead of a table")
+    p_check = sub.add_parser("check", help="compare memory, journal, audit, approvals and "
+                             "the world tables; exit 1 on any disagreement")
+    p_check.add_argument("--conversation", default=None)
     args = parser.parse_args(argv)
     settings = Settings.from_env()
 
@@ -238,6 +241,17 @@ async def main(argv: list[str] | None = None, client: Client | None = None) -> i
             return await asyncio.to_thread(audit_command, db, args)
         finally:
             dispose_engines()
+
+    if args.cmd == "check":
+        from turnstile.sales.truth import disagreements
+        from turnstile.stores.db import Database
+
+        db = Database(settings.database_url, readonly_url=settings.database_readonly_url)
+        found = disagreements(db, args.conversation)
+        for line in found:
+            out(line)
+        out(f"{len(found)} disagreement(s)")
+        return 1 if found else 0
 
     if args.cmd == "seed":
         from turnstile.sales.seed import seed

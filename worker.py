@@ -26,6 +26,7 @@ from turnstile.runtime.tracing import setup_tracing
 from turnstile.sales.service import build_sales_service  # the reference app (+ its tables)
 from turnstile.stores.schema import upgrade
 from workflows import AgentTurn
+from workflows.agent_turn import FAILS_THE_TURN
 
 log = logging.getLogger("turnstile.worker")
 
@@ -42,6 +43,9 @@ def build_worker(client: Client, rt: Runtime, **overrides: object) -> Worker:
         # SIGTERM: running activities get this long to finish; then the model
         # calls still running are handed back (activities.runtime.with_heartbeat).
         "graceful_shutdown_timeout": timedelta(seconds=rt.settings.shutdown_grace_seconds),
+        # Fail the turn, not its workflow task, on errors no retry can fix
+        # (workflows/agent_turn.py, FAILS_THE_TURN; docs/design.md).
+        "workflow_failure_exception_types": list(FAILS_THE_TURN),
     }
     options.update(overrides)
     return Worker(client, **options)  # type: ignore[arg-type]

@@ -37,7 +37,13 @@ class MemoryActivities:
         try:
             await asyncio.to_thread(memory.check_owner, conv, req.user_id)
             await self._lock(conv)
-            return await asyncio.to_thread(memory.snapshot, conv, req.user_id)
+            # Holding the lock: calls of ended turns left without a result get one.
+            repairs = await asyncio.to_thread(self.rt.journal.repair_orphans, conv,
+                                              turn_workflow_id())
+            snapshot = await asyncio.to_thread(memory.snapshot, conv, req.user_id)
+            snapshot.repaired = [f"{r.call_id} ({r.tool_name}) of turn {r.workflow_id}: "
+                                 f"{r.outcome.value}" for r in repairs]
+            return snapshot
         except ConversationOwnershipError as exc:
             raise application_error(exc, non_retryable=True) from exc
         except (DatabaseUnavailable, ConversationBusy) as exc:
@@ -66,19 +72,25 @@ class MemoryActivities:
 
     @activity.defn(name=APPEND_MESSAGES)
     def append_messages(self, req: AppendMessagesInput) -> None:
-        wf_id = turn_workflow_id()
+        """Messages the workflow wrote itself, with the audit rows and approval
+        decisions of the calls it settled: one transaction (the call journal's
+        rule: a settled call's facts are written together or not at all)."""
+        wf_id, chain = turn_workflow_id(), req.execution_chain
         try:
-            self.rt.memory.append(req.conversation_id, req.start_seq, req.messages, wf_id)
-            for e in req.audit:
-                self.rt.audit.settled(
-                    workflow_id=wf_id, call_id=e.call_id, conversation_id=req.conversation_id,
-                    user_id=req.user_id, tool_name=e.tool_name, arguments=e.arguments,
-                    status=e.status, error=e.error)
-            for d in req.decisions:
-                self.rt.audit.decision(workflow_id=wf_id, tool_name=d.tool_name,
-                                       tool_call_id=d.tool_call_id, approved=d.approved,
-                                       reviewer=d.reviewer, note=d.note,
-                                       decided_at=d.decided_at)
+            with self.rt.db.connect() as conn:
+                self.rt.memory.append_in(conn, req.conversation_id, req.start_seq,
+                                         req.messages, wf_id, chain or None)
+                for e in req.audit:
+                    self.rt.audit.settled(
+                        workflow_id=wf_id, call_id=e.call_id,
+                        conversation_id=req.conversation_id, user_id=req.user_id,
+                        tool_name=e.tool_name, arguments=e.arguments, status=e.status,
+                        error=e.error, chain=chain, conn=conn)
+                for d in req.decisions:
+                    self.rt.audit.decision(workflow_id=wf_id, tool_name=d.tool_name,
+                                           tool_call_id=d.tool_call_id, approved=d.approved,
+                                           reviewer=d.reviewer, note=d.note,
+                                           decided_at=d.decided_at, chain=chain, conn=conn)
         except MemoryConflictError as exc:
             raise application_error(exc, non_retryable=True) from exc
         except DatabaseUnavailable as exc:

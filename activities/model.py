@@ -90,8 +90,8 @@ class ModelActivities:
         message.attributes[attr.WORKFLOW_ID] = wf_id
         try:
             await asyncio.to_thread(
-                memory.put, req.conversation_id, req.response_seq, message, wf_id
-            )
+                memory.put, req.conversation_id, req.response_seq, message, wf_id,
+                req.execution_chain or None)
         except MemoryConflictError as exc:
             raise application_error(exc, non_retryable=True) from exc
         return ModelCallResult(

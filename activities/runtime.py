@@ -18,6 +18,7 @@ from turnstile.runtime.event_bus import EventBus
 from turnstile.runtime.services import ServiceRegistry
 from turnstile.stores.audit import AuditLog
 from turnstile.stores.db import Database
+from turnstile.stores.journal import CallJournal
 from turnstile.stores.memory import MemoryStore, ToolLedger
 
 
@@ -30,6 +31,7 @@ class Runtime:
     memory: MemoryStore
     ledger: ToolLedger
     audit: AuditLog
+    journal: CallJournal
     search_attributes: bool = False  # set by the worker after checking the namespace
     events: EventBus = field(default_factory=EventBus)  # listeners of TurnStarted/Completed
 
@@ -41,14 +43,17 @@ class Runtime:
         provider: ModelProvider | None = None,
     ) -> Runtime:
         db = Database(settings.database_url, readonly_url=settings.database_readonly_url)
+        memory, ledger = MemoryStore(db), ToolLedger(db)
+        audit = AuditLog(db, enabled=settings.audit)
         return cls(
             settings=settings,
             db=db,
             services=services,
             provider=provider or build_provider(settings),
-            memory=MemoryStore(db),
-            ledger=ToolLedger(db),
-            audit=AuditLog(db, enabled=settings.audit),
+            memory=memory,
+            ledger=ledger,
+            audit=audit,
+            journal=CallJournal(db, memory, ledger, audit),
         )
 
 

@@ -42,7 +42,8 @@ class SagaActivities:
         if tool is None or tool.compensate is None:
             raise application_error(NoCompensation(f"{call.name} declares no compensation"),
                                     non_retryable=True)
-        raw = await asyncio.to_thread(self.rt.ledger.result, wf_id, call.id)
+        chain = req.execution_chain
+        raw = await asyncio.to_thread(self.rt.ledger.result, wf_id, call.id, chain)
         try:
             stored: Any = json.loads(raw or "null")
         except ValueError:
@@ -50,7 +51,8 @@ class SagaActivities:
         ctx = ToolContext(db=self.rt.db, workflow_id=wf_id, conversation_id=req.conversation_id,
                           user_id=req.user_id, tool_call_id=call.id, attempt=info.attempt,
                           settings=self.rt.settings, heartbeat=activity.heartbeat,
-            statement_timeout_seconds=tool.spec.statement_timeout_seconds)
+                          execution_chain=chain,
+                          statement_timeout_seconds=tool.spec.statement_timeout_seconds)
         work = tool.undo(ctx, tool.parse_arguments(call.arguments), stored)
         outcome = await with_heartbeat(work, tool.spec.heartbeat_seconds)
         if isinstance(outcome, Undo) and not outcome.undone:
@@ -62,10 +64,11 @@ class SagaActivities:
             self.rt.memory.rewrite_tool_result, req.conversation_id, call.id,
             rolled_back_text(call.name, req.cause, description),
             {attr.ROLLED_BACK: True, attr.ROLLBACK_CAUSE: req.cause.model_dump()},
+            workflow_id=wf_id, chain=chain,
         )
         await asyncio.to_thread(self.rt.audit.finished, workflow_id=wf_id, call_id=call.id,
                                 status=AuditStatus.ROLLED_BACK,
-                                error=f"rolled back: {req.cause.message}")
+                                error=f"rolled back: {req.cause.message}", chain=chain)
         return CompensateResult(call_id=call.id, description=description)
 
     def _effect_remains(self, req: CompensateInput, wf_id: str, description: str) -> None:
@@ -74,10 +77,11 @@ class SagaActivities:
                 f"undone and its effect remains: {description}")
         self.rt.memory.rewrite_tool_result(
             req.conversation_id, req.call.id, text,
-            {attr.EFFECT_MAY_REMAIN: True, attr.ROLLBACK_CAUSE: req.cause.model_dump()})
+            {attr.EFFECT_MAY_REMAIN: True, attr.ROLLBACK_CAUSE: req.cause.model_dump()},
+            workflow_id=wf_id, chain=req.execution_chain)
         self.rt.audit.finished(workflow_id=wf_id, call_id=req.call.id,
                                status=AuditStatus.COMPENSATION_FAILED,
-                               error=f"effect remains: {description}")
+                               error=f"effect remains: {description}", chain=req.execution_chain)
 
     @activity.defn(name=RECORD_COMPENSATION_FAILURE)
     def record_compensation_failure(self, req: CompensationFailure) -> None:
@@ -88,6 +92,8 @@ class SagaActivities:
                 "STILL EXIST: check before relying on it or repeating it.")
         self.rt.memory.rewrite_tool_result(
             req.conversation_id, req.call.id, text,
-            {attr.EFFECT_MAY_REMAIN: True, attr.ROLLBACK_CAUSE: req.cause.model_dump()})
+            {attr.EFFECT_MAY_REMAIN: True, attr.ROLLBACK_CAUSE: req.cause.model_dump()},
+            workflow_id=wf_id, chain=req.execution_chain)
         self.rt.audit.finished(workflow_id=wf_id, call_id=req.call.id,
-                               status=AuditStatus.COMPENSATION_FAILED, error=req.error)
+                               status=AuditStatus.COMPENSATION_FAILED, error=req.error,
+                               chain=req.execution_chain)

@@ -3,9 +3,10 @@
 Order inside one attempt: validate arguments (an argument error is returned,
 never retried) → consult the ledger (a finished call returns its stored
 result; a call lost mid-run is re-run only if the tool is idempotent) → audit
-INITIATED → run, heartbeating → store the result in memory at the slot the
-workflow assigned → audit COMPLETED. A raised error fails the attempt, so
-Temporal retries it per the tool's policy.
+INITIATED → run, heartbeating → the call journal's `finish`: ledger row,
+audit row, approval decision and the result message at the slot the workflow
+assigned, in one transaction. A raised error fails the attempt, so Temporal
+retries it per the tool's policy.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from turnstile.runtime.tools import (
 )
 from turnstile.runtime.tracing import record_tool_outcome, tool_span
 from turnstile.stores.db import error_category
+from turnstile.stores.journal import Ending
 from turnstile.stores.memory import LedgerStatus
 
 log = logging.getLogger(__name__)
@@ -84,18 +86,26 @@ class ToolActivities:
             ) from exc
 
     async def _finish(self, req: ToolExecInput, text: str, status: CallStatus,
-                      is_error: bool, state: dict[str, Any] | None = None) -> ToolOutcome:
+                      is_error: bool, state: dict[str, Any] | None = None, *,
+                      audit: AuditStatus = AuditStatus.FAILED, error: str | None = None,
+                      ledger: bool = True) -> ToolOutcome:
+        """Record how the call ended — ledger, audit row, approval decision,
+        result message — in one transaction (turnstile.stores.journal)."""
         wf_id = turn_workflow_id()
         msg = tool_message(req.call.id, req.call.name, text, status, is_error, wf_id)
         if state:
             msg.attributes[attr.STATE] = state
-        await asyncio.to_thread(self.rt.memory.put, req.conversation_id, req.result_seq, msg, wf_id)
+        await asyncio.to_thread(self.rt.journal.finish, Ending(
+            workflow_id=wf_id, chain=req.execution_chain, conversation_id=req.conversation_id,
+            user_id=req.user_id, call=req.call, seq=req.result_seq, message=msg,
+            audit_status=audit, audit_error=error, decision=req.approval, ledger=ledger,
+            state=state))
         return ToolOutcome(call_id=req.call.id, name=req.call.name, status=status,
                            is_error=is_error, preview=_preview(text))
 
     async def _execute(self, req: ToolExecInput) -> ToolOutcome:
         info = activity.info()
-        wf_id, call = turn_workflow_id(), req.call
+        wf_id, call, chain = turn_workflow_id(), req.call, req.execution_chain
         service = self.rt.services.get(req.service)
         try:
             # An MCP tool this worker has not listed yet (e.g. after a restart) is
@@ -107,43 +117,40 @@ class ToolActivities:
         except MCPServerUnavailable as exc:
             raise application_error(exc, non_retryable=False) from exc
         if tool is None:  # the workflow checks names first; a stale spec can still get here
-            return await self._finish(req, f"Tool {call.name!r} does not exist.",
-                                      CallStatus.UNKNOWN_TOOL, True)
+            text = f"Tool {call.name!r} does not exist."
+            return await self._finish(req, text, CallStatus.UNKNOWN_TOOL, True, error=text,
+                                      ledger=False)
         audit_log = self.rt.audit
         try:
             args = tool.parse_arguments(call.arguments)
             tool.check_outbound(args, service.outbound)
         except ToolArgumentError as exc:
-            await asyncio.to_thread(self._audit_rejected, req, wf_id, str(exc))
-            return await self._finish(req, str(exc), CallStatus.INVALID_ARGUMENTS, True)
+            return await self._finish(req, str(exc), CallStatus.INVALID_ARGUMENTS, True,
+                                      error=str(exc), ledger=False)
 
-        if req.approval is not None:
-            d = req.approval
-            await asyncio.to_thread(
-                audit_log.decision, workflow_id=wf_id, tool_name=call.name,
-                tool_call_id=call.id, approved=d.approved, reviewer=d.reviewer, note=d.note,
-                decided_at=d.decided_at)
         entry = await asyncio.to_thread(
-            self.rt.ledger.begin, wf_id, call.id, call.name, rerun_lost=tool.spec.idempotent
-        )
+            self.rt.ledger.begin, wf_id, call.id, call.name, rerun_lost=tool.spec.idempotent,
+            chain=chain)
         if entry.status is LedgerStatus.COMPLETED:
             # A finished attempt whose completion was lost: replay what it reported.
             status = entry.outcome or (
                 CallStatus.FAILED if entry.is_error else CallStatus.COMPLETED)
-            return await self._finish(req, entry.result or "", status, entry.is_error,
-                                      entry.state)
+            return await self._finish(
+                req, entry.result or "", status, entry.is_error, entry.state,
+                audit=AuditStatus.FAILED if entry.is_error else AuditStatus.COMPLETED,
+                error=(entry.result or "")[:500] if entry.is_error else None, ledger=False)
         if not entry.fresh:
             return await self._interrupted(req, wf_id, "its worker was lost mid-run")
 
         await asyncio.to_thread(
             audit_log.started, workflow_id=wf_id, call_id=call.id,
             conversation_id=req.conversation_id, user_id=req.user_id, tool_name=call.name,
-            arguments=call.arguments,
+            arguments=call.arguments, chain=chain,
         )
         ctx = ToolContext(
             db=self.rt.db, workflow_id=wf_id, conversation_id=req.conversation_id,
             user_id=req.user_id, tool_call_id=call.id, attempt=info.attempt,
-            settings=self.rt.settings, heartbeat=activity.heartbeat,
+            settings=self.rt.settings, heartbeat=activity.heartbeat, execution_chain=chain,
             statement_timeout_seconds=tool.spec.statement_timeout_seconds,
         )
         try:
@@ -153,17 +160,15 @@ class ToolActivities:
                 # In flight when the connection broke: the effect is unknown, so
                 # the call is settled as interrupted, never re-run.
                 return await self._interrupted(req, wf_id, str(exc))
-            await asyncio.to_thread(self.rt.ledger.attempt_failed, wf_id, call.id, str(exc))
+            await asyncio.to_thread(self.rt.ledger.attempt_failed, wf_id, call.id, str(exc),
+                                    chain)
             await asyncio.to_thread(audit_log.finished, workflow_id=wf_id, call_id=call.id,
-                                    status=AuditStatus.FAILED, error=str(exc))
+                                    status=AuditStatus.FAILED, error=str(exc), chain=chain)
             raise ApplicationError(str(exc), type="ToolExecutionError") from exc
         except ToolArgumentError as exc:
             # The tool's own validation (e.g. start after end): the model can fix it.
-            await asyncio.to_thread(self.rt.ledger.complete, wf_id, call.id, str(exc), True,
-                                    CallStatus.INVALID_ARGUMENTS)
-            await asyncio.to_thread(audit_log.finished, workflow_id=wf_id, call_id=call.id,
-                                    status=AuditStatus.FAILED, error=str(exc))
-            return await self._finish(req, str(exc), CallStatus.INVALID_ARGUMENTS, True)
+            return await self._finish(req, str(exc), CallStatus.INVALID_ARGUMENTS, True,
+                                      error=str(exc))
         except Exception as exc:
             # Any other failure is an execution error: Temporal retries it per the tool's policy.
             retryable = not (isinstance(exc, ToolExecutionError) and not exc.retryable)
@@ -176,39 +181,22 @@ class ToolActivities:
                 log.warning("tool %s (%s) attempt %d failed: %s", call.name, call.id,
                             info.attempt, error)
                 error = f"{category}; tried {info.attempt} time(s)"
-            await asyncio.to_thread(self.rt.ledger.attempt_failed, wf_id, call.id, error)
+            await asyncio.to_thread(self.rt.ledger.attempt_failed, wf_id, call.id, error, chain)
             await asyncio.to_thread(audit_log.finished, workflow_id=wf_id, call_id=call.id,
-                                    status=AuditStatus.FAILED, error=error)
+                                    status=AuditStatus.FAILED, error=error, chain=chain)
             raise ApplicationError(error, type=ToolExecutionError.error_type,
                                    non_retryable=not retryable) from exc
         text = result_to_text(result)
         state = result.state if isinstance(result, ToolResult) else None
         if isinstance(result, ToolResult) and result.is_error:
             # The tool ran and reported a failure: an error result for the model.
-            await asyncio.to_thread(self.rt.ledger.complete, wf_id, call.id, text, True,
-                                    CallStatus.FAILED, state)
-            await asyncio.to_thread(audit_log.finished, workflow_id=wf_id, call_id=call.id,
-                                    status=AuditStatus.FAILED, error=text[:500])
-            return await self._finish(req, text, CallStatus.FAILED, True, state)
-        await asyncio.to_thread(self.rt.ledger.complete, wf_id, call.id, text, False,
-                                CallStatus.COMPLETED, state)
-        await asyncio.to_thread(audit_log.finished, workflow_id=wf_id, call_id=call.id,
-                                status=AuditStatus.COMPLETED)
-        return await self._finish(req, text, CallStatus.COMPLETED, False, state)
+            return await self._finish(req, text, CallStatus.FAILED, True, state,
+                                      error=text[:500])
+        return await self._finish(req, text, CallStatus.COMPLETED, False, state,
+                                  audit=AuditStatus.COMPLETED)
 
     async def _interrupted(self, req: ToolExecInput, wf_id: str, error: str) -> ToolOutcome:
         call = req.call
         text = INTERRUPTED_TEXT.format(name=call.name)
-        await asyncio.to_thread(self.rt.ledger.complete, wf_id, call.id, text, True,
-                                CallStatus.INTERRUPTED)
-        await asyncio.to_thread(self.rt.audit.finished, workflow_id=wf_id, call_id=call.id,
-                                status=AuditStatus.FAILED,
-                                error=f"interrupted; effect unknown: {error}")
-        return await self._finish(req, text, CallStatus.INTERRUPTED, True)
-
-    def _audit_rejected(self, req: ToolExecInput, wf_id: str, error: str) -> None:
-        self.rt.audit.started(workflow_id=wf_id, call_id=req.call.id,
-                              conversation_id=req.conversation_id, user_id=req.user_id,
-                              tool_name=req.call.name, arguments=req.call.arguments)
-        self.rt.audit.finished(workflow_id=wf_id, call_id=req.call.id, status=AuditStatus.FAILED,
-                               error=error)
+        return await self._finish(req, text, CallStatus.INTERRUPTED, True,
+                                  error=f"interrupted; effect unknown: {error}")

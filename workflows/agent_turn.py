@@ -19,6 +19,8 @@ with workflow.unsafe.imports_passed_through():
     # Deterministic modules (the engine's models and rules, and the workflow's
     # own helpers): passed through so the sandbox does not re-import them, and
     # pydantic with them, on every workflow task.
+    from pydantic import ValidationError
+
     from turnstile.engine import activity_io as io
     from turnstile.engine import endings
     from turnstile.engine.approvals import approval_refusal
@@ -38,7 +40,12 @@ with workflow.unsafe.imports_passed_through():
         TurnResult,
         TurnStatus,
     )
-    from turnstile.engine.errors import AnswerTruncated, ContentFiltered, TurnCancelled
+    from turnstile.engine.errors import (
+        AnswerTruncated,
+        ContentFiltered,
+        TurnCancelled,
+        TurnstileError,
+    )
     from turnstile.engine.masking import mask_text
     from turnstile.engine.messages import ChatMessage, ToolCall
     from turnstile.engine.specs import ServiceSpec
@@ -48,6 +55,27 @@ with workflow.unsafe.imports_passed_through():
     from workflows.state import TurnState, TurnStopped, failure_reason
     from workflows.tool_options import compensation_options, listing_options, model_options
     from workflows.tool_round import RoundWrites, ToolRound
+
+
+# Patch marker: effects keyed by the turn's execution chain (issue 12). Turns
+# recorded before it replay with the keys they were written with.
+CHAIN_KEYS = "execution-chain-keys"
+# Patch marker: a cancel gives every call of the round under way a result.
+CANCEL_SETTLES_CALLS = "cancel-settles-calls"
+
+# Exceptions that fail the turn's workflow instead of its workflow task
+# (the worker's `workflow_failure_exception_types`, as pydantic-ai's Temporal
+# integration declares its own). A workflow task that fails is retried
+# forever with the same history and the same deterministic code, so it fails
+# the same way each time while the turn holds its conversation: these are
+# errors no retry can fix — our typed errors and a stop that escaped its
+# handler, data that does not fit its type, text that cannot be encoded,
+# nesting too deep to walk, and an assertion of the workflow's own rules.
+# Not listed, on purpose: NondeterminismError (a worker running incompatible
+# code must not end in-flight turns; the operator redeploys and they go on).
+FAILS_THE_TURN: tuple[type[BaseException], ...] = (
+    TurnstileError, TurnStopped, ValidationError, UnicodeError, RecursionError,
+    AssertionError)
 
 
 @workflow.defn(name=WORKFLOW_TYPE)
@@ -60,6 +88,7 @@ class AgentTurn:
         self.breakers: Breakers | None = None
         self.stream = False  # step 8, decided once per turn
         self.response_format: dict[str, Any] | None = None  # step 9
+        self.round: ToolRound | None = None  # the tool round under way
 
     # -- queries, signals, update (docs/contract.md) ----------------------------
     @workflow.query(name="status")
@@ -126,6 +155,11 @@ class AgentTurn:
     async def run(self, turn: TurnInput) -> TurnResult:
         s = self.s
         s.turn = turn
+        if workflow.patched(CHAIN_KEYS):
+            # Keys of this turn's effects (ledger, audit, idempotency, approvals):
+            # the same across reset, workflow retry and continue-as-new, new for
+            # a new start of a closed workflow id (tests/test_execution_chain.py).
+            s.chain = workflow.info().first_execution_run_id
         self.steps = PipelineSteps(s, turn, self.spec)
         try:
             answer = await self._pipeline(turn)
@@ -139,7 +173,13 @@ class AgentTurn:
                     status = rolled
             return await self._result(turn, status, stop.answer, error)
         except asyncio.CancelledError:
-            # `temporal workflow cancel`: undo what was done, then end as Canceled.
+            # `temporal workflow cancel`: every call gets a result, what was done
+            # is undone, then the turn ends as Canceled.
+            if self.round is not None and workflow.patched(CANCEL_SETTLES_CALLS):
+                try:
+                    await self._settle_cancelled(self.round)
+                except TurnStopped as stop:  # the next memory load repairs what is missing
+                    s.event("record_failed", str(stop))
             if s.compensable:
                 error = TurnErrorInfo(type=TurnCancelled.error_type,
                                       message="the turn was cancelled")
@@ -168,6 +208,8 @@ class AgentTurn:
         self.locked = True  # load_memory took the conversation's lock
         s.seq = memory.next_seq
         s.event("load_memory", f"{memory.message_count} stored message(s)")
+        for note in memory.repaired:  # calls an ended turn left without a result
+            s.event("memory_repaired", note)
         s.step = "prepare"
         system = await steps.system_message()  # 2. system message (+ transformer)
         user = steps.user_message()  # 3. user message from its template
@@ -226,7 +268,9 @@ class AgentTurn:
                 await self._record_unrun(step.calls, str(limit))
                 raise TurnStopped(TurnStatus.FAILED, limit)
             s.step = "tools"
-            await ToolRound(s, turn, spec, breakers).run(step.calls, s.alloc(len(step.calls)))
+            self.round = ToolRound(s, turn, spec, breakers)
+            await self.round.run(step.calls, s.alloc(len(step.calls)))
+            self.round = None
 
     async def _honest_ending(self, turn: TurnInput, spec: ServiceSpec,
                              response: io.ModelCallResult) -> io.ModelCallResult:
@@ -292,6 +336,7 @@ class AgentTurn:
         result = await s.activity(
             io.call_model,
             io.ModelCallInput(conversation_id=turn.conversation_id, service=turn.service,
+                              execution_chain=s.chain,
                               tool_names=[] if continuation else list(s.tool_names),
                               response_seq=s.answer_seq, round=s.round_trips,
                               taken_call_ids=[c.id for c in s.calls], stream=self.stream,
@@ -319,7 +364,7 @@ class AgentTurn:
                     io.compensate_tool,
                     io.CompensateInput(conversation_id=turn.conversation_id,
                                        user_id=turn.user_id, service=turn.service, call=call,
-                                       cause=cause),
+                                       cause=cause, execution_chain=s.chain),
                     f"undo {call.name} {call.id}",
                     compensation_options(self.spec.tool(call.name), self.spec.loop))
             except ActivityError as exc:
@@ -327,10 +372,13 @@ class AgentTurn:
                 failed.append(rec)
                 rec.status = CallStatus.COMPLETED
                 s.event("compensation_failed", f"{call.name} ({call.id}): {reason}")
-                await s.activity(io.record_compensation_failure, io.CompensationFailure(
-                    conversation_id=turn.conversation_id, call=call, cause=cause,
-                    error=reason), f"record failed undo of {call.name}",
-                    TurnStatus.COMPENSATION_FAILED)
+                try:
+                    await s.activity(io.record_compensation_failure, io.CompensationFailure(
+                        conversation_id=turn.conversation_id, call=call, cause=cause,
+                        error=reason, execution_chain=s.chain),
+                        f"record failed undo of {call.name}", TurnStatus.COMPENSATION_FAILED)
+                except TurnStopped as unrecorded:  # bookkeeping failed for good: never a hang
+                    s.event("record_failed", f"{call.name} ({call.id}): {unrecorded}")
                 continue
             if not undo.undone:  # e.g. an e-mail already sent: reported, never "rolled back"
                 failed.append(rec)
@@ -343,14 +391,30 @@ class AgentTurn:
             return TurnStatus.COMPENSATION_FAILED
         return TurnStatus.ROLLED_BACK
 
+    async def _settle_cancelled(self, round_: ToolRound) -> None:
+        """Calls still open when the cancel arrived: those awaiting approval (or
+        not yet run) are recorded as not run; those running may or may not have
+        taken effect: the compensable ones join the rollback, the others are
+        recorded as interrupted."""
+        for call, rec in round_.settle_cancelled():
+            tool = self.spec.tool(call.name)
+            if tool is not None and tool.compensation:
+                self.s.compensable.append((call, rec))
+        await round_.write_cancelled()
+
     async def _release(self, turn: TurnInput) -> None:
         """Let the conversation's next turn in."""
         if self.locked:
-            await self.s.activity(
-                io.release_conversation, io.LoadMemoryInput(
-                    conversation_id=turn.conversation_id, user_id=turn.user_id),
-                "release_conversation", TurnStatus.FAILED)
             self.locked = False
+            try:
+                await self.s.activity(
+                    io.release_conversation, io.LoadMemoryInput(
+                        conversation_id=turn.conversation_id, user_id=turn.user_id),
+                    "release_conversation", TurnStatus.FAILED)
+            except TurnStopped as stop:
+                # The turn still ends with its status; the next turn of the
+                # conversation takes over the lock of an ended turn.
+                self.s.event("release_failed", str(stop))
 
     async def _result(self, turn: TurnInput, status: TurnStatus, answer: Any,
                       error: TurnErrorInfo | None) -> TurnResult:

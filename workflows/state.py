@@ -96,6 +96,9 @@ class TurnState:
         self.tool_names: list[str] = []
         self.search_attributes = False
         self.answer_seq: int | None = None  # memory slot of the latest model response
+        # The turn's execution chain (first_execution_run_id; "" when replaying
+        # a history recorded before keys were scoped by it): see AgentTurn.run.
+        self.chain = ""
 
     # -- records ---------------------------------------------------------------
     def new_call(self, call: ToolCall) -> ToolCallRecord:
@@ -170,7 +173,8 @@ class TurnState:
         start = self.alloc(len(messages)) if seq is None else seq
         await self.activity(io.append_messages, io.AppendMessagesInput(
             conversation_id=self.turn.conversation_id, user_id=self.turn.user_id,
-            start_seq=start, messages=messages, audit=audit or [], decisions=decisions or []),
+            start_seq=start, messages=messages, audit=audit or [], decisions=decisions or [],
+            execution_chain=self.chain),
             "append_messages", TurnStatus.FAILED)
 
     async def publish(self) -> None:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError
+from temporalio.exceptions import ActivityError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
     from turnstile.engine import activity_io as io
@@ -43,6 +43,11 @@ with workflow.unsafe.imports_passed_through():
 # Patch marker: approvals validate the call first (turnstile.review_call).
 REVIEW_BEFORE_APPROVAL = "review-before-approval"
 
+CANCELLED_RUNNING_TEXT = (
+    "The turn was cancelled while this call to {name} was running. It may or may not have "
+    "taken effect: check its effect before relying on it or trying again.")
+CANCELLED_UNRUN_TEXT = "Not run: the turn was cancelled before this call to {name} ran."
+
 
 @dataclass
 class RoundWrites:
@@ -66,24 +71,52 @@ class ToolRound:
                  breakers: Breakers) -> None:
         self.s, self.turn, self.spec, self.breakers = state, turn, spec, breakers
         self.writes = RoundWrites()
+        # Calls without a result yet, by slot: (call, record, running?).
+        self.open: dict[int, tuple[ToolCall, ToolCallRecord, bool]] = {}
 
     async def run(self, calls: list[ToolCall], base_seq: int) -> None:
         records = [self.s.new_call(c) for c in calls]
+        self.open = {base_seq + i: (c, r, False)
+                     for i, (c, r) in enumerate(zip(calls, records, strict=True))}
         jobs = [self._one(c, r, base_seq + i)
                 for i, (c, r) in enumerate(zip(calls, records, strict=True))]
+        # On cancel, AgentTurn settles what is left open (settle_cancelled).
         outcomes = await asyncio.gather(*jobs, return_exceptions=True)
+        await self._write()
+        for o in outcomes:  # the first failure ends the turn, after every call settled
+            if isinstance(o, BaseException):
+                raise o
+
+    def settle_cancelled(self) -> list[tuple[ToolCall, ToolCallRecord]]:
+        """The turn was cancelled during this round: every call without a
+        result gets one. Returns the calls that were running (their effect is
+        unknown; the caller undoes the compensable ones)."""
+        running = []
+        for seq, (call, rec, was_running) in sorted(self.open.items()):
+            if was_running:
+                running.append((call, rec))
+                status, text = CallStatus.INTERRUPTED, CANCELLED_RUNNING_TEXT
+            else:
+                status, text = CallStatus.FAILED, CANCELLED_UNRUN_TEXT
+            self.s.finish(rec, status, text.format(name=call.name))
+            self.writes.settle(seq, call, status, text.format(name=call.name))
+        self.open = {}
+        return running
+
+    async def _write(self) -> None:
         w = self.writes
         for seq, msg in sorted(w.messages, key=lambda x: x[0]):
             await self.s.append([msg], seq=seq,
                                 audit=[a for a in w.audit if a.call_id == msg.tool_call_id],
                                 decisions=[d for d in w.decisions
                                            if d.tool_call_id == msg.tool_call_id])
+        w.messages, w.audit, w.decisions = [], [], []
         refusals = self.s.take_refusals()
         if refusals:  # decisions refused while this round waited for approvals
             await self.s.append([], audit=refusals)
-        for o in outcomes:  # the first failure ends the turn, after every call settled
-            if isinstance(o, BaseException):
-                raise o
+
+    async def write_cancelled(self) -> None:
+        await self._write()
 
     async def _one(self, call: ToolCall, rec: ToolCallRecord, seq: int) -> None:
         tool = self.spec.tool(call.name)
@@ -111,16 +144,25 @@ class ToolRound:
                 self._settle(rec, seq, call, rejected)
                 return
         self.s.event("tool_call", f"{call.name} {mask_json_text(call.arguments)[:120]}")
+        self.open[seq] = (call, rec, True)
         try:
             out = await self.s.execute(
                 io.execute_tool,
                 io.ToolExecInput(conversation_id=self.turn.conversation_id,
                                  user_id=self.turn.user_id, service=self.turn.service,
-                                 call=call, result_seq=seq, approval=approval),
+                                 call=call, result_seq=seq, approval=approval,
+                                 execution_chain=self.s.chain),
                 tool.summary or call.name, tool_options(tool))
         except ActivityError as exc:
+            if isinstance(exc.cause, CancelledError):
+                # Cancelled with the turn: its effect is unknown; the call stays
+                # open for AgentTurn's cancel path (settle_cancelled).
+                raise asyncio.CancelledError() from exc
+            if approval is not None:  # the call ran under a decision: journal it too
+                self.writes.decisions.append(approval)
             self._settle(rec, seq, call, rules.after_retries(call.name, failure_reason(exc), tool))
             return
+        self.open.pop(seq, None)  # the activity wrote the result
         self.s.finish(rec, out.status, out.preview)
         effects = rules.after_outcome(out.status, out.is_error, out.preview, tool,
                                       self.s.argument_errors.get(call.name, 0), loop)
@@ -134,6 +176,7 @@ class ToolRound:
 
     def _settle(self, rec: ToolCallRecord, seq: int, call: ToolCall, how: rules.Settle) -> None:
         """Record a call the workflow settled itself; end the turn if the rule says so."""
+        self.open.pop(seq, None)
         self.s.finish(rec, how.status, how.text)
         self.writes.settle(seq, call, how.status, how.text)
         if how.breaker_failure:

@@ -58,6 +58,9 @@ class MemorySnapshot(BaseModel):
     next_seq: int
     message_count: int
     system_prompt: str | None = None  # latest stored system message
+    # Tool calls of ended turns that had no result and got one at this load
+    # (turnstile.stores.journal.repair_orphans): "call_id (tool): outcome".
+    repaired: list[str] = Field(default_factory=list)
 
 
 class AuditEntry(BaseModel):
@@ -78,10 +81,13 @@ class AppendMessagesInput(BaseModel):
     messages: list[ChatMessage]
     audit: list[AuditEntry] = Field(default_factory=list)
     decisions: list[ApprovalDecision] = Field(default_factory=list)
+    # The turn's execution chain (see ToolExecInput).
+    execution_chain: str = ""
 
 
 class ModelCallInput(BaseModel):
     conversation_id: str
+    execution_chain: str = ""  # the turn's execution chain (see ToolExecInput)
     service: str
     tool_names: list[str]
     response_seq: int  # where the assistant message is stored
@@ -112,6 +118,10 @@ class ToolExecInput(BaseModel):
     call: ToolCall
     result_seq: int  # where the tool-result message is stored
     approval: ApprovalDecision | None = None  # recorded with the execution
+    # The turn's execution chain (workflow.info().first_execution_run_id; ""
+    # in turns recorded before issue 12): scopes ledger, audit, idempotency and
+    # approval keys, because provider call ids repeat.
+    execution_chain: str = ""
 
 
 class ReviewCallInput(BaseModel):
@@ -144,6 +154,10 @@ class CompensateInput(BaseModel):
     service: str
     call: ToolCall
     cause: RollbackCause  # why the turn is rolled back
+    # The turn's execution chain (workflow.info().first_execution_run_id; ""
+    # in turns recorded before issue 12): scopes ledger, audit, idempotency and
+    # approval keys, because provider call ids repeat.
+    execution_chain: str = ""
 
 
 class CompensateResult(BaseModel):
@@ -157,6 +171,10 @@ class CompensationFailure(BaseModel):
     call: ToolCall
     cause: RollbackCause
     error: str
+    # The turn's execution chain (workflow.info().first_execution_run_id; ""
+    # in turns recorded before issue 12): scopes ledger, audit, idempotency and
+    # approval keys, because provider call ids repeat.
+    execution_chain: str = ""
 
 
 class ResolveToolsInput(BaseModel):

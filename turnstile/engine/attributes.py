@@ -17,3 +17,6 @@ AUGMENTED_USER_MESSAGE = "turnstile.augmented_user_message"  # retrieval, memory
 RETRIEVED_SOURCES = "turnstile.retrieved_sources"  # [{doc_id, title}] behind a user message
 DISCARDED = "turnstile.discarded"  # an answer the output guardrails threw away: never resent
 REPROMPT = "turnstile.reprompt"  # user messages the pipeline wrote: why (guardrail, parse)
+# A result written by the next turn's memory load for a call whose turn ended
+# without one (terminate, reset, a lost run): {by, reason, source}
+REPAIRED = "turnstile.repaired"

@@ -16,6 +16,8 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
+from turnstile.engine.safe_text import safe_text
+
 # Bounded repetitions (RFC 5321 caps a local part at 64 characters): an
 # unbounded `[...]*@` backtracks quadratically over megabytes of text.
 _EMAIL = re.compile(r"([A-Za-z0-9._%+-])[A-Za-z0-9._%+-]{0,63}@"
@@ -60,14 +62,16 @@ def mask_value(value: Any, sensitive: Iterable[str] = SENSITIVE_FIELDS) -> Any:
 
 def mask_json_text(text: str, sensitive: Iterable[str] = SENSITIVE_FIELDS) -> str:
     """Mask text that may be JSON: parsed and masked value by value when it
-    parses (escapes decoded), masked as plain text otherwise."""
+    parses (escapes decoded), masked as plain text otherwise. The result is
+    safe to write anywhere (turnstile.engine.safe_text): decoded escapes of
+    lone surrogates or NUL are replaced."""
     try:
         parsed = json.loads(text)
-    except ValueError:
-        return mask_text(text)
+    except (ValueError, RecursionError):  # not JSON, or nested too deeply to decode
+        return safe_text(mask_text(text))
     if isinstance(parsed, str):
-        return json.dumps(mask_text(parsed), ensure_ascii=False)
-    return json.dumps(mask_value(parsed, sensitive), ensure_ascii=False)
+        return safe_text(json.dumps(mask_text(parsed), ensure_ascii=False))
+    return safe_text(json.dumps(mask_value(parsed, sensitive), ensure_ascii=False))
 
 
 def mask_any(value: Any, sensitive: Iterable[str] = SENSITIVE_FIELDS) -> Any:

@@ -9,6 +9,7 @@ from typing import Any
 
 from turnstile.engine.errors import TemplateVariableMissing
 from turnstile.engine.messages import ChatMessage, ToolCall
+from turnstile.engine.safe_text import has_unsafe_text, safe_text
 
 _VAR = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_.]*)\s*\}\}")
 
@@ -25,11 +26,14 @@ def render_template(template: str, variables: dict[str, Any]) -> str:
 
 
 def parsed_arguments(raw: str) -> Any:
-    """Arguments for records: the parsed object when it parses, else the raw text."""
+    """Arguments for records: the parsed object when it parses, else the raw
+    text (also when parsing would put text no payload can hold — a lone
+    surrogate or NUL — into the record, or nests too deeply to decode)."""
     try:
-        return json.loads(raw)
-    except ValueError:
-        return raw
+        parsed = json.loads(raw)
+    except (ValueError, RecursionError):
+        return safe_text(raw)
+    return safe_text(raw) if has_unsafe_text(parsed) else parsed
 
 
 # --- what the loop does after a model response (a typed union, not flags) ---

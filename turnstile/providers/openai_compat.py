@@ -25,6 +25,7 @@ from turnstile.engine.errors import (
     ModelUnavailable,
 )
 from turnstile.engine.messages import ChatMessage, ToolCall, Usage
+from turnstile.engine.safe_text import safe_text
 from turnstile.providers.base import ModelRequest, ModelResponse
 from turnstile.providers.openai_stream import IncompleteStream, bounded_lines, read_sse
 
@@ -115,11 +116,15 @@ def parse_completion(body: Any) -> ModelResponse:
         if not isinstance(args, str):
             # Some servers send an object instead of the JSON text OpenAI specifies.
             args = json.dumps(args)
-        calls.append(ToolCall(id=str(raw.get("id") or ""), name=str(fn.get("name") or ""),
-                              arguments=args))
+        # Made safe here, where text enters (turnstile.engine.safe_text).
+        calls.append(ToolCall(id=safe_text(str(raw.get("id") or "")),
+                              name=safe_text(str(fn.get("name") or "")),
+                              arguments=safe_text(args)))
     usage = body.get("usage") or {}
     return ModelResponse(
-        message=ChatMessage(role="assistant", content=content, tool_calls=calls),
+        message=ChatMessage(role="assistant",
+                            content=None if content is None else safe_text(content),
+                            tool_calls=calls),
         usage=Usage(
             prompt_tokens=int(usage.get("prompt_tokens") or 0),
             completion_tokens=int(usage.get("completion_tokens") or 0),

@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from turnstile.engine.approvals import OutboundPolicy, outbound_findings
 from turnstile.engine.errors import DuplicateToolError, ToolArgumentError, TurnstileError
+from turnstile.engine.safe_text import safe_text, unsafe_text_at
 from turnstile.engine.specs import (
     DEFAULT_MAX_ARGUMENT_BYTES,
     DEFAULT_STATEMENT_TIMEOUT_SECONDS,
@@ -49,10 +50,17 @@ class ToolContext:
     heartbeat: Callable[..., None] = field(default=lambda *a: None)
     # The tool's ToolSpec.statement_timeout_seconds (turnstile.sales.access).
     statement_timeout_seconds: float = DEFAULT_STATEMENT_TIMEOUT_SECONDS
+    # The turn's execution chain (Temporal's first_execution_run_id): the same
+    # across reset, workflow retry and continue-as-new, new for a new start.
+    execution_chain: str = ""
 
     @property
     def idempotency_key(self) -> str:
-        """Stable across activity retries and worker crashes: one per tool call."""
+        """Stable across activity retries, worker crashes and resets: one per
+        tool call of one turn. Provider call ids repeat (call_0...), so the key
+        also names the turn's execution chain."""
+        if self.execution_chain:
+            return f"{self.workflow_id}/{self.execution_chain}/{self.tool_call_id}"
         return f"{self.workflow_id}/{self.tool_call_id}"
 
 
@@ -203,6 +211,12 @@ def decode_arguments(name: str, raw: str, max_bytes: int) -> dict[str, Any]:
         raise ToolArgumentError(
             f"arguments for {name} must be a JSON object, got {type(data).__name__}"
         )
+    where = unsafe_text_at(data)
+    if where is not None:
+        raise ToolArgumentError(
+            f"invalid arguments for {name}: {where}: text that cannot be stored, a lone UTF-16 "
+            "surrogate (an unpaired \\ud800-\\udfff escape) or NUL (\\u0000); send plain "
+            "text")
     return data
 
 
@@ -324,11 +338,12 @@ class ToolRegistry:
 
 
 def result_to_text(result: Any) -> str:
-    """The text the model reads for a tool's return value."""
+    """The text the model reads for a tool's return value (lone surrogates and
+    NUL replaced: no payload or database could hold them)."""
     if isinstance(result, ToolResult):
         return result_to_text(result.content)
     if isinstance(result, str):
-        return result
+        return safe_text(result)
     if isinstance(result, BaseModel):
-        return result.model_dump_json(by_alias=True)
-    return json.dumps(result, default=str, ensure_ascii=False)
+        return safe_text(result.model_dump_json(by_alias=True))
+    return safe_text(json.dumps(result, default=str, ensure_ascii=False))

@@ -1,7 +1,7 @@
 """Audit log: one row per tool execution in `tool_execution_log`.
 
-The row is keyed by the tool call (workflow id + call id), so activity retries
-update it instead of adding rows. Input parameters are stored with e-mail
+The row is keyed by the tool call (workflow id + execution chain + call id), so
+activity retries update it instead of adding rows. Input parameters are stored with e-mail
 addresses and phone numbers masked. TURNSTILE_AUDIT=off turns writing off.
 """
 
@@ -14,7 +14,7 @@ import sqlalchemy as sa
 
 from turnstile.engine.contract import AuditStatus
 from turnstile.engine.masking import mask_json_text
-from turnstile.stores.db import Database, metadata
+from turnstile.stores.db import Connection, Database, metadata
 from turnstile.stores.memory import now_iso
 
 MAX_PARAMS_CHARS = 16_384  # the audit row records what was asked, not megabytes of it
@@ -37,6 +37,7 @@ tool_execution_log = sa.Table(
     sa.Column("end_time", sa.Text),
     sa.Column("status", sa.Text, nullable=False),
     sa.Column("error_message", sa.Text),
+    sa.Column("execution_chain", sa.Text),
     sa.Index("tool_execution_log_workflow", "workflow_id"),
     # `starter.py audit` (turnstile.stores.audit_queries): a time window, and
     # failures by time (migration 0004).
@@ -47,6 +48,7 @@ tool_execution_log = sa.Table(
 approval_decision = sa.Table(
     "approval_decision", metadata,
     sa.Column("workflow_id", sa.Text, primary_key=True),
+    sa.Column("execution_chain", sa.Text, primary_key=True, server_default=""),
     sa.Column("tool_call_id", sa.Text, primary_key=True),
     sa.Column("tool_name", sa.Text, nullable=False),
     sa.Column("approved", sa.Integer, nullable=False),
@@ -56,8 +58,10 @@ approval_decision = sa.Table(
 )
 
 
-def execution_id(workflow_id: str, call_id: str) -> str:
-    return f"{workflow_id}/{call_id}"
+def execution_id(workflow_id: str, call_id: str, chain: str = "") -> str:
+    """One execution of one tool call: the call id scoped to its turn's
+    execution chain (provider call ids repeat across turns and runs)."""
+    return f"{workflow_id}/{chain}/{call_id}" if chain else f"{workflow_id}/{call_id}"
 
 
 class AuditLog:
@@ -74,6 +78,8 @@ class AuditLog:
         user_id: str,
         tool_name: str,
         arguments: Any,
+        chain: str = "",
+        conn: Connection | None = None,
     ) -> None:
         if not self.enabled:
             return
@@ -81,16 +87,18 @@ class AuditLog:
                       else json.dumps(arguments, default=str))
         if len(params) > MAX_PARAMS_CHARS:
             params = params[:MAX_PARAMS_CHARS] + f"... [truncated, {len(params)} chars in all]"
-        with self.db.connect() as conn:
+        with self.db.joined(conn) as conn:
             conn.execute(
                 "INSERT INTO tool_execution_log (execution_id, workflow_id, conversation_id, "
-                "user_id, tool_name, input_params, start_time, status) "
+                "user_id, tool_name, input_params, start_time, status, execution_chain) "
                 "VALUES (:execution_id, :workflow_id, :conversation_id, :user_id, :tool_name, "
-                ":input_params, :start_time, :status) ON CONFLICT (execution_id) DO UPDATE SET "
+                ":input_params, :start_time, :status, :chain) "
+                "ON CONFLICT (execution_id) DO UPDATE SET "
                 "start_time = excluded.start_time, status = excluded.status, end_time = NULL, "
                 "error_message = NULL",
                 {
-                    "execution_id": execution_id(workflow_id, call_id),
+                    "execution_id": execution_id(workflow_id, call_id, chain),
+                    "chain": chain or None,
                     "workflow_id": workflow_id, "conversation_id": conversation_id,
                     "user_id": user_id, "tool_name": tool_name, "input_params": params,
                     "start_time": now_iso(), "status": AuditStatus.INITIATED.value,
@@ -98,36 +106,43 @@ class AuditLog:
             )
 
     def finished(
-        self, *, workflow_id: str, call_id: str, status: AuditStatus, error: str | None = None
+        self, *, workflow_id: str, call_id: str, status: AuditStatus, error: str | None = None,
+        chain: str = "", conn: Connection | None = None,
     ) -> None:
         if not self.enabled:
             return
-        with self.db.connect() as conn:
+        with self.db.joined(conn) as conn:
             conn.execute(
                 "UPDATE tool_execution_log SET status = :status, end_time = :now, "
                 "error_message = :error WHERE execution_id = :execution_id",
                 {"status": status.value, "now": now_iso(), "error": mask(error) if error else None,
-                 "execution_id": execution_id(workflow_id, call_id)},
+                 "execution_id": execution_id(workflow_id, call_id, chain)},
             )
 
     def settled(self, *, workflow_id: str, call_id: str, conversation_id: str, user_id: str,
-                tool_name: str, arguments: str, status: AuditStatus, error: str) -> None:
+                tool_name: str, arguments: str, status: AuditStatus, error: str,
+                chain: str = "", conn: Connection | None = None) -> None:
         """A call the workflow settled without running the tool: one complete row."""
-        self.started(workflow_id=workflow_id, call_id=call_id, conversation_id=conversation_id,
-                     user_id=user_id, tool_name=tool_name, arguments=arguments)
-        self.finished(workflow_id=workflow_id, call_id=call_id, status=status, error=error)
+        with self.db.joined(conn) as conn:
+            self.started(workflow_id=workflow_id, call_id=call_id,
+                         conversation_id=conversation_id, user_id=user_id, tool_name=tool_name,
+                         arguments=arguments, chain=chain, conn=conn)
+            self.finished(workflow_id=workflow_id, call_id=call_id, status=status, error=error,
+                          chain=chain, conn=conn)
 
     def decision(self, *, workflow_id: str, tool_name: str, tool_call_id: str, approved: bool,
-                 reviewer: str, note: str, decided_at: str) -> None:
+                 reviewer: str, note: str, decided_at: str, chain: str = "",
+                 conn: Connection | None = None) -> None:
         """Who decided what about which call, and when. Recorded even with
         TURNSTILE_AUDIT off: an approval is part of the call, not a log line."""
-        with self.db.connect() as conn:
+        with self.db.joined(conn) as conn:
             conn.execute(
-                "INSERT INTO approval_decision (workflow_id, tool_call_id, tool_name, approved, "
-                "reviewer, note, decided_at) VALUES (:workflow_id, :tool_call_id, :tool_name, "
-                ":approved, :reviewer, :note, :decided_at) "
-                "ON CONFLICT (workflow_id, tool_call_id) DO NOTHING",
-                {"workflow_id": workflow_id, "tool_call_id": tool_call_id, "tool_name": tool_name,
+                "INSERT INTO approval_decision (workflow_id, execution_chain, tool_call_id, "
+                "tool_name, approved, reviewer, note, decided_at) VALUES (:workflow_id, :chain, "
+                ":tool_call_id, :tool_name, :approved, :reviewer, :note, :decided_at) "
+                "ON CONFLICT (workflow_id, execution_chain, tool_call_id) DO NOTHING",
+                {"workflow_id": workflow_id, "chain": chain, "tool_call_id": tool_call_id,
+                 "tool_name": tool_name,
                  "approved": int(approved), "reviewer": reviewer, "note": note,
                  "decided_at": decided_at},
             )

@@ -251,6 +251,17 @@ class Database:
             sa_conn.close()
 
 
+    @contextmanager
+    def joined(self, conn: Connection | None) -> Iterator[Connection]:
+        """`conn` when the caller holds a transaction (writes join it), else a
+        new connection in its own transaction."""
+        if conn is not None:
+            yield conn
+            return
+        with self.connect() as own:
+            yield own
+
+
 def unavailable(err: BaseException, dialect: Dialect, readonly: bool) -> DatabaseUnavailable:
     """A short, safe category for the model and memory; the detail is logged."""
     which = "read-only connection" if readonly else "connection"

@@ -49,12 +49,16 @@ chat_message = sa.Table(
     sa.Column("attributes", sa.Text),
     sa.Column("created_at", sa.Text),
     sa.Column("workflow_id", sa.Text),
+    sa.Column("execution_chain", sa.Text),  # the writing turn's chain (migration 0005)
     sa.Index("chat_message_call", "conversation_id", "tool_call_id"),
 )
 
 tool_call_ledger = sa.Table(
     "tool_call_ledger", metadata,
     sa.Column("workflow_id", sa.Text, primary_key=True),
+    # Temporal's first_execution_run_id: a new start of a closed workflow id is
+    # a new chain, so provider call ids that repeat (call_0...) never collide.
+    sa.Column("execution_chain", sa.Text, primary_key=True, server_default=""),
     sa.Column("tool_call_id", sa.Text, primary_key=True),
     sa.Column("tool_name", sa.Text, nullable=False),
     sa.Column("status", sa.Text, nullable=False),
@@ -170,50 +174,63 @@ class MemoryStore:
 
     # -- writes -------------------------------------------------------------
     def put(
-        self, conversation_id: str, seq: int, message: ChatMessage, workflow_id: str
+        self, conversation_id: str, seq: int, message: ChatMessage, workflow_id: str,
+        chain: str | None = None,
     ) -> None:
-        self.append(conversation_id, seq, [message], workflow_id)
+        self.append(conversation_id, seq, [message], workflow_id, chain)
 
     def append(
-        self, conversation_id: str, start_seq: int, messages: list[ChatMessage], workflow_id: str
+        self, conversation_id: str, start_seq: int, messages: list[ChatMessage], workflow_id: str,
+        chain: str | None = None,
     ) -> None:
+        """`chain`: the writing turn's execution chain (None: not known, v0.1 callers)."""
         with self.db.connect() as conn:
-            for offset, m in enumerate(messages):
-                seq = start_seq + offset
-                cur = conn.execute(
-                    "INSERT INTO chat_message (conversation_id, seq, role, content, tool_calls, "
-                    "tool_call_id, is_error, attributes, created_at, workflow_id) "
-                    "VALUES (:conversation_id, :seq, :role, :content, :tool_calls, "
-                    ":tool_call_id, :is_error, :attributes, :created_at, :workflow_id) "
-                    "ON CONFLICT (conversation_id, seq) DO NOTHING",
-                    {
-                        "conversation_id": conversation_id,
-                        "seq": seq,
-                        "role": m.role,
-                        "content": m.content,
-                        "tool_calls": (json.dumps([c.model_dump() for c in m.tool_calls])
-                                       if m.tool_calls else None),
-                        "tool_call_id": m.tool_call_id,
-                        "is_error": m.is_error,
-                        "attributes": json.dumps(m.attributes) if m.attributes else None,
-                        "created_at": now_iso(),
-                        "workflow_id": workflow_id,
-                    },
+            self.append_in(conn, conversation_id, start_seq, messages, workflow_id, chain)
+
+    def append_in(
+        self, conn: Connection, conversation_id: str, start_seq: int,
+        messages: list[ChatMessage], workflow_id: str, chain: str | None = None,
+    ) -> None:
+        """`append` inside the caller's transaction."""
+        for offset, m in enumerate(messages):
+            seq = start_seq + offset
+            cur = conn.execute(
+                "INSERT INTO chat_message (conversation_id, seq, role, content, tool_calls, "
+                "tool_call_id, is_error, attributes, created_at, workflow_id, "
+                "execution_chain) "
+                "VALUES (:conversation_id, :seq, :role, :content, :tool_calls, "
+                ":tool_call_id, :is_error, :attributes, :created_at, :workflow_id, "
+                ":execution_chain) "
+                "ON CONFLICT (conversation_id, seq) DO NOTHING",
+                {
+                    "conversation_id": conversation_id,
+                    "seq": seq,
+                    "role": m.role,
+                    "content": m.content,
+                    "tool_calls": (json.dumps([c.model_dump() for c in m.tool_calls])
+                                   if m.tool_calls else None),
+                    "tool_call_id": m.tool_call_id,
+                    "is_error": m.is_error,
+                    "attributes": json.dumps(m.attributes) if m.attributes else None,
+                    "created_at": now_iso(),
+                    "workflow_id": workflow_id,
+                    "execution_chain": chain,
+                },
+            )
+            if cur.rowcount == 1 and m.parts:
+                write_parts(conn, conversation_id, seq, m.parts)
+            if cur.rowcount == 0:
+                owner = conn.fetchone(
+                    "SELECT workflow_id FROM chat_message "
+                    "WHERE conversation_id = :c AND seq = :seq",
+                    {"c": conversation_id, "seq": seq},
                 )
-                if cur.rowcount == 1 and m.parts:
-                    write_parts(conn, conversation_id, seq, m.parts)
-                if cur.rowcount == 0:
-                    owner = conn.fetchone(
-                        "SELECT workflow_id FROM chat_message "
-                        "WHERE conversation_id = :c AND seq = :seq",
-                        {"c": conversation_id, "seq": seq},
+                if owner is None or owner["workflow_id"] != workflow_id:
+                    raise MemoryConflictError(
+                        f"message slot {seq} of conversation {conversation_id!r} was "
+                        "written by another writer; turns of one conversation must not "
+                        "interleave"
                     )
-                    if owner is None or owner["workflow_id"] != workflow_id:
-                        raise MemoryConflictError(
-                            f"message slot {seq} of conversation {conversation_id!r} was "
-                            "written by another writer; turns of one conversation must not "
-                            "interleave"
-                        )
 
     def discard(self, conversation_id: str, seq: int, reason: str) -> None:
         """Mark an answer the model must never be sent again (output guardrail
@@ -236,14 +253,22 @@ class MemoryStore:
         tool_call_id: str,
         content: str,
         extra_attributes: dict[str, Any],
+        *,
+        workflow_id: str | None = None,
+        chain: str = "",
     ) -> int:
-        """Replace what the model remembers of a call (saga rollback)."""
+        """Replace what the model remembers of a call (saga rollback). With
+        `workflow_id`, only the result that turn (and execution chain) wrote:
+        provider call ids repeat across turns, a rollback never touches another
+        turn's result."""
+        query = ("SELECT seq, attributes FROM chat_message WHERE conversation_id = :c "
+                 "AND tool_call_id = :call AND role = 'tool'")
+        params: dict[str, Any] = {"c": conversation_id, "call": tool_call_id}
+        if workflow_id is not None:
+            query += " AND workflow_id = :wf AND COALESCE(execution_chain, '') = :chain"
+            params.update(wf=workflow_id, chain=chain)
         with self.db.connect() as conn:
-            rows = conn.fetchall(
-                "SELECT seq, attributes FROM chat_message WHERE conversation_id = :c "
-                "AND tool_call_id = :call AND role = 'tool'",
-                {"c": conversation_id, "call": tool_call_id},
-            )
+            rows = conn.fetchall(query, params)
             for row in rows:
                 attrs = json.loads(row["attributes"]) if row["attributes"] else {}
                 attrs.update(extra_attributes)
@@ -282,19 +307,21 @@ class ToolLedger:
         self.db = db
 
     def begin(self, workflow_id: str, call_id: str, tool_name: str, *,
-              rerun_lost: bool) -> LedgerEntry:
+              rerun_lost: bool, chain: str = "") -> LedgerEntry:
         with self.db.connect() as conn:
             cur = conn.execute(
-                "INSERT INTO tool_call_ledger (workflow_id, tool_call_id, tool_name, status, "
-                "started_at) VALUES (:wf, :call, :tool, 'STARTED', :now) "
-                "ON CONFLICT (workflow_id, tool_call_id) DO NOTHING",
-                {"wf": workflow_id, "call": call_id, "tool": tool_name, "now": now_iso()},
+                "INSERT INTO tool_call_ledger (workflow_id, execution_chain, tool_call_id, "
+                "tool_name, status, started_at) VALUES (:wf, :chain, :call, :tool, 'STARTED', "
+                ":now) ON CONFLICT (workflow_id, execution_chain, tool_call_id) DO NOTHING",
+                {"wf": workflow_id, "chain": chain, "call": call_id, "tool": tool_name,
+                 "now": now_iso()},
             )
             if cur.rowcount == 1:
                 return LedgerEntry(status=LedgerStatus.STARTED, fresh=True)
             row = conn.fetchone(
-                "SELECT * FROM tool_call_ledger WHERE workflow_id = :wf AND tool_call_id = :call",
-                {"wf": workflow_id, "call": call_id},
+                "SELECT * FROM tool_call_ledger WHERE workflow_id = :wf "
+                "AND execution_chain = :chain AND tool_call_id = :call",
+                {"wf": workflow_id, "chain": chain, "call": call_id},
             )
             assert row is not None
             if row["status"] == "COMPLETED":
@@ -307,9 +334,10 @@ class ToolLedger:
             if row["status"] == "ATTEMPT_FAILED" or rerun_lost:
                 conn.execute(
                     "UPDATE tool_call_ledger SET status = 'STARTED', attempts = attempts + 1, "
-                    "started_at = :now WHERE workflow_id = :wf AND tool_call_id = :call "
+                    "started_at = :now WHERE workflow_id = :wf AND execution_chain = :chain "
+                    "AND tool_call_id = :call "
                     "AND status = :seen",
-                    {"now": now_iso(), "wf": workflow_id, "call": call_id,
+                    {"now": now_iso(), "wf": workflow_id, "chain": chain, "call": call_id,
                      "seen": row["status"]},
                 )
                 return LedgerEntry(status=LedgerStatus.STARTED, fresh=True,
@@ -317,32 +345,35 @@ class ToolLedger:
             # STARTED and never finished: an earlier attempt was lost mid-run.
             return LedgerEntry(status=LedgerStatus.STARTED, fresh=False, attempts=row["attempts"])
 
-    def result(self, workflow_id: str, call_id: str) -> str | None:
+    def result(self, workflow_id: str, call_id: str, chain: str = "") -> str | None:
         with self.db.connect() as conn:
             row = conn.fetchone(
                 "SELECT result FROM tool_call_ledger WHERE workflow_id = :wf "
-                "AND tool_call_id = :call AND status = 'COMPLETED'",
-                {"wf": workflow_id, "call": call_id})
+                "AND execution_chain = :chain AND tool_call_id = :call AND status = 'COMPLETED'",
+                {"wf": workflow_id, "chain": chain, "call": call_id})
         return None if row is None else row["result"]
 
     def complete(self, workflow_id: str, call_id: str, result: str, is_error: bool,
-                 outcome: CallStatus, state: dict[str, Any] | None = None) -> None:
-        with self.db.connect() as conn:
+                 outcome: CallStatus, state: dict[str, Any] | None = None,
+                 chain: str = "", conn: Connection | None = None) -> None:
+        with self.db.joined(conn) as conn:
             conn.execute(
                 "UPDATE tool_call_ledger SET status = 'COMPLETED', result = :result, "
                 "is_error = :is_error, outcome = :outcome, state = :state, finished_at = :now "
-                "WHERE workflow_id = :wf AND tool_call_id = :call",
+                "WHERE workflow_id = :wf AND execution_chain = :chain AND tool_call_id = :call",
                 {"result": result, "is_error": int(is_error), "outcome": outcome.value,
                  "state": json.dumps(state) if state else None, "now": now_iso(),
-                 "wf": workflow_id, "call": call_id},
+                 "wf": workflow_id, "chain": chain, "call": call_id},
             )
 
-    def attempt_failed(self, workflow_id: str, call_id: str, error: str) -> None:
+    def attempt_failed(self, workflow_id: str, call_id: str, error: str,
+                       chain: str = "") -> None:
         """The tool raised: the attempt ended cleanly, so a retry may run it again."""
         with self.db.connect() as conn:
             conn.execute(
                 "UPDATE tool_call_ledger SET status = 'ATTEMPT_FAILED', result = :error, "
-                "finished_at = :now WHERE workflow_id = :wf AND tool_call_id = :call "
-                "AND status = 'STARTED'",
-                {"error": error, "now": now_iso(), "wf": workflow_id, "call": call_id},
+                "finished_at = :now WHERE workflow_id = :wf AND execution_chain = :chain "
+                "AND tool_call_id = :call AND status = 'STARTED'",
+                {"error": error, "now": now_iso(), "wf": workflow_id, "chain": chain,
+                 "call": call_id},
             )

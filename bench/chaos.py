@@ -1,0 +1,176 @@
+"""Chaos: concurrent sales turns with approvals while the worker is SIGKILLed
+at random moments and restarted (issue 12).
+
+    python bench/chaos.py --turns 40 --minutes 10
+
+Needs a Temporal server at TEMPORAL_ADDRESS (e.g. `make up`'s). Runs its own
+worker processes (worker + e-mail sender, offline demo planner), a local SMTP
+server and a fresh SQLite database in a temporary directory. Afterwards:
+every turn closed, no Message-ID received twice, and `starter.py check`'s
+truth check reports nothing. Prints turns, kills, mails and disagreements;
+exit status 1 when any of them is wrong. tests/test_chaos.py runs a short
+version.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import random
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from temporalio.client import Client, WorkflowHandle  # noqa: E402
+
+from tests.support.processes import free_port  # noqa: E402
+from tests.support.worker_process import WorkerProcess  # noqa: E402
+from turnstile.engine.contract import (  # noqa: E402
+    WORKFLOW_TYPE,
+    ApproveSignal,
+    PendingApproval,
+    TurnInput,
+    TurnResult,
+)
+from turnstile.sales.seed import seed  # noqa: E402
+from turnstile.sales.smtp_server import LocalSmtpServer, read_mailbox  # noqa: E402
+from turnstile.sales.truth import disagreements  # noqa: E402
+from turnstile.stores.db import Database  # noqa: E402
+from turnstile.stores.schema import upgrade  # noqa: E402
+
+DEMO = "Find customers whose sales last week exceeded 50,000 and email ops@example.com to follow up"
+SETTLED_MAIL = ("SENT", "DEAD", "CANCELLED")
+log = logging.getLogger("bench.chaos")
+
+
+@dataclass
+class ChaosReport:
+    turns: int = 0
+    closed: int = 0
+    statuses: dict[str, int] = field(default_factory=dict)
+    kills: int = 0
+    mails: int = 0
+    duplicate_mails: int = 0
+    unsettled_mails: int = 0
+    disagreements: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return (self.closed == self.turns and self.duplicate_mails == 0
+                and self.unsettled_mails == 0 and not self.disagreements)
+
+
+async def _approve_all(client: Client, handles: list[WorkflowHandle[Any, TurnResult]],
+                       done: asyncio.Event) -> None:
+    """A reviewer who approves whatever is pending (the worker may be dead: retry)."""
+    while not done.is_set():
+        for h in handles:
+            try:
+                pending = await h.query("pending_approvals", result_type=list[PendingApproval],
+                                        rpc_timeout=timedelta(seconds=2))
+                for p in pending:
+                    await h.signal("approve", ApproveSignal(tool_call_id=p.tool_call_id,
+                                                            reviewer="ops-lead"))
+            except Exception:  # noqa: BLE001 - a dead worker or a closed turn: try later
+                continue
+        await asyncio.sleep(0.3)
+
+
+async def run_chaos(client: Client, address: str, workdir: Path, *, turns: int,
+                    seconds: float, seed_value: int = 12,
+                    close_budget: float = 600.0) -> ChaosReport:
+    rng = random.Random(seed_value)
+    started = time.monotonic()
+    task_queue = f"chaos-{uuid.uuid4().hex[:8]}"
+    db_url = f"sqlite:///{workdir}/chaos.db"
+    db = Database(db_url)
+    upgrade(db)
+    seed(db, rows=2000)
+    port = free_port()
+    env = {"TEMPORAL_ADDRESS": address, "TURNSTILE_TASK_QUEUE": task_queue,
+           "DATABASE_URL": db_url, "SMTP_HOST": "127.0.0.1", "SMTP_PORT": str(port),
+           "TURNSTILE_SENDER_STALE_SECONDS": "5", "TURNSTILE_DATA_DIR": str(workdir)}
+    report = ChaosReport(turns=turns)
+    mail_dir = workdir / "mail"
+    with LocalSmtpServer(mail_dir, port=port):
+        worker = WorkerProcess(workdir / "worker.log", env, args=()).start()
+        try:
+            handles = []
+            for i in range(turns):
+                turn = TurnInput(conversation_id=f"c-chaos-{i}", user_id="alice", message=DEMO,
+                                 service="sales-assistant")
+                handles.append(await client.start_workflow(
+                    WORKFLOW_TYPE, turn, id=f"{task_queue}-{i}", task_queue=task_queue,
+                    result_type=TurnResult))
+            done = asyncio.Event()
+            approver = asyncio.create_task(_approve_all(client, handles, done))
+            deadline = time.monotonic() + seconds
+            while time.monotonic() < deadline:
+                await asyncio.sleep(rng.uniform(0.3, 2.0))
+                worker.kill()
+                report.kills += 1
+                worker = WorkerProcess(workdir / "worker.log", env, args=()).start()
+            # A worker killed during a model request leaves that attempt to its
+            # start-to-close timeout (model_timeout_seconds, 180 s): the budget
+            # covers one such wait per turn, not a hang.
+            outcomes = await asyncio.wait_for(asyncio.gather(
+                *(h.result() for h in handles), return_exceptions=True), close_budget)
+            results = [o for o in outcomes if isinstance(o, TurnResult)]
+            for h, o in zip(handles, outcomes, strict=True):
+                if not isinstance(o, TurnResult):
+                    log.error("turn %s did not close: %r", h.id, o)
+            done.set()
+            await approver
+            report.closed = len(results)
+            report.statuses = dict(Counter(r.status.value for r in results))
+            for _ in range(120):  # the sender delivers what the turns queued
+                with db.connect() as conn:
+                    rows = conn.fetchall("SELECT status FROM email_task")
+                if all(r["status"] in SETTLED_MAIL for r in rows):
+                    break
+                await asyncio.sleep(0.5)
+            report.unsettled_mails = sum(r["status"] not in SETTLED_MAIL for r in rows)
+        finally:
+            worker.stop()
+        ids = [m["Message-ID"] for m in read_mailbox(mail_dir)]
+        report.mails = len(ids)
+        report.duplicate_mails = sum(n - 1 for n in Counter(ids).values() if n > 1)
+        report.disagreements = disagreements(db)
+    report.seconds = round(time.monotonic() - started, 1)
+    return report
+
+
+async def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--turns", type=int, default=40)
+    parser.add_argument("--minutes", type=float, default=10.0)
+    parser.add_argument("--seed", type=int, default=12)
+    args = parser.parse_args(argv)
+    from turnstile.runtime.client import connect
+    from turnstile.runtime.config import Settings
+
+    settings = Settings.from_env()
+    client = await connect(settings)
+    with tempfile.TemporaryDirectory(prefix="turnstile-chaos-") as tmp:
+        report = await run_chaos(client, settings.temporal_address, Path(tmp), turns=args.turns,
+                                 seconds=args.minutes * 60, seed_value=args.seed)
+    sys.stdout.write(json.dumps(asdict(report), indent=2) + "\n")
+    return 0 if report.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main()))
