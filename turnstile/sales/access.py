@@ -81,9 +81,12 @@ def _role_usable(conn: Connection, role: str) -> bool:
 
 
 @contextmanager
-def as_role(conn: Connection, role: str | None) -> Iterator[Connection]:
+def as_role(conn: Connection, role: str | None, *,
+            reset: bool = True) -> Iterator[Connection]:
     """Run the statements of the block as `role` (PostgreSQL), then go back to
-    the application's role within the same transaction."""
+    the application's role within the same transaction (`reset=False` when the
+    transaction ends with the block: the commit ends the SET LOCAL, one round
+    trip fewer)."""
     if role is None or conn.dialect != "postgresql" or not _role_usable(conn, role):
         yield conn
         return
@@ -92,7 +95,8 @@ def as_role(conn: Connection, role: str | None) -> Iterator[Connection]:
     yield conn
     # Only after success: a failed statement aborted the transaction, whose
     # rollback ends the SET LOCAL anyway.
-    conn.execute("RESET ROLE")
+    if reset:
+        conn.execute("RESET ROLE")
 
 
 @contextmanager
@@ -142,7 +146,7 @@ def tool_connection(
 ) -> Iterator[Connection]:
     """One transaction for a tool: as `role`, under the statement timeout."""
     with db.connect(readonly=readonly) as conn, statement_timeout(conn, timeout_seconds), \
-            as_role(conn, role):
+            as_role(conn, role, reset=False):
         yield conn
 
 
