@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import subprocess
+import threading
 from typing import Any
 
 import pytest
@@ -24,6 +25,7 @@ from turnstile.engine.contract import (
     ApproveSignal,
     CallStatus,
     PendingApproval,
+    RejectSignal,
     ReviewInput,
     TurnProgress,
     TurnStatus,
@@ -176,3 +178,36 @@ async def test_a_pasted_command_with_a_hostile_call_id_only_signals(
     assert result.status == TurnStatus.COMPLETED
     assert rows(db, "SELECT tool_call_id, reviewer FROM approval_decision") == [
         {"tool_call_id": hostile, "reviewer": "bob"}]
+
+
+async def test_a_refusal_after_the_last_round_is_audited_before_the_turn_ends(
+        client: Client, task_queue: str, tmp_path, fake_llm: FakeLLM) -> None:
+    db = sqlite_db(tmp_path)
+    answering = threading.Event()
+
+    def held_answer(request: dict[str, Any]) -> dict[str, Any]:
+        answering.wait(30)  # the last model call waits until the test has signalled
+        return text_reply("queued")
+
+    fake_llm.script(tool_reply(("e1", "createEmailTask", MAIL)), held_answer)
+    async with running_worker(client, task_queue, db.url, [build_sales_service()],
+                              llm_url=fake_llm.url) as turns:
+        handle = await turns.start("mail ops", service="sales-assistant", user="alice")
+        await pending_of(handle)
+        await handle.signal("approve", ApproveSignal(tool_call_id="e1", reviewer="bob"))
+        for _ in range(200):  # the round is over: the last model call is running
+            if len(fake_llm.requests) == 2:
+                break
+            await asyncio.sleep(0.05)
+        await handle.signal("reject", RejectSignal(tool_call_id="e1", reviewer="mallory"))
+        for _ in range(200):  # no round left to write it with
+            if (await handle.query("status", result_type=TurnProgress)).refused_signals:
+                break
+            await asyncio.sleep(0.05)
+        answering.set()
+        assert (await handle.result()).status == TurnStatus.COMPLETED
+    refusals = rows(db, "SELECT input_params, error_message FROM tool_execution_log "
+                        "WHERE workflow_id = :wf AND status = :status",
+                    wf=handle.id, status="APPROVAL_REFUSED")
+    assert len(refusals) == 1 and "already decided" in refusals[0]["error_message"]
+    assert '"reviewer": "mallory"' in refusals[0]["input_params"]

@@ -403,7 +403,14 @@ class AgentTurn:
         await round_.write_cancelled()
 
     async def _release(self, turn: TurnInput) -> None:
-        """Let the conversation's next turn in."""
+        """Audit the decisions refused since the last round, then let the
+        conversation's next turn in."""
+        refusals = self.s.take_refusals()
+        if refusals:  # e.g. a refused signal, then a cancel before the round ended
+            try:
+                await self.s.append([], audit=refusals)
+            except TurnStopped as stop:
+                self.s.event("record_failed", str(stop))
         if self.locked:
             self.locked = False
             try:

@@ -87,7 +87,7 @@ class TurnState:
         self.pending: dict[str, PendingApproval] = {}
         self.decisions: dict[str, ApprovalDecision] = {}
         self.refused: list[str] = []
-        self.refusals: list[io.AuditEntry] = []  # refused decisions, audited after the round
+        self.refusals: list[io.AuditEntry] = []  # refused decisions, audited when the round or the turn ends
         self.usage = Usage()
         self.provider = ""
         self.seq = 0
@@ -124,7 +124,7 @@ class TurnState:
     def refuse(self, call_id: str, tool_name: str, verb: str, reviewer: str,
                reason: str) -> None:
         """A decision that is not applied: in the status query, the log and
-        (after the round) the audit log."""
+        (when the round or the turn ends) the audit log."""
         workflow.logger.warning(reason)
         self.refused.append(reason)
         self.refusals.append(io.AuditEntry(
