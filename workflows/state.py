@@ -87,7 +87,8 @@ class TurnState:
         self.pending: dict[str, PendingApproval] = {}
         self.decisions: dict[str, ApprovalDecision] = {}
         self.refused: list[str] = []
-        self.refusals: list[io.AuditEntry] = []  # refused decisions, audited when the round or the turn ends
+        # Refused decisions, audited when the round or the turn ends.
+        self.refusals: list[io.AuditEntry] = []
         self.usage = Usage()
         self.provider = ""
         self.seq = 0
