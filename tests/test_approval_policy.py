@@ -14,17 +14,16 @@ import threading
 from typing import Any
 
 import pytest
-from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.client import Client, WorkflowUpdateFailedError
 
 from starter import signal_command
 from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.temporal_server import DevServer
-from tests.support.turns import running_worker
+from tests.support.turns import running_worker, wait_pending
 from turnstile.engine.approvals import OutboundPolicy
 from turnstile.engine.contract import (
     ApproveSignal,
     CallStatus,
-    PendingApproval,
     RejectSignal,
     ReviewInput,
     TurnProgress,
@@ -37,14 +36,6 @@ from turnstile.stores.schema import ensure_schema
 
 MAIL = {"to": "ops@example.com", "subject": "Follow up: top customers", "body": "C0001, C0002"}
 
-
-async def pending_of(handle: WorkflowHandle, n: int = 1) -> list[PendingApproval]:
-    for _ in range(300):
-        pending = await handle.query("pending_approvals", result_type=list[PendingApproval])
-        if len(pending) >= n:
-            return pending
-        await asyncio.sleep(0.05)
-    raise TimeoutError("no pending approval appeared")
 
 
 def rows(db: Database, sql: str, **params: Any) -> list[dict[str, Any]]:
@@ -68,7 +59,7 @@ async def test_only_allowed_reviewers_decide_and_every_outcome_is_audited(
     async with running_worker(client, task_queue, db.url, [build_sales_service()],
                               llm_url=fake_llm.url) as turns:
         handle = await turns.start("mail ops", service="sales-assistant", user="alice")
-        [p] = await pending_of(handle)
+        [p] = await wait_pending(handle)
         # What the reviewer sees: validated, full arguments, the fields that matter first.
         assert p.validated and p.arguments == MAIL
         assert p.highlights == {"to": "ops@example.com", "subject": "Follow up: top customers"}
@@ -108,7 +99,7 @@ async def test_by_default_anyone_named_but_the_requester(
     async with running_worker(client, task_queue, db.url, [build_sales_service()],
                               llm_url=fake_llm.url) as turns:
         handle = await turns.start("mail ops", service="sales-assistant", user="alice")
-        await pending_of(handle)
+        await wait_pending(handle)
         with pytest.raises(WorkflowUpdateFailedError) as refused:
             await handle.execute_update("review", ReviewInput(
                 tool_call_id="e1", reviewer="alice", approved=True))
@@ -147,7 +138,7 @@ async def test_a_policy_that_allows_external_recipients_says_so(
     async with running_worker(client, task_queue, db.url, [build_sales_service(policy)],
                               llm_url=fake_llm.url) as turns:
         handle = await turns.start("mail partner", service="sales-assistant", user="alice")
-        [p] = await pending_of(handle)
+        [p] = await wait_pending(handle)
         assert p.notes == ["external recipient: to at elsewhere.org"]
         await handle.signal("approve", ApproveSignal(tool_call_id="e1", reviewer="bob"))
         assert (await handle.result()).status == TurnStatus.COMPLETED
@@ -165,7 +156,7 @@ async def test_a_pasted_command_with_a_hostile_call_id_only_signals(
     async with running_worker(client, task_queue, db.url, [build_sales_service()],
                               llm_url=fake_llm.url) as turns:
         handle = await turns.start("mail ops", service="sales-assistant", user="alice")
-        [p] = await pending_of(handle)
+        [p] = await wait_pending(handle)
         assert p.tool_call_id == hostile
         command = signal_command(handle.id, p, "bob")
         env = {**os.environ, "TEMPORAL_ADDRESS": temporal_server.address,
@@ -193,7 +184,7 @@ async def test_a_refusal_after_the_last_round_is_audited_before_the_turn_ends(
     async with running_worker(client, task_queue, db.url, [build_sales_service()],
                               llm_url=fake_llm.url) as turns:
         handle = await turns.start("mail ops", service="sales-assistant", user="alice")
-        await pending_of(handle)
+        await wait_pending(handle)
         await handle.signal("approve", ApproveSignal(tool_call_id="e1", reviewer="bob"))
         for _ in range(200):  # the round is over: the last model call is running
             if len(fake_llm.requests) == 2:

@@ -6,15 +6,14 @@ import asyncio
 from typing import Any
 
 import pytest
-from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.client import Client, WorkflowUpdateFailedError
 
 from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.services import make_service, side_effects
-from tests.support.turns import running_worker
+from tests.support.turns import running_worker, wait_pending
 from turnstile.engine.contract import (
     ApproveSignal,
     CallStatus,
-    PendingApproval,
     RejectSignal,
     ReviewInput,
     TurnProgress,
@@ -26,14 +25,6 @@ from turnstile.stores.db import Database
 def db_url(tmp_path) -> str:  # type: ignore[no-untyped-def]
     return f"sqlite:///{tmp_path}/t.db"
 
-
-async def wait_pending(handle: WorkflowHandle, n: int = 1) -> list[PendingApproval]:
-    for _ in range(200):
-        pending = await handle.query("pending_approvals", result_type=list[PendingApproval])
-        if len(pending) >= n:
-            return pending
-        await asyncio.sleep(0.05)
-    raise TimeoutError("no pending approval appeared")
 
 
 def decisions(db: Database, wf_id: str) -> list[dict[str, Any]]:

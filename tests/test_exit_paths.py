@@ -7,23 +7,22 @@ must accept, and memory itself is checked, not only what is sent."""
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from typing import Any
 
 import pytest
 from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.workflowservice.v1 import ResetWorkflowExecutionRequest
-from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import CancelledError
 
 from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.openai_conformance import pairing_violations
 from tests.support.services import make_service
-from tests.support.turns import running_worker
+from tests.support.turns import running_worker, wait_pending
 from tests.test_execution_chain import _first_task_completed
 from turnstile.engine import attributes as attr
-from turnstile.engine.contract import CallStatus, PendingApproval, TurnResult, TurnStatus
+from turnstile.engine.contract import CallStatus, TurnResult, TurnStatus
 from turnstile.engine.messages import ChatMessage
 from turnstile.stores.audit import AuditLog
 from turnstile.stores.db import Database
@@ -46,14 +45,6 @@ def result_of(db: Database, conversation: str, call_id: str) -> list[ChatMessage
             if m.role == "tool" and m.tool_call_id == call_id]
 
 
-async def until_pending(handle: WorkflowHandle) -> list[PendingApproval]:
-    for _ in range(300):
-        pending = await handle.query("pending_approvals", result_type=list[PendingApproval])
-        if pending:
-            return pending
-        await asyncio.sleep(0.05)
-    raise TimeoutError("the turn never asked for approval")
-
 
 def db_url(tmp_path) -> str:  # type: ignore[no-untyped-def]
     return f"sqlite:///{tmp_path}/t.db"
@@ -70,7 +61,7 @@ async def test_cancel_gives_running_and_waiting_calls_a_result(
     async with running_worker(client, task_queue, db_url(tmp_path), [make_service()],
                               llm_url=fake_llm.url) as turns:
         handle = await turns.start("book, write and pay", conversation=conv)
-        await until_pending(handle)
+        await wait_pending(handle)
         await handle.cancel()
         with pytest.raises(WorkflowFailureError) as err:
             await handle.result()
@@ -98,7 +89,7 @@ async def test_terminate_leaves_a_hole_the_next_turn_repairs(
     async with running_worker(client, task_queue, db.url, [make_service()],
                               llm_url=fake_llm.url) as turns:
         stuck = await turns.start("add and pay", conversation=conv)
-        await until_pending(stuck)
+        await wait_pending(stuck)
         await stuck.terminate("operator gave up")  # no workflow code runs
         hole = stored_pairing(db, conv)
         nxt = await turns.start("did you pay?", conversation=conv)
@@ -129,7 +120,7 @@ async def test_reset_to_the_first_task_of_a_turn_waiting_for_approval(
     async with running_worker(client, task_queue, db_url(tmp_path), [make_service()],
                               llm_url=fake_llm.url) as turns:
         base = await turns.start("pay bob", conversation=conv)
-        await until_pending(base)
+        await wait_pending(base)
         first_run = base.first_execution_run_id or ""
         point = await _first_task_completed(client, base.id, first_run)
         reset = await client.workflow_service.reset_workflow_execution(

@@ -31,9 +31,9 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.processes import free_port
 from tests.support.temporal_server import DevServer
-from tests.support.turns import running_worker
+from tests.support.turns import running_worker, wait_pending
 from turnstile.engine.activity_io import CALL_MODEL, EXECUTE_TOOL, REVIEW_CALL
-from turnstile.engine.contract import ApproveSignal, PendingApproval, TurnStatus
+from turnstile.engine.contract import ApproveSignal, TurnStatus
 from turnstile.runtime.config import Settings
 from turnstile.runtime.tracing import interceptors
 from turnstile.sales.sender import SenderConfig, deliver_due
@@ -99,12 +99,7 @@ async def test_the_address_is_nowhere_it_should_not_be(
                                       llm_url=fake_llm.url, env=env) as turns:
                 handle = await turns.start("remind the customer about the renewal",
                                            service="sales-assistant", user="alice")
-                for _ in range(300):
-                    pending = await handle.query("pending_approvals",
-                                                 result_type=list[PendingApproval])
-                    if pending:
-                        break
-                    await asyncio.sleep(0.05)
+                pending = await wait_pending(handle)
                 assert pending[0].arguments["to"] == ADDRESS  # the reviewer sees it in full
                 await handle.signal("approve", ApproveSignal(tool_call_id="e1",
                                                              reviewer="bob"))

@@ -6,30 +6,25 @@ turn that made the call. On SQLite and PostgreSQL, through the real server."""
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 
 from temporalio.client import Client, WorkflowHandle
 
 from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.services import make_service, side_effects
-from tests.support.turns import running_worker
+from tests.support.turns import running_worker, wait_pending
 from turnstile.engine import attributes as attr
-from turnstile.engine.contract import ApproveSignal, PendingApproval, TurnStatus
+from turnstile.engine.contract import ApproveSignal, TurnStatus
 from turnstile.stores.audit import AuditLog
 from turnstile.stores.db import Database
 from turnstile.stores.memory import MemoryStore
 
 
 async def approve(handle: WorkflowHandle, reviewer: str) -> str:
-    for _ in range(300):
-        pending = await handle.query("pending_approvals", result_type=list[PendingApproval])
-        if pending:
-            await handle.signal("approve", ApproveSignal(tool_call_id=pending[0].tool_call_id,
-                                                         reviewer=reviewer))
-            return pending[0].tool_call_id
-        await asyncio.sleep(0.05)
-    raise TimeoutError("the turn never asked for approval")
+    [first, *_] = await wait_pending(handle)
+    await handle.signal("approve", ApproveSignal(tool_call_id=first.tool_call_id,
+                                                 reviewer=reviewer))
+    return first.tool_call_id
 
 
 def approvals(db: Database, wf_id: str) -> list[dict]:  # type: ignore[type-arg]

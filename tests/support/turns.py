@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -10,7 +11,7 @@ from typing import Any
 from temporalio.client import Client, WorkflowHandle
 
 from activities import Runtime
-from turnstile.engine.contract import WORKFLOW_TYPE, TurnInput, TurnResult
+from turnstile.engine.contract import WORKFLOW_TYPE, PendingApproval, TurnInput, TurnResult
 from turnstile.providers import ModelProvider
 from turnstile.runtime.config import Settings
 from turnstile.runtime.mcp import connections as mcp_connections
@@ -53,3 +54,13 @@ async def running_worker(client: Client, task_queue: str, database_url: str,
         yield Turns(client, rt)
     await mcp_connections.close_all()
     await rt.provider.aclose()
+
+
+async def wait_pending(handle: WorkflowHandle[Any, Any], n: int = 1) -> list[PendingApproval]:
+    """The turn's pending approvals once there are at least `n` (15 s at most)."""
+    for _ in range(300):
+        pending = await handle.query("pending_approvals", result_type=list[PendingApproval])
+        if len(pending) >= n:
+            return pending
+        await asyncio.sleep(0.05)
+    raise TimeoutError(f"fewer than {n} pending approval(s) appeared")
