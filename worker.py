@@ -23,12 +23,15 @@ from turnstile.runtime.plugins import load_services
 from turnstile.runtime.search_attributes import ensure_search_attributes
 from turnstile.runtime.tracing import interceptors as tracing_interceptors
 from turnstile.runtime.tracing import setup_tracing
+from turnstile.runtime.upgrade import older_turns, refusal
 from turnstile.sales.service import build_sales_service  # the reference app (+ its tables)
 from turnstile.stores.schema import upgrade
 from workflows import AgentTurn
 from workflows.agent_turn import FAILS_THE_TURN
 
 log = logging.getLogger("turnstile.worker")
+# Exit status when turns of an older version run (turnstile.runtime.upgrade).
+EXIT_OLDER_TURNS = 3
 
 
 def build_worker(client: Client, rt: Runtime, **overrides: object) -> Worker:
@@ -85,6 +88,13 @@ async def run(argv: list[str] | None = None) -> None:
         await done.wait()
     else:
         client = await connect(settings, interceptors=tracing_interceptors())
+        if settings.upgrade_check:
+            older = await older_turns(client)
+            if older:
+                log.error("%s", refusal(older, settings.temporal_namespace))
+                stop.set()
+                await asyncio.gather(*tasks, return_exceptions=True)
+                raise SystemExit(EXIT_OLDER_TURNS)
         rt.search_attributes = await ensure_search_attributes(client, settings.temporal_namespace)
         worker = build_worker(client, rt)
         log.info("worker serving task queue %r on %s (%s, provider %s)", settings.task_queue,

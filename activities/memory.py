@@ -32,22 +32,28 @@ class MemoryActivities:
 
     @activity.defn(name=LOAD_MEMORY)
     async def load_memory(self, req: LoadMemoryInput) -> MemorySnapshot:
-        """Step 1: check ownership, take the conversation's lock, read a snapshot."""
-        memory, conv = self.rt.memory, req.conversation_id
+        """Step 1 when the conversation was busy at begin_turn: retried by the
+        server (ConversationBusy) until the turn holding it ends."""
         try:
-            await asyncio.to_thread(memory.check_owner, conv, req.user_id)
-            await self._lock(conv)
-            # Holding the lock: calls of ended turns left without a result get one.
-            repairs = await asyncio.to_thread(self.rt.journal.repair_orphans, conv,
-                                              turn_workflow_id())
-            snapshot = await asyncio.to_thread(memory.snapshot, conv, req.user_id)
-            snapshot.repaired = [f"{r.call_id} ({r.tool_name}) of turn {r.workflow_id}: "
-                                 f"{r.outcome.value}" for r in repairs]
-            return snapshot
+            return await self.load(req.conversation_id, req.user_id)
         except ConversationOwnershipError as exc:
             raise application_error(exc, non_retryable=True) from exc
         except (DatabaseUnavailable, ConversationBusy) as exc:
             raise application_error(exc, non_retryable=False) from exc
+
+    async def load(self, conv: str, user_id: str) -> MemorySnapshot:
+        """Step 1: check ownership, take the conversation's lock, read a snapshot.
+        Raises ConversationOwnershipError, ConversationBusy, DatabaseUnavailable."""
+        memory = self.rt.memory
+        await asyncio.to_thread(memory.check_owner, conv, user_id)
+        await self._lock(conv)
+        # Holding the lock: calls of ended turns left without a result get one.
+        repairs = await asyncio.to_thread(self.rt.journal.repair_orphans, conv,
+                                          turn_workflow_id())
+        snapshot = await asyncio.to_thread(memory.snapshot, conv, user_id)
+        snapshot.repaired = [f"{r.call_id} ({r.tool_name}) of turn {r.workflow_id}: "
+                             f"{r.outcome.value}" for r in repairs]
+        return snapshot
 
     async def _lock(self, conversation_id: str) -> None:
         info = activity.info()

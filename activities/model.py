@@ -41,6 +41,16 @@ class ModelActivities:
     async def _call_model(self, req: ModelCallInput) -> ModelCallResult:
         wf_id = turn_workflow_id()
         memory = self.rt.memory
+        if req.prelude:
+            # What the workflow wrote since the last request (step 10's system
+            # and user messages, a re-ask): in memory before the model is asked.
+            try:
+                await asyncio.to_thread(memory.append, req.conversation_id, req.prelude_seq,
+                                        req.prelude, wf_id, req.execution_chain or None)
+            except MemoryConflictError as exc:
+                raise application_error(exc, non_retryable=True) from exc
+            except DatabaseUnavailable as exc:
+                raise application_error(exc, non_retryable=False) from exc
         # A retry after the response was stored (worker lost before completing)
         # returns the stored response instead of asking the model again.
         stored = await asyncio.to_thread(memory.get, req.conversation_id, req.response_seq)
@@ -94,10 +104,18 @@ class ModelActivities:
                 req.execution_chain or None)
         except MemoryConflictError as exc:
             raise application_error(exc, non_retryable=True) from exc
+        known = set(req.known_policies)
+        policies = []
+        for call in message.tool_calls:
+            found = service.tool(call.name)
+            if found is not None and call.name not in known:
+                policies.append(found.spec.policy())
+                known.add(call.name)
         return ModelCallResult(
             message=message,
             usage=response.usage,
             finish_reason=response.finish_reason,
             model=response.model,
             provider=self.rt.provider.name,
+            tools=policies,
         )

@@ -40,10 +40,15 @@ class ServiceActivities:
 
     @activity.defn(name=DESCRIBE_SERVICE)
     def describe_service(self, req: DescribeServiceInput) -> ServiceSpec:
+        return self.describe(req.service)
+
+    def describe(self, name: str) -> ServiceSpec:
+        """The service's spec as this worker runs it (policies, tools, pipeline
+        flags, approvers, search attributes)."""
         try:
             # Step 9's choice (schema vs instructions) depends on this worker's provider.
             takes_schema = bool(getattr(self.rt.provider, "supports_response_format", False))
-            service = self.rt.services.get(req.service)
+            service = self.rt.services.get(name)
             spec = service.spec(
                 provider_takes_schema=takes_schema, model_window_tokens=window_tokens(
                     context_tokens(model_name(self.rt), self.rt.settings.context_tokens)))
@@ -79,5 +84,5 @@ class ServiceActivities:
         state = await asyncio.to_thread(self.rt.memory.state, req.conversation_id)
         ctx = ProviderContext(conversation_id=req.conversation_id, user_id=req.user_id,
                               state=state, known=req.known)
-        return ResolvedTools(added=[t.spec for t in service.offered(ctx)
+        return ResolvedTools(added=[t.spec.policy() for t in service.offered(ctx)
                                     if t.name not in req.known], unavailable=unavailable)

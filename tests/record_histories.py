@@ -8,7 +8,9 @@ cut twice at the length limit (continuation, then `truncated`), an answer
 withheld by the provider's content filter — on a fresh dev server and writes
 each history to tests/histories/NAME.json (only the NAMEs given, if any). Commit the
 files: replaying them on every run makes a workflow change that would break
-turns in flight fail CI. Re-record only for a deliberate, versioned change.
+turns in flight fail CI. Re-record only for a deliberate, versioned change
+(turnstile.engine.versions: bump TURN_VERSION, keep the old files in
+tests/histories/v<N>/ for tests/test_upgrade.py).
 """
 
 from __future__ import annotations

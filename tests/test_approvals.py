@@ -20,6 +20,7 @@ from turnstile.engine.contract import (
     TurnStatus,
 )
 from turnstile.stores.db import Database
+from workflows.state import SA_PENDING, SA_STATUS
 
 
 def db_url(tmp_path) -> str:  # type: ignore[no-untyped-def]
@@ -166,7 +167,9 @@ async def test_waiting_turns_are_findable(client: Client, task_queue: str, tmp_p
             await asyncio.sleep(0.1)
         assert found == [handle.id]
         desc = await handle.describe()
-        memo = await desc.memo_value("pending_approvals")
-        assert memo == 1
+        # Search attributes are set; the memo only stands in where they are not registered.
+        assert desc.typed_search_attributes.get(SA_PENDING) == 1
+        assert desc.typed_search_attributes.get(SA_STATUS) == "awaiting_approval"
+        assert not desc.raw_description.workflow_execution_info.memo.fields
         await handle.signal("approve", ApproveSignal(tool_call_id="p1", reviewer="carol"))
         await handle.result()

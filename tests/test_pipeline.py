@@ -26,6 +26,7 @@ from turnstile.engine.pipeline_spec import PipelinePolicy
 from turnstile.providers import OpenAICompatibleProvider
 from turnstile.runtime.guardrails import prompt_injection_guardrail
 from turnstile.runtime.moderation import KeywordModerator
+from turnstile.runtime.upgrade import opening_activity
 from turnstile.stores.memory import MemoryStore
 
 CONTACT = {"name": "Ada", "email": "ada@example.com", "priority": 2}
@@ -41,7 +42,8 @@ def by_role(request: dict[str, Any], role: str) -> list[dict[str, Any]]:
 
 
 async def activity_timeline(handle: WorkflowHandle) -> list[tuple[str, str]]:
-    """("scheduled"|"completed", activity type) in history order."""
+    """("scheduled"|"completed"|"local", activity type) in history order; a
+    local activity is one marker, recorded when it completed."""
     history = await handle.fetch_history()
     names: dict[int, str] = {}
     out = []
@@ -52,6 +54,8 @@ async def activity_timeline(handle: WorkflowHandle) -> list[tuple[str, str]]:
         elif e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
             sid = e.activity_task_completed_event_attributes.scheduled_event_id
             out.append(("completed", names[sid]))
+        elif (name := opening_activity([e])) is not None:
+            out.append(("local", name))
     return out
 
 
@@ -87,19 +91,20 @@ async def test_order_sensitive_facts(client: Client, task_queue: str, tmp_path,
     assert first_user.content == user["content"]
     assert first_user.attributes[attr.RAW_USER_MESSAGE] == ASK
     assert first_user.attributes[attr.RETRIEVED_SOURCES][0]["doc_id"] == "follow-up-policy"
-    # Order in history: retrieve → input guardrails → memory write → moderation
-    # started with the model call, and its verdict is in before the turn ends.
+    # Order in history: begin (memory, lock) → retrieve → input guardrails →
+    # moderation started with the model call (which writes the user message
+    # first), and the moderation verdict is in before the turn ends.
     timeline = await activity_timeline(handle)
-    scheduled = [n.removeprefix("turnstile.") for k, n in timeline
-                 if k == "scheduled" and n != "turnstile.resolve_tools"]  # step 12
-    assert scheduled[:7] == ["describe_service", "load_memory", "retrieve", "input_guardrails",
-                             "append_messages", "moderate", "call_model"]
+    steps = [n.removeprefix("turnstile.") for k, n in timeline
+             if k in ("scheduled", "local") and n != "turnstile.resolve_tools"]  # step 12
+    assert steps[:6] == ["begin_turn", "publish_event", "retrieve", "input_guardrails",
+                         "moderate", "call_model"]
     assert timeline.index(("completed", "turnstile.call_model")) < timeline.index(
         ("completed", "turnstile.moderate"))  # concurrent: the model answered first
     # Checked, then parsed, then the conversation is handed to its next turn.
     assert timeline[-3:] == [("completed", "turnstile.parse_output"),
-                             ("scheduled", "turnstile.release_conversation"),
-                             ("completed", "turnstile.release_conversation")]
+                             ("local", "turnstile.release_conversation"),
+                             ("local", "turnstile.publish_event")]
     assert moderator.calls == [user["content"]]
 
 

@@ -1,7 +1,10 @@
 """Recorded histories of the main scenarios replay against today's workflow
 code. A change that would break turns in flight (a reordered activity, a
 renamed signal, a new command before an old one) fails here. Re-record with
-`python -m tests.record_histories` only for a deliberate, versioned change."""
+`python -m tests.record_histories` only for a deliberate, versioned change:
+bump `turnstile.engine.versions.TURN_VERSION` and move the old recordings to
+`tests/histories/v<N>/` (tests/test_upgrade.py checks the worker recognises
+them and refuses to start while such turns run)."""
 
 from __future__ import annotations
 

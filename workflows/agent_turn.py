@@ -5,6 +5,12 @@ model, tools — is an activity named in `turnstile.engine.activity_io`; the wor
 holds references (memory slots, call ids) and bounded previews, never the
 conversation, so the bytes a turn adds to history do not grow with the
 conversation's length.
+
+The lean turn (version 2, `workflows.state.TURN_VERSION`): every model call
+and every tool call is its own activity; the bookkeeping around them is local
+activities (begin_turn, memory writes the workflow owes, release), the
+messages of step 10 are written by the first model call, and memo and search
+attributes change on transitions only. A plain turn is about 30 history events.
 """
 
 from __future__ import annotations
@@ -56,12 +62,6 @@ with workflow.unsafe.imports_passed_through():
     from workflows.tool_options import compensation_options, listing_options, model_options
     from workflows.tool_round import RoundWrites, ToolRound
 
-
-# Patch marker: effects keyed by the turn's execution chain (issue 12). Turns
-# recorded before it replay with the keys they were written with.
-CHAIN_KEYS = "execution-chain-keys"
-# Patch marker: a cancel gives every call of the round under way a result.
-CANCEL_SETTLES_CALLS = "cancel-settles-calls"
 
 # Exceptions that fail the turn's workflow instead of its workflow task
 # (the worker's `workflow_failure_exception_types`, as pydantic-ai's Temporal
@@ -155,11 +155,10 @@ class AgentTurn:
     async def run(self, turn: TurnInput) -> TurnResult:
         s = self.s
         s.turn = turn
-        if workflow.patched(CHAIN_KEYS):
-            # Keys of this turn's effects (ledger, audit, idempotency, approvals):
-            # the same across reset, workflow retry and continue-as-new, new for
-            # a new start of a closed workflow id (tests/test_execution_chain.py).
-            s.chain = workflow.info().first_execution_run_id
+        # Keys of this turn's effects (ledger, audit, idempotency, approvals):
+        # the same across reset, workflow retry and continue-as-new, new for
+        # a new start of a closed workflow id (tests/test_execution_chain.py).
+        s.chain = workflow.info().first_execution_run_id
         self.steps = PipelineSteps(s, turn, self.spec)
         try:
             answer = await self._pipeline(turn)
@@ -175,7 +174,7 @@ class AgentTurn:
         except asyncio.CancelledError:
             # `temporal workflow cancel`: every call gets a result, what was done
             # is undone, then the turn ends as Canceled.
-            if self.round is not None and workflow.patched(CANCEL_SETTLES_CALLS):
+            if self.round is not None:
                 try:
                     await self._settle_cancelled(self.round)
                 except TurnStopped as stop:  # the next memory load repairs what is missing
@@ -191,21 +190,27 @@ class AgentTurn:
 
     async def _pipeline(self, turn: TurnInput) -> Any:
         s = self.s
-        s.step = "describe_service"
-        spec = await s.activity(io.describe_service, io.DescribeServiceInput(service=turn.service),
-                                "describe_service", TurnStatus.REFUSED)
+        # 1. load chat memory (a snapshot: where to write next), with the
+        # service's spec as this worker runs it: one local activity.
+        s.step = "load_memory"
+        begun = await s.local(
+            io.begin_turn, io.BeginTurnInput(service=turn.service,
+                                             conversation_id=turn.conversation_id,
+                                             user_id=turn.user_id),
+            "begin turn: service, memory, lock", TurnStatus.REFUSED)
+        spec, memory = begun.spec, begun.memory
+        if memory is None:  # another turn holds the conversation: wait, visibly
+            s.event("conversation_busy", begun.busy or "")
+            memory = await s.activity(
+                io.load_memory, io.LoadMemoryInput(conversation_id=turn.conversation_id,
+                                                   user_id=turn.user_id),
+                "load_memory (waits for the conversation)", TurnStatus.REFUSED)
+        s.tool_names = list(begun.tool_names)
         s.search_attributes = spec.search_attributes
         self.spec = spec
         turn.service = spec.name  # "" named the worker's default service
         steps = self.steps = PipelineSteps(s, turn, spec)
-        await s.publish()
-        # 1. load chat memory (a snapshot: where to write next)
-        s.step = "load_memory"
-        memory = await s.activity(
-            io.load_memory, io.LoadMemoryInput(conversation_id=turn.conversation_id,
-                                               user_id=turn.user_id),
-            "load_memory", TurnStatus.REFUSED)
-        self.locked = True  # load_memory took the conversation's lock
+        self.locked = True  # begin_turn took the conversation's lock
         s.seq = memory.next_seq
         s.event("load_memory", f"{memory.message_count} stored message(s)")
         for note in memory.repaired:  # calls an ended turn left without a result
@@ -220,12 +225,13 @@ class AgentTurn:
         self.stream = steps.streaming()  # 8. streaming, once per turn
         user, self.response_format = steps.output_format(user)  # 9. output format
         steps.user = user
-        # 10. write memory: the user message is stored before the model is called
+        # 10. write memory: the user message is stored before the model is
+        # called, by the model-call activity itself (ModelCallInput.prelude).
         new = []
         if system and system != memory.system_prompt:
             new.append(ChatMessage(role="system", content=system))
         new.append(user.stored(spec.pipeline.policy))
-        await s.append(new)
+        s.defer(new)
         steps.start_moderation(user)  # 11. moderation, concurrently with the model
         try:
             answer = await self._loop(turn, spec)  # 12-14. tools, model, round trips
@@ -244,7 +250,6 @@ class AgentTurn:
 
     async def _loop(self, turn: TurnInput, spec: ServiceSpec) -> str:
         s = self.s
-        s.tool_names = [t.name for t in spec.tools]
         # One set of breakers per turn: a re-ask (steps 15/16) does not reset them.
         breakers = self.breakers = self.breakers or Breakers(spec.loop.breakers)
         while True:
@@ -322,7 +327,7 @@ class AgentTurn:
         for note in resolved.unavailable:
             s.event("tools_unavailable", note)
         for t in resolved.added:
-            if spec.tool(t.name) is None:
+            if t.name not in s.tool_names:
                 spec.tools.append(t)
                 s.tool_names.append(t.name)
                 s.event("tools_added", t.name)
@@ -331,6 +336,7 @@ class AgentTurn:
                           continuation: bool = False) -> io.ModelCallResult:
         s = self.s
         s.step = "model_call"
+        prelude, prelude_seq = s.take_prelude()
         s.answer_seq = s.alloc(1)
         summary = f"model round {s.round_trips + 1}" + (" continuation" if continuation else "")
         result = await s.activity(
@@ -341,8 +347,13 @@ class AgentTurn:
                               response_seq=s.answer_seq, round=s.round_trips,
                               taken_call_ids=[c.id for c in s.calls], stream=self.stream,
                               response_format=self.response_format, window=spec.memory,
-                              continuation=continuation),
+                              continuation=continuation, prelude=prelude,
+                              prelude_seq=prelude_seq, user_id=turn.user_id,
+                              known_policies=[t.name for t in spec.tools]),
             summary, TurnStatus.FAILED, options=model_options(spec.loop))
+        for t in result.tools:  # policies of tools this turn calls for the first time
+            if spec.tool(t.name) is None:
+                spec.tools.append(t)
         s.usage = s.usage + result.usage
         s.provider = result.provider
         calls = ", ".join(c.name for c in result.message.tool_calls)
@@ -373,7 +384,7 @@ class AgentTurn:
                 rec.status = CallStatus.COMPLETED
                 s.event("compensation_failed", f"{call.name} ({call.id}): {reason}")
                 try:
-                    await s.activity(io.record_compensation_failure, io.CompensationFailure(
+                    await s.local(io.record_compensation_failure, io.CompensationFailure(
                         conversation_id=turn.conversation_id, call=call, cause=cause,
                         error=reason, execution_chain=s.chain),
                         f"record failed undo of {call.name}", TurnStatus.COMPENSATION_FAILED)
@@ -403,8 +414,12 @@ class AgentTurn:
         await round_.write_cancelled()
 
     async def _release(self, turn: TurnInput) -> None:
-        """Audit the decisions refused since the last round, then let the
-        conversation's next turn in."""
+        """Store what no model call took, audit the decisions refused since the
+        last round, then let the conversation's next turn in."""
+        try:
+            await self.s.flush()  # e.g. the user message of a turn stopped before its model call
+        except TurnStopped as stop:
+            self.s.event("record_failed", str(stop))
         refusals = self.s.take_refusals()
         if refusals:  # e.g. a refused signal, then a cancel before the round ended
             try:
@@ -414,7 +429,7 @@ class AgentTurn:
         if self.locked:
             self.locked = False
             try:
-                await self.s.activity(
+                await self.s.local(
                     io.release_conversation, io.LoadMemoryInput(
                         conversation_id=turn.conversation_id, user_id=turn.user_id),
                     "release_conversation", TurnStatus.FAILED)

@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError
+from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from turnstile.engine import activity_io as io
@@ -37,7 +37,7 @@ with workflow.unsafe.imports_passed_through():
     from turnstile.engine.turn_rules import render_template
     from turnstile.engine.user_message import UserMessage, checked_attachments
     from workflows.state import TurnState, TurnStopped, failure_reason
-    from workflows.tool_options import event_options, pipeline_options
+    from workflows.tool_options import event_options, pipeline_local_options, pipeline_options
 
 
 @dataclass(frozen=True)
@@ -104,7 +104,7 @@ class PipelineSteps:
         try:
             await workflow.execute_local_activity(io.PUBLISH_EVENT, event,
                                                   result_type=list[str], **event_options())
-        except ActivityError as exc:  # an event never changes the turn's outcome
+        except (ActivityError, ApplicationError) as exc:  # never changes the turn's outcome
             workflow.logger.warning("%s not delivered: %s", event.kind, failure_reason(exc))
 
     def _event_ids(self, kind: str) -> dict[str, Any]:
@@ -132,12 +132,13 @@ class PipelineSteps:
     async def retrieval(self, user: UserMessage) -> UserMessage:
         if not self.pipe.retriever:
             return user
-        got = await self.s.activity(
+        # A local activity: one marker in history, no task round trip.
+        got = await self.s.local(
             io.retrieve, io.RetrieveInput(**self._ids(), query=user.text, raw_message=user.raw,
                                           top_k=self.policy.retrieval_top_k,
                                           max_chars=self.policy.retrieval_max_chars),
             f"retrieve ({self.pipe.retriever})", TurnStatus.FAILED,
-            options=pipeline_options())
+            options=pipeline_local_options())
         if not got.snippets:
             self.s.event("retrieval", "nothing relevant found")
             return user
@@ -288,14 +289,15 @@ class PipelineSteps:
         if r.kind == "retry":
             await self.discard_answer(r.source)
             return
-        await self.s.append([ChatMessage(role="user", content=r.text,
-                                         attributes={attr.REPROMPT: r.source})])
+        # Stored by the next model call, before it asks.
+        self.s.defer([ChatMessage(role="user", content=r.text,
+                                  attributes={attr.REPROMPT: r.source})])
 
     async def discard_answer(self, reason: str) -> None:
         """The refused answer is never sent to the model again, nor kept as said."""
         seq = self.s.answer_seq
         if seq is None:
             return
-        await self.s.activity(io.discard_message, io.DiscardInput(
+        await self.s.local(io.discard_message, io.DiscardInput(
             conversation_id=self.turn.conversation_id, seq=seq, reason=reason),
             "discard answer", TurnStatus.FAILED)

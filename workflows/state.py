@@ -29,12 +29,19 @@ with workflow.unsafe.imports_passed_through():
     from turnstile.engine.masking import mask_any, mask_json_text
     from turnstile.engine.messages import ChatMessage, ToolCall, Usage
     from turnstile.engine.turn_rules import parsed_arguments
-    from workflows.tool_options import ActivityOptions, memory_options
+    from turnstile.engine.versions import TURN_VERSION
+    from workflows.tool_options import (
+        ActivityOptions,
+        LocalActivityOptions,
+        bookkeeping_options,
+        memory_options,
+    )
 
 In = TypeVar("In", bound=BaseModel)
 Out = TypeVar("Out")
 
 MAX_EVENTS = 200
+
 
 # Registered by `make up` / the worker (see turnstile.runtime.search_attributes).
 SA_STATUS = SearchAttributeKey.for_keyword("TurnstileStatus")
@@ -42,15 +49,21 @@ SA_PENDING = SearchAttributeKey.for_int("TurnstilePendingApprovals")
 SA_CONVERSATION = SearchAttributeKey.for_keyword("TurnstileConversation")
 
 
-def failure_reason(exc: ActivityError) -> str:
+def _cause(exc: ActivityError | ApplicationError) -> BaseException | None:
+    # An activity fails with ActivityError (the attempt's error as its cause);
+    # a local activity's failure arrives as the attempt's ApplicationError itself.
+    return exc.cause if isinstance(exc, ActivityError) else exc
+
+
+def failure_reason(exc: ActivityError | ApplicationError) -> str:
     """What an activity's last attempt reported, for the model and the turn's error."""
-    cause = exc.cause
+    cause = _cause(exc)
     return cause.message if isinstance(cause, ApplicationError) else str(cause or exc)
 
 
-def failure_type(exc: ActivityError) -> str:
+def failure_type(exc: ActivityError | ApplicationError) -> str:
     """The error type an activity's last attempt reported (its ApplicationError type)."""
-    cause = exc.cause
+    cause = _cause(exc)
     if isinstance(cause, ApplicationError):
         return cause.type or "ApplicationError"
     return type(cause or exc).__name__
@@ -71,7 +84,8 @@ class TurnStopped(Exception):
         self.answer, self.compensate = answer, compensate
 
     @classmethod
-    def from_activity(cls, status: TurnStatus, exc: ActivityError) -> TurnStopped:
+    def from_activity(cls, status: TurnStatus,
+                      exc: ActivityError | ApplicationError) -> TurnStopped:
         stop = cls(status, TurnstileError(failure_reason(exc)))
         stop.error_type = failure_type(exc)
         return stop
@@ -97,9 +111,13 @@ class TurnState:
         self.tool_names: list[str] = []
         self.search_attributes = False
         self.answer_seq: int | None = None  # memory slot of the latest model response
-        # The turn's execution chain (first_execution_run_id; "" when replaying
-        # a history recorded before keys were scoped by it): see AgentTurn.run.
+        # The turn's execution chain (first_execution_run_id): see AgentTurn.run.
         self.chain = ""
+        # Messages for memory that the next model call writes before it asks
+        # (step 10, a re-ask): one write fewer per turn. `flush` writes what
+        # is left when the turn ends without another model call.
+        self.prelude: list[ChatMessage] = []
+        self.prelude_seq = 0
 
     # -- records ---------------------------------------------------------------
     def new_call(self, call: ToolCall) -> ToolCallRecord:
@@ -137,6 +155,25 @@ class TurnState:
         taken, self.refusals = self.refusals, []
         return taken
 
+    def defer(self, messages: list[ChatMessage]) -> None:
+        """Reserve slots for `messages`; the next model call stores them."""
+        if not self.prelude:
+            self.prelude_seq = self.seq
+        elif self.prelude_seq + len(self.prelude) != self.seq:
+            raise AssertionError("deferred messages must take consecutive memory slots")
+        self.alloc(len(messages))
+        self.prelude.extend(messages)
+
+    def take_prelude(self) -> tuple[list[ChatMessage], int]:
+        taken, self.prelude = self.prelude, []
+        return taken, self.prelude_seq
+
+    async def flush(self) -> None:
+        """Store deferred messages no model call took (the turn ended first)."""
+        messages, seq = self.take_prelude()
+        if messages:
+            await self.append(messages, seq=seq)
+
     def alloc(self, n: int) -> int:
         """Reserve `n` consecutive memory slots."""
         start, self.seq = self.seq, self.seq + n
@@ -167,27 +204,45 @@ class TurnState:
         except ActivityError as exc:
             raise TurnStopped.from_activity(status_on_error, exc) from exc
 
+    async def local(self, ref: io.ActivityRef[In, Out], arg: In, summary: str,
+                    status_on_error: TurnStatus,
+                    options: LocalActivityOptions | None = None) -> Out:
+        """Run bookkeeping as a local activity; a failure after its retries
+        ends the turn with its type."""
+        try:
+            result: Out = await workflow.execute_local_activity(
+                ref.name, arg, result_type=ref.result_type, summary=summary,
+                **(options or bookkeeping_options()))
+            return result
+        except (ActivityError, ApplicationError) as exc:
+            raise TurnStopped.from_activity(status_on_error, exc) from exc
+
     async def append(self, messages: list[ChatMessage], seq: int | None = None,
                      audit: list[io.AuditEntry] | None = None,
                      decisions: list[ApprovalDecision] | None = None) -> None:
         assert self.turn is not None
         start = self.alloc(len(messages)) if seq is None else seq
-        await self.activity(io.append_messages, io.AppendMessagesInput(
+        await self.local(io.append_messages, io.AppendMessagesInput(
             conversation_id=self.turn.conversation_id, user_id=self.turn.user_id,
             start_seq=start, messages=messages, audit=audit or [], decisions=decisions or [],
             execution_chain=self.chain),
             "append_messages", TurnStatus.FAILED)
 
     async def publish(self) -> None:
-        """Make the turn findable: memo always, search attributes when registered
-        (`temporal workflow list --query 'TurnstilePendingApprovals > 0'`)."""
-        memo = {"turnstile_status": self.step, "pending_approvals": len(self.pending)}
-        if self.turn is not None:
-            memo["conversation_id"] = self.turn.conversation_id
-        workflow.upsert_memo(memo)
-        if self.search_attributes and self.turn is not None:
+        """Make the turn findable: search attributes when the namespace has them
+        (`temporal workflow list --query 'TurnstilePendingApprovals > 0'`), else
+        the memo. Called on transitions only (an approval wait begins or ends,
+        the turn ends): one history event each."""
+        if self.turn is None:
+            return
+        if self.search_attributes:
             workflow.upsert_search_attributes([
                 SA_STATUS.value_set(self.step),
                 SA_PENDING.value_set(len(self.pending)),
                 SA_CONVERSATION.value_set(self.turn.conversation_id),
             ])
+            return
+        workflow.upsert_memo({"turnstile_status": self.step,
+                              "pending_approvals": len(self.pending),
+                              "conversation_id": self.turn.conversation_id,
+                              "turnstile_version": TURN_VERSION})

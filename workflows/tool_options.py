@@ -27,11 +27,25 @@ class LocalActivityOptions(TypedDict, total=False):
     """The keyword arguments of `workflow.execute_local_activity` that Turnstile sets."""
 
     start_to_close_timeout: timedelta
+    schedule_to_close_timeout: timedelta
     retry_policy: RetryPolicy
 
 
 def memory_options() -> ActivityOptions:
     # A database outage is waited out (bounded), never turned into lost work.
+    return {
+        "start_to_close_timeout": timedelta(seconds=30),
+        "schedule_to_close_timeout": timedelta(hours=1),
+        "retry_policy": RetryPolicy(initial_interval=timedelta(seconds=1),
+                                    maximum_interval=timedelta(seconds=30)),
+    }
+
+
+def bookkeeping_options() -> LocalActivityOptions:
+    """The turn's own bookkeeping (begin_turn, memory writes the workflow owes,
+    release) runs as local activities: one marker each in history, no task
+    round trip through the server. A database outage is waited out the same
+    way as memory_options (bounded); waits longer than a minute become timers."""
     return {
         "start_to_close_timeout": timedelta(seconds=30),
         "schedule_to_close_timeout": timedelta(hours=1),
@@ -91,6 +105,16 @@ def compensation_options(tool: ToolSpec | None, loop: LoopPolicy) -> ActivityOpt
 def pipeline_options() -> ActivityOptions:
     """A service's pipeline component (retriever, guardrail, moderator...): a
     broken one fails the turn after a few attempts instead of stalling it."""
+    return {
+        "start_to_close_timeout": timedelta(seconds=60),
+        "retry_policy": RetryPolicy(initial_interval=timedelta(seconds=1),
+                                    maximum_interval=timedelta(seconds=10),
+                                    maximum_attempts=3),
+    }
+
+
+def pipeline_local_options() -> LocalActivityOptions:
+    """pipeline_options for a component run as a local activity (the retriever)."""
     return {
         "start_to_close_timeout": timedelta(seconds=60),
         "retry_policy": RetryPolicy(initial_interval=timedelta(seconds=1),

@@ -40,9 +40,6 @@ with workflow.unsafe.imports_passed_through():
     from workflows.tool_options import listing_options, tool_options
 
 
-# Patch marker: approvals validate the call first (turnstile.review_call).
-REVIEW_BEFORE_APPROVAL = "review-before-approval"
-
 CANCELLED_RUNNING_TEXT = (
     "The turn was cancelled while this call to {name} was running. It may or may not have "
     "taken effect: check its effect before relying on it or trying again.")
@@ -104,15 +101,19 @@ class ToolRound:
         return running
 
     async def _write(self) -> None:
+        """One local activity per run of consecutive slots (usually one per
+        round), each with the audit rows and decisions of its calls, plus the
+        decisions refused while this round waited for approvals."""
         w = self.writes
-        for seq, msg in sorted(w.messages, key=lambda x: x[0]):
-            await self.s.append([msg], seq=seq,
-                                audit=[a for a in w.audit if a.call_id == msg.tool_call_id],
-                                decisions=[d for d in w.decisions
-                                           if d.tool_call_id == msg.tool_call_id])
-        w.messages, w.audit, w.decisions = [], [], []
         refusals = self.s.take_refusals()
-        if refusals:  # decisions refused while this round waited for approvals
+        for seq, run in _consecutive(sorted(w.messages, key=lambda x: x[0])):
+            ids = {m.tool_call_id for m in run}
+            await self.s.append(run, seq=seq,
+                                audit=[a for a in w.audit if a.call_id in ids] + refusals,
+                                decisions=[d for d in w.decisions if d.tool_call_id in ids])
+            refusals = []
+        w.messages, w.audit, w.decisions = [], [], []
+        if refusals:
             await self.s.append([], audit=refusals)
 
     async def write_cancelled(self) -> None:
@@ -130,7 +131,7 @@ class ToolRound:
         approval = None
         if decision.needs_approval:
             reviewed = await self._review(call)
-            if reviewed is not None and not reviewed.valid:
+            if not reviewed.valid:
                 # Never ask a reviewer about arguments that fail validation.
                 count = self.s.argument_errors.get(call.name, 0)
                 self.s.argument_errors[call.name] = count + 1
@@ -190,11 +191,8 @@ class ToolRound:
                                     f"{self.spec.loop.breakers.consecutive_failures} "
                                     "consecutive failures")
 
-    async def _review(self, call: ToolCall) -> io.ReviewedCall | None:
-        """Validate a call before a reviewer sees it (None in histories recorded
-        before this step existed: they replay without it)."""
-        if not workflow.patched(REVIEW_BEFORE_APPROVAL):
-            return None
+    async def _review(self, call: ToolCall) -> io.ReviewedCall:
+        """Validate a call before a reviewer sees it."""
         reviewed: io.ReviewedCall = await self.s.activity(
             io.review_call, io.ReviewCallInput(service=self.turn.service, call=call),
             f"review {call.name}", TurnStatus.FAILED, options=listing_options())
@@ -233,3 +231,14 @@ class ToolRound:
         s.step = "tools"
         await s.publish()
         return decision
+
+
+def _consecutive(items: list[tuple[int, ChatMessage]]) -> list[tuple[int, list[ChatMessage]]]:
+    """Runs of consecutive memory slots: (first slot, messages)."""
+    runs: list[tuple[int, list[ChatMessage]]] = []
+    for seq, msg in items:
+        if runs and runs[-1][0] + len(runs[-1][1]) == seq:
+            runs[-1][1].append(msg)
+        else:
+            runs.append((seq, [msg]))
+    return runs

@@ -20,6 +20,9 @@ from turnstile.engine.messages import ChatMessage, ToolCall, Usage
 from turnstile.engine.pipeline_spec import GuardrailVerdict
 from turnstile.engine.specs import ServiceSpec, ToolSpec
 
+# Step 1 and the service's spec in one local activity (the turn's first
+# bookkeeping; describe_service + load_memory before version 2 of the turn).
+BEGIN_TURN = "turnstile.begin_turn"
 DESCRIBE_SERVICE = "turnstile.describe_service"
 LOAD_MEMORY = "turnstile.load_memory"
 APPEND_MESSAGES = "turnstile.append_messages"
@@ -63,6 +66,26 @@ class MemorySnapshot(BaseModel):
     repaired: list[str] = Field(default_factory=list)
 
 
+class BeginTurnInput(BaseModel):
+    service: str  # "" names the worker's default service
+    conversation_id: str
+    user_id: str
+
+
+class BeginTurnResult(BaseModel):
+    """The service as this turn runs it, and where memory stands. The spec is
+    the workflow's copy: loop policy, templates and flags, without tools:
+    `tool_names` are the tools offered to the model, and a tool's policy
+    (ToolSpec without description and schema) reaches the workflow with the
+    first model response that calls it (ModelCallResult.tools). History
+    carries the policies of the tools a turn uses, not of every tool."""
+
+    spec: ServiceSpec
+    tool_names: list[str]
+    memory: MemorySnapshot | None  # None: the conversation is busy (`busy` says with what)
+    busy: str | None = None
+
+
 class AuditEntry(BaseModel):
     """A tool call the workflow settled without running it (unknown tool,
     rejection, disabled by a breaker, retries exhausted)."""
@@ -101,6 +124,14 @@ class ModelCallInput(BaseModel):
     # The previous answer hit the length limit: ask the model to go on (no
     # tools offered; the prompt is sent, never stored).
     continuation: bool = False
+    # Messages the workflow wrote since the last model call (step 10's system
+    # and user messages, a re-ask), stored at `prelude_seq`... before the
+    # model is asked: the activity that needs them in memory writes them.
+    prelude: list[ChatMessage] = Field(default_factory=list)
+    prelude_seq: int = 0
+    user_id: str = ""
+    # Tools whose policy the workflow already has (see ModelCallResult.tools).
+    known_policies: list[str] = Field(default_factory=list)
 
 
 class ModelCallResult(BaseModel):
@@ -109,6 +140,9 @@ class ModelCallResult(BaseModel):
     finish_reason: str | None = None
     model: str = ""
     provider: str = ""
+    # Policies (ToolSpec without description and schema) of the tools this
+    # response calls that are not in ModelCallInput.known_policies.
+    tools: list[ToolSpec] = Field(default_factory=list)
 
 
 class ToolExecInput(BaseModel):
@@ -300,6 +334,7 @@ class ActivityRef(Generic[In, Out]):
     result_type: type[Out]
 
 
+begin_turn = ActivityRef(BEGIN_TURN, BeginTurnInput, BeginTurnResult)
 describe_service = ActivityRef(DESCRIBE_SERVICE, DescribeServiceInput, ServiceSpec)
 load_memory = ActivityRef(LOAD_MEMORY, LoadMemoryInput, MemorySnapshot)
 append_messages = ActivityRef(APPEND_MESSAGES, AppendMessagesInput, type(None))

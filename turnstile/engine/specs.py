@@ -75,6 +75,12 @@ class ToolSpec(BaseModel):
             },
         }
 
+    def policy(self) -> ToolSpec:
+        """The tool as workflow code needs it: without what only the model
+        request needs (description and argument schema), so history does
+        not carry them."""
+        return self.model_copy(update={"description": "", "parameters": {}})
+
 
 class LoopPolicy(BaseModel):
     """How the tool round-trip loop reacts to the model (docs/design.md, "Tool calling")."""

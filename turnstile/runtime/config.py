@@ -46,6 +46,9 @@ class Settings:
     # long; what is still running then is handed back (failed as WorkerShutdown,
     # retried at once by another worker).
     shutdown_grace_seconds: float = 20.0
+    # Refuse to start while turns of an older command-sequence version run
+    # (turnstile.runtime.upgrade). TURNSTILE_UPGRADE_CHECK=off skips it.
+    upgrade_check: bool = True
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -73,5 +76,6 @@ class Settings:
             context_tokens=int(e.get("TURNSTILE_CONTEXT_TOKENS") or 0) or None,
             shutdown_grace_seconds=float(e.get("TURNSTILE_SHUTDOWN_GRACE_SECONDS")
                                          or d.shutdown_grace_seconds),
+            upgrade_check=(e.get("TURNSTILE_UPGRADE_CHECK") or "on").lower() != "off",
             plugins=tuple(p for p in (e.get("TURNSTILE_PLUGINS") or "").split(",") if p.strip()),
         )
