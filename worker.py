@@ -13,7 +13,8 @@ import threading
 from datetime import timedelta
 
 from temporalio.client import Client
-from temporalio.worker import Worker
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker, WorkflowRunner
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from activities import Runtime, all_activities
 from turnstile.runtime.client import connect
@@ -34,11 +35,31 @@ log = logging.getLogger("turnstile.worker")
 EXIT_OLDER_TURNS = 3
 
 
+def workflow_runner(sandbox: str) -> WorkflowRunner:
+    """How workflow code runs (TURNSTILE_WORKFLOW_SANDBOX).
+
+    "off" (the default): without Temporal's sandbox. The sandbox re-imports the
+    workflow modules for every run and routes every activation and payload
+    conversion through its import hooks: measured interleaved on the bench
+    turn, it costs about a quarter of a turn's worker CPU (bench/README.md).
+    The only code it would guard is Turnstile's own workflow code — services,
+    tools, guardrails and plugins run in activities — and that code is
+    checked in CI instead: the test suite runs every turn under "strict",
+    tests/test_determinism.py scans workflow and engine code for clocks,
+    randomness, environment and I/O, and recorded histories replay.
+    "strict": Temporal's default sandbox, the engine passed through."""
+    if sandbox == "off":
+        return UnsandboxedWorkflowRunner()
+    return SandboxedWorkflowRunner(
+        restrictions=SandboxRestrictions.default.with_passthrough_modules("turnstile"))
+
+
 def build_worker(client: Client, rt: Runtime, **overrides: object) -> Worker:
     """The Temporal worker for one runtime (tests pass their own client/runtime)."""
     options: dict[str, object] = {
         "task_queue": rt.settings.task_queue,
         "workflows": [AgentTurn],
+        "workflow_runner": workflow_runner(rt.settings.workflow_sandbox),
         "activities": all_activities(rt),
         # Sync activities (database work) run on this pool.
         "activity_executor": concurrent.futures.ThreadPoolExecutor(max_workers=32),

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import logging
 import os
@@ -108,6 +109,7 @@ class System:
     ready: str
     start: Callable[[Client, str, int], Awaitable[WorkflowHandle[Any, Any]]]
     check: Callable[[Any], None]
+    env: dict[str, str] | None = None  # added to the worker's environment
 
 
 async def _start_turnstile(client: Client, queue: str, i: int) -> WorkflowHandle[Any, Any]:
@@ -189,7 +191,7 @@ async def measure_all(client: Client, systems: list[System], env: dict[str, str]
         for system in systems:
             queue = f"bench-{system.name}-{uuid.uuid4().hex[:6]}"
             workers[system.name] = (WorkerProc(
-                system.command, {**env, "TURNSTILE_TASK_QUEUE": queue},
+                system.command, {**env, **(system.env or {}), "TURNSTILE_TASK_QUEUE": queue},
                 workdir / f"worker-{system.name}.log", system.ready, cwd=ROOT), queue)
         for system in systems:  # warm-up: imports, pools, caches (not measured)
             _, _, warm = await run_batch(client, system, workers[system.name][1], args.warmup, 1)
@@ -295,7 +297,12 @@ async def bench(args: argparse.Namespace, workdir: Path) -> tuple[list[Row], str
         env = {"TEMPORAL_ADDRESS": server.address, "DATABASE_URL": db_url,
                "LLM_BASE_URL": fake.url, "BENCH_LLM_URL": fake.url,
                "TURNSTILE_DATA_DIR": str(workdir), "PYTHONPATH": str(ROOT)}
-        rows = await measure_all(client, [SYSTEMS[n] for n in args.systems], env, workdir, args)
+        systems = [SYSTEMS[n] for n in args.systems]
+        for variant in args.variants:  # e.g. TURNSTILE_SANDBOX=off: another Turnstile worker
+            key, _, value = variant.partition("=")
+            systems.append(dataclasses.replace(SYSTEMS["turnstile"], name=f"ts:{value}",
+                                               env={key: value}))
+        rows = await measure_all(client, systems, env, workdir, args)
         profile = await profile_turnstile(client, env, workdir, args.profile,
                                           args.profile_raw) \
             if args.profile else None
@@ -316,6 +323,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="batches per system and concurrency, interleaved")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 20, 50])
     parser.add_argument("--systems", nargs="+", choices=list(SYSTEMS), default=list(SYSTEMS))
+    parser.add_argument("--variants", nargs="*", default=[], metavar="VAR=VALUE",
+                        help="more Turnstile workers, each with one more environment "
+                             "variable, measured interleaved with the others")
     parser.add_argument("--warmup", type=int, default=3, help="unmeasured turns first")
     parser.add_argument("--rows", type=int, default=100_000, help="sales rows seeded")
     parser.add_argument("--profile", type=int, default=0, metavar="N",

@@ -37,7 +37,8 @@ def broken_record(req: io.CompensationFailure) -> None:
 
 
 def runtime(task_queue: str, url: str, llm_url: str) -> Runtime:
-    rt = Runtime.build(Settings.from_env({"TURNSTILE_TASK_QUEUE": task_queue,
+    rt = Runtime.build(Settings.from_env({"TURNSTILE_WORKFLOW_SANDBOX": "strict",
+                                          "TURNSTILE_TASK_QUEUE": task_queue,
                                           "DATABASE_URL": url, "LLM_BASE_URL": llm_url}),
                        ServiceRegistry([make_service()]))
     ensure_schema(rt.db)

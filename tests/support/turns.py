@@ -44,6 +44,8 @@ async def running_worker(client: Client, task_queue: str, database_url: str,
                          llm_url: str | None = None, env: dict[str, str] | None = None,
                          **worker_options: Any) -> AsyncIterator[Turns]:
     settings = Settings.from_env({
+        # Tests run workflow code in Temporal's sandbox (worker.workflow_runner).
+        "TURNSTILE_WORKFLOW_SANDBOX": "strict",
         "TURNSTILE_TASK_QUEUE": task_queue, "DATABASE_URL": database_url,
         **({"LLM_BASE_URL": llm_url} if llm_url else {}), **(env or {}),
     })

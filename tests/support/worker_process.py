@@ -20,8 +20,9 @@ class WorkerProcess:
 
     def start(self) -> WorkerProcess:
         offset = self.log.stat().st_size if self.log.exists() else 0
-        full_env = {**os.environ, **self.env, "PYTHONPATH": str(ROOT),
-                    "TURNSTILE_PLUGINS": "tests.support.services:register"}
+        # Workflow code in Temporal's sandbox, as every test runs it (worker.workflow_runner).
+        full_env = {**os.environ, "TURNSTILE_WORKFLOW_SANDBOX": "strict", **self.env,
+                    "PYTHONPATH": str(ROOT), "TURNSTILE_PLUGINS": "tests.support.services:register"}
         self.proc = spawn([sys.executable, str(ROOT / "worker.py"), *self.args], self.log,
                           env=full_env, cwd=ROOT)
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from turnstile.engine.contract import DEFAULT_TASK_QUEUE
+from turnstile.engine.errors import ConfigurationError
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]  # turnstile/runtime/config.py -> repo
 DATA_DIR = Path(os.environ.get("TURNSTILE_DATA_DIR", PROJECT_ROOT / ".data"))
@@ -49,6 +50,11 @@ class Settings:
     # Refuse to start while turns of an older command-sequence version run
     # (turnstile.runtime.upgrade). TURNSTILE_UPGRADE_CHECK=off skips it.
     upgrade_check: bool = True
+    # How workflow code runs (worker.workflow_runner): "off" (default) runs it
+    # without Temporal's sandbox; "strict" in Temporal's sandbox, as the test
+    # suite runs it. Only Turnstile's own workflow code runs there (services,
+    # tools and plugins run in activities), and CI checks it under "strict".
+    workflow_sandbox: str = "off"
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -77,5 +83,13 @@ class Settings:
             shutdown_grace_seconds=float(e.get("TURNSTILE_SHUTDOWN_GRACE_SECONDS")
                                          or d.shutdown_grace_seconds),
             upgrade_check=(e.get("TURNSTILE_UPGRADE_CHECK") or "on").lower() != "off",
+            workflow_sandbox=_sandbox(e.get("TURNSTILE_WORKFLOW_SANDBOX") or "off"),
             plugins=tuple(p for p in (e.get("TURNSTILE_PLUGINS") or "").split(",") if p.strip()),
         )
+
+
+def _sandbox(value: str) -> str:
+    if value.lower() not in ("off", "strict"):
+        raise ConfigurationError(
+            f"TURNSTILE_WORKFLOW_SANDBOX must be 'off' or 'strict', not {value!r}")
+    return value.lower()
