@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_serializer
 
 from turnstile.engine.contract import ApprovalDecision, AuditStatus, CallStatus, RollbackCause
 from turnstile.engine.memory_window import MemoryWindow
@@ -43,6 +43,15 @@ OUTPUT_GUARDRAILS = "turnstile.output_guardrails"  # step 15
 PARSE_OUTPUT = "turnstile.parse_output"  # step 16
 DISCARD_MESSAGE = "turnstile.discard_message"  # step 15 retry / refused answers
 PUBLISH_EVENT = "turnstile.publish_event"  # steps 4 and 17 (local activity)
+
+
+def recorded(spec: BaseModel) -> dict[str, Any]:
+    """A spec as history records it: the fields that differ from their
+    defaults (a service's spec is mostly defaults). Reading it back fills
+    the defaults of the code that reads it, so a default of these models is
+    part of the turn's version (turnstile.engine.versions; pinned by
+    tests/test_versions.py)."""
+    return spec.model_dump(mode="json", exclude_defaults=True)
 
 
 class DescribeServiceInput(BaseModel):
@@ -84,6 +93,10 @@ class BeginTurnResult(BaseModel):
     tool_names: list[str]
     memory: MemorySnapshot | None  # None: the conversation is busy (`busy` says with what)
     busy: str | None = None
+
+    @field_serializer("spec")
+    def _spec(self, spec: ServiceSpec) -> dict[str, Any]:
+        return recorded(spec)
 
 
 class AuditEntry(BaseModel):
@@ -143,6 +156,10 @@ class ModelCallResult(BaseModel):
     # Policies (ToolSpec without description and schema) of the tools this
     # response calls that are not in ModelCallInput.known_policies.
     tools: list[ToolSpec] = Field(default_factory=list)
+
+    @field_serializer("tools")
+    def _tools(self, tools: list[ToolSpec]) -> list[dict[str, Any]]:
+        return [recorded(t) for t in tools]
 
 
 class ToolExecInput(BaseModel):
