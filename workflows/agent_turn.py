@@ -183,8 +183,9 @@ class AgentTurn:
                 error = TurnErrorInfo(type=TurnCancelled.error_type,
                                       message="the turn was cancelled")
                 await self._roll_back(turn, error, None)
+            self.steps.turn_completed(None, "cancelled")
             await self._release(turn)
-            await self.steps.turn_completed(None, "cancelled")
+            await self.steps.events_delivered()
             raise
         return await self._result(turn, TurnStatus.COMPLETED, answer, None)
 
@@ -218,7 +219,7 @@ class AgentTurn:
         s.step = "prepare"
         system = await steps.system_message()  # 2. system message (+ transformer)
         user = steps.user_message()  # 3. user message from its template
-        await steps.turn_started()  # 4. "turn started" event
+        steps.turn_started()  # 4. "turn started" event (delivered while the turn goes on)
         user = await steps.retrieval(user)  # 5. retrieval: the user message only
         user = steps.attachments(user)  # 6. multimodal parts
         await steps.input_guardrails(user)  # 7. input guardrails see the final message
@@ -444,13 +445,14 @@ class AgentTurn:
         s = self.s
         s.step = status.value
         s.event("turn_completed", f"{status.value}, {s.round_trips} round trip(s)")
-        await self._release(turn)
-        await s.publish()
         result = TurnResult(
             status=status, answer=answer, round_trips=s.round_trips, tool_calls=s.calls,
             error=error, workflow_id=workflow.info().workflow_id,
             conversation_id=turn.conversation_id, service=turn.service, provider=s.provider,
             usage=s.usage)
         assert self.steps is not None
-        await self.steps.turn_completed(result, status)
+        self.steps.turn_completed(result, status)  # delivered while the conversation is released
+        await self._release(turn)
+        await s.publish()
+        await self.steps.events_delivered()
         return result

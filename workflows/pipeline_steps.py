@@ -60,6 +60,7 @@ class PipelineSteps:
         self.reasks = 0
         self.parse_failures = 0
         self.user: UserMessage | None = None
+        self.published: list[tuple[str, workflow.ActivityHandle[list[str]]]] = []
 
     def _ids(self) -> dict[str, str]:
         t = self.turn
@@ -98,14 +99,22 @@ class PipelineSteps:
         return UserMessage(raw=self.turn.message, text=text, unaugmented=text)
 
     # -- 4 / 17. events -------------------------------------------------------------
-    async def _publish(self, event: TurnStarted | TurnCompleted) -> None:
-        if not self.policy.events:
-            return
-        try:
-            await workflow.execute_local_activity(io.PUBLISH_EVENT, event,
-                                                  result_type=list[str], **event_options())
-        except (ActivityError, ApplicationError) as exc:  # never changes the turn's outcome
-            workflow.logger.warning("%s not delivered: %s", event.kind, failure_reason(exc))
+    # An event is a local activity that is started, not awaited: it goes out
+    # while the turn goes on (the next steps, the release) and is collected
+    # before the turn returns. A listener never changes the turn's outcome.
+    def _publish(self, event: TurnStarted | TurnCompleted) -> None:
+        if self.policy.events:
+            self.published.append((event.kind, workflow.start_local_activity(
+                io.PUBLISH_EVENT, event, result_type=list[str], **event_options())))
+
+    async def events_delivered(self) -> None:
+        """Wait for the events started so far (a failed delivery is logged)."""
+        published, self.published = self.published, []
+        for kind, handle in published:
+            try:
+                await handle
+            except (ActivityError, ApplicationError) as exc:
+                workflow.logger.warning("%s not delivered: %s", kind, failure_reason(exc))
 
     def _event_ids(self, kind: str) -> dict[str, Any]:
         info = workflow.info()
@@ -113,17 +122,17 @@ class PipelineSteps:
                 "workflow_id": info.workflow_id, "run_id": info.run_id, **self._ids(),
                 "at": workflow.now().isoformat()}
 
-    async def turn_started(self) -> None:
+    def turn_started(self) -> None:
         self.started_at = workflow.now()
         self.s.event("turn_started",
                      f"conversation {self.turn.conversation_id}, user {self.turn.user_id}")
-        await self._publish(TurnStarted(**self._event_ids("turn_started")))
+        self._publish(TurnStarted(**self._event_ids("turn_started")))
 
-    async def turn_completed(self, result: TurnResult | None,
-                             status: TurnStatus | Literal["cancelled"]) -> None:
+    def turn_completed(self, result: TurnResult | None,
+                       status: TurnStatus | Literal["cancelled"]) -> None:
         elapsed = (workflow.now() - self.started_at).total_seconds() if self.started_at else 0.0
         s = self.s
-        await self._publish(TurnCompleted(
+        self._publish(TurnCompleted(
             **self._event_ids("turn_completed"), status=status, round_trips=s.round_trips,
             tool_calls=len(s.calls), usage=s.usage, duration_seconds=elapsed,
             error_type=result.error.type if result and result.error else None))
