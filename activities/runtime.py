@@ -87,9 +87,13 @@ async def with_heartbeat(work: Awaitable[T], heartbeat_seconds: float | None = N
     interval = max(0.5, (heartbeat_seconds or 10.0) / 3)
 
     async def beat() -> None:
+        # The first beat is due an interval after the start, not at once: work
+        # shorter than that (most model and tool calls) sends no heartbeat at
+        # all, one RPC fewer to the server per activity; the heartbeat timeout
+        # (3 intervals) still notices a lost worker.
         while True:
-            activity.heartbeat()
             await asyncio.sleep(interval)
+            activity.heartbeat()
 
     beater = asyncio.create_task(beat())
     try:
