@@ -121,7 +121,12 @@ class Stack:
 
             def ready() -> bool:
                 if not self._alive("worker"):
-                    raise RuntimeError(f"the worker exited; see {logfile}")
+                    # e.g. turns of an older version still run (turnstile.runtime.upgrade)
+                    with open(logfile, "rb") as f:
+                        f.seek(offset)
+                        said = f.read().decode(errors="replace").strip().splitlines()[-5:]
+                    raise RuntimeError("the worker exited; from " + str(logfile) + ":\n"
+                                       + "\n".join(said))
                 with open(logfile, "rb") as f:
                     f.seek(offset)
                     return b"worker serving task queue" in f.read()
