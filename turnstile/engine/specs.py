@@ -40,6 +40,10 @@ class ToolSpec(BaseModel):
     description: str
     parameters: dict[str, Any]  # JSON schema of the arguments object
     idempotent: bool = False  # safe to run twice with the same call id
+    # Every effect of the tool is written through ToolContext.transaction(), so
+    # it commits with the call's record or not at all: an attempt lost mid-run
+    # left nothing, and the call is run again even if it is not idempotent.
+    transactional: bool = False
     requires_approval: bool = False
     fatal_on_failure: bool = False  # terminal failure means the task cannot be done
     compensation: str | None = None  # name of the compensation, if any
