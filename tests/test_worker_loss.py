@@ -29,6 +29,7 @@ from tests.support.temporal_server import DevServer
 from tests.support.worker_process import WorkerProcess
 from turnstile.engine.activity_io import CALL_MODEL, EXECUTE_TOOL
 from turnstile.engine.contract import WORKFLOW_TYPE, CallStatus, TurnInput, TurnResult, TurnStatus
+from turnstile.engine.specs import DEFAULT_HEARTBEAT_SECONDS
 from turnstile.stores.db import Database
 
 
@@ -126,7 +127,7 @@ async def test_worker_killed_during_model_call(turns: Turns, fake_llm: FakeLLM) 
     assert result.answer == "answered by the second worker"
     [(scheduled, started)] = await activity_runs(handle, CALL_MODEL)
     attrs = scheduled.activity_task_scheduled_event_attributes
-    assert attrs.heartbeat_timeout.ToTimedelta() == timedelta(seconds=10)
+    assert attrs.heartbeat_timeout.ToTimedelta() == timedelta(seconds=DEFAULT_HEARTBEAT_SECONDS)
     assert attrs.start_to_close_timeout.ToTimedelta() == timedelta(seconds=180)
     run = started.activity_task_started_event_attributes
     # The first attempt ended by its heartbeat timeout, the second one answered.

@@ -27,6 +27,7 @@ from turnstile.engine.approvals import OutboundPolicy, outbound_findings
 from turnstile.engine.errors import DuplicateToolError, ToolArgumentError, TurnstileError
 from turnstile.engine.safe_text import safe_text, unsafe_text_at
 from turnstile.engine.specs import (
+    DEFAULT_HEARTBEAT_SECONDS,
     DEFAULT_MAX_ARGUMENT_BYTES,
     DEFAULT_STATEMENT_TIMEOUT_SECONDS,
     RetrySpec,
@@ -256,7 +257,7 @@ def tool(
     requires_approval: bool = False,
     fatal_on_failure: bool = False,
     timeout_seconds: float = 60.0,
-    heartbeat_seconds: float | None = 10.0,
+    heartbeat_seconds: float | None = DEFAULT_HEARTBEAT_SECONDS,
     retry: RetrySpec | None = None,
     approval_timeout_seconds: float = 3600.0,
     max_result_bytes: int | None = None,
@@ -277,7 +278,7 @@ def tool(
     requires_approval: bool = False,
     fatal_on_failure: bool = False,
     timeout_seconds: float = 60.0,
-    heartbeat_seconds: float | None = 10.0,
+    heartbeat_seconds: float | None = DEFAULT_HEARTBEAT_SECONDS,
     retry: RetrySpec | None = None,
     approval_timeout_seconds: float = 3600.0,
     max_result_bytes: int | None = None,
