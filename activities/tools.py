@@ -137,10 +137,11 @@ class ToolActivities:
             category = error_category(exc)
             if category is None:
                 raise
-            # The driver's text (SQL, roles, hosts) goes to the log only.
+            # The driver's text (SQL, roles, hosts, the result itself) goes to
+            # the log only, not into the failure and so the turn's history.
             log.warning("recording the end of call %s (%s) failed: %s", req.call.id,
                         req.call.name, exc)
-            raise CallNotRecorded(f"recording the call failed: {category}") from exc
+            raise CallNotRecorded(f"recording the call failed: {category}") from None
         return ToolOutcome(call_id=req.call.id, name=req.call.name, status=status,
                            is_error=is_error, preview=_preview(text))
 
@@ -234,8 +235,10 @@ class ToolActivities:
                             info.attempt, error)
                 error = f"{category}; tried {info.attempt} time(s)"
             await self._attempt_failed(req, error, claim)
+            # A database error's driver text stays in the log (not the history).
             raise ApplicationError(error, type=ToolExecutionError.error_type,
-                                   non_retryable=not retryable) from exc
+                                   non_retryable=not retryable) from (
+                None if category is not None else exc)
         text = result_to_text(result)
         state = result.state if isinstance(result, ToolResult) else None
         if isinstance(result, ToolResult) and result.is_error:
