@@ -7,6 +7,7 @@ timeout; the last test through a real turn on the dev server."""
 from __future__ import annotations
 
 import json
+import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -31,7 +32,7 @@ from turnstile.sales.schema import FOLLOWUP_ROLE, utc_text
 from turnstile.sales.service import build_sales_service
 from turnstile.sales.tools import createFollowUpTask
 from turnstile.stores.audit import AuditLog, execution_id
-from turnstile.stores.db import Database, Transaction
+from turnstile.stores.db import Database, Transaction, TransactionEnded
 from turnstile.stores.journal import CallJournal, Ending, Start
 from turnstile.stores.ledger import ToolLedger
 from turnstile.stores.memory import MemoryStore
@@ -150,6 +151,35 @@ async def test_an_attempt_whose_call_was_claimed_again_records_nothing(
     second.finish(await second.run_tool(), seq=1)
     assert facts(sales_db, wf) == {"follow_ups": 1, "ledger": "COMPLETED", "audit": "COMPLETED",
                                    "results": 1}
+
+
+async def test_a_cancelled_attempt_never_records_without_its_effect(sales_db: Database) -> None:
+    """The activity was cancelled while its tool still ran in a thread: it
+    releases the transaction; the thread's writes roll back as it leaves its
+    block, nothing can use the transaction again, and a record that would
+    have joined it is refused rather than written alone."""
+    wf, conv = ids()
+    attempt = Attempt(sales_db, wf, conv)
+    inside, leave = threading.Event(), threading.Event()
+
+    def tool_thread() -> None:
+        with attempt.tx.use() as conn:
+            conn.execute("INSERT INTO follow_up_task (customer_id, assignee, note, "
+                         "created_by_call, created_at) VALUES ('C0001', 'a', 'n', :k, 't')",
+                         {"k": execution_id(wf, "call_0", "run-1")})
+            inside.set()
+            leave.wait(10)
+
+    thread = threading.Thread(target=tool_thread)
+    thread.start()
+    assert inside.wait(10)
+    attempt.tx.release()  # the cancelled activity's `finally`
+    leave.set()
+    thread.join(10)
+    with pytest.raises(TransactionEnded):
+        attempt.finish("{}", seq=1)
+    assert facts(sales_db, wf) == {"follow_ups": 0, "ledger": "STARTED", "audit": "INITIATED",
+                                   "results": 0}
 
 
 def test_the_tool_role_and_timeout_end_with_its_block(sales_db: Database) -> None:

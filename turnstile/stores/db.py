@@ -282,14 +282,14 @@ class Transaction:
         self.db = db
         self._sa: sa.Connection | None = None
         self._users = 0
-        self._ended = False
+        self._used = self._ended = False
         self._lock = threading.Lock()
 
     @property
-    def opened(self) -> bool:
-        """A statement ran in it and it is not ended yet."""
+    def used(self) -> bool:
+        """A statement block was opened in it (it may have ended since)."""
         with self._lock:
-            return self._sa is not None
+            return self._used
 
     @contextmanager
     def use(self) -> Iterator[Connection]:
@@ -299,6 +299,7 @@ class Transaction:
                                        "was cancelled or finished)")
             if self._sa is None:
                 self._sa = self._open()
+            self._used = True
             self._users += 1
             sa_conn = self._sa
         try:

@@ -168,9 +168,10 @@ class CallJournal:
     def finish(self, e: Ending, tx: Transaction | None = None) -> None:
         """Ledger, audit, decision and result message of one call, in one
         transaction: `tx` (then committed) when the tool wrote its effect
-        there, else a new one. Idempotent: a retried attempt rewrites the
-        same facts."""
-        if tx is not None and tx.opened:
+        there — never a new one then: a `tx` that has ended raises
+        TransactionEnded, and nothing is recorded without the effect — else
+        a new one. Idempotent: a retried attempt rewrites the same facts."""
+        if tx is not None and tx.used:
             with tx.use() as conn:
                 self._finish(conn, e)
             tx.commit()
@@ -209,7 +210,7 @@ class CallJournal:
     def compensated(self, u: Undone, tx: Transaction | None = None) -> None:
         """What memory and the audit log say after an undo, in one transaction
         with the undo's own writes (`tx`, then committed) if it made any."""
-        if tx is not None and tx.opened:
+        if tx is not None and tx.used:
             with tx.use() as conn:
                 self._compensated(conn, u)
             tx.commit()
