@@ -19,7 +19,8 @@ from turnstile.runtime.services import ServiceRegistry
 from turnstile.stores.audit import AuditLog
 from turnstile.stores.db import Database
 from turnstile.stores.journal import CallJournal
-from turnstile.stores.memory import MemoryStore, ToolLedger
+from turnstile.stores.ledger import ToolLedger
+from turnstile.stores.memory import MemoryStore
 
 
 @dataclass
@@ -70,6 +71,14 @@ T = TypeVar("T")
 WORKER_SHUTDOWN = "WorkerShutdown"
 
 
+class WorkerShutdown(ApplicationError):
+    """The attempt a shutting-down worker hands back (`with_heartbeat`)."""
+
+    def __init__(self) -> None:
+        super().__init__("the worker shut down during this attempt; another worker runs it "
+                         "again", type=WORKER_SHUTDOWN)
+
+
 async def with_heartbeat(work: Awaitable[T], heartbeat_seconds: float | None = None, *,
                          hand_back: bool = False) -> T:
     """Heartbeat while `work` runs, so a lost worker is noticed within the
@@ -80,7 +89,8 @@ async def with_heartbeat(work: Awaitable[T], heartbeat_seconds: float | None = N
     `hand_back`: when the worker shuts down (SIGTERM, after its grace period)
     while `work` still runs, the attempt fails as retryable `WorkerShutdown`
     instead of ending as cancelled, so the server gives it to another worker
-    at once. Only for work that is safe to run again (a model request)."""
+    at once. Only for work that is safe to run again (a model request), or
+    whose caller decides what a hand-back means (a tool call)."""
     if heartbeat_seconds is None:
         timeout = activity.info().heartbeat_timeout
         heartbeat_seconds = timeout.total_seconds() if timeout else None
@@ -102,9 +112,7 @@ async def with_heartbeat(work: Awaitable[T], heartbeat_seconds: float | None = N
         details = activity.cancellation_details()
         if hand_back and details is not None and details.worker_shutdown \
                 and not details.cancel_requested:
-            raise ApplicationError(
-                "the worker shut down during this attempt; another worker runs it again",
-                type=WORKER_SHUTDOWN) from None
+            raise WorkerShutdown() from None
         raise
     finally:
         beater.cancel()

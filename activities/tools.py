@@ -1,12 +1,21 @@
 """Tool execution: one activity per tool call.
 
-Order inside one attempt: validate arguments (an argument error is returned,
-never retried) → consult the ledger (a finished call returns its stored
-result; a call lost mid-run is re-run only if the tool is idempotent) → audit
-INITIATED → run, heartbeating → the call journal's `finish`: ledger row,
-audit row, approval decision and the result message at the slot the workflow
-assigned, in one transaction. A raised error fails the attempt, so Temporal
+Order inside one attempt, heartbeating throughout: validate arguments (an
+argument error is returned, never retried) → the call journal's `begin`:
+claim the call in the ledger and open its audit row, in one transaction (a
+finished call returns its stored result; a call lost mid-run is re-run only
+if the tool is idempotent or transactional, otherwise settled as
+interrupted) → run the tool → the journal's `finish`: ledger row, audit row,
+approval decision and the result message at the slot the workflow assigned,
+in one transaction. A tool that writes to the database does so in that same
+transaction (ToolContext.transaction), so its effect and its record commit
+together or not at all. A raised error fails the attempt, so Temporal
 retries it per the tool's policy.
+
+A worker that shuts down (SIGTERM, after its grace period) while a tool
+runs hands the attempt back when the call may run again (idempotent, or
+transactional: its writes roll back), so another worker runs it at once;
+any other call is settled as interrupted there and then, never re-run.
 """
 
 from __future__ import annotations
@@ -15,14 +24,23 @@ import asyncio
 import logging
 from typing import Any
 
+from pydantic import BaseModel
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.runtime import Runtime, application_error, turn_workflow_id, with_heartbeat
+from activities.runtime import (
+    Runtime,
+    WorkerShutdown,
+    application_error,
+    turn_workflow_id,
+    with_heartbeat,
+)
 from turnstile.engine import attributes as attr
 from turnstile.engine.activity_io import EXECUTE_TOOL, ToolExecInput, ToolOutcome
 from turnstile.engine.contract import AuditStatus, CallStatus
 from turnstile.engine.errors import (
+    CallNotRecorded,
+    CallTakenOver,
     ConfigurationError,
     DatabaseUnavailable,
     MCPServerUnavailable,
@@ -32,6 +50,7 @@ from turnstile.engine.errors import (
 from turnstile.engine.masking import mask_json_text
 from turnstile.engine.messages import ChatMessage
 from turnstile.runtime.tools import (
+    Tool,
     ToolContext,
     ToolExecutionError,
     ToolInterrupted,
@@ -39,9 +58,9 @@ from turnstile.runtime.tools import (
     result_to_text,
 )
 from turnstile.runtime.tracing import record_tool_outcome, tool_span
-from turnstile.stores.db import error_category
-from turnstile.stores.journal import Ending
-from turnstile.stores.memory import LedgerStatus
+from turnstile.stores.db import Transaction, error_category
+from turnstile.stores.journal import Ending, Start
+from turnstile.stores.ledger import LedgerStatus
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +88,11 @@ def tool_message(call_id: str, name: str, text: str, status: CallStatus, is_erro
     )
 
 
+def rerunnable(tool: Tool) -> bool:
+    """May a call whose attempt vanished mid-run be run again?"""
+    return tool.spec.idempotent or tool.spec.transactional
+
+
 class ToolActivities:
     def __init__(self, rt: Runtime) -> None:
         self.rt = rt
@@ -77,10 +101,13 @@ class ToolActivities:
     async def execute_tool(self, req: ToolExecInput) -> ToolOutcome:
         try:
             with tool_span(req.call.name, req.call.id, activity.info().attempt) as span:
-                outcome = await self._execute(req)
+                # The claim and the record may wait on database locks: heartbeat
+                # them too, not only the tool.
+                outcome = await with_heartbeat(self._execute(req))
                 record_tool_outcome(span, outcome.status, outcome.is_error)
                 return outcome
-        except (DatabaseUnavailable, MemoryConflictError) as exc:
+        except (DatabaseUnavailable, MemoryConflictError, CallTakenOver,
+                CallNotRecorded) as exc:
             raise application_error(
                 exc, non_retryable=isinstance(exc, MemoryConflictError)
             ) from exc
@@ -88,23 +115,37 @@ class ToolActivities:
     async def _finish(self, req: ToolExecInput, text: str, status: CallStatus,
                       is_error: bool, state: dict[str, Any] | None = None, *,
                       audit: AuditStatus = AuditStatus.FAILED, error: str | None = None,
-                      ledger: bool = True) -> ToolOutcome:
+                      ledger: bool = True, attempt: int | None = None,
+                      tx: Transaction | None = None) -> ToolOutcome:
         """Record how the call ended — ledger, audit row, approval decision,
-        result message — in one transaction (turnstile.stores.journal)."""
+        result message — in one transaction (turnstile.stores.journal): `tx`
+        when the tool wrote its effect there."""
         wf_id = turn_workflow_id()
         msg = tool_message(req.call.id, req.call.name, text, status, is_error, wf_id)
         if state:
             msg.attributes[attr.STATE] = state
-        await asyncio.to_thread(self.rt.journal.finish, Ending(
+        ending = Ending(
             workflow_id=wf_id, chain=req.execution_chain, conversation_id=req.conversation_id,
             user_id=req.user_id, call=req.call, seq=req.result_seq, message=msg,
             audit_status=audit, audit_error=error, decision=req.approval, ledger=ledger,
-            state=state))
+            state=state, attempt=attempt)
+        try:
+            await asyncio.to_thread(self.rt.journal.finish, ending, tx)
+        except (DatabaseUnavailable, MemoryConflictError, CallTakenOver):
+            raise
+        except Exception as exc:
+            category = error_category(exc)
+            if category is None:
+                raise
+            # The driver's text (SQL, roles, hosts, the result itself) goes to
+            # the log only, not into the failure and so the turn's history.
+            log.warning("recording the end of call %s (%s) failed: %s", req.call.id,
+                        req.call.name, exc)
+            raise CallNotRecorded(f"recording the call failed: {category}") from None
         return ToolOutcome(call_id=req.call.id, name=req.call.name, status=status,
                            is_error=is_error, preview=_preview(text))
 
     async def _execute(self, req: ToolExecInput) -> ToolOutcome:
-        info = activity.info()
         wf_id, call, chain = turn_workflow_id(), req.call, req.execution_chain
         service = self.rt.services.get(req.service)
         try:
@@ -120,7 +161,6 @@ class ToolActivities:
             text = f"Tool {call.name!r} does not exist."
             return await self._finish(req, text, CallStatus.UNKNOWN_TOOL, True, error=text,
                                       ledger=False)
-        audit_log = self.rt.audit
         try:
             args = tool.parse_arguments(call.arguments)
             tool.check_outbound(args, service.outbound)
@@ -129,8 +169,10 @@ class ToolActivities:
                                       error=str(exc), ledger=False)
 
         entry = await asyncio.to_thread(
-            self.rt.ledger.begin, wf_id, call.id, call.name, rerun_lost=tool.spec.idempotent,
-            chain=chain)
+            self.rt.journal.begin, Start(workflow_id=wf_id, chain=chain,
+                                         conversation_id=req.conversation_id,
+                                         user_id=req.user_id, call=call),
+            rerun_lost=rerunnable(tool))
         if entry.status is LedgerStatus.COMPLETED:
             # A finished attempt whose completion was lost: replay what it reported.
             status = entry.outcome or (
@@ -140,37 +182,48 @@ class ToolActivities:
                 audit=AuditStatus.FAILED if entry.is_error else AuditStatus.COMPLETED,
                 error=(entry.result or "")[:500] if entry.is_error else None, ledger=False)
         if not entry.fresh:
-            return await self._interrupted(req, wf_id, "its worker was lost mid-run")
+            return await self._interrupted(req, entry.attempts, "its worker was lost mid-run")
+        tx = self.rt.journal.transaction()
+        try:
+            return await self._run(req, tool, args, entry.attempts, tx)
+        finally:
+            tx.release()  # rolls back whatever was not committed with the record
 
-        await asyncio.to_thread(
-            audit_log.started, workflow_id=wf_id, call_id=call.id,
-            conversation_id=req.conversation_id, user_id=req.user_id, tool_name=call.name,
-            arguments=call.arguments, chain=chain,
-        )
+    async def _run(self, req: ToolExecInput, tool: Tool, args: BaseModel, claim: int,
+                   tx: Transaction) -> ToolOutcome:
+        """Run the claimed call (ledger claim `claim`); its writes go to `tx`."""
+        info = activity.info()
+        wf_id, call, chain = turn_workflow_id(), req.call, req.execution_chain
         ctx = ToolContext(
             db=self.rt.db, workflow_id=wf_id, conversation_id=req.conversation_id,
             user_id=req.user_id, tool_call_id=call.id, attempt=info.attempt,
             settings=self.rt.settings, heartbeat=activity.heartbeat, execution_chain=chain,
-            statement_timeout_seconds=tool.spec.statement_timeout_seconds,
+            statement_timeout_seconds=tool.spec.statement_timeout_seconds, journal_tx=tx,
         )
         try:
-            result = await with_heartbeat(tool.invoke(ctx, args), tool.spec.heartbeat_seconds)
+            result = await with_heartbeat(tool.invoke(ctx, args), tool.spec.heartbeat_seconds,
+                                          hand_back=True)
+        except WorkerShutdown:
+            tx.release()  # the tool's writes, if any, roll back (its thread's, once it ends)
+            if rerunnable(tool):
+                raise  # handed back: the ledger says STARTED, the next attempt runs it again
+            return await self._interrupted(req, claim, "the worker shut down mid-run")
         except ToolInterrupted as exc:
-            if not tool.spec.idempotent:
+            tx.release()
+            if not rerunnable(tool):
                 # In flight when the connection broke: the effect is unknown, so
                 # the call is settled as interrupted, never re-run.
-                return await self._interrupted(req, wf_id, str(exc))
-            await asyncio.to_thread(self.rt.ledger.attempt_failed, wf_id, call.id, str(exc),
-                                    chain)
-            await asyncio.to_thread(audit_log.finished, workflow_id=wf_id, call_id=call.id,
-                                    status=AuditStatus.FAILED, error=str(exc), chain=chain)
+                return await self._interrupted(req, claim, str(exc))
+            await self._attempt_failed(req, str(exc), claim)
             raise ApplicationError(str(exc), type="ToolExecutionError") from exc
         except ToolArgumentError as exc:
             # The tool's own validation (e.g. start after end): the model can fix it.
+            tx.release()
             return await self._finish(req, str(exc), CallStatus.INVALID_ARGUMENTS, True,
-                                      error=str(exc))
+                                      error=str(exc), attempt=claim)
         except Exception as exc:
             # Any other failure is an execution error: Temporal retries it per the tool's policy.
+            tx.release()
             retryable = not (isinstance(exc, ToolExecutionError) and not exc.retryable)
             error = (str(exc) if isinstance(exc, ToolExecutionError)
                      else f"{type(exc).__name__}: {exc}")
@@ -181,22 +234,29 @@ class ToolActivities:
                 log.warning("tool %s (%s) attempt %d failed: %s", call.name, call.id,
                             info.attempt, error)
                 error = f"{category}; tried {info.attempt} time(s)"
-            await asyncio.to_thread(self.rt.ledger.attempt_failed, wf_id, call.id, error, chain)
-            await asyncio.to_thread(audit_log.finished, workflow_id=wf_id, call_id=call.id,
-                                    status=AuditStatus.FAILED, error=error, chain=chain)
+            await self._attempt_failed(req, error, claim)
+            # A database error's driver text stays in the log (not the history).
             raise ApplicationError(error, type=ToolExecutionError.error_type,
-                                   non_retryable=not retryable) from exc
+                                   non_retryable=not retryable) from (
+                None if category is not None else exc)
         text = result_to_text(result)
         state = result.state if isinstance(result, ToolResult) else None
         if isinstance(result, ToolResult) and result.is_error:
             # The tool ran and reported a failure: an error result for the model.
             return await self._finish(req, text, CallStatus.FAILED, True, state,
-                                      error=text[:500])
+                                      error=text[:500], attempt=claim, tx=tx)
         return await self._finish(req, text, CallStatus.COMPLETED, False, state,
-                                  audit=AuditStatus.COMPLETED)
+                                  audit=AuditStatus.COMPLETED, attempt=claim, tx=tx)
 
-    async def _interrupted(self, req: ToolExecInput, wf_id: str, error: str) -> ToolOutcome:
-        call = req.call
-        text = INTERRUPTED_TEXT.format(name=call.name)
+    async def _attempt_failed(self, req: ToolExecInput, error: str, claim: int) -> None:
+        """The attempt ended cleanly without a result: a retry may run it again."""
+        wf_id, call, chain = turn_workflow_id(), req.call, req.execution_chain
+        await asyncio.to_thread(self.rt.ledger.attempt_failed, wf_id, call.id, error, chain,
+                                claim)
+        await asyncio.to_thread(self.rt.audit.finished, workflow_id=wf_id, call_id=call.id,
+                                status=AuditStatus.FAILED, error=error, chain=chain)
+
+    async def _interrupted(self, req: ToolExecInput, claim: int, error: str) -> ToolOutcome:
+        text = INTERRUPTED_TEXT.format(name=req.call.name)
         return await self._finish(req, text, CallStatus.INTERRUPTED, True,
-                                  error=f"interrupted; effect unknown: {error}")
+                                  error=f"interrupted; effect unknown: {error}", attempt=claim)

@@ -15,7 +15,8 @@ from turnstile.engine.messages import ChatMessage, ToolCall
 from turnstile.stores.audit import AuditLog, execution_id
 from turnstile.stores.db import Database
 from turnstile.stores.journal import CallJournal, Ending
-from turnstile.stores.memory import MemoryStore, ToolLedger
+from turnstile.stores.ledger import ToolLedger
+from turnstile.stores.memory import MemoryStore
 
 
 def journal(db: Database) -> CallJournal:

@@ -61,6 +61,8 @@ STABLE = {
     MCPCallLost: "MCPCallLost",
     SchemaError: "SchemaError",  # a database the migrations cannot take forward
     QueryTooLong: "QueryTooLong",  # a tool statement past its statement timeout
+    errors.CallTakenOver: "CallTakenOver",  # a later attempt claimed the call
+    errors.CallNotRecorded: "CallNotRecorded",  # the call journal's record failed
 }
 
 

@@ -256,9 +256,9 @@ def test_declared_tables_match_the_migrated_schema(fresh_url: str) -> None:
     engine does its own way and the declarations leave out."""
     # Every owner of tables, so all of them are declared on `metadata`.
     for owner in ("turnstile.sales.schema", "turnstile.stores.audit", "turnstile.stores.lock",
-                  "turnstile.stores.memory", "turnstile.stores.message_parts",
-                  "turnstile.stores.payload_store", "turnstile.stores.retrieval_index",
-                  "turnstile.stores.streaming"):
+                  "turnstile.stores.ledger", "turnstile.stores.memory",
+                  "turnstile.stores.message_parts", "turnstile.stores.payload_store",
+                  "turnstile.stores.retrieval_index", "turnstile.stores.streaming"):
         importlib.import_module(owner)
     db = Database(fresh_url)
     upgrade(db)

@@ -8,7 +8,8 @@ from turnstile.engine.contract import CallStatus
 from turnstile.engine.errors import ConversationOwnershipError, MemoryConflictError
 from turnstile.engine.messages import ChatMessage
 from turnstile.stores.db import Database
-from turnstile.stores.memory import MemoryStore, ToolLedger
+from turnstile.stores.ledger import ToolLedger
+from turnstile.stores.memory import MemoryStore
 
 
 def test_ledger_tells_each_attempt_what_happened(db: Database) -> None:

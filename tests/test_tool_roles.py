@@ -24,7 +24,7 @@ from turnstile.runtime.tools import Tool, ToolContext
 from turnstile.sales.access import set_query_window
 from turnstile.sales.schema import EMAIL_ROLE, FOLLOWUP_ROLE, SENDER_ROLE, utc_text
 from turnstile.sales.tools import createEmailTask, createFollowUpTask, querySalesData
-from turnstile.stores.db import Database, dispose_engines, reader_url
+from turnstile.stores.db import Database, Transaction, dispose_engines, reader_url
 from turnstile.stores.schema import upgrade
 
 pytest_plugins = ["tests.support.databases"]
@@ -198,6 +198,34 @@ async def test_tools_run_as_their_roles(pg: Database) -> None:
                           )
     undone = await createFollowUpTask.undo(ctx(pg, "f1"), FOLLOW_UP_ARGS, created.model_dump())
     assert "cancelled 1" in str(undone)
+
+
+async def test_tools_keep_their_roles_in_the_call_journal_transaction(pg: Database) -> None:
+    """In a turn the tools write on the call journal's connection (issue 12),
+    still as their roles: a right taken from the role breaks the tool there
+    too, and what the role may do still works."""
+    def journaled(call: str) -> ToolContext:
+        return ToolContext(db=pg, workflow_id="wf-roles-tx", conversation_id="c", user_id="u",
+                           tool_call_id=call, journal_tx=Transaction(pg))
+
+    ok = journaled("jf1")
+    created = await createFollowUpTask.invoke(ok, FOLLOW_UP_ARGS)
+    assert ok.journal_tx is not None
+    ok.journal_tx.commit()
+    assert created.createdCount == 1
+    with psycopg.connect(pg.url, autocommit=True) as admin:
+        admin.execute(f"REVOKE INSERT ON follow_up_task FROM {FOLLOWUP_ROLE}"  # type: ignore[arg-type]
+                      )
+    refused_ctx = journaled("jf2")
+    try:
+        with pytest.raises(sa.exc.ProgrammingError, match="permission denied"):
+            await createFollowUpTask.invoke(refused_ctx, FOLLOW_UP_ARGS)
+    finally:
+        assert refused_ctx.journal_tx is not None
+        refused_ctx.journal_tx.release()
+        with psycopg.connect(pg.url, autocommit=True) as admin:
+            admin.execute(f"GRANT INSERT ON follow_up_task TO {FOLLOWUP_ROLE}"  # type: ignore[arg-type]
+                          )
 
 
 FOLLOW_UP_ARGS = createFollowUpTask.parse_arguments(

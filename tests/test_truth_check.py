@@ -16,7 +16,8 @@ from turnstile.engine.contract import TurnStatus
 from turnstile.providers import DemoPlanner
 from turnstile.sales.seed import seed
 from turnstile.sales.service import build_sales_service
-from turnstile.stores.db import Database
+from turnstile.stores.audit import execution_id
+from turnstile.stores.db import Connection, Database
 
 
 async def test_check_agrees_after_turns_and_finds_planted_lies(
@@ -35,14 +36,31 @@ async def test_check_agrees_after_turns_and_finds_planted_lies(
     assert await starter.main(["check", "--conversation", conv]) == 0
     assert capsys.readouterr().out.strip().endswith("0 disagreement(s)")
 
-    with db.connect() as conn:  # plant two lies
+    with db.connect() as conn:  # plant three lies
         conn.execute("DELETE FROM email_task WHERE idempotency_key LIKE :k",
                      {"k": handle.id + "/%"})
         conn.execute("UPDATE tool_execution_log SET status = 'INITIATED', end_time = NULL "
                      "WHERE workflow_id = :wf AND tool_name = 'querySalesData'",
                      {"wf": handle.id})
+        # Issue 12's crash: the effect committed, the ledger still says STARTED.
+        key = plant_unrecorded_follow_up(conn, handle.id, conv)
     assert await starter.main(["check", "--conversation", conv]) == 1
     printed = capsys.readouterr().out
     assert "(createEmailTask)" in printed and "memory says queued; no email_task row" in printed
     assert "(querySalesData) was left open (INITIATED)" in printed
-    assert printed.strip().endswith("2 disagreement(s)")
+    assert f"follow_up_task rows of call {key} exist; its ledger row says STARTED" in printed
+    assert printed.strip().endswith("3 disagreement(s)")
+
+
+def plant_unrecorded_follow_up(conn: Connection, wf_id: str, conv: str) -> str:
+    """A follow-up task of a call whose ledger row never completed."""
+    key = execution_id(wf_id, "call-lost", "chain-x")
+    conn.execute("INSERT INTO tool_call_ledger (workflow_id, execution_chain, tool_call_id, "
+                 "tool_name, status, started_at) VALUES (:wf, 'chain-x', 'call-lost', "
+                 "'createFollowUpTask', 'STARTED', 't')", {"wf": wf_id})
+    conn.execute("INSERT INTO tool_execution_log (execution_id, workflow_id, conversation_id, "
+                 "user_id, tool_name, start_time, status) VALUES (:k, :wf, :c, 'alice', "
+                 "'createFollowUpTask', 't', 'FAILED')", {"k": key, "wf": wf_id, "c": conv})
+    conn.execute("INSERT INTO follow_up_task (customer_id, assignee, note, created_by_call, "
+                 "created_at) VALUES ('C0001', 'a', 'n', :k, 't')", {"k": key})
+    return key

@@ -1,7 +1,10 @@
-"""A lost worker costs seconds: a worker SIGKILLed during a model call is
-noticed by the model activity's heartbeat timeout (not its 180 s
-start-to-close timeout), and a worker that gets SIGTERM finishes what it
-holds, or hands it back, before it exits.
+"""A lost worker costs seconds: a worker SIGKILLed during a model call, a
+tool call or a compensation is noticed by the activity's heartbeat timeout
+(5 s by default, not its start-to-close timeout), and a worker that gets
+SIGTERM finishes what it holds, or hands it back, before it exits. A tool or
+compensation that writes in the call journal's transaction and is killed
+before the commit leaves neither its effect nor its record; the next attempt
+runs it again (issue 12).
 
 Every assertion is on the turn's history (which attempt ran, why the one
 before it ended), never on wall time."""
@@ -27,9 +30,14 @@ from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.services import side_effects
 from tests.support.temporal_server import DevServer
 from tests.support.worker_process import WorkerProcess
-from turnstile.engine.activity_io import CALL_MODEL, EXECUTE_TOOL
+from turnstile.engine import attributes as attr
+from turnstile.engine.activity_io import CALL_MODEL, COMPENSATE_TOOL, EXECUTE_TOOL
 from turnstile.engine.contract import WORKFLOW_TYPE, CallStatus, TurnInput, TurnResult, TurnStatus
+from turnstile.engine.specs import DEFAULT_HEARTBEAT_SECONDS
+from turnstile.sales import truth
+from turnstile.stores.audit import AuditLog
 from turnstile.stores.db import Database
+from turnstile.stores.memory import MemoryStore
 
 
 class HangingReply:
@@ -48,9 +56,9 @@ class HangingReply:
 
 class Turns:
     def __init__(self, client: Client, server: DevServer, task_queue: str, tmp: Path,
-                 llm_url: str) -> None:
+                 llm_url: str, db_url: str | None = None) -> None:
         self.client, self.task_queue, self.tmp = client, task_queue, tmp
-        db_url = f"sqlite:///{tmp}/t.db"
+        db_url = db_url or f"sqlite:///{tmp}/t.db"
         self.db = Database(db_url)
         self.env = {"TEMPORAL_ADDRESS": server.address, "TURNSTILE_TASK_QUEUE": task_queue,
                     "DATABASE_URL": db_url, "LLM_BASE_URL": llm_url}
@@ -70,6 +78,40 @@ class Turns:
 def turns(client: Client, temporal_server: DevServer, task_queue: str, tmp_path: Path,
           fake_llm: FakeLLM) -> Turns:
     return Turns(client, temporal_server, task_queue, tmp_path, fake_llm.url)
+
+
+@pytest.fixture
+def db_turns(client: Client, temporal_server: DevServer, task_queue: str, tmp_path: Path,
+             fake_llm: FakeLLM, db: Database) -> Turns:
+    """Turns on a subprocess worker against `db`: SQLite and PostgreSQL."""
+    side_effects(db)  # the test tools' table, made before any journal transaction
+    return Turns(client, temporal_server, task_queue, tmp_path, fake_llm.url, db.url)
+
+
+def notes(db: Database, wf_id: str) -> list[str]:
+    """The test tools' rows of one turn, read without writing (the tools'
+    transaction may hold SQLite's write lock)."""
+    with db.connect() as conn:
+        return [r["note"] for r in conn.fetchall(
+            "SELECT note FROM test_side_effect WHERE call_key LIKE :k", {"k": wf_id + "/%"})]
+
+
+def ledger_status(db: Database, wf_id: str, call_id: str) -> str | None:
+    with db.connect() as conn:
+        row = conn.fetchone("SELECT status FROM tool_call_ledger WHERE workflow_id = :wf "
+                            "AND tool_call_id = :c", {"wf": wf_id, "c": call_id})
+    return None if row is None else str(row["status"])
+
+
+def after_heartbeat_timeout(scheduled: HistoryEvent, started: HistoryEvent) -> None:
+    """The activity had the default heartbeat timeout, and its last attempt
+    is the second one, started because the first one's heartbeats stopped."""
+    attrs = scheduled.activity_task_scheduled_event_attributes
+    assert attrs.heartbeat_timeout.ToTimedelta() == timedelta(seconds=DEFAULT_HEARTBEAT_SECONDS)
+    run = started.activity_task_started_event_attributes
+    assert run.attempt == 2
+    timeout = run.last_failure.timeout_failure_info
+    assert timeout.timeout_type == TimeoutType.TIMEOUT_TYPE_HEARTBEAT, run.last_failure
 
 
 async def wait_until(check: Any, what: str, timeout: float = 30) -> None:
@@ -126,7 +168,7 @@ async def test_worker_killed_during_model_call(turns: Turns, fake_llm: FakeLLM) 
     assert result.answer == "answered by the second worker"
     [(scheduled, started)] = await activity_runs(handle, CALL_MODEL)
     attrs = scheduled.activity_task_scheduled_event_attributes
-    assert attrs.heartbeat_timeout.ToTimedelta() == timedelta(seconds=10)
+    assert attrs.heartbeat_timeout.ToTimedelta() == timedelta(seconds=DEFAULT_HEARTBEAT_SECONDS)
     assert attrs.start_to_close_timeout.ToTimedelta() == timedelta(seconds=180)
     run = started.activity_task_started_event_attributes
     # The first attempt ended by its heartbeat timeout, the second one answered.
@@ -186,3 +228,139 @@ async def test_sigterm_lets_a_running_tool_finish(turns: Turns, fake_llm: FakeLL
     [(_, started)] = await activity_runs(handle, EXECUTE_TOOL)
     assert started.activity_task_started_event_attributes.attempt == 1
     assert '"written": "once"' in fake_llm.requests[-1]["messages"][-1]["content"]
+
+
+async def test_worker_killed_before_a_journaled_tool_commits(db_turns: Turns, fake_llm: FakeLLM,
+                                                            tmp_path: Path) -> None:
+    """journaledWrite is NOT idempotent; its row commits with the call's record.
+    Killed after its INSERT, before the commit: neither is there, and the next
+    attempt runs it again — once."""
+    wrote = tmp_path / "wrote"
+    fake_llm.script(tool_reply(("call-j", "journaledWrite",
+                                {"note": "once", "marker": str(wrote), "seconds": 60})),
+                    text_reply("done"))
+    turns, db = db_turns, db_turns.db
+    wf_id = f"kill-journal-{turns.task_queue}"
+    first = turns.worker("worker1")
+    try:
+        handle = await turns.start(wf_id, "go")
+        await wait_until(wrote.exists, "the tool never wrote")
+        assert notes(db, wf_id) == []  # written, not committed
+    finally:
+        first.kill()
+    assert notes(db, wf_id) == []
+    assert ledger_status(db, wf_id, "call-j") == "STARTED"
+    assert [r["status"] for r in AuditLog(db).rows(wf_id)] == ["INITIATED"]
+    second = turns.worker("worker2")
+    try:
+        result = await asyncio.wait_for(handle.result(), timeout=90)
+    finally:
+        second.stop()
+    assert result.status == TurnStatus.COMPLETED, result.error
+    assert [c.status for c in result.tool_calls] == [CallStatus.COMPLETED]
+    assert notes(db, wf_id) == ["once"]
+    assert ledger_status(db, wf_id, "call-j") == "COMPLETED"
+    [(scheduled, started)] = await activity_runs(handle, EXECUTE_TOOL)
+    after_heartbeat_timeout(scheduled, started)
+    assert '"attempt": 2' in fake_llm.requests[-1]["messages"][-1]["content"]
+    assert truth.disagreements(db, f"c-{wf_id}") == []
+
+
+async def test_worker_killed_before_a_journaled_undo_commits(db_turns: Turns, fake_llm: FakeLLM,
+                                                            tmp_path: Path) -> None:
+    """The undo of journaledReserve and its record (memory rewritten, audit
+    ROLLED_BACK) commit together: killed in between, neither is there; the
+    next attempt undoes it and the turn ends rolled back."""
+    undoing = tmp_path / "undoing"
+    fake_llm.script(tool_reply(("r1", "journaledReserve",
+                                {"item": "hall", "undo_marker": str(undoing)})),
+                    tool_reply(("m1", "mustSucceed", {})))
+    turns, db = db_turns, db_turns.db
+    wf_id, conv = f"kill-journal-undo-{turns.task_queue}", f"c-kill-journal-undo-{turns.task_queue}"
+    first = turns.worker("worker1")
+    try:
+        handle = await turns.start(wf_id, "book")
+        await wait_until(undoing.exists, "the undo never ran")
+        assert notes(db, wf_id) == ["hall"]  # CANCELLED written, not committed
+    finally:
+        first.kill()
+    assert notes(db, wf_id) == ["hall"]
+    [reserved] = [m for m in MemoryStore(db).messages(conv) if m.tool_call_id == "r1"]
+    assert not reserved.attributes.get(attr.ROLLED_BACK)
+    second = turns.worker("worker2")
+    try:
+        result = await asyncio.wait_for(handle.result(), timeout=90)
+    finally:
+        second.stop()
+    assert result.status == TurnStatus.ROLLED_BACK, result.error
+    assert result.tool_calls[0].status == CallStatus.ROLLED_BACK
+    assert notes(db, wf_id) == ["CANCELLED"]
+    [(scheduled, started)] = await activity_runs(handle, COMPENSATE_TOOL)
+    after_heartbeat_timeout(scheduled, started)
+    [undone] = [m for m in MemoryStore(db).messages(conv) if m.tool_call_id == "r1"]
+    assert undone.attributes.get(attr.ROLLED_BACK) and "(attempt 2)" in (undone.content or "")
+    assert [r["status"] for r in AuditLog(db).rows(wf_id)
+            if r["tool_name"] == "journaledReserve"] == ["ROLLED_BACK"]
+    assert truth.disagreements(db, conv) == []
+
+
+async def test_sigterm_settles_a_cut_off_tool_as_interrupted(turns: Turns,
+                                                            fake_llm: FakeLLM) -> None:
+    """slowWrite outlasts the grace period and is NOT safe to run twice: the
+    stopping worker settles it as interrupted; it is never run again."""
+    fake_llm.script(tool_reply(("call-t", "slowWrite", {"note": "once", "seconds": 60})),
+                    text_reply("done"))
+    wf_id = f"term-cut-{turns.task_queue}"
+    first = turns.worker("worker1", TURNSTILE_SHUTDOWN_GRACE_SECONDS="1")
+    try:
+        handle = await turns.start(wf_id, "go")
+        await wait_until(lambda: bool(side_effects(turns.db, wf_id)), "the tool never ran")
+        assert sigterm(first, within=30) == 0
+    finally:
+        first.kill()
+    second = turns.worker("worker2")
+    try:
+        result = await asyncio.wait_for(handle.result(), timeout=60)
+    finally:
+        second.stop()
+    assert result.status == TurnStatus.COMPLETED, result.error
+    assert [c.status for c in result.tool_calls] == [CallStatus.INTERRUPTED]
+    assert len(side_effects(turns.db, wf_id)) == 1
+    [(_, started)] = await activity_runs(handle, EXECUTE_TOOL)
+    assert started.activity_task_started_event_attributes.attempt == 1  # not re-run
+    assert "may or may not have taken effect" in fake_llm.requests[-1]["messages"][-1]["content"]
+    assert [r["status"] for r in AuditLog(turns.db).rows(wf_id)] == ["FAILED"]
+    assert truth.disagreements(turns.db, f"c-{wf_id}") == []
+
+
+async def test_sigterm_hands_back_a_journaled_tool(turns: Turns, fake_llm: FakeLLM,
+                                                   tmp_path: Path) -> None:
+    """journaledWrite outlasts the grace period: its row rolls back with the
+    attempt, which is handed back and run again by the next worker."""
+    wrote = tmp_path / "wrote"
+    fake_llm.script(tool_reply(("call-h", "journaledWrite",
+                                {"note": "once", "marker": str(wrote), "seconds": 4})),
+                    text_reply("done"))
+    wf_id = f"term-journal-{turns.task_queue}"
+    side_effects(turns.db)
+    first = turns.worker("worker1", TURNSTILE_SHUTDOWN_GRACE_SECONDS="1")
+    try:
+        handle = await turns.start(wf_id, "go")
+        await wait_until(wrote.exists, "the tool never wrote")
+        assert sigterm(first, within=30) == 0
+    finally:
+        first.kill()
+    assert notes(turns.db, wf_id) == []
+    second = turns.worker("worker2")
+    try:
+        result = await asyncio.wait_for(handle.result(), timeout=60)
+    finally:
+        second.stop()
+    assert result.status == TurnStatus.COMPLETED, result.error
+    assert [c.status for c in result.tool_calls] == [CallStatus.COMPLETED]
+    assert notes(turns.db, wf_id) == ["once"]
+    [(_, started)] = await activity_runs(handle, EXECUTE_TOOL)
+    run = started.activity_task_started_event_attributes
+    assert run.attempt == 2
+    assert run.last_failure.application_failure_info.type == WORKER_SHUTDOWN, run.last_failure
+    assert truth.disagreements(turns.db, f"c-{wf_id}") == []

@@ -77,11 +77,13 @@ def listing_options() -> ActivityOptions:
 
 
 def tool_options(tool: ToolSpec) -> ActivityOptions:
+    # Every tool heartbeats (activities.runtime.with_heartbeat), so every tool
+    # has a heartbeat timeout: a lost worker costs seconds, not start-to-close.
     r = tool.retry
     return {
         "start_to_close_timeout": tool.start_to_close,
-        "heartbeat_timeout": (timedelta(seconds=tool.heartbeat_seconds)
-                              if tool.heartbeat_seconds else None),
+        "heartbeat_timeout": timedelta(
+            seconds=tool.heartbeat_seconds or ToolSpec.DEFAULT_HEARTBEAT_SECONDS),
         "retry_policy": RetryPolicy(
             initial_interval=timedelta(seconds=r.initial_interval_seconds),
             backoff_coefficient=r.backoff_coefficient,
@@ -93,10 +95,10 @@ def tool_options(tool: ToolSpec) -> ActivityOptions:
 
 def compensation_options(tool: ToolSpec | None, loop: LoopPolicy) -> ActivityOptions:
     """A compensation keeps its tool's timeouts, retried `compensation_attempts` times."""
-    heartbeat = tool.heartbeat_seconds if tool else None
+    heartbeat = (tool.heartbeat_seconds if tool else None) or ToolSpec.DEFAULT_HEARTBEAT_SECONDS
     return {
         "start_to_close_timeout": tool.start_to_close if tool else timedelta(seconds=60),
-        "heartbeat_timeout": timedelta(seconds=heartbeat) if heartbeat else None,
+        "heartbeat_timeout": timedelta(seconds=heartbeat),
         "retry_policy": RetryPolicy(initial_interval=timedelta(seconds=1),
                                     maximum_attempts=loop.compensation_attempts),
     }

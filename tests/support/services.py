@@ -4,6 +4,8 @@ entry point so subprocess workers serve the same tools."""
 from __future__ import annotations
 
 import asyncio
+import time
+from pathlib import Path
 from typing import Annotated
 
 from pydantic import Field
@@ -130,6 +132,51 @@ async def _slow_cancel(ctx: ToolContext, args, result) -> str:  # type: ignore[n
     return f"reservation of {args.item} cancelled (attempt {ctx.attempt})"
 
 
+def _journaled_row(ctx: ToolContext, tool_name: str, note: str, marker: str,
+                   seconds: float) -> None:
+    """Write one row in the call journal's transaction; on the first attempt
+    mark `marker` (the statements ran, nothing is committed yet) and hold the
+    transaction open for `seconds`."""
+    _effects_table(ctx)  # its own write, before the journal's transaction takes the lock
+    with ctx.transaction() as conn:
+        conn.execute("INSERT INTO test_side_effect (call_key, tool, note)"
+                     " VALUES (:key, :tool, :note)",
+                     {"key": ctx.idempotency_key, "tool": tool_name, "note": note})
+        if ctx.attempt == 1 and marker:
+            Path(marker).write_text(f"{tool_name} attempt 1 wrote, not committed")
+            time.sleep(seconds)
+
+
+@tool(transactional=True, timeout_seconds=60)
+def journaledWrite(ctx: ToolContext, note: str, marker: str = "",  # noqa: N802
+                   seconds: float = 0.0) -> dict:
+    """Write one row in the call journal's transaction. NOT idempotent: safe to
+    re-run only because the row commits with the call's record or not at all.
+    Default heartbeat timeout."""
+    _journaled_row(ctx, "journaledWrite", note, marker, seconds)
+    return {"written": note, "attempt": ctx.attempt}
+
+
+@tool(transactional=True, timeout_seconds=60)
+def journaledReserve(ctx: ToolContext, item: str, undo_marker: str = "") -> dict:  # noqa: N802
+    """A reservation in the call journal's transaction. Its undo, in the
+    journal's transaction too, marks `undo_marker` on its first attempt and
+    then holds the transaction open."""
+    _journaled_row(ctx, "journaledReserve", item, "", 0)
+    return {"reserved": item}
+
+
+@journaledReserve.compensation
+def _journaled_cancel(ctx: ToolContext, args, result) -> str:  # type: ignore[no-untyped-def]
+    with ctx.transaction() as conn:
+        conn.execute("UPDATE test_side_effect SET note = 'CANCELLED' WHERE call_key = :key",
+                     {"key": ctx.idempotency_key})
+        if ctx.attempt == 1 and args.undo_marker:
+            Path(args.undo_marker).write_text("undo attempt 1 wrote, not committed")
+            time.sleep(30)
+    return f"reservation of {args.item} cancelled (attempt {ctx.attempt})"
+
+
 @tool(idempotent=True)
 def stickyReserve(ctx: ToolContext, item: str) -> dict:  # noqa: N802
     """A reservation whose undo always fails."""
@@ -181,7 +228,7 @@ def make_service(name: str = "test", *, breakers: dict | None = None,
         system_prompt="You are a test assistant for {{team}}.",
         tools=ToolRegistry([add, slowWrite, slowUpsert, alwaysFails, refuses, echo, unlock,
                             reserve, slowUndoReserve, stickyReserve, mustSucceed, sendMoney,
-                            sendMoneySlowly, bigResult]),
+                            sendMoneySlowly, bigResult, journaledWrite, journaledReserve]),
         loop=LoopPolicy(**loop, breakers=BreakerPolicy(**(breakers or {}))),  # type: ignore[arg-type]
         providers=[ToolProvider("secrets", ToolRegistry([secret]), _offer_secret)],
     )

@@ -51,6 +51,19 @@ class MemoryConflictError(TurnstileError):
     error_type = "MemoryConflict"
 
 
+class CallTakenOver(TurnstileError):
+    """A tool attempt found its call claimed by a later attempt (the server
+    gave up on this one, e.g. after a heartbeat timeout, and started
+    another): what this attempt did is not recorded, its journal
+    transaction rolls back."""
+
+
+class CallNotRecorded(TurnstileError):
+    """Recording how a tool call ended failed at the database: nothing of the
+    attempt was kept (the tool's effect neither, when the tool wrote it in
+    the call journal's transaction); retrying may help."""
+
+
 class MCPServerUnavailable(TurnstileError):
     """An MCP server cannot be started or reached, or its session broke; retrying
     may help (the session is reopened)."""

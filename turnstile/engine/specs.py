@@ -8,7 +8,7 @@ steer a turn are recorded in its history and replay identically.
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, Field
 
@@ -35,16 +35,30 @@ DEFAULT_MAX_ARGUMENT_BYTES = 64 * 1024  # raw JSON arguments of one call
 DEFAULT_STATEMENT_TIMEOUT_SECONDS = 3.0
 
 
+# A lost worker is noticed within this long: every tool and compensation
+# activity, and the model call, heartbeats with this heartbeat timeout by
+# default. With the 1 s first retry interval a killed worker's call runs again
+# within ~6 s (docs/design.md, "A lost worker costs seconds").
+DEFAULT_HEARTBEAT_SECONDS = 5.0
+
+
 class ToolSpec(BaseModel):
+    DEFAULT_HEARTBEAT_SECONDS: ClassVar[float] = DEFAULT_HEARTBEAT_SECONDS
+
     name: str
     description: str
     parameters: dict[str, Any]  # JSON schema of the arguments object
     idempotent: bool = False  # safe to run twice with the same call id
+    # Every effect of the tool is written through ToolContext.transaction(), so
+    # it commits with the call's record or not at all: an attempt lost mid-run
+    # left nothing, and the call is run again even if it is not idempotent.
+    transactional: bool = False
     requires_approval: bool = False
     fatal_on_failure: bool = False  # terminal failure means the task cannot be done
     compensation: str | None = None  # name of the compensation, if any
     start_to_close_seconds: float = 60.0
-    heartbeat_seconds: float | None = 10.0
+    # The activity's heartbeat timeout (None: the default).
+    heartbeat_seconds: float | None = DEFAULT_HEARTBEAT_SECONDS
     retry: RetrySpec = Field(default_factory=RetrySpec)
     approval_timeout_seconds: float = 3600.0  # then the default policy rejects
     # The Web UI summary of the tool's activities (default: the tool's name),
@@ -93,7 +107,7 @@ class LoopPolicy(BaseModel):
     model_timeout_seconds: float = 180.0  # one model request
     # The model activity heartbeats while it waits: a lost worker is noticed
     # within this long, not after model_timeout_seconds.
-    model_heartbeat_seconds: float = 10.0
+    model_heartbeat_seconds: float = DEFAULT_HEARTBEAT_SECONDS
     model_retry_window_seconds: float = 6 * 3600.0  # survive a provider outage this long
     compensation_attempts: int = 5  # each compensation's activity retries
     breakers: BreakerPolicy = Field(default_factory=BreakerPolicy)

@@ -17,6 +17,7 @@ import asyncio
 import inspect
 import json
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, get_type_hints, overload
 
@@ -26,6 +27,7 @@ from turnstile.engine.approvals import OutboundPolicy, outbound_findings
 from turnstile.engine.errors import DuplicateToolError, ToolArgumentError, TurnstileError
 from turnstile.engine.safe_text import safe_text, unsafe_text_at
 from turnstile.engine.specs import (
+    DEFAULT_HEARTBEAT_SECONDS,
     DEFAULT_MAX_ARGUMENT_BYTES,
     DEFAULT_STATEMENT_TIMEOUT_SECONDS,
     RetrySpec,
@@ -33,7 +35,7 @@ from turnstile.engine.specs import (
 )
 
 if TYPE_CHECKING:
-    from turnstile.stores.db import Database
+    from turnstile.stores.db import Connection, Database, Transaction
 
 
 @dataclass
@@ -53,6 +55,26 @@ class ToolContext:
     # The turn's execution chain (Temporal's first_execution_run_id): the same
     # across reset, workflow retry and continue-as-new, new for a new start.
     execution_chain: str = ""
+    # The call journal's transaction of this attempt (turnstile.stores.journal);
+    # None outside a turn (a tool called directly).
+    journal_tx: Transaction | None = None
+
+    @contextmanager
+    def transaction(self) -> Iterator[Connection]:
+        """Where a tool writes its effect to the database. In a turn: the call
+        journal's transaction, which then records how the call ended and
+        commits once, so the effect and its ledger, audit and memory record
+        commit together or not at all. The block is a savepoint: an error
+        raised in it undoes the block's statements (and a SET LOCAL made in
+        it). Use only this connection for writes inside the block: on
+        SQLite the transaction holds the write lock. Outside a turn: a
+        transaction of its own, committed at the end of the block."""
+        if self.journal_tx is None:
+            with self.db.connect() as own:
+                yield own
+            return
+        with self.journal_tx.use() as conn, conn.sa.begin_nested():
+            yield conn
 
     @property
     def idempotency_key(self) -> str:
@@ -231,10 +253,11 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     idempotent: bool = False,
+    transactional: bool = False,
     requires_approval: bool = False,
     fatal_on_failure: bool = False,
     timeout_seconds: float = 60.0,
-    heartbeat_seconds: float | None = 10.0,
+    heartbeat_seconds: float | None = DEFAULT_HEARTBEAT_SECONDS,
     retry: RetrySpec | None = None,
     approval_timeout_seconds: float = 3600.0,
     max_result_bytes: int | None = None,
@@ -251,10 +274,11 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     idempotent: bool = False,
+    transactional: bool = False,
     requires_approval: bool = False,
     fatal_on_failure: bool = False,
     timeout_seconds: float = 60.0,
-    heartbeat_seconds: float | None = 10.0,
+    heartbeat_seconds: float | None = DEFAULT_HEARTBEAT_SECONDS,
     retry: RetrySpec | None = None,
     approval_timeout_seconds: float = 3600.0,
     max_result_bytes: int | None = None,
@@ -289,6 +313,7 @@ def tool(
             description=description or doc or tool_name,
             parameters=schema,
             idempotent=idempotent,
+            transactional=transactional,
             requires_approval=requires_approval,
             fatal_on_failure=fatal_on_failure,
             start_to_close_seconds=timeout_seconds,

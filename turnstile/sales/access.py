@@ -28,6 +28,12 @@ application: the tool keeps working, least privilege is then not in effect.
 SQLite has no roles: the query tool's connection is read-only (mode=ro, an
 authorizer that refuses writes and ATTACH), the others are the application's.
 
+A tool that writes does so on the call journal's connection
+(`tool_transaction`, ToolContext.transaction): `SET LOCAL ROLE` and the
+statement timeout inside a savepoint, reset at its end, so the journal's
+ledger, audit and memory writes that follow in the same transaction run as
+the application, and the effect commits with them or not at all.
+
 Every tool statement runs under a statement timeout (ToolSpec's
 `statement_timeout_seconds`, default 3 s): PostgreSQL's `statement_timeout`,
 SQLite's progress handler. A timeout is a retryable ToolExecutionError: the
@@ -46,7 +52,7 @@ from contextlib import contextmanager
 import sqlalchemy as sa
 
 from turnstile.engine.specs import DEFAULT_STATEMENT_TIMEOUT_SECONDS
-from turnstile.runtime.tools import ToolExecutionError
+from turnstile.runtime.tools import ToolContext, ToolExecutionError
 from turnstile.stores.db import Connection, Database
 
 log = logging.getLogger(__name__)
@@ -100,11 +106,16 @@ def as_role(conn: Connection, role: str | None, *,
 
 
 @contextmanager
-def statement_timeout(conn: Connection, seconds: float) -> Iterator[None]:
-    """Bound the run time of each statement in the block; raise QueryTooLong."""
+def statement_timeout(conn: Connection, seconds: float, *,
+                      restore: bool = False) -> Iterator[None]:
+    """Bound the run time of each statement in the block; raise QueryTooLong.
+    `restore`: give the transaction its timeout back after the block (the
+    transaction goes on: the call journal's writes follow the tool's)."""
     if conn.dialect == "postgresql":
         from psycopg.errors import QueryCanceled
 
+        before = conn.fetchone("SELECT current_setting('statement_timeout') AS v") \
+            if restore else None
         # SET takes no bind parameters; the value is an int we computed.
         conn.execute(f"SET LOCAL statement_timeout = {max(1, int(seconds * 1000))}")
         try:
@@ -113,6 +124,9 @@ def statement_timeout(conn: Connection, seconds: float) -> Iterator[None]:
             if isinstance(exc.orig, QueryCanceled):
                 raise _timeout_error(seconds) from exc
             raise
+        # Only after success: a failed statement's savepoint rollback undoes the SET.
+        if before is not None:
+            conn.execute("SELECT set_config('statement_timeout', :v, true)", before)
         return
     deadline = time.monotonic() + seconds
     # The handler runs every N SQLite VM instructions; non-zero aborts the query.
@@ -147,6 +161,19 @@ def tool_connection(
     """One transaction for a tool: as `role`, under the statement timeout."""
     with db.connect(readonly=readonly) as conn, statement_timeout(conn, timeout_seconds), \
             as_role(conn, role, reset=False):
+        yield conn
+
+
+@contextmanager
+def tool_transaction(ctx: ToolContext, role: str | None) -> Iterator[Connection]:
+    """A tool's writes on the call journal's connection (ToolContext.transaction):
+    they commit with the record of how the call ended, or not at all. As
+    `role`, under the tool's statement timeout; both end with the block, so the
+    journal's writes that follow run as the application. Outside a turn the
+    block is a transaction of its own."""
+    with ctx.transaction() as conn, \
+            statement_timeout(conn, ctx.statement_timeout_seconds, restore=True), \
+            as_role(conn, role):
         yield conn
 
 

@@ -29,7 +29,10 @@ duplicate that does happen is recognisable as one.
 
 Roles (PostgreSQL, turnstile.sales.access): `enqueue` inserts as the e-mail
 tool's role, which may do nothing else; every other read and state change
-runs as the sender's role; each statement under a statement timeout.
+runs as the sender's role; each statement under a statement timeout. The
+`*_in` forms run on the caller's connection — the tools' and compensation's:
+the call journal's, so the change commits with the call's record — and
+switch to the role each statement needs themselves.
 """
 
 from __future__ import annotations
@@ -116,36 +119,54 @@ def get(db: Database, task_id: str, *, timeout_seconds: float = TIMEOUT) -> Emai
         return _get(conn, task_id)
 
 
+def get_in(conn: Connection, task_id: str) -> EmailTask | None:
+    """`get` on the caller's connection (as the sender's role)."""
+    with as_role(conn, SENDER_ROLE):
+        return _get(conn, task_id)
+
+
 def enqueue(
     db: Database, *, idempotency_key: str, recipient: str, subject: str, body: str,
     timeout_seconds: float = TIMEOUT,
 ) -> tuple[EmailTask, bool]:
-    """Queue one e-mail; the same key returns the existing task. -> (task, created).
-    The INSERT runs as the e-mail tool's role (it may only insert); the read
-    back as the sender's (PostgreSQL; turnstile.sales.access)."""
+    """Queue one e-mail; the same key returns the existing task. -> (task, created)."""
+    with tool_connection(db, None, timeout_seconds=timeout_seconds) as conn:
+        return enqueue_in(conn, idempotency_key=idempotency_key, recipient=recipient,
+                          subject=subject, body=body)
+
+
+def enqueue_in(conn: Connection, *, idempotency_key: str, recipient: str, subject: str,
+               body: str) -> tuple[EmailTask, bool]:
+    """`enqueue` on the caller's connection (createEmailTask: the call
+    journal's). The INSERT runs as the e-mail tool's role (it may only
+    insert); the read back as the sender's (PostgreSQL; turnstile.sales.access)."""
     task_id = f"mail-{uuid.uuid4().hex}"
     now = now_text()
     insert = sa.insert(t).values(
         task_id=task_id, idempotency_key=idempotency_key, recipient=recipient, subject=subject,
         body=body, status=EmailStatus.QUEUED.value, attempts=0, created_at=now, updated_at=now,
         message_id=message_id_for(task_id))
-    with tool_connection(db, None, timeout_seconds=timeout_seconds) as conn:
-        created = True
-        refused: sa.exc.IntegrityError | None = None
-        with as_role(conn, EMAIL_ROLE):
-            # A plain INSERT in a savepoint, not ON CONFLICT: that would need
-            # SELECT on the key, and this role may not read.
-            try:
-                with conn.sa.begin_nested():
-                    conn.execute(insert)
-            except sa.exc.IntegrityError as err:
-                created, refused = False, err
-        with as_role(conn, SENDER_ROLE):
-            task = _by_key(conn, idempotency_key)
+    created = True
+    refused: sa.exc.IntegrityError | None = None
+    with as_role(conn, EMAIL_ROLE):
+        # A plain INSERT in a savepoint, not ON CONFLICT: that would need
+        # SELECT on the key, and this role may not read.
+        try:
+            with conn.sa.begin_nested():
+                conn.execute(insert)
+        except sa.exc.IntegrityError as err:
+            created, refused = False, err
+    task = by_key_in(conn, idempotency_key)
     if task is None:  # refused, and not because this key is already queued
         assert refused is not None
         raise refused
     return task, created
+
+
+def by_key_in(conn: Connection, idempotency_key: str) -> EmailTask | None:
+    """The task a call queued, on the caller's connection (as the sender's role)."""
+    with as_role(conn, SENDER_ROLE):
+        return _by_key(conn, idempotency_key)
 
 
 def _by_key(conn: Connection, idempotency_key: str) -> EmailTask | None:
@@ -162,7 +183,14 @@ def find_by_key(db: Database, idempotency_key: str, *,
 def cancel(db: Database, task_id: str, *,
            timeout_seconds: float = TIMEOUT) -> tuple[bool, EmailTask | None]:
     """QUEUED/FAILED -> CANCELLED. -> (cancelled now, task as it is afterwards)."""
-    with tool_connection(db, SENDER_ROLE, timeout_seconds=timeout_seconds) as conn:
+    with tool_connection(db, None, timeout_seconds=timeout_seconds) as conn:
+        return cancel_in(conn, task_id)
+
+
+def cancel_in(conn: Connection, task_id: str) -> tuple[bool, EmailTask | None]:
+    """`cancel` on the caller's connection (the cancel compensation: the call
+    journal's), as the sender's role."""
+    with as_role(conn, SENDER_ROLE):
         cur = conn.execute(
             sa.update(t)
             .where(t.c.task_id == task_id,
@@ -177,7 +205,15 @@ def requeue(
     timeout_seconds: float = TIMEOUT,
 ) -> tuple[bool, EmailTask | None]:
     """FAILED -> QUEUED, due now. A possibly-sent task only with the explicit flag."""
-    with tool_connection(db, SENDER_ROLE, timeout_seconds=timeout_seconds) as conn:
+    with tool_connection(db, None, timeout_seconds=timeout_seconds) as conn:
+        return requeue_in(conn, task_id, allow_possibly_sent=allow_possibly_sent)
+
+
+def requeue_in(conn: Connection, task_id: str, *,
+               allow_possibly_sent: bool = False) -> tuple[bool, EmailTask | None]:
+    """`requeue` on the caller's connection (retryEmailTask: the call
+    journal's), as the sender's role."""
+    with as_role(conn, SENDER_ROLE):
         stmt = sa.update(t).where(t.c.task_id == task_id,
                                   t.c.status == EmailStatus.FAILED.value)
         if not allow_possibly_sent:

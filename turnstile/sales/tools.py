@@ -1,10 +1,14 @@
 """The six tools of the `sales-assistant` service (docs/contract.md, "Reference tools").
 
 Names and parameters are camelCase because they are what the model sees.
-Argument types carry the first validation level (see turnstile.sales.query);
-writes are keyed by `ctx.idempotency_key`, so running the same call twice
-(an activity retry after a lost worker) changes nothing the second time, which
-is why the two create tools are declared idempotent too.
+Argument types carry the first validation level (see turnstile.sales.query).
+
+The tools that write and the two compensations write on the call journal's
+connection (`tool_transaction`): the effect commits with the call's ledger,
+audit and memory record or not at all, so an attempt lost before the commit
+left nothing and is run again (`transactional=True`, retryEmailTask too).
+Writes are keyed by `ctx.idempotency_key` as well (the create tools are
+idempotent: the same call run twice changes nothing the second time).
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from turnstile.engine.errors import ToolArgumentError
 from turnstile.runtime.config import Settings
 from turnstile.runtime.tools import ToolContext, ToolExecutionError, Undo, tool
 from turnstile.sales import outbox
-from turnstile.sales.access import tool_connection
+from turnstile.sales.access import tool_connection, tool_transaction
 from turnstile.sales.outbox import EmailStatus, EmailTask
 from turnstile.sales.query import IsoDate, Money, SalesQueryResult, run_sales_query
 from turnstile.sales.schema import FOLLOWUP_ROLE, now_text, sales_daily_total
@@ -135,7 +139,7 @@ class FollowUpResult(BaseModel):
     followUpTasks: list[FollowUpTask]
 
 
-@tool(idempotent=True)
+@tool(idempotent=True, transactional=True)
 def createFollowUpTask(
     ctx: ToolContext,
     customerIds: Annotated[list[CustomerId], Field(min_length=1, max_length=100)],
@@ -163,7 +167,7 @@ def createFollowUpTask(
         )
     key = ctx.idempotency_key
     now = now_text()
-    with tool_connection(ctx.db, FOLLOWUP_ROLE, timeout_seconds=timeout) as conn:
+    with tool_transaction(ctx, FOLLOWUP_ROLE) as conn:
         conn.executemany(
             "INSERT INTO follow_up_task (customer_id, assignee, note, status, created_by_call,"
             " created_at) VALUES (:customer, :assignee, :note, 'OPEN', :key, :now)"
@@ -187,8 +191,7 @@ def createFollowUpTask(
 @createFollowUpTask.compensation
 def cancel_follow_up_tasks(ctx: ToolContext, arguments: Any, result: Any) -> str:
     key = _field(result, "createdByCall") or ctx.idempotency_key
-    with tool_connection(ctx.db, FOLLOWUP_ROLE,
-                         timeout_seconds=ctx.statement_timeout_seconds) as conn:
+    with tool_transaction(ctx, FOLLOWUP_ROLE) as conn:
         cur = conn.execute(
             "UPDATE follow_up_task SET status = 'CANCELLED'"
             " WHERE created_by_call = :key AND status <> 'CANCELLED'",
@@ -292,7 +295,7 @@ class EmailTaskCreated(BaseModel):
     note: str
 
 
-@tool(requires_approval=True, fatal_on_failure=True, idempotent=True,
+@tool(requires_approval=True, fatal_on_failure=True, idempotent=True, transactional=True,
       review_fields=("to", "subject"), recipient_fields=("to",))
 def createEmailTask(
     ctx: ToolContext,
@@ -302,10 +305,9 @@ def createEmailTask(
 ) -> EmailTaskCreated:
     """Queue one e-mail for delivery (needs approval). Returns a taskId with
     status QUEUED: nothing is sent yet. Follow it with getEmailTaskStatus."""
-    task, created = outbox.enqueue(
-        ctx.db, idempotency_key=ctx.idempotency_key, recipient=to, subject=subject, body=body,
-        timeout_seconds=ctx.statement_timeout_seconds,
-    )
+    with tool_transaction(ctx, None) as conn:
+        task, created = outbox.enqueue_in(conn, idempotency_key=ctx.idempotency_key,
+                                          recipient=to, subject=subject, body=body)
     note = (
         "queued; nothing has been sent yet. Check delivery with getEmailTaskStatus"
         if created
@@ -320,15 +322,13 @@ def createEmailTask(
 @createEmailTask.compensation
 def cancel_email_task(ctx: ToolContext, arguments: Any, result: Any) -> Undo | str:
     task_id = _field(result, "taskId")
-    if task_id:
-        task = outbox.get(ctx.db, task_id, timeout_seconds=ctx.statement_timeout_seconds)
-    else:  # no recorded result: the task, if any, carries this call's key
-        task = outbox.find_by_key(ctx.db, ctx.idempotency_key,
-                                  timeout_seconds=ctx.statement_timeout_seconds)
-    if task is None:
-        return "no e-mail task was created by this call; nothing to undo"
-    cancelled, now = outbox.cancel(ctx.db, task.task_id,
-                                   timeout_seconds=ctx.statement_timeout_seconds)
+    with tool_transaction(ctx, None) as conn:
+        # No recorded result: the task, if any, carries this call's key.
+        task = (outbox.get_in(conn, task_id) if task_id
+                else outbox.by_key_in(conn, ctx.idempotency_key))
+        if task is None:
+            return "no e-mail task was created by this call; nothing to undo"
+        cancelled, now = outbox.cancel_in(conn, task.task_id)
     task = now or task
     if cancelled and task.possibly_sent:
         return Undo(
@@ -356,12 +356,15 @@ def cancel_email_task(ctx: ToolContext, arguments: Any, result: Any) -> Undo | s
     return f"e-mail task {task.task_id} was already {task.status.value}; nothing to undo"
 
 
+def _no_task(task_id: str) -> ToolArgumentError:
+    return ToolArgumentError(
+        f"no e-mail task {task_id}; use the taskId that createEmailTask returned")
+
+
 def _task(ctx: ToolContext, task_id: str) -> EmailTask:
     task = outbox.get(ctx.db, task_id, timeout_seconds=ctx.statement_timeout_seconds)
     if task is None:
-        raise ToolArgumentError(
-            f"no e-mail task {task_id}; use the taskId that createEmailTask returned"
-        )
+        raise _no_task(task_id)
     return task
 
 
@@ -372,14 +375,16 @@ def getEmailTaskStatus(ctx: ToolContext, taskId: TaskId) -> EmailTaskView:
     return EmailTaskView.of(_task(ctx, taskId))
 
 
-@tool
+@tool(transactional=True)
 def retryEmailTask(ctx: ToolContext, taskId: TaskId) -> EmailTaskView:
     """Re-queue a FAILED e-mail task for immediate delivery. Only FAILED tasks
     can be retried."""
-    requeued, task = outbox.requeue(ctx.db, taskId, timeout_seconds=ctx.statement_timeout_seconds)
+    with tool_transaction(ctx, None) as conn:
+        requeued, task = outbox.requeue_in(conn, taskId)
     if requeued and task is not None:
         return EmailTaskView.of(task)
-    task = _task(ctx, taskId)
+    if task is None:
+        raise _no_task(taskId)
     if task.status is EmailStatus.FAILED and task.possibly_sent:
         reason = (
             "its last delivery was interrupted and it may already have arrived; re-sending "

@@ -1,12 +1,16 @@
 """The truth check with the reference service's world tables: a follow-up
 or e-mail that memory says exists, or says was rolled back, against
-`follow_up_task` and `email_task` (with its delivery state)."""
+`follow_up_task` and `email_task` (with its delivery state); and the other
+way round, an effect of a turn's call whose ledger row never completed (the
+effect committed, its record did not: what the call journal's transaction
+rules out)."""
 
 from __future__ import annotations
 
 from turnstile.engine import attributes as attr
 from turnstile.sales.outbox import EmailStatus
 from turnstile.stores import truth
+from turnstile.stores.audit import execution_id
 from turnstile.stores.db import Database
 
 
@@ -19,6 +23,8 @@ def disagreements(db: Database, conversation_id: str | None = None) -> list[str]
             follow_ups.setdefault(f["created_by_call"], []).append(f["status"])
         mails = {m["idempotency_key"]: m["status"] for m in conn.fetchall(
             "SELECT idempotency_key, status FROM email_task")}
+    found += _unrecorded(db, conversation_id, busy, {
+        "follow_up_task": set(follow_ups), "email_task": set(mails)})
     for r in truth.tool_results(db, conversation_id):
         if r.conversation_id in busy:
             continue
@@ -38,4 +44,29 @@ def disagreements(db: Database, conversation_id: str | None = None) -> list[str]
                 found.append(f"{where}: memory says queued; no email_task row")
             if rolled_back and status not in (None, EmailStatus.CANCELLED.value):
                 found.append(f"{where}: rolled back in memory; the e-mail is {status}")
+    return found
+
+
+def _unrecorded(db: Database, conversation_id: str | None, busy: set[str],
+                effects: dict[str, set[str]]) -> list[str]:
+    """World rows made by a turn's call (keyed by its idempotency key) whose
+    ledger row is not COMPLETED. Rows whose key no ledger row has were made
+    outside a turn (a tool called directly) and are left alone."""
+    with db.connect() as conn:
+        ledger = {execution_id(r["workflow_id"], r["tool_call_id"], r["execution_chain"]):
+                  r["status"] for r in conn.fetchall(
+                      "SELECT workflow_id, execution_chain, tool_call_id, status "
+                      "FROM tool_call_ledger")}
+        conversation = {r["execution_id"]: r["conversation_id"] for r in conn.fetchall(
+            "SELECT execution_id, conversation_id FROM tool_execution_log")}
+    found = []
+    for table, keys in effects.items():
+        for key in sorted(keys):
+            status = ledger.get(key)
+            conv = conversation.get(key)
+            if status in (None, "COMPLETED") or conv in busy or (
+                    conversation_id is not None and conv != conversation_id):
+                continue
+            found.append(f"conversation {conv or '?'}: {table} rows of call {key} exist; its "
+                         f"ledger row says {status} (the effect has no record)")
     return found

@@ -1,11 +1,27 @@
 """The call journal: facts about tool calls that span memory, the ledger and
 the audit log, each written in one transaction.
 
+`begin` claims a call for an attempt: the ledger row (compare-and-set) and
+the audit row `INITIATED`, in one transaction.
+
+`transaction()` is the journal's transaction of one attempt, opened only if
+the tool asks for it (`ToolContext.transaction()`): a database-backed tool
+writes its effect there, and `finish` then records how the call ended on the
+same connection before the one commit. The effect and its record commit
+together or not at all: a crash before the commit leaves neither (a retry
+finds the ledger row `STARTED` and nothing in the world, so running the tool
+again is safe, even for a tool that is not idempotent: ToolSpec
+`transactional`), a crash after it leaves both (the retry finds `COMPLETED`
+and returns the stored result). The ledger claim (`attempts`) fences it: an
+attempt whose call a later attempt has claimed since rolls back instead.
+
 `finish` records how a call ended — the ledger row, the audit row, the
-approval decision and the tool-result message — in one transaction, so a
-crash can never leave one written without the others (an audit row left
-`INITIATED` while the ledger says `COMPLETED`, a result in memory with no
-approval row).
+approval decision and the tool-result message — in one transaction (the
+attempt's, if the tool opened it), so a crash can never leave one written
+without the others (an audit row left `INITIATED` while the ledger says
+`COMPLETED`, a result in memory with no approval row, an effect whose
+ledger row still says `STARTED`). `compensated` does the same for an undo:
+the compensation's writes, the rewritten result message and the audit row.
 
 `repair_orphans` keeps the promise that every tool call in memory has
 exactly one result. A turn that ends without workflow code running —
@@ -31,8 +47,9 @@ from turnstile.engine import attributes as attr
 from turnstile.engine.contract import ApprovalDecision, AuditStatus, CallStatus
 from turnstile.engine.messages import ChatMessage, ToolCall
 from turnstile.stores.audit import AuditLog, execution_id, mask
-from turnstile.stores.db import Connection, Database
-from turnstile.stores.memory import MemoryStore, ToolLedger, now_iso
+from turnstile.stores.db import Connection, Database, Transaction
+from turnstile.stores.ledger import LedgerEntry, ToolLedger
+from turnstile.stores.memory import MemoryStore, now_iso
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +113,32 @@ class Ending:
     decision: ApprovalDecision | None = None  # the approval the call ran under
     ledger: bool = True  # complete the ledger row (False: it is already complete)
     state: dict[str, Any] | None = None
+    attempt: int | None = None  # the ledger claim of the attempt (None: not fenced)
+
+
+@dataclass(frozen=True)
+class Start:
+    """A tool call an attempt is about to run, as `CallJournal.begin` claims it."""
+
+    workflow_id: str
+    chain: str
+    conversation_id: str
+    user_id: str
+    call: ToolCall
+
+
+@dataclass(frozen=True)
+class Undone:
+    """How one compensation ended, as `CallJournal.compensated` records it."""
+
+    workflow_id: str
+    chain: str
+    conversation_id: str
+    call_id: str
+    text: str  # what memory now says about the call
+    attributes: dict[str, Any]  # added to the result message's attributes
+    audit_status: AuditStatus
+    audit_error: str
 
 
 class CallJournal:
@@ -104,36 +147,98 @@ class CallJournal:
         self.db, self.memory, self.ledger, self.audit = db, memory, ledger, audit
         self.audit_enabled = audit.enabled
 
-    def finish(self, e: Ending) -> None:
+    def begin(self, start: Start, *, rerun_lost: bool) -> LedgerEntry:
+        """Claim the call (ledger) and open its audit row, in one transaction.
+        The audit row is opened only by an attempt that will run the tool."""
+        call = start.call
+        with self.db.connect() as conn:
+            entry = self.ledger.begin(start.workflow_id, call.id, call.name,
+                                      rerun_lost=rerun_lost, chain=start.chain, conn=conn)
+            if entry.fresh:
+                self.audit.started(workflow_id=start.workflow_id, call_id=call.id,
+                                   conversation_id=start.conversation_id,
+                                   user_id=start.user_id, tool_name=call.name,
+                                   arguments=call.arguments, chain=start.chain, conn=conn)
+        return entry
+
+    def transaction(self) -> Transaction:
+        """The journal's transaction of one attempt, opened on first use."""
+        return Transaction(self.db)
+
+    def finish(self, e: Ending, tx: Transaction | None = None) -> None:
         """Ledger, audit, decision and result message of one call, in one
-        transaction. Idempotent: a retried attempt rewrites the same facts."""
+        transaction: `tx` (then committed) when the tool wrote its effect
+        there — never a new one then: a `tx` that has ended raises
+        TransactionEnded, and nothing is recorded without the effect — else
+        a new one. Idempotent: a retried attempt rewrites the same facts."""
+        if tx is not None and tx.used:
+            with tx.use() as conn:
+                self._finish(conn, e)
+            tx.commit()
+            return
+        with self.db.connect() as conn:
+            self._finish(conn, e)
+
+    def _finish(self, conn: Connection, e: Ending) -> None:
         m = e.message
         outcome = CallStatus(m.attributes.get(attr.OUTCOME, CallStatus.COMPLETED.value))
+        if e.ledger:
+            self.ledger.complete(e.workflow_id, e.call.id, m.content or "", m.is_error,
+                                 outcome, e.state, e.chain, conn=conn, attempt=e.attempt)
+        if e.decision is not None:
+            d = e.decision
+            self.audit.decision(workflow_id=e.workflow_id, tool_name=e.call.name,
+                                tool_call_id=e.call.id, approved=d.approved,
+                                reviewer=d.reviewer, note=d.note, decided_at=d.decided_at,
+                                chain=e.chain, conn=conn)
+        opened = conn.fetchone(
+            "SELECT 1 AS x FROM tool_execution_log WHERE execution_id = :k",
+            {"k": execution_id(e.workflow_id, e.call.id, e.chain)})
+        if opened is None:
+            self.audit.settled(workflow_id=e.workflow_id, call_id=e.call.id,
+                               conversation_id=e.conversation_id, user_id=e.user_id,
+                               tool_name=e.call.name, arguments=e.call.arguments,
+                               status=e.audit_status, error=e.audit_error or "",
+                               chain=e.chain, conn=conn)
+        else:
+            self.audit.finished(workflow_id=e.workflow_id, call_id=e.call.id,
+                                status=e.audit_status, error=e.audit_error, chain=e.chain,
+                                conn=conn)
+        self.memory.append_in(conn, e.conversation_id, e.seq, [m], e.workflow_id,
+                              e.chain or None)
+
+    def compensated(self, u: Undone, tx: Transaction | None = None) -> None:
+        """What memory and the audit log say after an undo, in one transaction
+        with the undo's own writes (`tx`, then committed) if it made any."""
+        if tx is not None and tx.used:
+            with tx.use() as conn:
+                self._compensated(conn, u)
+            tx.commit()
+            return
         with self.db.connect() as conn:
-            if e.ledger:
-                self.ledger.complete(e.workflow_id, e.call.id, m.content or "", m.is_error,
-                                     outcome, e.state, e.chain, conn=conn)
-            if e.decision is not None:
-                d = e.decision
-                self.audit.decision(workflow_id=e.workflow_id, tool_name=e.call.name,
-                                    tool_call_id=e.call.id, approved=d.approved,
-                                    reviewer=d.reviewer, note=d.note, decided_at=d.decided_at,
-                                    chain=e.chain, conn=conn)
-            opened = conn.fetchone(
-                "SELECT 1 AS x FROM tool_execution_log WHERE execution_id = :k",
-                {"k": execution_id(e.workflow_id, e.call.id, e.chain)})
-            if opened is None:
-                self.audit.settled(workflow_id=e.workflow_id, call_id=e.call.id,
-                                   conversation_id=e.conversation_id, user_id=e.user_id,
-                                   tool_name=e.call.name, arguments=e.call.arguments,
-                                   status=e.audit_status, error=e.audit_error or "",
-                                   chain=e.chain, conn=conn)
-            else:
-                self.audit.finished(workflow_id=e.workflow_id, call_id=e.call.id,
-                                    status=e.audit_status, error=e.audit_error, chain=e.chain,
-                                    conn=conn)
-            self.memory.append_in(conn, e.conversation_id, e.seq, [m], e.workflow_id,
-                                  e.chain or None)
+            self._compensated(conn, u)
+
+    def rolled_back(self, conversation_id: str, call_id: str, workflow_id: str,
+                    chain: str) -> str | None:
+        """What memory says of a call of this turn that a compensation undid
+        and recorded (None: not undone yet)."""
+        with self.db.connect() as conn:
+            rows = conn.fetchall(
+                "SELECT content, attributes FROM chat_message WHERE conversation_id = :c "
+                "AND tool_call_id = :call AND role = 'tool' AND workflow_id = :wf "
+                "AND COALESCE(execution_chain, '') = :chain",
+                {"c": conversation_id, "call": call_id, "wf": workflow_id, "chain": chain})
+        for r in rows:
+            if r["attributes"] and json.loads(r["attributes"]).get(attr.ROLLED_BACK):
+                return str(r["content"] or "")
+        return None
+
+    def _compensated(self, conn: Connection, u: Undone) -> None:
+        self.memory.rewrite_tool_result(u.conversation_id, u.call_id, u.text, u.attributes,
+                                        workflow_id=u.workflow_id, chain=u.chain, conn=conn)
+        self.audit.finished(workflow_id=u.workflow_id, call_id=u.call_id,
+                            status=u.audit_status, error=u.audit_error, chain=u.chain,
+                            conn=conn)
 
     def repair_orphans(self, conversation_id: str, repaired_by: str) -> list[Repair]:
         """Give every unanswered tool call of the conversation a result (see

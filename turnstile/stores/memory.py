@@ -1,4 +1,5 @@
-"""Chat memory and the per-call tool ledger, outside workflow history.
+"""Chat memory, outside workflow history (the per-call tool ledger:
+turnstile.stores.ledger).
 
 Memory is keyed by conversation and bound to the user who opened it. Every
 write names the slot (`seq`) the workflow assigned, so a retried activity
@@ -11,15 +12,12 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
-from enum import StrEnum
 from typing import Any
 
 import sqlalchemy as sa
-from pydantic import BaseModel
 
 from turnstile.engine import attributes as attr
 from turnstile.engine.activity_io import MemorySnapshot
-from turnstile.engine.contract import CallStatus
 from turnstile.engine.errors import ConversationOwnershipError, MemoryConflictError
 from turnstile.engine.messages import ChatMessage, ToolCall
 from turnstile.stores.db import FLAG_FALSE, Connection, Database, Flag, metadata
@@ -52,25 +50,6 @@ chat_message = sa.Table(
     sa.Column("execution_chain", sa.Text),  # the writing turn's chain (migration 0005)
     sa.Index("chat_message_call", "conversation_id", "tool_call_id"),
 )
-
-tool_call_ledger = sa.Table(
-    "tool_call_ledger", metadata,
-    sa.Column("workflow_id", sa.Text, primary_key=True),
-    # Temporal's first_execution_run_id: a new start of a closed workflow id is
-    # a new chain, so provider call ids that repeat (call_0...) never collide.
-    sa.Column("execution_chain", sa.Text, primary_key=True, server_default=""),
-    sa.Column("tool_call_id", sa.Text, primary_key=True),
-    sa.Column("tool_name", sa.Text, nullable=False),
-    sa.Column("status", sa.Text, nullable=False),
-    sa.Column("attempts", sa.Integer, nullable=False, server_default="1"),
-    sa.Column("result", sa.Text),
-    sa.Column("is_error", sa.Integer, nullable=False, server_default="0"),
-    sa.Column("outcome", sa.Text),
-    sa.Column("state", sa.Text),
-    sa.Column("started_at", sa.Text, nullable=False),
-    sa.Column("finished_at", sa.Text),
-)
-
 
 def _row_to_message(row: dict[str, Any]) -> ChatMessage:
     calls = json.loads(row["tool_calls"]) if row.get("tool_calls") else []
@@ -256,6 +235,7 @@ class MemoryStore:
         *,
         workflow_id: str | None = None,
         chain: str = "",
+        conn: Connection | None = None,
     ) -> int:
         """Replace what the model remembers of a call (saga rollback). With
         `workflow_id`, only the result that turn (and execution chain) wrote:
@@ -267,7 +247,7 @@ class MemoryStore:
         if workflow_id is not None:
             query += " AND workflow_id = :wf AND COALESCE(execution_chain, '') = :chain"
             params.update(wf=workflow_id, chain=chain)
-        with self.db.connect() as conn:
+        with self.db.joined(conn) as conn:
             rows = conn.fetchall(query, params)
             for row in rows:
                 attrs = json.loads(row["attributes"]) if row["attributes"] else {}
@@ -279,101 +259,3 @@ class MemoryStore:
                      "c": conversation_id, "seq": row["seq"]},
                 )
             return len(rows)
-
-
-class LedgerStatus(StrEnum):
-    """`tool_call_ledger.status`."""
-
-    STARTED = "STARTED"
-    COMPLETED = "COMPLETED"
-    ATTEMPT_FAILED = "ATTEMPT_FAILED"
-
-
-class LedgerEntry(BaseModel):
-    status: LedgerStatus
-    fresh: bool  # this attempt owns the execution
-    result: str | None = None
-    is_error: bool = False
-    outcome: CallStatus | None = None  # what the finished attempt reported
-    state: dict[str, Any] | None = None  # cross-round state the tool returned
-    attempts: int = 1
-
-
-class ToolLedger:
-    """Written once per tool call, compare-and-set: tells a new attempt
-    whether an earlier one finished, failed cleanly, or vanished mid-run."""
-
-    def __init__(self, db: Database) -> None:
-        self.db = db
-
-    def begin(self, workflow_id: str, call_id: str, tool_name: str, *,
-              rerun_lost: bool, chain: str = "") -> LedgerEntry:
-        with self.db.connect() as conn:
-            cur = conn.execute(
-                "INSERT INTO tool_call_ledger (workflow_id, execution_chain, tool_call_id, "
-                "tool_name, status, started_at) VALUES (:wf, :chain, :call, :tool, 'STARTED', "
-                ":now) ON CONFLICT (workflow_id, execution_chain, tool_call_id) DO NOTHING",
-                {"wf": workflow_id, "chain": chain, "call": call_id, "tool": tool_name,
-                 "now": now_iso()},
-            )
-            if cur.rowcount == 1:
-                return LedgerEntry(status=LedgerStatus.STARTED, fresh=True)
-            row = conn.fetchone(
-                "SELECT * FROM tool_call_ledger WHERE workflow_id = :wf "
-                "AND execution_chain = :chain AND tool_call_id = :call",
-                {"wf": workflow_id, "chain": chain, "call": call_id},
-            )
-            assert row is not None
-            if row["status"] == "COMPLETED":
-                return LedgerEntry(
-                    status=LedgerStatus.COMPLETED, fresh=False, result=row["result"],
-                    is_error=bool(row["is_error"]), attempts=row["attempts"],
-                    outcome=row["outcome"],
-                    state=json.loads(row["state"]) if row["state"] else None,
-                )
-            if row["status"] == "ATTEMPT_FAILED" or rerun_lost:
-                conn.execute(
-                    "UPDATE tool_call_ledger SET status = 'STARTED', attempts = attempts + 1, "
-                    "started_at = :now WHERE workflow_id = :wf AND execution_chain = :chain "
-                    "AND tool_call_id = :call "
-                    "AND status = :seen",
-                    {"now": now_iso(), "wf": workflow_id, "chain": chain, "call": call_id,
-                     "seen": row["status"]},
-                )
-                return LedgerEntry(status=LedgerStatus.STARTED, fresh=True,
-                                   attempts=row["attempts"] + 1)
-            # STARTED and never finished: an earlier attempt was lost mid-run.
-            return LedgerEntry(status=LedgerStatus.STARTED, fresh=False, attempts=row["attempts"])
-
-    def result(self, workflow_id: str, call_id: str, chain: str = "") -> str | None:
-        with self.db.connect() as conn:
-            row = conn.fetchone(
-                "SELECT result FROM tool_call_ledger WHERE workflow_id = :wf "
-                "AND execution_chain = :chain AND tool_call_id = :call AND status = 'COMPLETED'",
-                {"wf": workflow_id, "chain": chain, "call": call_id})
-        return None if row is None else row["result"]
-
-    def complete(self, workflow_id: str, call_id: str, result: str, is_error: bool,
-                 outcome: CallStatus, state: dict[str, Any] | None = None,
-                 chain: str = "", conn: Connection | None = None) -> None:
-        with self.db.joined(conn) as conn:
-            conn.execute(
-                "UPDATE tool_call_ledger SET status = 'COMPLETED', result = :result, "
-                "is_error = :is_error, outcome = :outcome, state = :state, finished_at = :now "
-                "WHERE workflow_id = :wf AND execution_chain = :chain AND tool_call_id = :call",
-                {"result": result, "is_error": int(is_error), "outcome": outcome.value,
-                 "state": json.dumps(state) if state else None, "now": now_iso(),
-                 "wf": workflow_id, "chain": chain, "call": call_id},
-            )
-
-    def attempt_failed(self, workflow_id: str, call_id: str, error: str,
-                       chain: str = "") -> None:
-        """The tool raised: the attempt ended cleanly, so a retry may run it again."""
-        with self.db.connect() as conn:
-            conn.execute(
-                "UPDATE tool_call_ledger SET status = 'ATTEMPT_FAILED', result = :error, "
-                "finished_at = :now WHERE workflow_id = :wf AND execution_chain = :chain "
-                "AND tool_call_id = :call AND status = 'STARTED'",
-                {"error": error, "now": now_iso(), "wf": workflow_id, "chain": chain,
-                 "call": call_id},
-            )

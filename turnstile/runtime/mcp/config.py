@@ -10,6 +10,7 @@ import shlex
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from turnstile.engine.errors import ConfigurationError
+from turnstile.engine.specs import DEFAULT_HEARTBEAT_SECONDS
 
 
 class MCPToolPolicy(BaseModel):
@@ -37,7 +38,7 @@ class MCPServer(BaseModel):
     services: list[str] | None = None  # None: every service of the worker
     prefix: str = ""  # prepended to the server's tool names (avoids clashes)
     timeout_seconds: float = 60.0  # one tool call (the activity's start-to-close)
-    heartbeat_seconds: float = 10.0  # a lost worker is noticed within this long
+    heartbeat_seconds: float = DEFAULT_HEARTBEAT_SECONDS  # a lost worker is noticed this soon
     tools: dict[str, MCPToolPolicy] = Field(default_factory=dict)  # per tool (server's name)
 
     @model_validator(mode="after")
