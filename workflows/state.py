@@ -69,6 +69,18 @@ def failure_type(exc: ActivityError | ApplicationError) -> str:
     return type(cause or exc).__name__
 
 
+# Arguments larger than this are not parsed into a call's record (any tool
+# refuses them: ToolSpec.max_argument_bytes, 64 KiB by default); the record says
+# how large they were. Workflow code has 2 s per activation.
+RECORD_ARGUMENTS_LIMIT = 64 * 1024
+
+
+def recorded_arguments(call: ToolCall) -> object:
+    if len(call.arguments) > RECORD_ARGUMENTS_LIMIT:
+        return {"omitted": f"{len(call.arguments)} characters of arguments"}
+    return mask_any(parsed_arguments(call.arguments))
+
+
 class TurnStopped(Exception):
     """Ends the turn with a status and a typed error (not a workflow failure).
 
@@ -123,8 +135,7 @@ class TurnState:
     def new_call(self, call: ToolCall) -> ToolCallRecord:
         # Masked: the record reaches the status query, the result and history;
         # a reviewer sees the full arguments in `pending_approvals`.
-        rec = ToolCallRecord(id=call.id, name=call.name,
-                             arguments=mask_any(parsed_arguments(call.arguments)),
+        rec = ToolCallRecord(id=call.id, name=call.name, arguments=recorded_arguments(call),
                              round=self.round_trips)
         self.calls.append(rec)
         return rec

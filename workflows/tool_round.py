@@ -144,7 +144,7 @@ class ToolRound:
                 self.writes.decisions.append(approval)
                 self._settle(rec, seq, call, rejected)
                 return
-        self.s.event("tool_call", f"{call.name} {mask_json_text(call.arguments)[:120]}")
+        self.s.event("tool_call", f"{call.name} {bounded_arguments(call.arguments)}")
         self.open[seq] = (call, rec, True)
         try:
             out = await self.s.execute(
@@ -231,6 +231,14 @@ class ToolRound:
         s.step = "tools"
         await s.publish()
         return decision
+
+
+def bounded_arguments(arguments: str, limit: int = 4000) -> str:
+    """A call's arguments for a progress line: masked, at most 120 characters.
+    Large arguments are not parsed here (workflow code has 2 s per activation)."""
+    if len(arguments) > limit:
+        return f"({len(arguments)} characters of arguments)"
+    return mask_json_text(arguments)[:120]
 
 
 def _consecutive(items: list[tuple[int, ChatMessage]]) -> list[tuple[int, list[ChatMessage]]]:
