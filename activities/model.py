@@ -143,7 +143,7 @@ class ModelActivities:
             if req.execution_chain else {}
         taken = set(req.taken_call_ids)
         for i, call in enumerate(message.tool_calls):
-            me = call_identity(call.name, call.arguments)
+            me = call_identity(call.name, call.arguments) if prior else ""
             if not call.id or call.id in taken or prior.get(call.id, me) != me:
                 fresh, n = f"{call.id or 'call'}~{req.response_seq}.{i}", 1
                 while fresh in taken or prior.get(fresh, me) != me:

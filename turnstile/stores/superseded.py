@@ -99,7 +99,7 @@ def call_identity(name: str, arguments: str) -> str:
     JSON values when they parse, so spacing and key order do not count)."""
     try:
         args = json.dumps(json.loads(arguments), sort_keys=True, separators=(",", ":"))
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested too deeply: compared as text
         args = arguments
     return f"{name}\x00{args}"
 
