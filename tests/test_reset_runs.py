@@ -9,15 +9,17 @@ PostgreSQL; then the claim rules themselves, on both databases."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import uuid
 from typing import Any
 
 import pytest
 from temporalio.client import Client
+from temporalio.testing import ActivityEnvironment
 
 import starter
-from activities.runs import holder_gone
+from activities.runs import as_current_run, holder_gone
 from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.resets import lock_of, reset_to, task_after
 from tests.support.services import make_service, side_effects
@@ -26,7 +28,7 @@ from tests.test_exit_paths import stored_pairing
 from turnstile.engine import attributes as attr
 from turnstile.engine.activity_io import EXECUTE_TOOL
 from turnstile.engine.contract import ApproveSignal, TurnStatus
-from turnstile.engine.errors import MemoryConflictError, ResetConflict
+from turnstile.engine.errors import MemoryConflictError, ResetConflict, RunSuperseded
 from turnstile.engine.messages import Attachment, ChatMessage, ToolCall
 from turnstile.stores.audit import AuditLog
 from turnstile.stores.db import Database
@@ -40,6 +42,19 @@ from turnstile.stores.superseded import (
     superseded_messages,
 )
 from turnstile.stores.truth import disagreements, notes
+
+
+async def late_write(client: Client, db: Database, conv: str, wf_id: str, run_id: str) -> str:
+    """A memory write by an activity of `run_id` after its run ended (as one
+    of a reset base run's activities finishing late): refused, nothing written."""
+    env = ActivityEnvironment(client=client)
+    env.info = dataclasses.replace(env.info, workflow_id=wf_id, workflow_run_id=run_id)
+    before = MemoryStore(db).snapshot(conv, "alice")
+    with pytest.raises(RunSuperseded) as refused:
+        await env.run(as_current_run, run_id, lambda w: write(
+            db, conv, before.next_seq, [ChatMessage(role="assistant", content="late")], w))
+    assert MemoryStore(db).snapshot(conv, "alice") == before
+    return str(refused.value)
 
 
 def sent_call_ids(request: dict[str, Any]) -> set[str]:
@@ -88,6 +103,7 @@ async def test_reset_after_a_tool_call_takes_another_path(
         reset_result = await after.result()
         other_result = await other.result()
         gone = await holder_gone(client, Holder(base.id, after.run_id, first_run))
+        late = await late_write(client, db, conv, base.id, first_run)  # an activity of the base run
         released = lock_of(db, conv)
         kept = superseded_messages(db, conv)
         stored = MemoryStore(db).messages(conv)
@@ -108,6 +124,7 @@ async def test_reset_after_a_tool_call_takes_another_path(
     assert held == {"workflow_id": base.id, "execution_chain": first_run,
                     "run_id": after.run_id}
     assert other_waits and gone and released is None
+    assert late.startswith(f"run {first_run} of turn {base.id} is no longer")
 
     # What the reset run's model read: the conversation as of the reset point
     # (call_0 and its result), then its own calls; nothing of the base run's later rows.
