@@ -64,7 +64,13 @@ class MemoryActivities:
         await asyncio.to_thread(memory.check_owner, conv, user_id)
         await self._lock(conv, chain)
         if chain:  # nothing of this turn is in this run's history yet: horizon 0
-            await as_current_run(chain, lambda w: runs.write(self.rt.db, conv, 0, [], w, 0))
+            try:
+                await as_current_run(chain, lambda w: runs.write(self.rt.db, conv, 0, [], w, 0))
+            except ResetConflict:  # refused: the conversation is not this run's to hold
+                info = activity.info()
+                await asyncio.to_thread(ConversationLocks(self.rt.db).release, conv, Holder(
+                    info.workflow_id or "", info.workflow_run_id or ""))
+                raise
         # Holding the lock, other turns have ended: what their reset runs left
         # of superseded calls is recorded, and their calls without a result
         # get one.

@@ -24,6 +24,7 @@ from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.resets import lock_of, reset_to, task_after
 from tests.support.services import make_service, side_effects
 from tests.support.turns import running_worker, wait_pending
+from tests.test_execution_chain import _first_task_completed
 from tests.test_exit_paths import stored_pairing
 from turnstile.engine import attributes as attr
 from turnstile.engine.activity_io import EXECUTE_TOOL
@@ -185,12 +186,18 @@ async def test_a_reset_of_a_turn_the_conversation_moved_on_from_changes_nothing(
         after = await reset_to(client, old.id, run,
                                await task_after(client, old.id, run, EXECUTE_TOOL))
         refused = await after.result()
+        # To the turn's first task: refused when it loads memory, the lock let go.
+        again = await reset_to(client, old.id, run,
+                               await _first_task_completed(client, old.id, run))
+        refused_again, lock = await again.result(), lock_of(db, conv)
         kept = superseded_messages(db, conv)
         now = [(m.role, m.content) for m in MemoryStore(db).messages(conv)]
         nxt = await turns.run("what is reserved?", conversation=conv)
         truth = disagreements(db, conv)
     assert refused.status == TurnStatus.FAILED and refused.error is not None
     assert refused.error.type == "ResetConflict" and "went on after turn" in refused.error.message
+    assert refused_again.status == TurnStatus.REFUSED and refused_again.error is not None
+    assert refused_again.error.type == "ResetConflict" and lock is None
     # Nothing superseded, nothing rolled back: the reservation stands.
     assert kept == [] and now == before
     assert [e["note"] for e in side_effects(db, old.id)] == ["table"]
