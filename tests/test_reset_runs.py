@@ -28,11 +28,13 @@ from tests.test_execution_chain import _first_task_completed
 from tests.test_exit_paths import stored_pairing
 from turnstile.engine import attributes as attr
 from turnstile.engine.activity_io import EXECUTE_TOOL
-from turnstile.engine.contract import ApproveSignal, TurnStatus
+from turnstile.engine.contract import ApproveSignal, AuditStatus, TurnStatus
 from turnstile.engine.errors import MemoryConflictError, ResetConflict, RunSuperseded
 from turnstile.engine.messages import Attachment, ChatMessage, ToolCall
 from turnstile.stores.audit import AuditLog
-from turnstile.stores.db import Database
+from turnstile.stores.db import Database, Transaction
+from turnstile.stores.journal import CallJournal, Ending
+from turnstile.stores.ledger import ToolLedger
 from turnstile.stores.lock import Holder
 from turnstile.stores.memory import MemoryStore
 from turnstile.stores.runs import RunUnconfirmed, Writer, write
@@ -261,6 +263,46 @@ def test_a_new_run_takes_the_place_of_the_run_it_replaces(db: Database) -> None:
     with pytest.raises(RunUnconfirmed):
         write(db, conv, 5, [_msg("late", "assistant")], Writer(WF, CHAIN, "run-a"))
     assert MemoryStore(db).snapshot(conv, "alice").next_seq == 5
+
+
+def test_a_claim_to_confirm_keeps_the_journal_transaction(db: Database) -> None:
+    """A transactional tool's effect waits in the call journal's transaction
+    while the run is confirmed: recorded with it once confirmed; rolled back
+    with it when the run is the one a reset replaced."""
+    conv = f"c-tx-{uuid.uuid4().hex[:6]}"
+    MemoryStore(db).check_owner(conv, "alice")
+    _lock(db, conv, WF, A.run_id)
+    call = ToolCall(id="c1", name="journaledWrite")
+    write(db, conv, 0, [_msg("hi"), ChatMessage(role="assistant", tool_calls=[call])], A)
+    write(db, conv, 2, [_msg("a's result", "tool")], A)  # written after the reset point
+    journal = CallJournal(db, MemoryStore(db), ToolLedger(db), AuditLog(db))
+    with db.connect() as conn:
+        conn.execute("CREATE TABLE IF NOT EXISTS test_side_effect ("
+                     "call_key TEXT NOT NULL, tool TEXT NOT NULL, note TEXT)")
+
+    def attempt(run: str) -> tuple[Transaction, Ending]:
+        tx = journal.transaction()
+        with tx.use() as conn:  # the tool's effect
+            conn.execute("INSERT INTO test_side_effect (call_key, tool, note) VALUES "
+                         "(:k, 'journaledWrite', :run)", {"k": conv, "run": run})
+        return tx, Ending(workflow_id=WF, chain=CHAIN, conversation_id=conv, user_id="alice",
+                          call=call, seq=2, message=_msg(f"{run}'s result", "tool"),
+                          audit_status=AuditStatus.COMPLETED, ledger=False)
+
+    tx, ending = attempt("run-b")
+    with pytest.raises(RunUnconfirmed):
+        journal.finish(ending, tx, B)
+    journal.finish(ending, tx, dataclasses.replace(B, confirmed=True))
+    late_tx, late = attempt("run-a")  # the replaced run's attempt, finishing late
+    with pytest.raises(RunUnconfirmed):  # activities.runs: not current, RunSuperseded
+        journal.finish(late, late_tx, Writer(WF, CHAIN, "run-a"))
+    late_tx.release()
+    with db.connect() as conn:
+        effects = [r["note"] for r in conn.fetchall(
+            "SELECT note FROM test_side_effect WHERE call_key = :k", {"k": conv})]
+    assert effects == ["run-b"]
+    assert [c for _, c, _ in _live(db, conv)] == ["hi", None, "run-b's result"]
+    assert [k.message.content for k in superseded_messages(db, conv)] == ["a's result"]
 
 
 def test_images_go_with_a_superseded_message(db: Database) -> None:
