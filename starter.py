@@ -245,11 +245,16 @@ async def main(argv: list[str] | None = None, client: Client | None = None) -> i
     if args.cmd == "check":
         from turnstile.sales.truth import disagreements
         from turnstile.stores.db import Database
+        from turnstile.stores.truth import notes
 
         db = Database(settings.database_url, readonly_url=settings.database_readonly_url)
         found = disagreements(db, args.conversation)
         for line in found:
             out(line)
+        # Consistent, but worth a person's look: e.g. the effect of a call a
+        # reset run superseded and did not make again.
+        for line in notes(db, args.conversation):
+            out(f"note: {line}")
         out(f"{len(found)} disagreement(s)")
         return 1 if found else 0
 

@@ -1,13 +1,18 @@
-"""Activities of chat memory: load (ownership, lock, snapshot), append, release."""
+"""Activities of chat memory: load (ownership, lock, snapshot), append, release.
+
+A run of a turn that another run of it preceded (a reset run, a workflow
+retry) takes that run's place: it keeps the turn's lock, and what the
+earlier run wrote after the reset point is superseded (turnstile.stores.runs;
+activities.runs confirms the run is current first)."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 
 from temporalio import activity
-from temporalio.client import WorkflowExecutionStatus
-from temporalio.service import RPCError, RPCStatusCode
 
+from activities.runs import as_current_run, holder_gone, run_is_current
 from activities.runtime import Runtime, application_error, turn_workflow_id
 from turnstile.engine.activity_io import (
     APPEND_MESSAGES,
@@ -22,8 +27,16 @@ from turnstile.engine.errors import (
     ConversationOwnershipError,
     DatabaseUnavailable,
     MemoryConflictError,
+    ResetConflict,
+    RunSuperseded,
 )
+from turnstile.stores import runs, superseded
 from turnstile.stores.lock import ConversationLocks, Holder
+
+log = logging.getLogger("turnstile.activities")
+
+# Failures no retry can fix: the turn ends with their type.
+REFUSED = (ConversationOwnershipError, MemoryConflictError, ResetConflict, RunSuperseded)
 
 
 class MemoryActivities:
@@ -35,34 +48,65 @@ class MemoryActivities:
         """Step 1 when the conversation was busy at begin_turn: retried by the
         server (ConversationBusy) until the turn holding it ends."""
         try:
-            return await self.load(req.conversation_id, req.user_id)
-        except ConversationOwnershipError as exc:
+            return await self.load(req.conversation_id, req.user_id, req.execution_chain)
+        except REFUSED as exc:
             raise application_error(exc, non_retryable=True) from exc
         except (DatabaseUnavailable, ConversationBusy) as exc:
             raise application_error(exc, non_retryable=False) from exc
 
-    async def load(self, conv: str, user_id: str) -> MemorySnapshot:
+    async def load(self, conv: str, user_id: str, chain: str = "") -> MemorySnapshot:
         """Step 1: check ownership, take the conversation's lock, read a snapshot.
-        Raises ConversationOwnershipError, ConversationBusy, DatabaseUnavailable."""
-        memory = self.rt.memory
+        A run that starts its turn over (reset to the turn's start, a workflow
+        retry) supersedes everything an earlier run of its turn wrote.
+        Raises ConversationOwnershipError, ConversationBusy, DatabaseUnavailable,
+        ResetConflict, RunSuperseded, MemoryConflictError."""
+        memory, wf_id = self.rt.memory, turn_workflow_id()
         await asyncio.to_thread(memory.check_owner, conv, user_id)
-        await self._lock(conv)
-        # Holding the lock: calls of ended turns left without a result get one.
-        repairs = await asyncio.to_thread(self.rt.journal.repair_orphans, conv,
-                                          turn_workflow_id())
+        await self._lock(conv, chain)
+        if chain:  # nothing of this turn is in this run's history yet: horizon 0
+            try:
+                await as_current_run(chain, lambda w: runs.write(self.rt.db, conv, 0, [], w, 0))
+            except ResetConflict:  # refused: the conversation is not this run's to hold
+                info = activity.info()
+                await asyncio.to_thread(ConversationLocks(self.rt.db).release, conv, Holder(
+                    info.workflow_id or "", info.workflow_run_id or ""))
+                raise
+        # Holding the lock, other turns have ended: what their reset runs left
+        # of superseded calls is recorded, and their calls without a result
+        # get one.
+        await asyncio.to_thread(self._settle, conv, wf_id, wf_id, chain, False)
+        repairs = await asyncio.to_thread(self.rt.journal.repair_orphans, conv, wf_id)
         snapshot = await asyncio.to_thread(memory.snapshot, conv, user_id)
         snapshot.repaired = [f"{r.call_id} ({r.tool_name}) of turn {r.workflow_id}: "
                              f"{r.outcome.value}" for r in repairs]
         return snapshot
 
-    async def _lock(self, conversation_id: str) -> None:
+    def _settle(self, conv: str, by: str, wf_id: str, chain: str, mine: bool) -> None:
+        with self.rt.db.connect() as conn:
+            for sc, effect in superseded.settle(conn, conv, by, wf_id, chain, mine=mine,
+                                                audit=self.rt.audit.enabled):
+                if effect in (superseded.Effect.REMAINS, superseded.Effect.UNKNOWN):
+                    log.warning("conversation %s: call %s (%s) of turn %s was superseded by "
+                                "reset run %s: %s", conv, sc.call.id, sc.call.name,
+                                sc.workflow_id, sc.superseded_by, superseded.DETAIL[effect])
+
+    async def _lock(self, conversation_id: str, chain: str) -> None:
         info = activity.info()
-        me = Holder(info.workflow_id or "", info.workflow_run_id or "")
+        me = Holder(info.workflow_id or "", info.workflow_run_id or "", chain or None)
         locks = ConversationLocks(self.rt.db)
         holder = await asyncio.to_thread(locks.acquire, conversation_id, me)
         if holder is None:
             return
-        if await _gone(holder) and await asyncio.to_thread(
+        client = activity.client()
+        if holder.same_turn(me):
+            # An earlier run of this turn (a reset replaced it): the turn keeps
+            # its lock, and this run takes its place if it is the current one.
+            if not await run_is_current(client, me.workflow_id, me.run_id):
+                raise RunSuperseded(f"run {me.run_id} of turn {me.workflow_id} is no longer "
+                                    "its workflow's current run")
+            if await asyncio.to_thread(locks.take_over, conversation_id, holder, me):
+                return
+        elif await holder_gone(client, holder) and await asyncio.to_thread(
                 locks.take_over, conversation_id, holder, me):
             activity.logger.warning("took over the lock of %s from ended turn %s",
                                     conversation_id, holder.workflow_id)
@@ -71,45 +115,59 @@ class MemoryActivities:
                                f"{holder.workflow_id}; this turn waits until it ends")
 
     @activity.defn(name=RELEASE_CONVERSATION)
-    def release_conversation(self, req: LoadMemoryInput) -> None:
+    async def release_conversation(self, req: LoadMemoryInput) -> None:
+        """The turn's run ends: what an earlier run of the turn wrote beyond
+        this run's last slot is superseded, what became of the superseded
+        calls is recorded, then the lock is let go."""
         info = activity.info()
+        conv = req.conversation_id
+        if req.execution_chain:
+            try:
+                await as_current_run(req.execution_chain, lambda w: self._sweep(req, w))
+            except (MemoryConflictError, ResetConflict, RunSuperseded) as exc:
+                # Not this run's conversation to tidy; the turn still ends.
+                log.warning("release of %s by %s: %s", conv, info.workflow_id, exc)
+            except DatabaseUnavailable as exc:
+                raise application_error(exc, non_retryable=False) from exc
         ConversationLocks(self.rt.db).release(
-            req.conversation_id, Holder(info.workflow_id or "", info.workflow_run_id or ""))
+            conv, Holder(info.workflow_id or "", info.workflow_run_id or ""))
+
+    def _sweep(self, req: LoadMemoryInput, w: runs.Writer) -> None:
+        runs.write(self.rt.db, req.conversation_id, req.next_seq or 0, [], w, req.next_seq)
+        self._settle(req.conversation_id, w.run_id, w.workflow_id, w.chain, True)
 
     @activity.defn(name=APPEND_MESSAGES)
-    def append_messages(self, req: AppendMessagesInput) -> None:
+    async def append_messages(self, req: AppendMessagesInput) -> None:
         """Messages the workflow wrote itself, with the audit rows and approval
         decisions of the calls it settled: one transaction (the call journal's
         rule: a settled call's facts are written together or not at all)."""
-        wf_id, chain = turn_workflow_id(), req.execution_chain
         try:
-            with self.rt.db.connect() as conn:
-                self.rt.memory.append_in(conn, req.conversation_id, req.start_seq,
-                                         req.messages, wf_id, chain or None)
-                for e in req.audit:
-                    self.rt.audit.settled(
-                        workflow_id=wf_id, call_id=e.call_id,
-                        conversation_id=req.conversation_id, user_id=req.user_id,
-                        tool_name=e.tool_name, arguments=e.arguments, status=e.status,
-                        error=e.error, chain=chain, conn=conn)
-                for d in req.decisions:
-                    self.rt.audit.decision(workflow_id=wf_id, tool_name=d.tool_name,
-                                           tool_call_id=d.tool_call_id, approved=d.approved,
-                                           reviewer=d.reviewer, note=d.note,
-                                           decided_at=d.decided_at, chain=chain, conn=conn)
-        except MemoryConflictError as exc:
+            if req.execution_chain:
+                await as_current_run(req.execution_chain, lambda w: self._append(req, w))
+            else:
+                await asyncio.to_thread(self._append, req, None)
+        except REFUSED as exc:
             raise application_error(exc, non_retryable=True) from exc
         except DatabaseUnavailable as exc:
             raise application_error(exc, non_retryable=False) from exc
 
-
-async def _gone(holder: Holder) -> bool:
-    """Has the turn holding a lock ended without releasing it?"""
-    try:
-        desc = await activity.client().get_workflow_handle(
-            holder.workflow_id, run_id=holder.run_id).describe()
-    except RPCError as exc:
-        if exc.status == RPCStatusCode.NOT_FOUND:
-            return True
-        raise
-    return desc.status != WorkflowExecutionStatus.RUNNING
+    def _append(self, req: AppendMessagesInput, w: runs.Writer | None) -> None:
+        wf_id, chain = turn_workflow_id(), req.execution_chain
+        with self.rt.db.connect() as conn:
+            if w is not None:
+                runs.claim(conn, req.conversation_id, w,
+                           range(req.start_seq, req.start_seq + len(req.messages)))
+            self.rt.memory.append_in(conn, req.conversation_id, req.start_seq,
+                                     req.messages, wf_id, chain or None,
+                                     run_id=w.run_id if w is not None else None)
+            for e in req.audit:
+                self.rt.audit.settled(
+                    workflow_id=wf_id, call_id=e.call_id,
+                    conversation_id=req.conversation_id, user_id=req.user_id,
+                    tool_name=e.tool_name, arguments=e.arguments, status=e.status,
+                    error=e.error, chain=chain, conn=conn)
+            for d in req.decisions:
+                self.rt.audit.decision(workflow_id=wf_id, tool_name=d.tool_name,
+                                       tool_call_id=d.tool_call_id, approved=d.approved,
+                                       reviewer=d.reviewer, note=d.note,
+                                       decided_at=d.decided_at, chain=chain, conn=conn)

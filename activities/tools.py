@@ -22,12 +22,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import replace
 from typing import Any
 
 from pydantic import BaseModel
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.runs import as_current_run
 from activities.runtime import (
     Runtime,
     WorkerShutdown,
@@ -45,6 +47,8 @@ from turnstile.engine.errors import (
     DatabaseUnavailable,
     MCPServerUnavailable,
     MemoryConflictError,
+    ResetConflict,
+    RunSuperseded,
     ToolArgumentError,
 )
 from turnstile.engine.masking import mask_json_text
@@ -107,10 +111,9 @@ class ToolActivities:
                 record_tool_outcome(span, outcome.status, outcome.is_error)
                 return outcome
         except (DatabaseUnavailable, MemoryConflictError, CallTakenOver,
-                CallNotRecorded) as exc:
-            raise application_error(
-                exc, non_retryable=isinstance(exc, MemoryConflictError)
-            ) from exc
+                CallNotRecorded, ResetConflict, RunSuperseded) as exc:
+            raise application_error(exc, non_retryable=isinstance(
+                exc, MemoryConflictError | ResetConflict | RunSuperseded)) from exc
 
     async def _finish(self, req: ToolExecInput, text: str, status: CallStatus,
                       is_error: bool, state: dict[str, Any] | None = None, *,
@@ -130,8 +133,9 @@ class ToolActivities:
             audit_status=audit, audit_error=error, decision=req.approval, ledger=ledger,
             state=state, attempt=attempt)
         try:
-            await asyncio.to_thread(self.rt.journal.finish, ending, tx)
-        except (DatabaseUnavailable, MemoryConflictError, CallTakenOver):
+            await self._record(ending, tx)
+        except (DatabaseUnavailable, MemoryConflictError, CallTakenOver, ResetConflict,
+                RunSuperseded):
             raise
         except Exception as exc:
             category = error_category(exc)
@@ -144,6 +148,23 @@ class ToolActivities:
             raise CallNotRecorded(f"recording the call failed: {category}") from None
         return ToolOutcome(call_id=req.call.id, name=req.call.name, status=status,
                            is_error=is_error, preview=_preview(text))
+
+    async def _record(self, ending: Ending, tx: Transaction | None) -> None:
+        """The journal's `finish` as this activity's run (activities.runs): the
+        result's slot is claimed in the same transaction."""
+        if not ending.chain:
+            await asyncio.to_thread(self.rt.journal.finish, ending, tx)
+            return
+        try:
+            await as_current_run(ending.chain, lambda w: self.rt.journal.finish(ending, tx, w))
+        except RunSuperseded:
+            # A run a reset replaced. An effect the tool wrote in the journal's
+            # transaction rolls back with it (never committed); one it caused
+            # elsewhere is recorded (ledger, audit) so the reset run reuses it
+            # instead of running the call again. Its memory is not this run's.
+            if tx is None or not tx.used:
+                await asyncio.to_thread(self.rt.journal.finish, replace(ending, remember=False))
+            raise
 
     async def _execute(self, req: ToolExecInput) -> ToolOutcome:
         wf_id, call, chain = turn_workflow_id(), req.call, req.execution_chain

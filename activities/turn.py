@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from temporalio import activity
 
-from activities.memory import MemoryActivities
+from activities.memory import REFUSED, MemoryActivities
 from activities.runtime import Runtime, application_error
 from activities.service import ServiceActivities
 from turnstile.engine.activity_io import (
@@ -21,11 +21,7 @@ from turnstile.engine.activity_io import (
     BeginTurnResult,
     MemorySnapshot,
 )
-from turnstile.engine.errors import (
-    ConversationBusy,
-    ConversationOwnershipError,
-    DatabaseUnavailable,
-)
+from turnstile.engine.errors import ConversationBusy, DatabaseUnavailable
 
 
 class TurnActivities:
@@ -39,13 +35,13 @@ class TurnActivities:
         busy = None
         try:
             snapshot: MemorySnapshot | None = await self.memory.load(
-                req.conversation_id, req.user_id)
+                req.conversation_id, req.user_id, req.execution_chain)
         except ConversationBusy as exc:
             # Another turn holds the conversation: the workflow waits in the
             # activity load_memory, retried by the server (a local activity
             # would retry on this worker and fill history with timers).
             snapshot, busy = None, str(exc)
-        except ConversationOwnershipError as exc:
+        except REFUSED as exc:  # e.g. a foreign conversation, a reset that conflicts
             raise application_error(exc, non_retryable=True) from exc
         except DatabaseUnavailable as exc:
             raise application_error(exc, non_retryable=False) from exc

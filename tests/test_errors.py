@@ -14,6 +14,7 @@ from turnstile.runtime.mcp.connection import MCPCallLost, MCPUnavailable
 from turnstile.runtime.tools import ToolExecutionError
 from turnstile.sales.access import QueryTooLong
 from turnstile.sales.query import EmptyConditionError
+from turnstile.stores.runs import RunUnconfirmed
 from turnstile.stores.schema import SchemaError
 
 STABLE = {
@@ -22,6 +23,9 @@ STABLE = {
     errors.ConversationOwnershipError: "ConversationNotOwned",
     errors.UnknownToolError: "UnknownTool",
     errors.ConversationBusy: "ConversationBusy",
+    errors.RunSuperseded: "RunSuperseded",
+    errors.ResetConflict: "ResetConflict",
+    RunUnconfirmed: "RunUnconfirmed",  # internal: a claim waits for Temporal's word
     errors.DatabaseUnavailable: "DatabaseUnavailable",
     errors.TemplateVariableMissing: "TemplateVariableMissing",
     errors.ModelRequestRejected: "ModelRequestRejected",

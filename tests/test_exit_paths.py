@@ -1,9 +1,10 @@
 """Every tool call in memory has exactly one result, on every exit path
 (issue 12): cancel while a call waits for approval and another runs,
 terminate, and `reset` to the first workflow task of a turn waiting for
-approval. Each is followed by a new turn on the same conversation, which the
-strict fake model server (400 on an unanswered call or an orphan result)
-must accept, and memory itself is checked, not only what is sent."""
+approval (a reset later in a turn: tests/test_reset_runs.py). Each is
+followed by a new turn on the same conversation, which the strict fake model
+server (400 on an unanswered call or an orphan result) must accept, and
+memory itself is checked, not only what is sent."""
 
 from __future__ import annotations
 
@@ -11,22 +12,22 @@ import uuid
 from typing import Any
 
 import pytest
-from temporalio.api.common.v1 import WorkflowExecution
-from temporalio.api.workflowservice.v1 import ResetWorkflowExecutionRequest
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import CancelledError
 
 from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.openai_conformance import pairing_violations
-from tests.support.services import make_service
+from tests.support.resets import lock_of, reset_to
+from tests.support.services import make_service, side_effects
 from tests.support.turns import running_worker, wait_pending
 from tests.test_execution_chain import _first_task_completed
 from turnstile.engine import attributes as attr
-from turnstile.engine.contract import CallStatus, TurnResult, TurnStatus
+from turnstile.engine.contract import ApproveSignal, CallStatus, TurnStatus
 from turnstile.engine.messages import ChatMessage
 from turnstile.stores.audit import AuditLog
 from turnstile.stores.db import Database
 from turnstile.stores.memory import MemoryStore
+from turnstile.stores.superseded import superseded_messages
 from turnstile.stores.truth import disagreements
 
 
@@ -112,32 +113,53 @@ async def test_terminate_leaves_a_hole_the_next_turn_repairs(
 
 
 async def test_reset_to_the_first_task_of_a_turn_waiting_for_approval(
-        client: Client, task_queue: str, tmp_path, fake_llm: FakeLLM) -> None:
+        client: Client, task_queue: str, db: Database, fake_llm: FakeLLM) -> None:
+    """The reset run starts the turn over: the base run's messages are
+    superseded (kept, marked, never sent), the reset run holds the lock while
+    it waits for the same approval, and the payment happens once."""
     conv = f"c-reset-{uuid.uuid4().hex[:6]}"
-    fake_llm.script(tool_reply(("call_0", "sendMoneySlowly", {"to": "bob", "amount": 5})),
-                    text_reply("I will not pay without an approval"),
-                    text_reply("nothing was paid"))
-    async with running_worker(client, task_queue, db_url(tmp_path), [make_service()],
+    pay = ("call_0", "sendMoneySlowly", {"to": "bob", "amount": 5})
+    fake_llm.script(tool_reply(pay),  # the base run asks, then waits for a reviewer
+                    tool_reply(pay),  # the reset run's model asks the same
+                    text_reply("bob is paid"), text_reply("yes, bob was paid 5"))
+    async with running_worker(client, task_queue, db.url, [make_service()],
                               llm_url=fake_llm.url) as turns:
         base = await turns.start("pay bob", conversation=conv)
         await wait_pending(base)
         first_run = base.first_execution_run_id or ""
-        point = await _first_task_completed(client, base.id, first_run)
-        reset = await client.workflow_service.reset_workflow_execution(
-            ResetWorkflowExecutionRequest(
-                namespace=client.namespace,
-                workflow_execution=WorkflowExecution(workflow_id=base.id, run_id=first_run),
-                reason="test: reset to the first workflow task",
-                workflow_task_finish_event_id=point, request_id=str(uuid.uuid4())))
-        after = client.get_workflow_handle(base.id, run_id=reset.run_id, result_type=TurnResult)
+        after = await reset_to(client, base.id, first_run,
+                               await _first_task_completed(client, base.id, first_run))
+        await wait_pending(after)
+        held = lock_of(db, conv)
+        await after.signal("approve", ApproveSignal(tool_call_id="call_0", reviewer="carol"))
         reset_result = await after.result()
-        db = turns.rt.db
-        [pay] = result_of(db, conv, "call_0")
+        released = lock_of(db, conv)
+        kept = superseded_messages(db, conv)
         nxt = await turns.run("did you pay?", conversation=conv)
         violations = stored_pairing(db, conv)
         truth = disagreements(db, conv)
-    assert truth == []
+        stored = MemoryStore(db).messages(conv)
+    assert truth == [] and violations == []
     assert reset_result.status == TurnStatus.COMPLETED, reset_result.error
-    assert pay.is_error and pay.attributes[attr.REPAIRED]["by"] == base.id
     assert nxt.status == TurnStatus.COMPLETED, nxt.error
-    assert violations == []
+    # The lock: held by the turn's chain, in the reset run's name, then released.
+    assert held == {"workflow_id": base.id, "execution_chain": first_run,
+                    "run_id": after.run_id}
+    assert released is None
+    # The model never read the base run's messages: the reset run's first
+    # request is its own system and user message.
+    first_of_reset = fake_llm.requests[1]["messages"]
+    assert [(m["role"], m.get("content")) for m in first_of_reset] == [
+        ("system", "You are a test assistant for qa."), ("user", "pay bob")]
+    assert "_refused" not in str(fake_llm.requests)
+    # Memory: the conversation once (one user message "pay bob", one result
+    # of call_0: the payment), the base run's rows kept as superseded.
+    assert [m.content for m in stored if m.role == "user"] == ["pay bob", "did you pay?"]
+    [paid] = [m for m in stored if m.role == "tool"]
+    assert not paid.is_error and "bob" in (paid.content or "")
+    assert [(k.seq, k.message.role) for k in kept] == [
+        (0, "system"), (1, "user"), (2, "assistant"), (2, "tool")]
+    assert {(k.run_id, k.superseded_by) for k in kept[:3]} == {(first_run, after.run_id)}
+    marker = kept[3].message.attributes[attr.SUPERSEDED_EFFECT]
+    assert (marker["effect"], marker["by"]) == ("made_again", after.run_id)
+    assert [e["note"] for e in side_effects(db, base.id)] == ["bob:5"]  # paid once

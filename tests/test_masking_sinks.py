@@ -44,7 +44,9 @@ from turnstile.stores.schema import ensure_schema
 
 SECRET = "zq-seed-7731"
 ADDRESS = f"{SECRET}@example.com"
-WHERE_IT_BELONGS = {"email_task", "chat_message", "chat_message_part", "tool_call_ledger"}
+# The conversation (what a reset run superseded of it too), the ledger, the outbox.
+WHERE_IT_BELONGS = {"email_task", "chat_message", "chat_message_part", "superseded_message",
+                    "tool_call_ledger"}
 
 
 class Records(logging.Handler):

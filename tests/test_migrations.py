@@ -181,6 +181,7 @@ async def test_v0_1_database_upgrades_and_runs_a_turn(fresh_url: str, client: Cl
             for t, rows in upgraded.items()} == before
     assert {r.get("execution_chain") for t in ("chat_message", "tool_execution_log")
             for r in upgraded[t]} == {None}
+    assert {r.get("run_id") for r in upgraded["chat_message"]} == {None}  # 0006
     with db.connect() as conn:  # the new per-day rollup was filled from the old rows
         rolled = conn.fetchone("SELECT SUM(order_count) AS n, SUM(total_cents) AS c"
                                " FROM sales_daily_total")
@@ -207,6 +208,29 @@ async def test_v0_1_database_upgrades_and_runs_a_turn(fresh_url: str, client: Cl
     told = [m.content for m in MemoryStore(db).messages("c-old") if m.role != "system"]
     old = [r["content"] for r in before["chat_message"] if r["role"] != "system"]
     assert told[:len(old)] == old and len(told) > len(old)
+    # The new turn's rows name the run that wrote them; the old rows none.
+    runs = {r["seq"]: r["run_id"] for r in after["chat_message"]}
+    assert {runs[r["seq"]] for r in before["chat_message"]} == {None}
+    assert set(runs.values()) == {None, handle.result_run_id}
+
+
+def test_revision_0006_only_adds(fresh_url: str) -> None:
+    """Reset runs (0006) add columns, an index and a table: every column,
+    key and index that 0005 made is still there, unchanged."""
+    db = Database(fresh_url)
+    upgrade(db, "0005")
+    before = schema_of(db)
+    upgrade(db)
+    after = schema_of(db)
+    for table, shape in before.items():
+        assert after[table]["pk"] == shape["pk"], table
+        assert set(shape["columns"]) <= set(after[table]["columns"]), table
+        assert set(shape["indexes"]) <= set(after[table]["indexes"]), table
+    added = {t: sorted({c[0] for c in after[t]["columns"]} - {c[0] for c in before[t]["columns"]})
+             for t in before}
+    assert {t: c for t, c in added.items() if c} == {
+        "chat_message": ["run_id"], "conversation_lock": ["execution_chain"]}
+    assert set(after) - set(before) == {"superseded_message"}
 
 
 def test_partial_schema_is_refused_not_guessed(tmp_path: Path) -> None:
@@ -258,7 +282,8 @@ def test_declared_tables_match_the_migrated_schema(fresh_url: str) -> None:
     for owner in ("turnstile.sales.schema", "turnstile.stores.audit", "turnstile.stores.lock",
                   "turnstile.stores.ledger", "turnstile.stores.memory",
                   "turnstile.stores.message_parts", "turnstile.stores.payload_store",
-                  "turnstile.stores.retrieval_index", "turnstile.stores.streaming"):
+                  "turnstile.stores.retrieval_index", "turnstile.stores.runs",
+                  "turnstile.stores.streaming"):
         importlib.import_module(owner)
     db = Database(fresh_url)
     upgrade(db)

@@ -197,14 +197,15 @@ class AgentTurn:
         begun = await s.local(
             io.begin_turn, io.BeginTurnInput(service=turn.service,
                                              conversation_id=turn.conversation_id,
-                                             user_id=turn.user_id),
+                                             user_id=turn.user_id, execution_chain=s.chain),
             "begin turn: service, memory, lock", TurnStatus.REFUSED)
         spec, memory = begun.spec, begun.memory
         if memory is None:  # another turn holds the conversation: wait, visibly
             s.event("conversation_busy", begun.busy or "")
             memory = await s.activity(
                 io.load_memory, io.LoadMemoryInput(conversation_id=turn.conversation_id,
-                                                   user_id=turn.user_id),
+                                                   user_id=turn.user_id,
+                                                   execution_chain=s.chain),
                 "load_memory (waits for the conversation)", TurnStatus.REFUSED)
         s.tool_names = list(begun.tool_names)
         s.search_attributes = spec.search_attributes
@@ -432,7 +433,8 @@ class AgentTurn:
             try:
                 await self.s.local(
                     io.release_conversation, io.LoadMemoryInput(
-                        conversation_id=turn.conversation_id, user_id=turn.user_id),
+                        conversation_id=turn.conversation_id, user_id=turn.user_id,
+                        execution_chain=self.s.chain, next_seq=self.s.seq),
                     "release_conversation", TurnStatus.FAILED)
             except TurnStopped as stop:
                 # The turn still ends with its status; the next turn of the

@@ -25,7 +25,7 @@ with workflow.unsafe.imports_passed_through():
         TurnInput,
         TurnStatus,
     )
-    from turnstile.engine.errors import TurnstileError
+    from turnstile.engine.errors import ResetConflict, TurnstileError
     from turnstile.engine.masking import mask_any, mask_json_text
     from turnstile.engine.messages import ChatMessage, ToolCall, Usage
     from turnstile.engine.turn_rules import parsed_arguments
@@ -100,6 +100,8 @@ class TurnStopped(Exception):
                       exc: ActivityError | ApplicationError) -> TurnStopped:
         stop = cls(status, TurnstileError(failure_reason(exc)))
         stop.error_type = failure_type(exc)
+        # A refused reset changes nothing: the base run's effects stay.
+        stop.compensate = stop.error_type != ResetConflict.error_type
         return stop
 
 

@@ -61,6 +61,13 @@ class DescribeServiceInput(BaseModel):
 class LoadMemoryInput(BaseModel):
     conversation_id: str
     user_id: str
+    # The turn's execution chain (see ToolExecInput): the conversation's lock
+    # is held by the turn, so a reset run of it keeps the lock ("" in turns
+    # recorded before issue 12's reset runs: held by the run).
+    execution_chain: str = ""
+    # Release only: the first memory slot this run has not taken; what an
+    # earlier run of the turn wrote from there on is superseded.
+    next_seq: int | None = None
 
 
 class MemorySnapshot(BaseModel):
@@ -79,6 +86,7 @@ class BeginTurnInput(BaseModel):
     service: str  # "" names the worker's default service
     conversation_id: str
     user_id: str
+    execution_chain: str = ""  # see LoadMemoryInput
 
 
 class BeginTurnResult(BaseModel):

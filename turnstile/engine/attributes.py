@@ -20,3 +20,10 @@ REPROMPT = "turnstile.reprompt"  # user messages the pipeline wrote: why (guardr
 # A result written by the next turn's memory load for a call whose turn ended
 # without one (terminate, reset, a lost run): {by, reason, source}
 REPAIRED = "turnstile.repaired"
+# On a message a reset run superseded (kept in `superseded_message`), for each
+# tool call of the replaced run once its turn's run ends: what became of the
+# call's effect, {by, effect, ledger, detail}; `effect` is "made_again" (the
+# reset run made the same call and its result is in memory), "remains" (the
+# call took effect and the reset run did not make it again), "unknown" (it
+# was running when its run was replaced) or "none" (it never took effect).
+SUPERSEDED_EFFECT = "turnstile.superseded_effect"

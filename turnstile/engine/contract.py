@@ -56,6 +56,9 @@ class AuditStatus(StrEnum):
     ROLLED_BACK = "ROLLED_BACK"
     COMPENSATION_FAILED = "COMPENSATION_FAILED"
     APPROVAL_REFUSED = "APPROVAL_REFUSED"  # a decision the approver policy did not apply
+    # A call of a run a reset replaced whose effect remains (or may): the reset
+    # run did not make it again (its own row beside the call's; issue 12).
+    SUPERSEDED = "SUPERSEDED"
 
 
 class ToolCallRecord(BaseModel):

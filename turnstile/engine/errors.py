@@ -84,6 +84,18 @@ class ConversationBusy(TurnstileError):
     error_type = "ConversationBusy"
 
 
+class RunSuperseded(TurnstileError):
+    """A run that is no longer its workflow's current run (a reset replaced
+    it, or it ended) tried to write to its conversation; its writes are
+    refused, so two runs of a turn never interleave. Retrying cannot help."""
+
+
+class ResetConflict(TurnstileError):
+    """A reset run would take back messages the conversation has built on
+    since (a later turn wrote after them, or holds the conversation): the
+    reset is refused, nothing is superseded and nothing is rolled back."""
+
+
 class TemplateVariableMissing(TurnstileError):
     error_type = "TemplateVariableMissing"
 

@@ -50,6 +50,7 @@ from turnstile.stores.audit import AuditLog, execution_id, mask
 from turnstile.stores.db import Connection, Database, Transaction
 from turnstile.stores.ledger import LedgerEntry, ToolLedger
 from turnstile.stores.memory import MemoryStore, now_iso
+from turnstile.stores.runs import Writer, claim
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +115,9 @@ class Ending:
     ledger: bool = True  # complete the ledger row (False: it is already complete)
     state: dict[str, Any] | None = None
     attempt: int | None = None  # the ledger claim of the attempt (None: not fenced)
+    # The result message goes to memory (False: only ledger, audit and decision,
+    # for a run a reset replaced, whose memory writes are refused).
+    remember: bool = True
 
 
 @dataclass(frozen=True)
@@ -165,21 +169,27 @@ class CallJournal:
         """The journal's transaction of one attempt, opened on first use."""
         return Transaction(self.db)
 
-    def finish(self, e: Ending, tx: Transaction | None = None) -> None:
+    def finish(self, e: Ending, tx: Transaction | None = None,
+               writer: Writer | None = None) -> None:
         """Ledger, audit, decision and result message of one call, in one
         transaction: `tx` (then committed) when the tool wrote its effect
         there — never a new one then: a `tx` that has ended raises
         TransactionEnded, and nothing is recorded without the effect — else
-        a new one. Idempotent: a retried attempt rewrites the same facts."""
+        a new one. Idempotent: a retried attempt rewrites the same facts.
+        `writer`: the run writing, which claims the result's slot first
+        (turnstile.stores.runs); its RunUnconfirmed leaves `tx` open and
+        uncommitted, so the confirmed claim records in the same transaction."""
         if tx is not None and tx.used:
             with tx.use() as conn:
-                self._finish(conn, e)
+                self._finish(conn, e, writer)
             tx.commit()
             return
         with self.db.connect() as conn:
-            self._finish(conn, e)
+            self._finish(conn, e, writer)
 
-    def _finish(self, conn: Connection, e: Ending) -> None:
+    def _finish(self, conn: Connection, e: Ending, writer: Writer | None = None) -> None:
+        if writer is not None and e.remember:
+            claim(conn, e.conversation_id, writer, range(e.seq, e.seq + 1))
         m = e.message
         outcome = CallStatus(m.attributes.get(attr.OUTCOME, CallStatus.COMPLETED.value))
         if e.ledger:
@@ -204,8 +214,10 @@ class CallJournal:
             self.audit.finished(workflow_id=e.workflow_id, call_id=e.call.id,
                                 status=e.audit_status, error=e.audit_error, chain=e.chain,
                                 conn=conn)
-        self.memory.append_in(conn, e.conversation_id, e.seq, [m], e.workflow_id,
-                              e.chain or None)
+        if e.remember:
+            self.memory.append_in(conn, e.conversation_id, e.seq, [m], e.workflow_id,
+                                  e.chain or None,
+                                  run_id=writer.run_id if writer is not None else None)
 
     def compensated(self, u: Undone, tx: Transaction | None = None) -> None:
         """What memory and the audit log say after an undo, in one transaction
@@ -247,7 +259,7 @@ class CallJournal:
         with self.db.connect() as conn:
             rows = conn.fetchall(
                 "SELECT seq, role, tool_calls, tool_call_id, attributes, workflow_id, "
-                "execution_chain, conversation_id FROM chat_message "
+                "execution_chain, run_id, conversation_id FROM chat_message "
                 "WHERE conversation_id = :c ORDER BY seq", {"c": conversation_id})
             taken = {int(r["seq"]) for r in rows}
             for owner, calls, next_seq in open_calls(rows):
@@ -293,7 +305,10 @@ class CallJournal:
                                           attr.WORKFLOW_ID: wf_id, attr.REPAIRED: marker})
         if done is not None and done["state"]:
             message.attributes[attr.STATE] = json.loads(done["state"])
-        self.memory.append_in(conn, conversation_id, seq, [message], wf_id, chain or None)
+        # Written for the run that made the call: a reset run that replaces that
+        # run supersedes the repair with the rest of its rows.
+        self.memory.append_in(conn, conversation_id, seq, [message], wf_id, chain or None,
+                              run_id=owner.get("run_id"))
         if self.audit_enabled and done is None:
             self._audit_interrupted(conn, conversation_id, owner, call, chain, repaired_by)
         return Repair(seq=seq, call_id=call.id, tool_name=call.name, workflow_id=wf_id,

@@ -48,7 +48,9 @@ chat_message = sa.Table(
     sa.Column("created_at", sa.Text),
     sa.Column("workflow_id", sa.Text),
     sa.Column("execution_chain", sa.Text),  # the writing turn's chain (migration 0005)
+    sa.Column("run_id", sa.Text),  # the writing run (0006; turnstile.stores.runs)
     sa.Index("chat_message_call", "conversation_id", "tool_call_id"),
+    sa.Index("chat_message_writer", "conversation_id", "workflow_id"),
 )
 
 def _row_to_message(row: dict[str, Any]) -> ChatMessage:
@@ -143,13 +145,16 @@ class MemoryStore:
                 merged.update(m.attributes.get(attr.STATE) or {})
         return merged
 
-    def get(self, conversation_id: str, seq: int) -> tuple[ChatMessage, str | None] | None:
+    def get(self, conversation_id: str, seq: int) -> tuple[ChatMessage, str | None,
+                                                          str | None] | None:
+        """The message at `seq`, the turn and the run that wrote it."""
         with self.db.connect() as conn:
             row = conn.fetchone(
                 "SELECT * FROM chat_message WHERE conversation_id = :c AND seq = :seq",
                 {"c": conversation_id, "seq": seq},
             )
-        return None if row is None else (_row_to_message(row), row.get("workflow_id"))
+        return None if row is None else (_row_to_message(row), row.get("workflow_id"),
+                                         row.get("run_id"))
 
     # -- writes -------------------------------------------------------------
     def put(
@@ -169,17 +174,19 @@ class MemoryStore:
     def append_in(
         self, conn: Connection, conversation_id: str, start_seq: int,
         messages: list[ChatMessage], workflow_id: str, chain: str | None = None,
+        run_id: str | None = None,
     ) -> None:
-        """`append` inside the caller's transaction."""
+        """`append` inside the caller's transaction. `run_id`: the writing run
+        (a run-aware writer claims its slots first: turnstile.stores.runs)."""
         for offset, m in enumerate(messages):
             seq = start_seq + offset
             cur = conn.execute(
                 "INSERT INTO chat_message (conversation_id, seq, role, content, tool_calls, "
                 "tool_call_id, is_error, attributes, created_at, workflow_id, "
-                "execution_chain) "
+                "execution_chain, run_id) "
                 "VALUES (:conversation_id, :seq, :role, :content, :tool_calls, "
                 ":tool_call_id, :is_error, :attributes, :created_at, :workflow_id, "
-                ":execution_chain) "
+                ":execution_chain, :run_id) "
                 "ON CONFLICT (conversation_id, seq) DO NOTHING",
                 {
                     "conversation_id": conversation_id,
@@ -194,17 +201,21 @@ class MemoryStore:
                     "created_at": now_iso(),
                     "workflow_id": workflow_id,
                     "execution_chain": chain,
+                    "run_id": run_id,
                 },
             )
             if cur.rowcount == 1 and m.parts:
                 write_parts(conn, conversation_id, seq, m.parts)
             if cur.rowcount == 0:
                 owner = conn.fetchone(
-                    "SELECT workflow_id FROM chat_message "
+                    "SELECT workflow_id, run_id FROM chat_message "
                     "WHERE conversation_id = :c AND seq = :seq",
                     {"c": conversation_id, "seq": seq},
                 )
-                if owner is None or owner["workflow_id"] != workflow_id:
+                # The same turn's retry is a no-op; another turn's row, or
+                # another run's that no claim superseded, is a conflict.
+                if owner is None or owner["workflow_id"] != workflow_id or (
+                        run_id and owner["run_id"] and owner["run_id"] != run_id):
                     raise MemoryConflictError(
                         f"message slot {seq} of conversation {conversation_id!r} was "
                         "written by another writer; turns of one conversation must not "

@@ -1,7 +1,13 @@
 """The truth check of memory against the journal (ledger, audit, approvals):
 what `python starter.py check` prints (the reference service adds its world
 tables: turnstile.sales.truth). Meant for a quiet system: conversations a
-turn holds right now are skipped (their calls may be in flight)."""
+turn holds right now are skipped (their calls may be in flight).
+
+Memory is `chat_message`: messages a reset run superseded are not in it, so
+they are checked only for what they may leave behind — an effect of a
+superseded call that remains must be flagged on its kept result
+(`turnstile.superseded_effect`, turnstile.stores.superseded). Flagged effects
+are not disagreements: `notes` lists them for a person to look at."""
 
 from __future__ import annotations
 
@@ -12,6 +18,7 @@ from typing import Any
 
 from turnstile.engine import attributes as attr
 from turnstile.engine.contract import AuditStatus, CallStatus
+from turnstile.stores import superseded
 from turnstile.stores.audit import execution_id
 from turnstile.stores.db import Database
 from turnstile.stores.journal import open_calls
@@ -116,4 +123,38 @@ def disagreements(db: Database, conversation_id: str | None = None) -> list[str]
         if row["status"] == AuditStatus.INITIATED.value and row["conversation_id"] not in busy:
             found.append(f"conversation {row['conversation_id']}: audit row {key} "
                          f"({row['tool_name']}) was left open (INITIATED)")
+    found += [line for line, flagged in _superseded(db, conversation_id, busy) if not flagged]
     return found
+
+
+def notes(db: Database, conversation_id: str | None = None) -> list[str]:
+    """Effects of superseded calls that remain (or may) and are flagged as
+    such: consistent, but the world holds something the conversation no
+    longer says; a person decides whether to undo it."""
+    return [line for line, flagged in _superseded(db, conversation_id,
+                                                  busy_conversations(db)) if flagged]
+
+
+def _superseded(db: Database, conversation_id: str | None,
+                busy: set[str]) -> list[tuple[str, bool]]:
+    """(sentence, flagged?) for each superseded call whose effect remains or may."""
+    out = []
+    with db.connect() as conn:
+        for sc in superseded.all_calls(conn, conversation_id):
+            if sc.conversation_id in busy:
+                continue
+            effect, _ = superseded.judge(conn, sc)
+            if effect not in (superseded.Effect.REMAINS, superseded.Effect.UNKNOWN):
+                continue
+            marker = sc.marker or {}
+            where = (f"conversation {sc.conversation_id}: call {sc.call.id} ({sc.call.name}) of "
+                     f"turn {sc.workflow_id}, superseded by reset run {sc.superseded_by}")
+            if marker.get("effect") in (superseded.Effect.REMAINS, superseded.Effect.UNKNOWN):
+                verb = "remains" if effect is superseded.Effect.REMAINS else "may remain"
+                out.append((f"{where}: its effect {verb} (the reset run did not make this "
+                            "call again)", True))
+            else:
+                verb = "remains" if effect is superseded.Effect.REMAINS else "may remain"
+                out.append((f"{where}: its effect {verb} and memory does not say so "
+                            f"(no {attr.SUPERSEDED_EFFECT} on its kept result)", False))
+    return out

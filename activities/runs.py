@@ -1,0 +1,78 @@
+"""Writes of a run of a turn (turnstile.stores.runs): who is writing, and
+the check with Temporal that only the workflow's current run takes an
+earlier run's place in its conversation."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import replace
+from typing import TypeVar
+
+from temporalio import activity
+from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.service import RPCError, RPCStatusCode
+
+from activities.runtime import turn_workflow_id
+from turnstile.engine.errors import RunSuperseded
+from turnstile.stores.lock import Holder
+from turnstile.stores.runs import RunUnconfirmed, Writer
+
+log = logging.getLogger("turnstile.activities")
+
+T = TypeVar("T")
+
+
+def writer(chain: str) -> Writer:
+    """The run this activity belongs to, as a writer of its turn's memory."""
+    return Writer(turn_workflow_id(), chain, activity.info().workflow_run_id or "")
+
+
+async def run_is_current(client: Client, workflow_id: str, run_id: str) -> bool:
+    """Is this run running (so the workflow's current run)? A run a reset
+    replaced is terminated; its activities may still be finishing."""
+    try:
+        desc = await client.get_workflow_handle(workflow_id, run_id=run_id).describe()
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.NOT_FOUND:
+            return False
+        raise
+    return desc.status == WorkflowExecutionStatus.RUNNING
+
+
+async def as_current_run(chain: str, write: Callable[[Writer], T]) -> T:
+    """Run the store call `write` (in a thread) as this activity's run; if it
+    would take an earlier run's place, confirm with Temporal first and run it
+    again confirmed. Raises RunSuperseded when this run is not current."""
+    w = writer(chain)
+    try:
+        return await asyncio.to_thread(write, w)
+    except RunUnconfirmed:
+        if not await run_is_current(activity.client(), w.workflow_id, w.run_id):
+            raise RunSuperseded(
+                f"run {w.run_id} of turn {w.workflow_id} is no longer its workflow's current "
+                "run (reset or ended); its writes to the conversation are refused") from None
+        log.info("run %s of %s takes its turn's place in the conversation", w.run_id,
+                 w.workflow_id)
+        return await asyncio.to_thread(write, replace(w, confirmed=True))
+
+
+async def holder_gone(client: Client, holder: Holder) -> bool:
+    """Has the turn holding a lock ended without releasing it? A lock held by
+    a turn's chain is held while any run of that chain runs (a reset run
+    keeps its turn's lock); a lock without a chain, while its run runs."""
+    try:
+        if holder.chain is None:
+            return not await run_is_current(client, holder.workflow_id, holder.run_id)
+        desc = await client.get_workflow_handle(holder.workflow_id).describe()
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.NOT_FOUND:
+            return True
+        raise
+    if desc.status != WorkflowExecutionStatus.RUNNING:
+        return True
+    first = desc.raw_description.workflow_execution_info.first_run_id
+    # The running run is of the holder's chain (or is the holder itself, on a
+    # server that does not report the chain).
+    return not (first == holder.chain or desc.run_id == holder.run_id)
