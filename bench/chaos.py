@@ -2,6 +2,7 @@
 at random moments and restarted (issue 12).
 
     python bench/chaos.py --turns 40 --minutes 10
+    python bench/chaos.py --turns 1000 --in-flight 8 --minutes 10   # turns all along
 
 Needs a Temporal server at TEMPORAL_ADDRESS (e.g. `make up`'s). Runs its own
 worker processes (worker + e-mail sender, offline demo planner), a local SMTP
@@ -73,11 +74,10 @@ class ChaosReport:
                 and self.unsettled_mails == 0 and not self.disagreements)
 
 
-async def _approve_all(client: Client, handles: list[WorkflowHandle[Any, TurnResult]],
-                       done: asyncio.Event) -> None:
+async def _approve_all(client: Client, turns: list[_Turn], done: asyncio.Event) -> None:
     """A reviewer who approves whatever is pending (the worker may be dead: retry)."""
     while not done.is_set():
-        for h in handles:
+        for h in [t.handle for t in list(turns)]:
             try:
                 pending = await h.query("pending_approvals", result_type=list[PendingApproval],
                                         rpc_timeout=timedelta(seconds=2))
@@ -89,8 +89,41 @@ async def _approve_all(client: Client, handles: list[WorkflowHandle[Any, TurnRes
         await asyncio.sleep(0.3)
 
 
+async def _keep_starting(client: Client, task_queue: str, handles: list[Any],
+                         turns: int, in_flight: int, deadline: float) -> None:
+    """Start turns for the whole run: `in_flight` open at a time (0: all at
+    once), until `turns` were started or the deadline passed."""
+    i = 0
+    while i < turns and time.monotonic() < deadline:
+        open_turns = 0
+        for h in handles:
+            if not h.closed:
+                try:
+                    desc = await h.handle.describe(rpc_timeout=timedelta(seconds=2))
+                except Exception:  # noqa: BLE001 - the server is busy: count it open
+                    open_turns += 1
+                    continue
+                h.closed = desc.close_time is not None
+                open_turns += not h.closed
+        while i < turns and (in_flight == 0 or open_turns < in_flight):
+            turn = TurnInput(conversation_id=f"c-chaos-{i}", user_id="alice", message=DEMO,
+                             service="sales-assistant")
+            handles.append(_Turn(await client.start_workflow(
+                WORKFLOW_TYPE, turn, id=f"{task_queue}-{i}", task_queue=task_queue,
+                result_type=TurnResult)))
+            i += 1
+            open_turns += 1
+        await asyncio.sleep(0.5)
+
+
+@dataclass
+class _Turn:
+    handle: WorkflowHandle[Any, TurnResult]
+    closed: bool = False
+
+
 async def run_chaos(client: Client, address: str, workdir: Path, *, turns: int,
-                    seconds: float, seed_value: int = 12,
+                    seconds: float, seed_value: int = 12, in_flight: int = 0,
                     close_budget: float = 600.0) -> ChaosReport:
     rng = random.Random(seed_value)
     started = time.monotonic()
@@ -108,21 +141,20 @@ async def run_chaos(client: Client, address: str, workdir: Path, *, turns: int,
     with LocalSmtpServer(mail_dir, port=port):
         worker = WorkerProcess(workdir / "worker.log", env, args=()).start()
         try:
-            handles = []
-            for i in range(turns):
-                turn = TurnInput(conversation_id=f"c-chaos-{i}", user_id="alice", message=DEMO,
-                                 service="sales-assistant")
-                handles.append(await client.start_workflow(
-                    WORKFLOW_TYPE, turn, id=f"{task_queue}-{i}", task_queue=task_queue,
-                    result_type=TurnResult))
-            done = asyncio.Event()
-            approver = asyncio.create_task(_approve_all(client, handles, done))
+            started_turns: list[_Turn] = []
             deadline = time.monotonic() + seconds
+            starter = asyncio.create_task(_keep_starting(client, task_queue, started_turns,
+                                                         turns, in_flight, deadline))
+            done = asyncio.Event()
+            approver = asyncio.create_task(_approve_all(client, started_turns, done))
             while time.monotonic() < deadline:
                 await asyncio.sleep(rng.uniform(0.3, 2.0))
                 worker.kill()
                 report.kills += 1
                 worker = WorkerProcess(workdir / "worker.log", env, args=()).start()
+            await starter
+            handles = [t.handle for t in started_turns]
+            report.turns = len(handles)
             # A worker killed during a model request leaves that attempt to its
             # start-to-close timeout (model_timeout_seconds, 180 s): the budget
             # covers one such wait per turn, not a hang.
@@ -159,6 +191,9 @@ async def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--turns", type=int, default=40)
     parser.add_argument("--minutes", type=float, default=10.0)
     parser.add_argument("--seed", type=int, default=12)
+    parser.add_argument("--in-flight", type=int, default=0,
+                        help="turns open at a time, new ones started as others close, for "
+                             "the whole run (0: all --turns at once)")
     args = parser.parse_args(argv)
     from turnstile.runtime.client import connect
     from turnstile.runtime.config import Settings
@@ -167,7 +202,8 @@ async def main(argv: list[str] | None = None) -> int:
     client = await connect(settings)
     with tempfile.TemporaryDirectory(prefix="turnstile-chaos-") as tmp:
         report = await run_chaos(client, settings.temporal_address, Path(tmp), turns=args.turns,
-                                 seconds=args.minutes * 60, seed_value=args.seed)
+                                 seconds=args.minutes * 60, seed_value=args.seed,
+                                 in_flight=args.in_flight)
     sys.stdout.write(json.dumps(asdict(report), indent=2) + "\n")
     return 0 if report.ok else 1
 
