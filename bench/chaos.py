@@ -9,7 +9,9 @@ worker processes (worker + e-mail sender, offline demo planner), a local SMTP
 server and a fresh SQLite database in a temporary directory. Afterwards:
 every turn closed, no Message-ID received twice, and `starter.py check`'s
 truth check reports nothing. Prints turns, kills, mails and disagreements;
-exit status 1 when any of them is wrong. tests/test_chaos.py runs a short
+exit status 1 when any of them is wrong. E-mail tasks parked as "possibly
+sent" (the sender was killed while delivering: never retried on its own, so
+never sent twice; turnstile/sales/outbox.py) are counted apart. tests/test_chaos.py runs a short
 version.
 """
 
@@ -45,6 +47,7 @@ from turnstile.engine.contract import (  # noqa: E402
     TurnInput,
     TurnResult,
 )
+from turnstile.sales.outbox import POSSIBLY_SENT  # noqa: E402
 from turnstile.sales.seed import seed  # noqa: E402
 from turnstile.sales.smtp_server import LocalSmtpServer, read_mailbox  # noqa: E402
 from turnstile.sales.truth import disagreements  # noqa: E402
@@ -65,6 +68,10 @@ class ChaosReport:
     mails: int = 0
     duplicate_mails: int = 0
     unsettled_mails: int = 0
+    unsettled_statuses: dict[str, int] = field(default_factory=dict)
+    # FAILED as "possibly sent": the sender was killed while delivering, so the
+    # task is parked for a person instead of risking a second copy (outbox).
+    possibly_sent: int = 0
     disagreements: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -170,11 +177,18 @@ async def run_chaos(client: Client, address: str, workdir: Path, *, turns: int,
             report.statuses = dict(Counter(r.status.value for r in results))
             for _ in range(120):  # the sender delivers what the turns queued
                 with db.connect() as conn:
-                    rows = conn.fetchall("SELECT status FROM email_task")
+                    rows = conn.fetchall("SELECT status, attempts, last_error FROM email_task")
                 if all(r["status"] in SETTLED_MAIL for r in rows):
                     break
                 await asyncio.sleep(0.5)
-            report.unsettled_mails = sum(r["status"] not in SETTLED_MAIL for r in rows)
+            parked = [r for r in rows if r["status"] == "FAILED"
+                      and (r["last_error"] or "").startswith(POSSIBLY_SENT)]
+            report.possibly_sent = len(parked)
+            unsettled = [r for r in rows if r["status"] not in SETTLED_MAIL and r not in parked]
+            report.unsettled_mails = len(unsettled)
+            report.unsettled_statuses = dict(Counter(r["status"] for r in unsettled))
+            for r in unsettled:
+                log.error("unsettled e-mail task: %s", dict(r))
         finally:
             worker.stop()
         ids = [m["Message-ID"] for m in read_mailbox(mail_dir)]
