@@ -29,7 +29,7 @@ async def test_turns_survive_random_worker_kills(client: Client, temporal_server
                                                  tmp_path: Path) -> None:
     chaos = load_chaos()
     report = await chaos.run_chaos(client, temporal_server.address, tmp_path, turns=5,
-                                   seconds=5.0, seed_value=3, close_budget=300.0)
+                                   seconds=8.0, seed_value=3, close_budget=300.0)
     assert report.kills >= 2
     assert report.closed == report.turns == 5, report
     assert report.duplicate_mails == 0, report
