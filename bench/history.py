@@ -29,7 +29,6 @@ import asyncio
 import tempfile
 import uuid
 from collections import Counter
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -37,31 +36,12 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 from bench.bench_support import LOCAL_ACTIVITY_MARKER, DevServer, connect
-from bench.turns import complete
+from bench.turns import scripted_model
 from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from turnstile.engine.contract import WORKFLOW_TYPE, TurnInput, TurnResult, TurnStatus
-from turnstile.sales.seed import last_week
 
 TURNS = {"plain, no tool": 0, "plain, one tool": 1, "bench turn": 2}
 ADD_TURN = "plain service, one add call"
-
-
-def scripted(queries: int) -> Any:
-    start, end = last_week(datetime.now(UTC).date())
-
-    def reply(request: dict[str, Any]) -> dict[str, Any]:
-        messages = request.get("messages") or []
-        last_user = max((i for i, m in enumerate(messages) if m.get("role") == "user"),
-                        default=-1)
-        done = sum(1 for m in messages[last_user + 1:] if m.get("role") == "tool")
-        if done < queries:
-            week = timedelta(days=7 * done)
-            return complete(tool_reply((f"call-{uuid.uuid4().hex[:12]}", "querySalesData", {
-                "startDate": (start - week).isoformat(), "endDate": (end - week).isoformat(),
-                "minAmount": 50000})))
-        return complete(text_reply("done"))
-
-    return reply
 
 
 def _name(e: Any) -> str:
@@ -87,7 +67,7 @@ async def one_turn(client: Client, queue: str, fake: FakeLLM, queries: int | Non
         turn = TurnInput(conversation_id=f"hist-{uuid.uuid4().hex[:8]}", user_id="bench",
                          message="1+2?", service="plain", variables={"team": "qa"})
     else:
-        fake.default = scripted(queries)
+        fake.default = scripted_model(queries, answer="done")
         turn = TurnInput(conversation_id=f"hist-{uuid.uuid4().hex[:8]}", user_id="bench",
                          message="Which customers' sales exceeded 50,000 last week?",
                          service="sales-assistant")

@@ -83,8 +83,9 @@ def complete(body: dict[str, Any]) -> dict[str, Any]:
             "usage": {**usage, "total_tokens": usage["prompt_tokens"] + usage["completion_tokens"]}}
 
 
-def scripted_model() -> Callable[[dict[str, Any]], dict[str, Any]]:
-    """Per request: one `querySalesData` per week until the turn has 2 results."""
+def scripted_model(queries: int = QUERIES,
+                   answer: str = ANSWER) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """Per request: one `querySalesData` per week until the turn has `queries` results."""
     start, end = last_week(datetime.now(UTC).date())
 
     def reply(request: dict[str, Any]) -> dict[str, Any]:
@@ -92,12 +93,12 @@ def scripted_model() -> Callable[[dict[str, Any]], dict[str, Any]]:
         last_user = max((i for i, m in enumerate(messages) if m.get("role") == "user"),
                         default=-1)
         done = sum(1 for m in messages[last_user + 1:] if m.get("role") == "tool")
-        if done < QUERIES:
+        if done < queries:
             week = timedelta(days=7 * done)
             return complete(tool_reply((f"call-{uuid.uuid4().hex[:12]}", "querySalesData", {
                 "startDate": (start - week).isoformat(), "endDate": (end - week).isoformat(),
                 "minAmount": 50000})))
-        return complete(text_reply(ANSWER))
+        return complete(text_reply(answer))
 
     return reply
 
