@@ -129,8 +129,10 @@ async def test_argument_errors_and_is_error_results_go_back_to_the_model(
     assert [r["key"] for r in effects.runs("lookup")] == ["5"]
     assert len(effects.runs("explode")) == 1
     assert [a for _, a in await activities(handle, "turnstile.execute_tool")] == [1, 1, 1]
-    assert [(r["tool_name"], r["status"]) for r in audit] == [
-        ("lookup", "FAILED"), ("explode", "FAILED"), ("lookup", "COMPLETED")]
+    # a1 and a2 ran concurrently in one round: their audit rows may start in either order.
+    rows = [(r["tool_name"], r["status"]) for r in audit]
+    assert sorted(rows[:2]) == [("explode", "FAILED"), ("lookup", "FAILED")]
+    assert rows[2:] == [("lookup", "COMPLETED")]
 
 
 async def test_destructive_and_unhinted_tools_wait_for_approval(
