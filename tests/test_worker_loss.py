@@ -205,16 +205,15 @@ async def test_sigterm_hands_back_a_model_call(turns: Turns, fake_llm: FakeLLM) 
     assert "worker stopped" in first.log.read_text()
 
 
-async def test_sigterm_lets_a_running_tool_finish(turns: Turns, fake_llm: FakeLLM) -> None:
-    fake_llm.script(tool_reply(("call-t", "slowWrite", {"note": "once", "seconds": 3})),
-                    text_reply("done"))
-    wf_id = f"term-tool-{turns.task_queue}"
-    first = turns.worker("worker1", TURNSTILE_SHUTDOWN_GRACE_SECONDS="30")
+async def sigterm_during_tool(turns: Turns, wf_id: str, *, grace: str,
+                             within: float) -> tuple[WorkflowHandle[Any, TurnResult], TurnResult]:
+    """Start the turn, SIGTERM its worker once the tool has written its row
+    (the worker must exit 0 within `within` s), then let a second worker end it."""
+    first = turns.worker("worker1", TURNSTILE_SHUTDOWN_GRACE_SECONDS=grace)
     try:
         handle = await turns.start(wf_id, "go")
         await wait_until(lambda: bool(side_effects(turns.db, wf_id)), "the tool never ran")
-        # slowWrite is NOT safe to run twice: the worker must let it finish.
-        assert sigterm(first, within=40) == 0
+        assert sigterm(first, within=within) == 0
     finally:
         first.kill()
     second = turns.worker("worker2")
@@ -222,6 +221,15 @@ async def test_sigterm_lets_a_running_tool_finish(turns: Turns, fake_llm: FakeLL
         result = await asyncio.wait_for(handle.result(), timeout=60)
     finally:
         second.stop()
+    return handle, result
+
+
+async def test_sigterm_lets_a_running_tool_finish(turns: Turns, fake_llm: FakeLLM) -> None:
+    fake_llm.script(tool_reply(("call-t", "slowWrite", {"note": "once", "seconds": 3})),
+                    text_reply("done"))
+    wf_id = f"term-tool-{turns.task_queue}"
+    # slowWrite is NOT safe to run twice: the worker must let it finish.
+    handle, result = await sigterm_during_tool(turns, wf_id, grace="30", within=40)
     assert result.status == TurnStatus.COMPLETED, result.error
     assert [c.status for c in result.tool_calls] == [CallStatus.COMPLETED]
     assert len(side_effects(turns.db, wf_id)) == 1
@@ -311,18 +319,7 @@ async def test_sigterm_settles_a_cut_off_tool_as_interrupted(turns: Turns,
     fake_llm.script(tool_reply(("call-t", "slowWrite", {"note": "once", "seconds": 60})),
                     text_reply("done"))
     wf_id = f"term-cut-{turns.task_queue}"
-    first = turns.worker("worker1", TURNSTILE_SHUTDOWN_GRACE_SECONDS="1")
-    try:
-        handle = await turns.start(wf_id, "go")
-        await wait_until(lambda: bool(side_effects(turns.db, wf_id)), "the tool never ran")
-        assert sigterm(first, within=30) == 0
-    finally:
-        first.kill()
-    second = turns.worker("worker2")
-    try:
-        result = await asyncio.wait_for(handle.result(), timeout=60)
-    finally:
-        second.stop()
+    handle, result = await sigterm_during_tool(turns, wf_id, grace="1", within=30)
     assert result.status == TurnStatus.COMPLETED, result.error
     assert [c.status for c in result.tool_calls] == [CallStatus.INTERRUPTED]
     assert len(side_effects(turns.db, wf_id)) == 1
