@@ -21,7 +21,7 @@ __all__ = ["Runtime", "all_activities"]
 def all_activities(rt: Runtime) -> list[Callable[..., Any]]:
     mem, model, tools = MemoryActivities(rt), ModelActivities(rt), ToolActivities(rt)
     saga, pipe, svc = SagaActivities(rt), PipelineActivities(rt), ServiceActivities(rt)
-    return [TurnActivities(rt, svc, mem).begin_turn, svc.describe_service, svc.resolve_tools,
+    return [TurnActivities(rt, svc, mem).begin_turn, svc.resolve_tools,
             mem.load_memory, mem.append_messages, mem.release_conversation,
             model.call_model, tools.execute_tool, ReviewActivities(rt).review_call,
             saga.compensate_tool, saga.record_compensation_failure,

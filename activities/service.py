@@ -11,9 +11,7 @@ from temporalio import activity
 
 from activities.runtime import Runtime, application_error, model_name, with_heartbeat
 from turnstile.engine.activity_io import (
-    DESCRIBE_SERVICE,
     RESOLVE_TOOLS,
-    DescribeServiceInput,
     ResolvedTools,
     ResolveToolsInput,
 )
@@ -37,10 +35,6 @@ PROVIDER_ATTEMPTS = 3
 class ServiceActivities:
     def __init__(self, rt: Runtime) -> None:
         self.rt = rt
-
-    @activity.defn(name=DESCRIBE_SERVICE)
-    def describe_service(self, req: DescribeServiceInput) -> ServiceSpec:
-        return self.describe(req.service)
 
     def describe(self, name: str) -> ServiceSpec:
         """The service's spec as this worker runs it (policies, tools, pipeline

@@ -6,7 +6,7 @@ holds references (memory slots, call ids) and bounded previews, never the
 conversation, so the bytes a turn adds to history do not grow with the
 conversation's length.
 
-The lean turn (version 2, `workflows.state.TURN_VERSION`): every model call
+The lean turn (version 2, `turnstile.engine.versions.TURN_VERSION`): every model call
 and every tool call is its own activity; the bookkeeping around them is local
 activities (begin_turn, memory writes the workflow owes, release), the
 messages of step 10 are written by the first model call, and memo and search
@@ -82,7 +82,7 @@ FAILS_THE_TURN: tuple[type[BaseException], ...] = (
 class AgentTurn:
     def __init__(self) -> None:
         self.s = TurnState()
-        self.spec = ServiceSpec(name="")  # replaced by describe_service
+        self.spec = ServiceSpec(name="")  # replaced by begin_turn
         self.steps: PipelineSteps | None = None
         self.locked = False  # holds the conversation's lock (turnstile.stores.lock)
         self.breakers: Breakers | None = None

@@ -2,7 +2,7 @@
 2, 3, 4-9, 11 and 15-17. `AgentTurn` calls them in the documented order.
 
 Deterministic code only: each step decides from the service spec (recorded
-in history by `describe_service`) and schedules the activity that runs the
+in history by `begin_turn`) and schedules the activity that runs the
 service's component. A service without the component schedules nothing.
 """
 

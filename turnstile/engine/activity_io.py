@@ -23,6 +23,8 @@ from turnstile.engine.specs import ServiceSpec, ToolSpec
 # Step 1 and the service's spec in one local activity (the turn's first
 # bookkeeping; describe_service + load_memory before version 2 of the turn).
 BEGIN_TURN = "turnstile.begin_turn"
+# Version 1's opening activity: not registered any more (a worker refuses to
+# start while such turns run); turnstile.engine.versions recognises it.
 DESCRIBE_SERVICE = "turnstile.describe_service"
 LOAD_MEMORY = "turnstile.load_memory"
 APPEND_MESSAGES = "turnstile.append_messages"
@@ -52,10 +54,6 @@ def recorded(spec: BaseModel) -> dict[str, Any]:
     part of the turn's version (turnstile.engine.versions; pinned by
     tests/test_versions.py)."""
     return spec.model_dump(mode="json", exclude_defaults=True)
-
-
-class DescribeServiceInput(BaseModel):
-    service: str
 
 
 class LoadMemoryInput(BaseModel):
@@ -360,7 +358,6 @@ class ActivityRef(Generic[In, Out]):
 
 
 begin_turn = ActivityRef(BEGIN_TURN, BeginTurnInput, BeginTurnResult)
-describe_service = ActivityRef(DESCRIBE_SERVICE, DescribeServiceInput, ServiceSpec)
 load_memory = ActivityRef(LOAD_MEMORY, LoadMemoryInput, MemorySnapshot)
 append_messages = ActivityRef(APPEND_MESSAGES, AppendMessagesInput, type(None))
 release_conversation = ActivityRef(RELEASE_CONVERSATION, LoadMemoryInput, type(None))

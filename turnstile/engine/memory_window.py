@@ -2,7 +2,7 @@
 tool-result cap (pure; stored memory always stays whole).
 
 The window is policy as data (`MemoryWindow`, a field of the service spec that
-`describe_service` records in history). The rules, in order:
+`begin_turn` records in history). The rules, in order:
 
 - a tool result longer than its tool's cap (and than a quarter of the token
   window) is cut, with a visible marker that

@@ -3,7 +3,7 @@
 `PipelinePolicy` is what a service author sets; `PipelineSpec` is what the
 worker derives from the service (which components exist, the output schema,
 whether the provider takes `response_format`) and hands to the workflow via
-`describe_service`, so every decision a turn makes is recorded in its history.
+`begin_turn`, so every decision a turn makes is recorded in its history.
 The callables themselves (retriever, guardrails, transformer, moderator) stay
 in the worker's `Service` and run in activities.
 """

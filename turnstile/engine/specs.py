@@ -1,7 +1,7 @@
 """Service and tool descriptions as data.
 
 A worker turns its registered services into a `ServiceSpec` (activity
-`describe_service`); the workflow reads only this spec, so the policies that
+`begin_turn`); the workflow reads only this spec, so the policies that
 steer a turn are recorded in its history and replay identically.
 """
 

@@ -51,7 +51,7 @@ class ApproverContext:
 
 
 # Who may decide approvals: tool name (or "*") -> reviewer names, groups
-# already resolved to their members. Runs in the describe_service activity,
+# already resolved to their members. Runs in the begin_turn activity,
 # so it may read a table or a directory; the answer is recorded in the turn's
 # history and applies to the whole turn.
 ApproverResolver = Callable[[ApproverContext], Mapping[str, Iterable[str]]]

@@ -8,7 +8,7 @@ asked. The reference service ships with no rows; an operator narrows it:
     INSERT INTO approver (service, tool, reviewer)
         VALUES ('sales-assistant', 'createEmailTask', 'ops-lead');
 
-The table is read when a turn starts (activity `turnstile.describe_service`),
+The table is read when a turn starts (local activity `turnstile.begin_turn`),
 so a change applies to turns started afterwards.
 """
 
