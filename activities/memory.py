@@ -60,23 +60,32 @@ class MemoryActivities:
         retry) supersedes everything an earlier run of its turn wrote.
         Raises ConversationOwnershipError, ConversationBusy, DatabaseUnavailable,
         ResetConflict, RunSuperseded, MemoryConflictError."""
-        memory, wf_id = self.rt.memory, turn_workflow_id()
-        await asyncio.to_thread(memory.check_owner, conv, user_id)
-        await self._lock(conv, chain)
-        if chain:  # nothing of this turn is in this run's history yet: horizon 0
-            try:
-                await as_current_run(chain, lambda w: runs.write(self.rt.db, conv, 0, [], w, 0))
-            except ResetConflict:  # refused: the conversation is not this run's to hold
-                info = activity.info()
-                await asyncio.to_thread(ConversationLocks(self.rt.db).release, conv, Holder(
-                    info.workflow_id or "", info.workflow_run_id or ""))
-                raise
-        # Holding the lock, other turns have ended: what their reset runs left
-        # of superseded calls is recorded, and their calls without a result
-        # get one.
-        await asyncio.to_thread(self._settle, conv, wf_id, wf_id, chain, False)
-        repairs = await asyncio.to_thread(self.rt.journal.repair_orphans, conv, wf_id)
-        snapshot = await asyncio.to_thread(memory.snapshot, conv, user_id)
+        wf_id = turn_workflow_id()
+        await self._lock(conv, user_id, chain)
+        if not chain:
+            return await asyncio.to_thread(self._open, conv, user_id, wf_id, chain, None)
+        try:
+            # One thread hop for what follows the lock (each step its own
+            # transaction, as before): nothing of this turn is in this run's
+            # history yet, so the claim's horizon is 0.
+            return await as_current_run(
+                chain, lambda w: self._open(conv, user_id, wf_id, chain, w))
+        except ResetConflict:  # refused: the conversation is not this run's to hold
+            info = activity.info()
+            await asyncio.to_thread(ConversationLocks(self.rt.db).release, conv, Holder(
+                info.workflow_id or "", info.workflow_run_id or ""))
+            raise
+
+    def _open(self, conv: str, user_id: str, wf_id: str, chain: str,
+              w: runs.Writer | None) -> MemorySnapshot:
+        """Holding the lock: claim the conversation for this run (`w`), record
+        what other turns' reset runs left of superseded calls, give calls
+        without a result one, and read the snapshot."""
+        if w is not None:
+            runs.write(self.rt.db, conv, 0, [], w, 0)
+        self._settle(conv, wf_id, wf_id, chain, False)
+        repairs = self.rt.journal.repair_orphans(conv, wf_id)
+        snapshot = self.rt.memory.snapshot(conv, user_id)
         snapshot.repaired = [f"{r.call_id} ({r.tool_name}) of turn {r.workflow_id}: "
                              f"{r.outcome.value}" for r in repairs]
         return snapshot
@@ -90,11 +99,18 @@ class MemoryActivities:
                                 "reset run %s: %s", conv, sc.call.id, sc.call.name,
                                 sc.workflow_id, sc.superseded_by, superseded.DETAIL[effect])
 
-    async def _lock(self, conversation_id: str, chain: str) -> None:
+    def _owner_and_lock(self, conversation_id: str, user_id: str, locks: ConversationLocks,
+                        me: Holder) -> Holder | None:
+        self.rt.memory.check_owner(conversation_id, user_id)
+        return locks.acquire(conversation_id, me)
+
+    async def _lock(self, conversation_id: str, user_id: str, chain: str) -> None:
+        """Check the conversation is the user's, then take its lock."""
         info = activity.info()
         me = Holder(info.workflow_id or "", info.workflow_run_id or "", chain or None)
         locks = ConversationLocks(self.rt.db)
-        holder = await asyncio.to_thread(locks.acquire, conversation_id, me)
+        holder = await asyncio.to_thread(self._owner_and_lock, conversation_id, user_id,
+                                         locks, me)
         if holder is None:
             return
         client = activity.client()
@@ -121,20 +137,26 @@ class MemoryActivities:
         calls is recorded, then the lock is let go."""
         info = activity.info()
         conv = req.conversation_id
+        holder = Holder(info.workflow_id or "", info.workflow_run_id or "")
+        locks = ConversationLocks(self.rt.db)
         if req.execution_chain:
             try:
-                await as_current_run(req.execution_chain, lambda w: self._sweep(req, w))
+                await as_current_run(req.execution_chain,
+                                     lambda w: self._sweep(req, w, locks, holder))
+                return
             except (MemoryConflictError, ResetConflict, RunSuperseded) as exc:
                 # Not this run's conversation to tidy; the turn still ends.
                 log.warning("release of %s by %s: %s", conv, info.workflow_id, exc)
             except DatabaseUnavailable as exc:
                 raise application_error(exc, non_retryable=False) from exc
-        ConversationLocks(self.rt.db).release(
-            conv, Holder(info.workflow_id or "", info.workflow_run_id or ""))
+        await asyncio.to_thread(locks.release, conv, holder)
 
-    def _sweep(self, req: LoadMemoryInput, w: runs.Writer) -> None:
+    def _sweep(self, req: LoadMemoryInput, w: runs.Writer, locks: ConversationLocks,
+               holder: Holder) -> None:
+        """Supersede, settle, then let go of the lock (one thread hop)."""
         runs.write(self.rt.db, req.conversation_id, req.next_seq or 0, [], w, req.next_seq)
         self._settle(req.conversation_id, w.run_id, w.workflow_id, w.chain, True)
+        locks.release(req.conversation_id, holder)
 
     @activity.defn(name=APPEND_MESSAGES)
     async def append_messages(self, req: AppendMessagesInput) -> None:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from datetime import timedelta
+from typing import TypeVar
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -25,12 +27,16 @@ from turnstile.engine.errors import (
     RunSuperseded,
 )
 from turnstile.engine.messages import ChatMessage
+from turnstile.engine.specs import ToolSpec
+from turnstile.providers import ModelRequest
 from turnstile.providers.openai_compat import RetryableModelError
+from turnstile.runtime.services import Service
 from turnstile.runtime.tracing import model_span, record_model_response
 from turnstile.stores import runs
 from turnstile.stores.superseded import call_identity, prior_calls
 
 log = logging.getLogger("turnstile.activities")
+T = TypeVar("T")
 
 
 class ModelActivities:
@@ -44,39 +50,61 @@ class ModelActivities:
         # On shutdown the request is handed back: asking again is safe.
         return await with_heartbeat(self._call_model(req), hand_back=True)
 
-    async def _write(self, req: ModelCallInput, seq: int, messages: list[ChatMessage],
-                     horizon: int | None) -> None:
-        """Memory writes of this run (turnstile.stores.runs): a reset run's
-        first one supersedes what the run it replaced wrote from `horizon` on."""
-        conv = req.conversation_id
+    def _store(self, req: ModelCallInput, seq: int, messages: list[ChatMessage],
+               horizon: int | None, w: runs.Writer | None) -> None:
+        """Memory writes of this run (turnstile.stores.runs), in a transaction
+        of their own: a reset run's first one supersedes what the run it
+        replaced wrote from `horizon` on."""
+        if w is not None:
+            runs.write(self.rt.db, req.conversation_id, seq, messages, w, horizon)
+        elif messages:
+            self.rt.memory.append(req.conversation_id, seq, messages, turn_workflow_id())
+
+    async def _as_run(self, req: ModelCallInput, work: Callable[[runs.Writer | None], T]) -> T:
+        """`work` in one thread hop, as this activity's run when the turn has
+        an execution chain (activities.runs); memory refusals fail the call
+        for good, an unreachable database is retried."""
         try:
             if req.execution_chain:
-                await as_current_run(req.execution_chain, lambda w: runs.write(
-                    self.rt.db, conv, seq, messages, w, horizon))
-            elif messages:
-                await asyncio.to_thread(self.rt.memory.append, conv, seq, messages,
-                                        turn_workflow_id())
+                return await as_current_run(req.execution_chain, work)
+            return await asyncio.to_thread(work, None)
         except (MemoryConflictError, ResetConflict, RunSuperseded) as exc:
             raise application_error(exc, non_retryable=True) from exc
         except DatabaseUnavailable as exc:
             raise application_error(exc, non_retryable=False) from exc
 
+    def _prepare(self, req: ModelCallInput, service: Service, tools: list[ToolSpec],
+                 w: runs.Writer | None) -> tuple[ChatMessage | None, ModelRequest | None]:
+        """Before the request (one thread hop): what the workflow wrote since
+        the last request (step 10's system and user messages, a re-ask) goes
+        into memory, and nothing an earlier run of this turn wrote from here
+        on is read. Then either this run's stored response (a retry after the
+        response was stored: the worker was lost before completing) or the
+        request built from memory."""
+        first = req.prelude_seq if req.prelude else req.response_seq
+        self._store(req, first, req.prelude, first, w)
+        wf_id, memory = turn_workflow_id(), self.rt.memory
+        run_id = activity.info().workflow_run_id
+        with self.rt.db.connect() as conn:
+            stored = memory.get(req.conversation_id, req.response_seq, conn)
+            if stored is not None and stored[1] == wf_id and stored[0].role == "assistant" and (
+                    stored[2] in (None, run_id)):
+                return stored[0], None
+            messages = memory.messages(req.conversation_id, wf_id, conn)
+        request, _ = build_request(self.rt, service, req, messages, tools)
+        return None, request
+
+    def _keep(self, req: ModelCallInput, message: ChatMessage, numbered: list[bool],
+              w: runs.Writer | None) -> None:
+        """After the response (one thread hop): its calls get ids of their own,
+        then it is stored at the slot the workflow assigned."""
+        if not numbered:  # once, even when the write runs again confirmed
+            self._number_calls(req, message, turn_workflow_id())
+            numbered.append(True)
+        self._store(req, req.response_seq, [message], None, w)
+
     async def _call_model(self, req: ModelCallInput) -> ModelCallResult:
         wf_id = turn_workflow_id()
-        memory = self.rt.memory
-        # What the workflow wrote since the last request (step 10's system and
-        # user messages, a re-ask) is in memory before the model is asked; and
-        # nothing an earlier run of this turn wrote from here on is read.
-        first = req.prelude_seq if req.prelude else req.response_seq
-        await self._write(req, first, req.prelude, first)
-        # A retry after the response was stored (worker lost before completing)
-        # returns the stored response instead of asking the model again: only
-        # this run's (a run that a reset replaced was superseded above).
-        stored = await asyncio.to_thread(memory.get, req.conversation_id, req.response_seq)
-        run_id = activity.info().workflow_run_id
-        if stored is not None and stored[1] == wf_id and stored[0].role == "assistant" and (
-                stored[2] in (None, run_id)):
-            return ModelCallResult(message=stored[0], provider=self.rt.provider.name)
         service = self.rt.services.get(req.service)
         if any(service.tool(name) is None for name in req.tool_names):
             # Tools of an MCP server this worker has not listed yet (the turn's
@@ -89,9 +117,14 @@ class ModelActivities:
         tools = [t.spec for name in req.tool_names if (t := service.tool(name)) is not None]
         provider = self.rt.provider
         try:
-            stored_messages = await asyncio.to_thread(memory.messages, req.conversation_id, wf_id)
-            request, _ = await asyncio.to_thread(
-                build_request, self.rt, service, req, stored_messages, tools)
+            stored, request = await self._as_run(
+                req, lambda w: self._prepare(req, service, tools, w))
+        except ModelRequestRejected as exc:
+            raise application_error(exc, non_retryable=True) from exc
+        if stored is not None:
+            return ModelCallResult(message=stored, provider=provider.name)
+        assert request is not None
+        try:
             with model_span(provider.name, getattr(provider, "model", None), req.round) as span:
                 response = await request_model(self.rt, req, request, wf_id)
                 record_model_response(
@@ -111,9 +144,9 @@ class ModelActivities:
         message = response.message
         if req.continuation:
             message.tool_calls = []  # no tools were offered: a call here has no result slot
-        await asyncio.to_thread(self._number_calls, req, message, wf_id)
         message.attributes[attr.WORKFLOW_ID] = wf_id
-        await self._write(req, req.response_seq, [message], None)
+        numbered: list[bool] = []
+        await self._as_run(req, lambda w: self._keep(req, message, numbered, w))
         known = set(req.known_policies)
         policies = []
         for call in message.tool_calls:

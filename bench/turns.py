@@ -226,12 +226,12 @@ async def measure_all(client: Client, systems: list[System], env: dict[str, str]
             worker.stop()
 
 
-async def profile_turnstile(client: Client, env: dict[str, str], workdir: Path,
-                            turns: int, keep: Path | None) -> str:
-    """py-spy attached to a warm Turnstile worker for `turns` turns at concurrency 20."""
+async def profile_worker(client: Client, env: dict[str, str], workdir: Path,
+                         turns: int, keep: Path | None, name: str = "turnstile") -> str:
+    """py-spy attached to a warm worker of system `name` for `turns` turns at concurrency 20."""
     queue = f"bench-profile-{uuid.uuid4().hex[:6]}"
-    raw = workdir / "turnstile-worker.pyspy.txt"
-    system = SYSTEMS["turnstile"]
+    raw = workdir / f"{name}-worker.pyspy.txt"
+    system = SYSTEMS[name]
     worker = WorkerProc(system.command, {**env, "TURNSTILE_TASK_QUEUE": queue},
                         workdir / "worker-profile.log", system.ready, cwd=ROOT)
     try:
@@ -304,8 +304,8 @@ async def bench(args: argparse.Namespace, workdir: Path) -> tuple[list[Row], str
             systems.append(dataclasses.replace(SYSTEMS["turnstile"], name=f"ts:{value}",
                                                env={key: value}))
         rows = await measure_all(client, systems, env, workdir, args)
-        profile = await profile_turnstile(client, env, workdir, args.profile,
-                                          args.profile_raw) \
+        profile = await profile_worker(client, env, workdir, args.profile,
+                                       args.profile_raw, args.profile_system) \
             if args.profile else None
         if fake.refusals:
             raise RuntimeError(f"the model refused requests: {fake.refusals[:3]}")
@@ -331,6 +331,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", type=int, default=100_000, help="sales rows seeded")
     parser.add_argument("--profile", type=int, default=0, metavar="N",
                         help="profile N Turnstile turns with py-spy (0: no profile)")
+    parser.add_argument("--profile-system", choices=list(SYSTEMS), default="turnstile",
+                        help="whose worker --profile samples (default: turnstile)")
     parser.add_argument("--profile-raw", type=Path, default=None,
                         help="keep py-spy's raw stacks here (flamegraph.pl input)")
     parser.add_argument("--json", type=Path, default=None, help="also write the rows here")

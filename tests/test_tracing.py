@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
@@ -55,3 +56,45 @@ async def test_spans_once_per_call_even_when_every_task_replays(
                         data_converter=pydantic_data_converter)
     await replayer.replay_workflow(history)
     assert spans.get_finished_spans() == ()
+
+
+def test_span_file_lines_are_to_json_objects(tmp_path) -> None:
+    """The JSON-lines exporter writes what ReadableSpan.to_json() says, built
+    without re-parsing the resource per span."""
+    import json
+
+    from opentelemetry import trace as trace_api
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.trace import Link, Status, StatusCode
+
+    from turnstile.runtime.tracing import JsonLinesSpanExporter
+
+    exported: list[ReadableSpan] = []
+
+    class Keep(JsonLinesSpanExporter):
+        def export(self, batch):  # type: ignore[no-untyped-def]
+            exported.extend(batch)
+            return super().export(batch)
+
+    provider = TracerProvider(resource=Resource.create({"service.name": "t", "n": 3}))
+    provider.add_span_processor(SimpleSpanProcessor(Keep(tmp_path / "traces.jsonl")))
+    tracer = provider.get_tracer("t")
+    with tracer.start_as_current_span("outer", attributes={"a": 1, "l": ["x", "y"]}) as outer:
+        with tracer.start_as_current_span("inner", kind=trace_api.SpanKind.CLIENT,
+                                          links=[Link(outer.get_span_context(), {"k": "v"})]
+                                          ) as inner:
+            inner.add_event("ev", {"b": True, "f": 1.5})
+            inner.set_status(Status(StatusCode.ERROR, "broke"))
+    with tracer.start_as_current_span("plain"):
+        pass
+    lines = (tmp_path / "traces.jsonl").read_text().splitlines()
+    written = [json.loads(line) for line in lines]
+    assert [w["name"] for w in written] == ["inner", "outer", "plain"]
+    assert written[0]["status"] == {"status_code": "ERROR", "description": "broke"}
+    assert written[0]["parent_id"] == written[1]["context"]["span_id"]
+    assert written[0]["links"][0]["context"] == written[1]["context"]
+    assert written[0]["resource"]["attributes"]["service.name"] == "t"
+    # The same objects as the SDK's own serialization, key for key.
+    assert written == [json.loads(span.to_json()) for span in exported]

@@ -11,11 +11,14 @@ inside activities, which never replay: no span is emitted twice.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from opentelemetry import metrics, trace
 from opentelemetry.sdk.metrics import MeterProvider
@@ -27,7 +30,7 @@ from opentelemetry.sdk.metrics.export import (
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
-from opentelemetry.trace import Span, Status, StatusCode
+from opentelemetry.trace import Span, SpanContext, Status, StatusCode
 from temporalio.contrib.opentelemetry import TracingInterceptor
 
 from turnstile.runtime.config import Settings
@@ -38,16 +41,64 @@ _configured = False
 _lock = threading.Lock()
 
 
+def _iso(ns: int | None) -> str | None:
+    if not ns:
+        return None
+    return datetime.fromtimestamp(ns / 1e9, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _context(ctx: SpanContext) -> dict[str, str]:
+    return {"trace_id": f"0x{ctx.trace_id:032x}", "span_id": f"0x{ctx.span_id:016x}",
+            "trace_state": repr(ctx.trace_state)}
+
+
+def _attrs(attributes: Any) -> dict[str, Any] | None:
+    return dict(attributes) if attributes is not None else None
+
+
 class JsonLinesSpanExporter(SpanExporter):
-    """One JSON object per finished span, appended to a file."""
+    """One JSON object per finished span, appended to a file.
+
+    The objects are `ReadableSpan.to_json()`'s (same keys, same values), built
+    directly: to_json serializes the span's resource and parses it back for
+    every span, which made the export thread one of a turn's larger CPU costs
+    (bench/README.md). Here a resource is serialized once."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
+        self._resources: dict[int, tuple[Resource, Any]] = {}
+
+    def _resource(self, resource: Resource) -> Any:
+        cached = self._resources.get(id(resource))
+        if cached is None or cached[0] is not resource:
+            cached = (resource, json.loads(resource.to_json(indent=None)))
+            self._resources[id(resource)] = cached
+        return cached[1]
+
+    def line(self, span: ReadableSpan) -> str:
+        status: dict[str, str] = {"status_code": span.status.status_code.name}
+        if span.status.description:
+            status["description"] = span.status.description
+        return json.dumps({
+            "name": span.name,
+            "context": _context(span.context) if span.context else None,
+            "kind": str(span.kind),
+            "parent_id": f"0x{span.parent.span_id:016x}" if span.parent else None,
+            "start_time": _iso(span.start_time),
+            "end_time": _iso(span.end_time),
+            "status": status,
+            "attributes": _attrs(span.attributes),
+            "events": [{"name": e.name, "timestamp": _iso(e.timestamp),
+                        "attributes": _attrs(e.attributes)} for e in span.events],
+            "links": [{"context": _context(link.context), "attributes": _attrs(link.attributes)}
+                      for link in span.links],
+            "resource": self._resource(span.resource),
+        })
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        lines = [span.to_json(indent=None) for span in spans]
+        lines = [self.line(span) for span in spans]
         with self._lock, open(self.path, "a", encoding="utf-8") as f:
             for line in lines:
                 f.write(line + "\n")

@@ -11,6 +11,8 @@ a `MemoryConflictError`.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
@@ -111,13 +113,23 @@ class MemoryStore:
             system_prompt=system["content"] if system else None,
         )
 
-    def messages(self, conversation_id: str, workflow_id: str | None = None) -> list[ChatMessage]:
+    @contextmanager
+    def _in(self, conn: Connection | None) -> Iterator[Connection]:
+        """`conn` (the caller's transaction), or a transaction of our own."""
+        if conn is not None:
+            yield conn
+        else:
+            with self.db.connect() as own:
+                yield own
+
+    def messages(self, conversation_id: str, workflow_id: str | None = None,
+                 conn: Connection | None = None) -> list[ChatMessage]:
         """The conversation as a model should read it: the latest system
         message first, then every other message in `seq` order, with its
         images. Answers the output guardrails discarded are left out; a user
         message stored without its retrieved text (retrieval memory
         "original") gets that text back for the turn `workflow_id` only."""
-        with self.db.connect() as conn:
+        with self._in(conn) as conn:
             rows = conn.fetchall(
                 "SELECT * FROM chat_message WHERE conversation_id = :c ORDER BY seq",
                 {"c": conversation_id},
@@ -145,10 +157,10 @@ class MemoryStore:
                 merged.update(m.attributes.get(attr.STATE) or {})
         return merged
 
-    def get(self, conversation_id: str, seq: int) -> tuple[ChatMessage, str | None,
-                                                          str | None] | None:
+    def get(self, conversation_id: str, seq: int, conn: Connection | None = None
+            ) -> tuple[ChatMessage, str | None, str | None] | None:
         """The message at `seq`, the turn and the run that wrote it."""
-        with self.db.connect() as conn:
+        with self._in(conn) as conn:
             row = conn.fetchone(
                 "SELECT * FROM chat_message WHERE conversation_id = :c AND seq = :seq",
                 {"c": conversation_id, "seq": seq},
