@@ -12,6 +12,7 @@ import logging
 
 from temporalio import activity
 
+from activities.pipeline import deliver
 from activities.runs import as_current_run, holder_gone, run_is_current
 from activities.runtime import Runtime, application_error, turn_workflow_id
 from turnstile.engine.activity_io import (
@@ -135,6 +136,11 @@ class MemoryActivities:
         """The turn's run ends: what an earlier run of the turn wrote beyond
         this run's last slot is superseded, what became of the superseded
         calls is recorded, then the lock is let go."""
+        await self._release(req)
+        if req.events:  # the "turn completed" event, once the conversation is free
+            await deliver(self.rt, req.events)
+
+    async def _release(self, req: LoadMemoryInput) -> None:
         info = activity.info()
         conv = req.conversation_id
         holder = Holder(info.workflow_id or "", info.workflow_run_id or "")

@@ -50,6 +50,17 @@ def _component_error(kind: type[TurnstileError], exc: Exception) -> ApplicationE
                             type=kind.error_type)
 
 
+async def deliver(rt: Runtime, events: list[TurnEventRecord]) -> None:
+    """Turn events that ride with a bookkeeping activity (retrieve, release):
+    to every listener, in a worker thread (listeners may block); a listener
+    that fails is logged (turnstile.runtime.event_bus), never raised."""
+    def publish_all() -> None:
+        for event in events:
+            rt.events.publish(event)
+
+    await asyncio.to_thread(publish_all)
+
+
 class PipelineActivities:
     def __init__(self, rt: Runtime) -> None:
         self.rt = rt
@@ -79,6 +90,8 @@ class PipelineActivities:
 
     @activity.defn(name=io.RETRIEVE)
     async def retrieve(self, req: io.RetrieveInput) -> io.Retrieved:
+        if req.events and activity.info().attempt == 1:
+            await deliver(self.rt, req.events)  # step 4's "turn started", then step 5
         service = self._service(req.service)
         if service.retriever is None:
             return io.Retrieved()

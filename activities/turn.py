@@ -22,6 +22,7 @@ from turnstile.engine.activity_io import (
     MemorySnapshot,
 )
 from turnstile.engine.errors import ConversationBusy, DatabaseUnavailable
+from turnstile.engine.versions import TURN_REVISION
 
 
 class TurnActivities:
@@ -49,4 +50,4 @@ class TurnActivities:
         # of each (activities.model), so history holds only the tools a turn uses.
         names = [t.name for t in spec.tools]
         return BeginTurnResult(spec=spec.model_copy(update={"tools": []}), tool_names=names,
-                               memory=snapshot, busy=busy)
+                               memory=snapshot, busy=busy, revision=TURN_REVISION)

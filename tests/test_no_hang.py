@@ -62,6 +62,8 @@ async def test_a_release_that_fails_for_good_still_ends_the_turn(
     rt = runtime(task_queue, f"sqlite:///{tmp_path}/t.db", fake_llm.url)
     conv = f"c-{uuid.uuid4().hex[:6]}"
     fake_llm.script(text_reply("first"), text_reply("second"))
+    received: list[Any] = []
+    rt.events.listeners.append(received.append)
     async with build_worker(client, rt, activities=with_stand_in(rt, broken_release)):
         turns = Turns(client, rt)
         first = await turns.start("hello", conversation=conv)
@@ -74,6 +76,11 @@ async def test_a_release_that_fails_for_good_still_ends_the_turn(
     assert any(e["step"] == "release_failed" for e in events["events"])
     assert two.status == TurnStatus.COMPLETED and two.answer == "second"
     assert clean
+    # The "turn completed" event the failed release would have delivered went
+    # out on its own (publish_event), for both turns.
+    first_events = [e.kind for e in received if e.workflow_id == first.id]
+    assert first_events == ["turn_started", "turn_completed"]
+    assert [e.kind for e in received].count("turn_completed") == 2
 
 
 async def test_an_unrecordable_compensation_failure_still_ends_the_turn(

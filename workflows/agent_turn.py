@@ -208,6 +208,7 @@ class AgentTurn:
                                                    execution_chain=s.chain),
                 "load_memory (waits for the conversation)", TurnStatus.REFUSED)
         s.tool_names = list(begun.tool_names)
+        s.revision = begun.revision
         s.search_attributes = spec.search_attributes
         self.spec = spec
         turn.service = spec.name  # "" named the worker's default service
@@ -428,18 +429,22 @@ class AgentTurn:
                 await self.s.append([], audit=refusals)
             except TurnStopped as stop:
                 self.s.event("record_failed", str(stop))
+        assert self.steps is not None
         if self.locked:
             self.locked = False
+            events = self.steps.take_events()  # "turn completed" rides with the release
             try:
                 await self.s.local(
                     io.release_conversation, io.LoadMemoryInput(
                         conversation_id=turn.conversation_id, user_id=turn.user_id,
-                        execution_chain=self.s.chain, next_seq=self.s.seq),
+                        execution_chain=self.s.chain, next_seq=self.s.seq, events=events),
                     "release_conversation", TurnStatus.FAILED)
             except TurnStopped as stop:
                 # The turn still ends with its status; the next turn of the
                 # conversation takes over the lock of an ended turn.
                 self.s.event("release_failed", str(stop))
+                self.steps.pending[:0] = events  # not delivered: sent on their own
+        self.steps.publish_pending()
 
     async def _result(self, turn: TurnInput, status: TurnStatus, answer: Any,
                       error: TurnErrorInfo | None) -> TurnResult:

@@ -36,6 +36,7 @@ with workflow.unsafe.imports_passed_through():
     from turnstile.engine.specs import ServiceSpec
     from turnstile.engine.turn_rules import render_template
     from turnstile.engine.user_message import UserMessage, checked_attachments
+    from turnstile.engine.versions import EVENTS_RIDE_ALONG
     from workflows.state import TurnState, TurnStopped, failure_reason
     from workflows.tool_options import event_options, pipeline_local_options, pipeline_options
 
@@ -61,6 +62,8 @@ class PipelineSteps:
         self.parse_failures = 0
         self.user: UserMessage | None = None
         self.published: list[tuple[str, workflow.ActivityHandle[list[str]]]] = []
+        # Events waiting for the next bookkeeping activity to carry them.
+        self.pending: list[TurnStarted | TurnCompleted] = []
 
     def _ids(self) -> dict[str, str]:
         t = self.turn
@@ -99,13 +102,37 @@ class PipelineSteps:
         return UserMessage(raw=self.turn.message, text=text, unaugmented=text)
 
     # -- 4 / 17. events -------------------------------------------------------------
-    # An event is a local activity that is started, not awaited: it goes out
-    # while the turn goes on (the next steps, the release) and is collected
-    # before the turn returns. A listener never changes the turn's outcome.
+    # An event rides with the bookkeeping next to it: "turn started" (step 4)
+    # with retrieval (step 5), delivered before the retriever runs; "turn
+    # completed" (17) with the conversation's release, delivered once it is
+    # released. With no such activity to carry it, an event is a local
+    # activity of its own, started, not awaited: it goes out while the turn
+    # goes on and is collected before the turn returns. A listener never
+    # changes the turn's outcome.
     def _publish(self, event: TurnStarted | TurnCompleted) -> None:
-        if self.policy.events:
-            self.published.append((event.kind, workflow.start_local_activity(
-                io.PUBLISH_EVENT, event, result_type=list[str], **event_options())))
+        if not self.policy.events:
+            return
+        # Turns begun before revision 1 publish each event as a local activity
+        # of its own, and replay so.
+        if self.s.revision >= EVENTS_RIDE_ALONG:
+            self.pending.append(event)
+        else:
+            self._start_publish(event)
+
+    def _start_publish(self, event: TurnStarted | TurnCompleted) -> None:
+        self.published.append((event.kind, workflow.start_local_activity(
+            io.PUBLISH_EVENT, event, result_type=list[str], **event_options())))
+
+    def take_events(self) -> list[TurnStarted | TurnCompleted]:
+        """The events for the bookkeeping activity about to run to deliver."""
+        pending, self.pending = self.pending, []
+        return pending
+
+    def publish_pending(self) -> None:
+        """Events no bookkeeping activity carried (no retriever; no lock to
+        release, or its release failed): a local activity each."""
+        for event in self.take_events():
+            self._start_publish(event)
 
     async def events_delivered(self) -> None:
         """Wait for the events started so far (a failed delivery is logged)."""
@@ -140,12 +167,14 @@ class PipelineSteps:
     # -- 5. retrieval augmentation -----------------------------------------------------
     async def retrieval(self, user: UserMessage) -> UserMessage:
         if not self.pipe.retriever:
+            self.publish_pending()
             return user
         # A local activity: one marker in history, no task round trip.
         got = await self.s.local(
             io.retrieve, io.RetrieveInput(**self._ids(), query=user.text, raw_message=user.raw,
                                           top_k=self.policy.retrieval_top_k,
-                                          max_chars=self.policy.retrieval_max_chars),
+                                          max_chars=self.policy.retrieval_max_chars,
+                                          events=self.take_events()),
             f"retrieve ({self.pipe.retriever})", TurnStatus.FAILED,
             options=pipeline_local_options())
         if not got.snippets:

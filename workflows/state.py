@@ -108,6 +108,9 @@ class TurnStopped(Exception):
 class TurnState:
     def __init__(self) -> None:
         self.turn: TurnInput | None = None
+        # The revision of the turn's version it was begun at (begin_turn's
+        # record; turnstile.engine.versions): which commands this turn issues.
+        self.revision = 0
         self.step = "starting"
         self.round_trips = 0
         self.calls: list[ToolCallRecord] = []

@@ -15,6 +15,7 @@ from typing import Any, Generic, TypeVar
 from pydantic import BaseModel, Field, field_serializer
 
 from turnstile.engine.contract import ApprovalDecision, AuditStatus, CallStatus, RollbackCause
+from turnstile.engine.events import TurnEventRecord
 from turnstile.engine.memory_window import MemoryWindow
 from turnstile.engine.messages import ChatMessage, ToolCall, Usage
 from turnstile.engine.pipeline_spec import GuardrailVerdict
@@ -66,6 +67,9 @@ class LoadMemoryInput(BaseModel):
     # Release only: the first memory slot this run has not taken; what an
     # earlier run of the turn wrote from there on is superseded.
     next_seq: int | None = None
+    # Release only: turn events delivered once the conversation is released
+    # (the "turn completed" event rides with the release: no activity of its own).
+    events: list[TurnEventRecord] = Field(default_factory=list)
 
 
 class MemorySnapshot(BaseModel):
@@ -99,6 +103,9 @@ class BeginTurnResult(BaseModel):
     tool_names: list[str]
     memory: MemorySnapshot | None  # None: the conversation is busy (`busy` says with what)
     busy: str | None = None
+    # The worker's revision of the turn's version (turnstile.engine.versions):
+    # the turn takes the commands of this revision. 0: recorded before revisions.
+    revision: int = 0
 
     @field_serializer("spec")
     def _spec(self, spec: ServiceSpec) -> dict[str, Any]:
@@ -269,6 +276,9 @@ class RetrieveInput(BaseModel):
     raw_message: str
     top_k: int
     max_chars: int
+    # Turn events delivered before retrieving (step 4's "turn started" rides
+    # with step 5: no activity of its own).
+    events: list[TurnEventRecord] = Field(default_factory=list)
 
 
 class Snippet(BaseModel):

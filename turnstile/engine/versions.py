@@ -13,6 +13,21 @@ command sequence, and for every change of a default of the models recorded
 in history (tests/test_versions.py pins them): a worker refuses to start
 while turns of an older version run (turnstile.runtime.upgrade), so code never
 replays a history of another version.
+
+A *revision* of a version changes commands without breaking the turns in
+flight: `begin_turn` records the revision of the worker that began the turn
+(`BeginTurnResult.revision`; a history recorded before revisions existed reads
+as 0), and the workflow takes the newer path only for turns begun at that
+revision or later, so a turn begun earlier replays along the path it took
+(what `workflow.patched` does, without a marker and a search-attribute
+upsert in every turn's history). A worker older than a revision cannot run
+turns begun at it (its replay meets commands it does not issue): upgrade every
+worker before the new revision's turns reach an old one, or drain as for a
+version.
+
+- Revision 1 (2 December 2026): turn events ride with bookkeeping, "turn
+  started" with `retrieve` and "turn completed" with `release_conversation`
+  (`publish_event` runs only when nothing carries an event).
 """
 
 from __future__ import annotations
@@ -20,6 +35,8 @@ from __future__ import annotations
 from turnstile.engine.activity_io import BEGIN_TURN, DESCRIBE_SERVICE
 
 TURN_VERSION = 2
+TURN_REVISION = 1
+EVENTS_RIDE_ALONG = 1  # the revision from which turn events ride with bookkeeping
 
 # The first activity (or local activity) each version schedules.
 OPENINGS: dict[str, int] = {DESCRIBE_SERVICE: 1, BEGIN_TURN: 2}
