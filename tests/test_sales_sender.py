@@ -88,7 +88,9 @@ def test_delivers_queued_mail_and_marks_it_sent(db: Database, settings: Settings
 
 def test_smtp_outage_retries_then_delivers_each_mail_once(db: Database, settings: Settings,
                                                           mailbox: Path, port: int) -> None:
-    config = SenderConfig(retry_delays=(0.05, 0.5), smtp_timeout_seconds=5.0)
+    # The second delay must outlast the failing pass and the server's restart
+    # on a loaded machine (0.5 s did not, once, under a full suite).
+    config = SenderConfig(retry_delays=(0.05, 3.0), smtp_timeout_seconds=5.0)
     with LocalSmtpServer(mailbox, port=port):
         sent_before = queue(db, 2, "before")
         assert deliver_due(db, settings, config) == 2
@@ -102,8 +104,8 @@ def test_smtp_outage_retries_then_delivers_each_mail_once(db: Database, settings
     assert deliver_due(db, settings, config) == 0  # second attempt: still down
     assert all(t and t.attempts == 2 for t in (outbox.get(db, t.task_id) for t in tasks))
     with LocalSmtpServer(mailbox, port=port):  # back, same port
-        assert deliver_due(db, settings, config) == 0  # not due yet (0.5 s)
-        time.sleep(0.5)
+        assert deliver_due(db, settings, config) == 0  # not due yet (3 s)
+        time.sleep(3.0)
         assert deliver_due(db, settings, config) == 5
     assert statuses(db, tasks) == [EmailStatus.SENT] * 5
     ids = received_ids(mailbox)

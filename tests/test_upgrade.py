@@ -1,29 +1,41 @@
 """The upgrade path of turns in flight (README "Upgrading"): a worker refuses
 to start while turns of an older command-sequence version run, and says what
 to do; histories of the older version are recognised as such, and indeed do
-not replay on this version's code (which is why the worker refuses)."""
+not replay on this version's code (which is why the worker refuses). A turn
+begun at an earlier revision of this version finishes along that revision's
+commands on today's worker."""
 
 from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
-from temporalio import workflow
+from temporalio import activity, workflow
 from temporalio.client import Client, WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer, UnsandboxedWorkflowRunner, Worker
 
+from activities import Runtime, all_activities
+from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.processes import wait_for
+from tests.support.services import make_service
 from tests.support.temporal_server import DevServer
+from tests.support.turns import Turns
 from tests.support.worker_process import WorkerProcess
+from turnstile.engine import activity_io as io
 from turnstile.engine.activity_io import DESCRIBE_SERVICE
-from turnstile.engine.contract import WORKFLOW_TYPE
-from turnstile.engine.versions import TURN_VERSION
-from turnstile.runtime.upgrade import older_turns, turn_version
-from worker import EXIT_OLDER_TURNS
+from turnstile.engine.contract import WORKFLOW_TYPE, TurnStatus
+from turnstile.engine.versions import TURN_REVISION, TURN_VERSION
+from turnstile.runtime.config import Settings
+from turnstile.runtime.services import ServiceRegistry
+from turnstile.runtime.upgrade import older_turns, opening_activity, turn_version
+from turnstile.stores.schema import ensure_schema
+from worker import EXIT_OLDER_TURNS, build_worker
 from workflows import AgentTurn
 
 HISTORIES = Path(__file__).parent / "histories"
@@ -108,3 +120,50 @@ async def test_worker_refuses_to_start_while_older_turns_run(
         started.stop()
         wait_for(lambda: started.proc is None or started.proc.poll() is not None, 30,
                  "worker stop")
+
+
+# -- revisions: turns begun at an earlier revision finish as they began ------------
+
+def _worker_at_revision(rt: Runtime, revision: int) -> list[Callable[..., Any]]:
+    """The worker's activities, with begin_turn recording `revision` (as a
+    worker of that revision would)."""
+    registered = all_activities(rt)
+    real = next(fn for fn in registered if fn.__name__ == "begin_turn")
+
+    @activity.defn(name=io.BEGIN_TURN)
+    async def begin_turn(req: io.BeginTurnInput) -> io.BeginTurnResult:
+        result: io.BeginTurnResult = await real(req)
+        return result.model_copy(update={"revision": revision})
+
+    return [fn for fn in registered if fn is not real] + [begin_turn]
+
+
+async def _local_activities(handle: Any) -> list[str]:
+    history = await handle.fetch_history()
+    return [name for e in history.events if (name := opening_activity([e])) is not None]
+
+
+@pytest.mark.parametrize("revision", [0, TURN_REVISION])
+async def test_a_turn_keeps_the_revision_it_began_at(
+        client: Client, task_queue: str, tmp_path, fake_llm: FakeLLM, revision: int) -> None:
+    rt = Runtime.build(Settings.from_env({"TURNSTILE_WORKFLOW_SANDBOX": "strict",
+                                          "TURNSTILE_TASK_QUEUE": task_queue,
+                                          "DATABASE_URL": f"sqlite:///{tmp_path}/t.db",
+                                          "LLM_BASE_URL": fake_llm.url}),
+                       ServiceRegistry([make_service()]))
+    ensure_schema(rt.db)
+    received: list[Any] = []
+    rt.events.listeners.append(received.append)
+    fake_llm.script(tool_reply(("c1", "add", {"a": 1, "b": 2})), text_reply("3"))
+    async with build_worker(client, rt, activities=_worker_at_revision(rt, revision),
+                            max_cached_workflows=0):  # every task replays the turn
+        handle = await Turns(client, rt).start("1+2?")
+        result = await handle.result()
+    await rt.provider.aclose()
+    assert result.status == TurnStatus.COMPLETED and result.answer == "3"
+    assert [e.kind for e in received] == ["turn_started", "turn_completed"]
+    published = (await _local_activities(handle)).count(io.PUBLISH_EVENT)
+    # Revision 0: each event a local activity of its own. Revision 1: "turn
+    # completed" rides with the release; this service has no retriever, so
+    # "turn started" still goes out on its own.
+    assert published == (2 if revision == 0 else 1)
