@@ -68,14 +68,12 @@ class JsonLinesSpanExporter(SpanExporter):
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        self._resources: dict[int, tuple[Resource, Any]] = {}
+        self._resource_json: tuple[Resource, Any] | None = None  # the provider's, serialized
 
     def _resource(self, resource: Resource) -> Any:
-        cached = self._resources.get(id(resource))
-        if cached is None or cached[0] is not resource:
-            cached = (resource, json.loads(resource.to_json(indent=None)))
-            self._resources[id(resource)] = cached
-        return cached[1]
+        if self._resource_json is None or self._resource_json[0] is not resource:
+            self._resource_json = (resource, json.loads(resource.to_json(indent=None)))
+        return self._resource_json[1]
 
     def line(self, span: ReadableSpan) -> str:
         status: dict[str, str] = {"status_code": span.status.status_code.name}

@@ -123,17 +123,14 @@ def superseded_messages(db: Database, conversation_id: str) -> list[SupersededMe
 
 
 def prior_calls(db: Database, conversation_id: str, workflow_id: str,
-                chain: str, conn: Connection | None = None) -> dict[str, str]:
-    """Call id -> call identity of every superseded call of the turn (in the
-    caller's transaction `conn`, or a transaction of its own)."""
-    if conn is None:
-        with db.connect() as own:
-            return prior_calls(db, conversation_id, workflow_id, chain, own)
-    rows = conn.fetchall(
-        "SELECT tool_calls FROM superseded_message WHERE conversation_id = :c "
-        "AND workflow_id = :wf AND COALESCE(execution_chain, '') = :chain "
-        "AND role = 'assistant' AND tool_calls IS NOT NULL ORDER BY id",
-        {"c": conversation_id, "wf": workflow_id, "chain": chain})
+                chain: str) -> dict[str, str]:
+    """Call id -> call identity of every superseded call of the turn."""
+    with db.connect() as conn:
+        rows = conn.fetchall(
+            "SELECT tool_calls FROM superseded_message WHERE conversation_id = :c "
+            "AND workflow_id = :wf AND COALESCE(execution_chain, '') = :chain "
+            "AND role = 'assistant' AND tool_calls IS NOT NULL ORDER BY id",
+            {"c": conversation_id, "wf": workflow_id, "chain": chain})
     return {c["id"]: call_identity(c["name"], c.get("arguments") or "{}")
             for r in rows for c in json.loads(r["tool_calls"])}
 
