@@ -61,6 +61,20 @@ async def deliver(rt: Runtime, events: list[TurnEventRecord]) -> None:
     await asyncio.to_thread(publish_all)
 
 
+async def retrieve_snippets(rt: Runtime, service: Service, req: io.RetrieveInput) -> io.Retrieved:
+    """Step 5 on the worker: the service's retriever (raising what it raises),
+    its best `top_k` snippets within `max_chars`."""
+    if service.retriever is None:
+        return io.Retrieved()
+    ctx = RetrievalContext(db=rt.db, service=req.service,
+                           conversation_id=req.conversation_id, user_id=req.user_id,
+                           query=req.query, raw_message=req.raw_message, top_k=req.top_k)
+    found = await invoke(service.retriever, ctx)
+    snippets = [io.Snippet.model_validate(s) for s in list(found)[: req.top_k]]
+    # The snippets enter the workflow's history: their size is the policy's, not the corpus's.
+    return io.Retrieved(snippets=within_budget(snippets, req.max_chars))
+
+
 class PipelineActivities:
     def __init__(self, rt: Runtime) -> None:
         self.rt = rt
@@ -92,21 +106,12 @@ class PipelineActivities:
     async def retrieve(self, req: io.RetrieveInput) -> io.Retrieved:
         if req.events and activity.info().attempt == 1:
             await deliver(self.rt, req.events)  # step 4's "turn started", then step 5
-        service = self._service(req.service)
-        if service.retriever is None:
-            return io.Retrieved()
-        ctx = RetrievalContext(db=self.rt.db, service=req.service,
-                               conversation_id=req.conversation_id, user_id=req.user_id,
-                               query=req.query, raw_message=req.raw_message, top_k=req.top_k)
         try:
-            found = await invoke(service.retriever, ctx)
+            return await retrieve_snippets(self.rt, self._service(req.service), req)
         except DatabaseUnavailable as exc:
             raise application_error(exc, non_retryable=False) from exc
         except Exception as exc:  # the service's callable
             raise _component_error(RetrievalError, exc) from exc
-        snippets = [io.Snippet.model_validate(s) for s in list(found)[: req.top_k]]
-        # The snippets enter the workflow's history: their size is the policy's, not the corpus's.
-        return io.Retrieved(snippets=within_budget(snippets, req.max_chars))
 
     @activity.defn(name=io.INPUT_GUARDRAILS)
     async def input_guardrails(self, req: io.InputGuardrailsInput) -> GuardrailVerdict:

@@ -38,7 +38,8 @@ class ServiceActivities:
 
     def describe(self, name: str) -> ServiceSpec:
         """The service's spec as this worker runs it (policies, tools, pipeline
-        flags, approvers, search attributes)."""
+        flags, approvers, search attributes). Blocking: the approvers may be
+        read from the database, so callers run it in a thread."""
         try:
             # Step 9's choice (schema vs instructions) depends on this worker's provider.
             takes_schema = bool(getattr(self.rt.provider, "supports_response_format", False))

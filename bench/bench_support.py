@@ -30,6 +30,12 @@ def free_port() -> int:
         return port
 
 
+def process_cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process (all its threads), from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
 def _stop_group(proc: subprocess.Popen[bytes], timeout: float) -> None:
     for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 10.0)):
         if proc.poll() is not None:
@@ -59,6 +65,9 @@ class DevServer:
     def stop(self) -> None:
         _stop_group(self.proc, 10)
 
+    def cpu_seconds(self) -> float:
+        return process_cpu_seconds(self.proc.pid)
+
 
 class WorkerProc:
     """A worker process in its own process group, ready once `ready` is logged."""
@@ -80,8 +89,7 @@ class WorkerProc:
 
     def cpu_seconds(self) -> float:
         """User + system CPU time of the worker process (all its threads)."""
-        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+        return process_cpu_seconds(self.proc.pid)
 
     def stop(self, timeout: float = 30) -> None:
         _stop_group(self.proc, timeout)

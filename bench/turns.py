@@ -27,7 +27,9 @@ and 2 `querySalesData` queries on the same database. Every result is checked.
 Per system and concurrency: p50/p95 latency (start to result, as the client
 sees it), turns/s (turns / wall time of the batches; each batch at least 2x
 concurrency turns), activities, history events and bytes (sum of each event's ByteSize())
-per turn, worker CPU seconds per turn; then the ratios of issue 13.
+per turn, CPU seconds per turn of the worker, of the dev server and of this
+process (the client and the scripted model: it answers every system's
+requests, so bigger requests cost it more); then the ratios of issue 13.
 `--profile N`: N more Turnstile turns at concurrency 20 with its worker under
 py-spy; prints where a turn's worker CPU goes.
 """
@@ -160,6 +162,8 @@ class Row:
     events: float
     history_bytes: float
     cpu_s_per_turn: float
+    server_cpu_s_per_turn: float = 0.0  # the Temporal dev server
+    bench_cpu_s_per_turn: float = 0.0  # this process: the client and the scripted model
 
 
 async def run_batch(client: Client, system: System, queue: str, turns: int,
@@ -182,8 +186,14 @@ async def run_batch(client: Client, system: System, queue: str, turns: int,
     return latencies, time.perf_counter() - t0, ids
 
 
-async def measure_all(client: Client, systems: list[System], env: dict[str, str],
-                      workdir: Path, args: argparse.Namespace) -> list[Row]:
+def _own_cpu_seconds() -> float:
+    t = os.times()
+    return t.user + t.system
+
+
+async def measure_all(client: Client, server: DevServer, systems: list[System],
+                      env: dict[str, str], workdir: Path,
+                      args: argparse.Namespace) -> list[Row]:
     """All workers up at once; per concurrency, `--rounds` rounds of one batch
     per system, the order rotating each round, so drifting load on a shared
     machine falls on every system alike."""
@@ -202,22 +212,27 @@ async def measure_all(client: Client, systems: list[System], env: dict[str, str]
         rows = []
         for conc in args.concurrency:
             turns = max(args.turns, 2 * conc)
-            got: dict[str, tuple[list[float], float, list[str], float]] = {
-                s.name: ([], 0.0, [], 0.0) for s in systems}
+            # Per system: latencies, wall time, workflow ids, and CPU seconds of
+            # its worker, of the server and of this process (client + model),
+            # each over that system's batches only (one batch runs at a time).
+            got: dict[str, tuple[list[float], float, list[str], list[float]]] = {
+                s.name: ([], 0.0, [], [0.0, 0.0, 0.0]) for s in systems}
             for r in range(args.rounds):
                 for system in systems[r % len(systems):] + systems[:r % len(systems)]:
                     worker, queue = workers[system.name]
-                    cpu0 = worker.cpu_seconds()
+                    cpu0 = (worker.cpu_seconds(), server.cpu_seconds(), _own_cpu_seconds())
                     latencies, wall, ids = await run_batch(client, system, queue, turns, conc)
+                    cpu1 = (worker.cpu_seconds(), server.cpu_seconds(), _own_cpu_seconds())
                     lat, walls, all_ids, cpu = got[system.name]
-                    got[system.name] = (lat + latencies, walls + wall, all_ids + ids,
-                                        cpu + worker.cpu_seconds() - cpu0)
+                    spent = [c + b - a for c, a, b in zip(cpu, cpu0, cpu1, strict=True)]
+                    got[system.name] = (lat + latencies, walls + wall, all_ids + ids, spent)
             for system in systems:
                 lat, walls, ids, cpu = got[system.name]
                 acts, events, size = await history_stats(client, ids[:turns])
-                row = Row(system.name, conc, len(ids), 1000 * percentile(lat, 0.5),
-                          1000 * percentile(lat, 0.95), len(ids) / walls, acts, events, size,
-                          cpu / len(ids))
+                n = len(ids)
+                row = Row(system.name, conc, n, 1000 * percentile(lat, 0.5),
+                          1000 * percentile(lat, 0.95), n / walls, acts, events, size,
+                          cpu[0] / n, cpu[1] / n, cpu[2] / n)
                 log.info("%s", row)
                 rows.append(row)
         return rows
@@ -275,14 +290,15 @@ def ratios(rows: list[Row]) -> list[str]:
 def print_table(rows: list[Row], header: str) -> None:
     print(header)
     cols = ("system", "conc", "turns", "p50 ms", "p95 ms", "turns/s", "activities",
-            "events", "bytes", "worker CPU s/turn")
-    fmt = "{:<12} {:>4} {:>5} {:>8} {:>8} {:>8} {:>10} {:>7} {:>8} {:>17}"
+            "events", "bytes", "worker CPU s/turn", "server", "client+model")
+    fmt = "{:<12} {:>4} {:>5} {:>8} {:>8} {:>8} {:>10} {:>7} {:>8} {:>17} {:>7} {:>12}"
     print(fmt.format(*cols))
-    print("-" * 98)
+    print("-" * 119)
     for r in rows:
         print(fmt.format(r.system, r.concurrency, r.turns, f"{r.p50_ms:.1f}", f"{r.p95_ms:.1f}",
                          f"{r.turns_per_s:.1f}", f"{r.activities:.1f}", f"{r.events:.1f}",
-                         f"{r.history_bytes:,.0f}", f"{r.cpu_s_per_turn:.4f}"))
+                         f"{r.history_bytes:,.0f}", f"{r.cpu_s_per_turn:.4f}",
+                         f"{r.server_cpu_s_per_turn:.4f}", f"{r.bench_cpu_s_per_turn:.4f}"))
     for line in ratios(rows):
         print(line)
 
@@ -291,7 +307,7 @@ async def bench(args: argparse.Namespace, workdir: Path) -> tuple[list[Row], str
     db_url = f"sqlite:///{workdir / 'bench.db'}"
     seed(Database(db_url), rows=args.rows)
     server = DevServer(workdir / "temporal.log")
-    fake = FakeLLM()
+    fake = FakeLLM(keep_alive=True)  # persistent connections, as real endpoints
     fake.default = scripted_model()
     try:
         client = await connect(server.address)
@@ -303,7 +319,7 @@ async def bench(args: argparse.Namespace, workdir: Path) -> tuple[list[Row], str
             key, _, value = variant.partition("=")
             systems.append(dataclasses.replace(SYSTEMS["turnstile"], name=f"ts:{value}",
                                                env={key: value}))
-        rows = await measure_all(client, systems, env, workdir, args)
+        rows = await measure_all(client, server, systems, env, workdir, args)
         profile = await profile_worker(client, env, workdir, args.profile,
                                        args.profile_raw, args.profile_system) \
             if args.profile else None

@@ -4,8 +4,15 @@ from __future__ import annotations
 
 import pytest
 
+from tests.support.fake_llm import FakeLLM, text_reply
 from turnstile.engine.errors import MalformedModelResponse
-from turnstile.providers.openai_compat import parse_completion, parse_retry_after
+from turnstile.engine.messages import ChatMessage
+from turnstile.providers import ModelRequest
+from turnstile.providers.openai_compat import (
+    OpenAICompatibleProvider,
+    parse_completion,
+    parse_retry_after,
+)
 from turnstile.stores.audit import mask
 
 
@@ -49,3 +56,32 @@ def test_audit_masks_emails_and_phones() -> None:
     assert "ops.team@" not in text and "o***@example.com" in text
     assert "555" not in text and "*********67" in text and '"n": 42' in text
     assert mask('{"startDate": "2026-11-16"}') == '{"startDate": "2026-11-16"}'
+
+
+@pytest.mark.parametrize("keep_alive", [False, True])
+async def test_the_provider_reuses_a_kept_alive_connection(keep_alive: bool) -> None:
+    """bench/turns.py serves the model over persistent connections, as real
+    endpoints do; the provider's pool reuses them, and a streamed answer
+    (ended by closing its connection) still arrives whole."""
+    fake = FakeLLM(keep_alive=keep_alive)
+    fake.default = text_reply("hello")
+    provider = OpenAICompatibleProvider(fake.url)
+    request = ModelRequest(messages=[ChatMessage(role="user", content="hi")])
+    try:
+        for _ in range(3):
+            assert (await provider.complete(request)).message.content == "hello"
+        assert fake.connections == (1 if keep_alive else 3)
+        parts: list[str] = []
+
+        async def on_text(text: str) -> None:
+            parts.append(text)
+
+        streamed = await provider.stream(request, on_text)
+        assert streamed.message.content == "hello" == "".join(parts)
+        assert (await provider.complete(request)).message.content == "hello"
+        # the stream went over the pooled connection and closed it: one new one
+        assert fake.connections == (2 if keep_alive else 5)
+        assert fake.refusals == []
+    finally:
+        await provider.aclose()
+        fake.close()

@@ -91,16 +91,16 @@ async def test_order_sensitive_facts(client: Client, task_queue: str, tmp_path,
     assert first_user.content == user["content"]
     assert first_user.attributes[attr.RAW_USER_MESSAGE] == ASK
     assert first_user.attributes[attr.RETRIEVED_SOURCES][0]["doc_id"] == "follow-up-policy"
-    # Order in history: begin (memory, lock) → retrieve → input guardrails →
-    # moderation started with the model call (which writes the user message
-    # first), and the moderation verdict is in before the turn ends.
+    # Order in history: begin (memory, lock, then the "turn started" event and
+    # retrieval, run by begin_turn: no activity of their own) → input
+    # guardrails → moderation started with the model call (which writes the
+    # user message first), and the moderation verdict is in before the turn ends.
     timeline = await activity_timeline(handle)
     steps = [n.removeprefix("turnstile.") for k, n in timeline
              if k in ("scheduled", "local") and n != "turnstile.resolve_tools"]  # step 12
     assert steps[0] == "begin_turn"
-    # The "turn started" event rides with retrieval: no activity of its own.
-    assert steps[1] == "retrieve" and "publish_event" not in steps
-    assert steps[2:5] == ["input_guardrails", "moderate", "call_model"]
+    assert "retrieve" not in steps and "publish_event" not in steps
+    assert steps[1:4] == ["input_guardrails", "moderate", "call_model"]
     assert timeline.index(("completed", "turnstile.call_model")) < timeline.index(
         ("completed", "turnstile.moderate"))  # concurrent: the model answered first
     # Checked, then parsed, then the conversation is handed to its next turn

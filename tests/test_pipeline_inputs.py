@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import base64
 from datetime import date
+from typing import Any
 
+import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -12,7 +14,7 @@ from temporalio.client import Client
 
 from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.pipeline_services import DOCUMENTS, pipeline_service
-from tests.support.turns import running_worker
+from tests.support.turns import local_activities, running_worker
 from turnstile.engine import attributes as attr
 from turnstile.engine.contract import TurnStatus
 from turnstile.engine.events import TurnCompleted, TurnStarted
@@ -21,6 +23,7 @@ from turnstile.engine.pipeline_spec import PipelinePolicy
 from turnstile.runtime.event_bus import OpenTelemetryListener
 from turnstile.runtime.services import SystemMessageContext
 from turnstile.stores.memory import MemoryStore
+from turnstile.stores.retrieval_index import FullTextRetriever, RetrievalContext
 
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\x00" * 64).decode()
 
@@ -155,3 +158,51 @@ async def test_failed_turns_and_failing_listeners(client: Client, task_queue: st
     assert [e.kind for e in received] == ["turn_started", "turn_completed"]
     assert isinstance(received[1], TurnCompleted)
     assert received[1].status == "failed" and received[1].error_type == "FatalToolFailure"
+
+
+class FailsOnce:
+    """A retriever whose first call fails (an index not reachable yet)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.inner = FullTextRetriever(DOCUMENTS)
+
+    def __call__(self, ctx: RetrievalContext) -> Any:
+        self.calls += 1
+        if self.calls == 1:
+            raise RuntimeError("index not reachable yet")
+        return self.inner(ctx)
+
+
+@pytest.mark.parametrize("case", ["plain", "transformer", "retriever fails once"])
+async def test_begin_turn_runs_steps_4_and_5_unless_something_comes_between(
+        client: Client, task_queue: str, tmp_path, fake_llm: FakeLLM, case: str) -> None:
+    """Revision 2: begin_turn, once it holds the conversation, delivers "turn
+    started" and retrieves for the user message as step 3 renders it. With a
+    system transformer (step 2 runs first) or a retriever that fails there,
+    step 5 is the `retrieve` local activity, with its retries; the user
+    message is augmented the same way and each event goes out once."""
+    components: dict[str, Any] = {"documents": DOCUMENTS}
+    if case == "transformer":
+        components["system_transformer"] = with_today
+    flaky = FailsOnce()
+    if case == "retriever fails once":
+        components["retriever"] = flaky
+    received: list[TurnStarted | TurnCompleted] = []
+    fake_llm.script(text_reply("ok"))
+    async with running_worker(client, task_queue, db_url(tmp_path),
+                              [pipeline_service(**components)], llm_url=fake_llm.url,
+                              max_cached_workflows=0) as turns:
+        turns.rt.events.listeners.append(received.append)
+        handle = await turns.start("How fast do key accounts get a follow-up call?",
+                                   service="pipeline", conversation="c-open")
+        result = await handle.result()
+    assert result.status == TurnStatus.COMPLETED, result.error
+    user = fake_llm.requests[0]["messages"][1]["content"]
+    assert "personal follow-up call" in user  # the retrieved policy, in the user message
+    assert [e.kind for e in received] == ["turn_started", "turn_completed"]
+    assert received[0].service == "pipeline"
+    local = await local_activities(handle)
+    assert local[0] == "turnstile.begin_turn" and "turnstile.publish_event" not in local
+    assert ("turnstile.retrieve" in local) == (case != "plain")
+    assert flaky.calls == (2 if case == "retriever fails once" else 0)

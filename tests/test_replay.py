@@ -25,7 +25,8 @@ HERE = Path(__file__).parent / "histories"
 # Turns of this version begun at an earlier revision (turnstile.engine.versions;
 # a folder per revision): turns in flight when workers are upgraded. They must
 # keep replaying along the path they took.
-UNPATCHED = sorted((HERE / "v2-revision0").glob("*.json"))
+EARLIER = sorted(HERE.glob("v2-revision*"))
+UNPATCHED = sorted(p for folder in EARLIER for p in folder.glob("*.json"))
 HISTORIES = sorted(HERE.glob("*.json"))
 
 
@@ -34,8 +35,10 @@ def test_the_main_scenarios_are_recorded() -> None:
                                            "breaker_trip", "truncated", "content_filtered"}
 
 
-def test_the_turns_of_the_earlier_revision_are_kept() -> None:
-    assert {p.stem for p in UNPATCHED} == {p.stem for p in HISTORIES}
+def test_the_turns_of_the_earlier_revisions_are_kept() -> None:
+    assert [p.name for p in EARLIER] == ["v2-revision0", "v2-revision1"]
+    for folder in EARLIER:
+        assert {p.stem for p in folder.glob("*.json")} == {p.stem for p in HISTORIES}
 
 
 @pytest.mark.parametrize("path", HISTORIES + UNPATCHED,

@@ -25,15 +25,15 @@ from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.processes import wait_for
 from tests.support.services import make_service
 from tests.support.temporal_server import DevServer
-from tests.support.turns import Turns
+from tests.support.turns import Turns, local_activities
 from tests.support.worker_process import WorkerProcess
 from turnstile.engine import activity_io as io
 from turnstile.engine.activity_io import DESCRIBE_SERVICE
 from turnstile.engine.contract import WORKFLOW_TYPE, TurnStatus
-from turnstile.engine.versions import TURN_REVISION, TURN_VERSION
+from turnstile.engine.versions import OPENS_IN_BEGIN_TURN, TURN_REVISION, TURN_VERSION
 from turnstile.runtime.config import Settings
 from turnstile.runtime.services import ServiceRegistry
-from turnstile.runtime.upgrade import older_turns, opening_activity, turn_version
+from turnstile.runtime.upgrade import older_turns, turn_version
 from turnstile.stores.schema import ensure_schema
 from worker import EXIT_OLDER_TURNS, build_worker
 from workflows import AgentTurn
@@ -132,18 +132,15 @@ def _worker_at_revision(rt: Runtime, revision: int) -> list[Callable[..., Any]]:
 
     @activity.defn(name=io.BEGIN_TURN)
     async def begin_turn(req: io.BeginTurnInput) -> io.BeginTurnResult:
+        if revision < OPENS_IN_BEGIN_TURN:  # such a worker knows no opening
+            req = req.model_copy(update={"opening": None})
         result: io.BeginTurnResult = await real(req)
         return result.model_copy(update={"revision": revision})
 
     return [fn for fn in registered if fn is not real] + [begin_turn]
 
 
-async def _local_activities(handle: Any) -> list[str]:
-    history = await handle.fetch_history()
-    return [name for e in history.events if (name := opening_activity([e])) is not None]
-
-
-@pytest.mark.parametrize("revision", [0, TURN_REVISION])
+@pytest.mark.parametrize("revision", [0, 1, TURN_REVISION])
 async def test_a_turn_keeps_the_revision_it_began_at(
         client: Client, task_queue: str, tmp_path, fake_llm: FakeLLM, revision: int) -> None:
     rt = Runtime.build(Settings.from_env({"TURNSTILE_WORKFLOW_SANDBOX": "strict",
@@ -162,8 +159,9 @@ async def test_a_turn_keeps_the_revision_it_began_at(
     await rt.provider.aclose()
     assert result.status == TurnStatus.COMPLETED and result.answer == "3"
     assert [e.kind for e in received] == ["turn_started", "turn_completed"]
-    published = (await _local_activities(handle)).count(io.PUBLISH_EVENT)
+    published = (await local_activities(handle)).count(io.PUBLISH_EVENT)
     # Revision 0: each event a local activity of its own. Revision 1: "turn
     # completed" rides with the release; this service has no retriever, so
-    # "turn started" still goes out on its own.
-    assert published == (2 if revision == 0 else 1)
+    # "turn started" still goes out on its own. Revision 2: it rides with
+    # begin_turn.
+    assert published == {0: 2, 1: 1, 2: 0}[revision]

@@ -57,6 +57,7 @@ with workflow.unsafe.imports_passed_through():
     from turnstile.engine.specs import ServiceSpec
     from turnstile.engine.tool_round_rules import round_stop
     from turnstile.engine.turn_rules import FinalAnswer, RunTools, next_step
+    from turnstile.engine.versions import OPENS_IN_BEGIN_TURN
     from workflows.pipeline_steps import PipelineSteps
     from workflows.state import TurnState, TurnStopped, failure_reason
     from workflows.tool_options import compensation_options, listing_options, model_options
@@ -194,10 +195,13 @@ class AgentTurn:
         # 1. load chat memory (a snapshot: where to write next), with the
         # service's spec as this worker runs it: one local activity.
         s.step = "load_memory"
+        assert self.steps is not None
+        opening = self.steps.opening()  # steps 4-5 for begin_turn, if the service lets it
         begun = await s.local(
             io.begin_turn, io.BeginTurnInput(service=turn.service,
                                              conversation_id=turn.conversation_id,
-                                             user_id=turn.user_id, execution_chain=s.chain),
+                                             user_id=turn.user_id, execution_chain=s.chain,
+                                             opening=opening),
             "begin turn: service, memory, lock", TurnStatus.REFUSED)
         spec, memory = begun.spec, begun.memory
         if memory is None:  # another turn holds the conversation: wait, visibly
@@ -213,6 +217,8 @@ class AgentTurn:
         self.spec = spec
         turn.service = spec.name  # "" named the worker's default service
         steps = self.steps = PipelineSteps(s, turn, spec)
+        if begun.opened is not None and s.revision >= OPENS_IN_BEGIN_TURN:
+            steps.take_opened(opening, begun.opened)
         self.locked = True  # begin_turn took the conversation's lock
         s.seq = memory.next_seq
         s.event("load_memory", f"{memory.message_count} stored message(s)")
@@ -221,6 +227,7 @@ class AgentTurn:
         s.step = "prepare"
         system = await steps.system_message()  # 2. system message (+ transformer)
         user = steps.user_message()  # 3. user message from its template
+        # 4-5 (begin_turn ran them when it could: then nothing is scheduled here)
         steps.turn_started()  # 4. "turn started" event (delivered while the turn goes on)
         user = await steps.retrieval(user)  # 5. retrieval: the user message only
         user = steps.attachments(user)  # 6. multimodal parts

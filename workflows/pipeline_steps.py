@@ -64,6 +64,9 @@ class PipelineSteps:
         self.published: list[tuple[str, workflow.ActivityHandle[list[str]]]] = []
         # Events waiting for the next bookkeeping activity to carry them.
         self.pending: list[TurnStarted | TurnCompleted] = []
+        # Revision 2: the variables sent to begin_turn, and what it ran of steps 4-5.
+        self.variables: dict[str, Any] | None = None
+        self.opened: io.Opened | None = None
 
     def _ids(self) -> dict[str, str]:
         t = self.turn
@@ -71,11 +74,24 @@ class PipelineSteps:
                 "service": t.service}
 
     def _variables(self) -> dict[str, Any]:
-        """Built-ins (from the workflow clock: deterministic), then the turn's own."""
+        """Built-ins (from the workflow clock: deterministic), then the turn's own;
+        those begin_turn rendered with, when it ran steps 4-5."""
+        if self.variables is not None:
+            return dict(self.variables)
         now = workflow.now()
         builtins = {"today": now.date().isoformat(), "weekday": now.strftime("%A"),
                     "user_id": self.turn.user_id, "conversation_id": self.turn.conversation_id}
         return {**builtins, **self.turn.variables, "message": self.turn.message}
+
+    # -- begin_turn runs steps 4 and 5 when it can (revision 2) ------------------------
+    def opening(self) -> io.TurnOpening:
+        """What begin_turn needs for steps 4 and 5 (the spec is not known yet:
+        begin_turn decides whether the service lets it run them)."""
+        return io.TurnOpening(variables=self._variables(), raw_message=self.turn.message,
+                              events=[TurnStarted(**self._event_ids("turn_started"))])
+
+    def take_opened(self, opening: io.TurnOpening, opened: io.Opened) -> None:
+        self.variables, self.opened = opening.variables, opened
 
     @staticmethod
     def _render(template: str, variables: dict[str, Any]) -> str:
@@ -153,6 +169,8 @@ class PipelineSteps:
         self.started_at = workflow.now()
         self.s.event("turn_started",
                      f"conversation {self.turn.conversation_id}, user {self.turn.user_id}")
+        if self.opened is not None and self.opened.events_delivered:
+            return  # begin_turn delivered it
         self._publish(TurnStarted(**self._event_ids("turn_started")))
 
     def turn_completed(self, result: TurnResult | None,
@@ -169,14 +187,9 @@ class PipelineSteps:
         if not self.pipe.retriever:
             self.publish_pending()
             return user
-        # A local activity: one marker in history, no task round trip.
-        got = await self.s.local(
-            io.retrieve, io.RetrieveInput(**self._ids(), query=user.text, raw_message=user.raw,
-                                          top_k=self.policy.retrieval_top_k,
-                                          max_chars=self.policy.retrieval_max_chars,
-                                          events=self.take_events()),
-            f"retrieve ({self.pipe.retriever})", TurnStatus.FAILED,
-            options=pipeline_local_options())
+        got = self.opened.retrieved if self.opened is not None else None
+        if got is None:  # begin_turn did not retrieve: a local activity of its own
+            got = await self._retrieve(user)
         if not got.snippets:
             self.s.event("retrieval", "nothing relevant found")
             return user
@@ -185,6 +198,16 @@ class PipelineSteps:
             return user.augmented(got.snippets, self.policy.retrieval_template)
         except TurnstileError as exc:
             raise TurnStopped(TurnStatus.FAILED, exc) from exc
+
+    async def _retrieve(self, user: UserMessage) -> io.Retrieved:
+        # A local activity: one marker in history, no task round trip.
+        return await self.s.local(
+            io.retrieve, io.RetrieveInput(**self._ids(), query=user.text, raw_message=user.raw,
+                                          top_k=self.policy.retrieval_top_k,
+                                          max_chars=self.policy.retrieval_max_chars,
+                                          events=self.take_events()),
+            f"retrieve ({self.pipe.retriever})", TurnStatus.FAILED,
+            options=pipeline_local_options())
 
     # -- 6. multimodal content ------------------------------------------------------------
     def attachments(self, user: UserMessage) -> UserMessage:

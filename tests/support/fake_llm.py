@@ -90,7 +90,10 @@ def sse_chunks(reply: dict[str, Any], piece: int = 6) -> list[dict[str, Any]]:
 
 
 class FakeLLM:
-    def __init__(self) -> None:
+    def __init__(self, keep_alive: bool = False) -> None:
+        """`keep_alive`: HTTP/1.1 with persistent connections, as real
+        endpoints (vLLM, Ollama, OpenAI) serve; the default, HTTP/1.0, closes
+        every connection after its response."""
         self.replies: list[Reply] = []
         self.requests: list[dict[str, Any]] = []
         self.default: Reply | None = None
@@ -100,10 +103,18 @@ class FakeLLM:
         self.max_request_bytes: int | None = None
         self.cut_streams = 0
         self.refusals: list[str] = []  # why requests were refused with a 400
+        self.connections = 0  # accepted so far
         self._lock = threading.Lock()
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1" if keep_alive else "HTTP/1.0"
+
+            def setup(self) -> None:  # once per connection
+                with fake._lock:
+                    fake.connections += 1
+                super().setup()
+
             def log_message(self, *args: Any) -> None:  # keep test output quiet
                 pass
 
@@ -137,9 +148,11 @@ class FakeLLM:
                 self.wfile.write(data)
 
             def _stream(self, reply: dict[str, Any]) -> None:
-                # HTTP/1.0 without content-length: the body ends when the connection closes.
+                # Without content-length: the body ends when the connection closes.
+                self.close_connection = True
                 self.send_response(200)
                 self.send_header("content-type", "text/event-stream")
+                self.send_header("connection", "close")
                 self.end_headers()
                 chunks = sse_chunks(reply)
                 with fake._lock:

@@ -17,6 +17,7 @@ from turnstile.runtime.config import Settings
 from turnstile.runtime.mcp import connections as mcp_connections
 from turnstile.runtime.search_attributes import ensure_search_attributes
 from turnstile.runtime.services import Service, ServiceRegistry
+from turnstile.runtime.upgrade import opening_activity
 from turnstile.stores.schema import ensure_schema
 from worker import build_worker
 
@@ -66,3 +67,9 @@ async def wait_pending(handle: WorkflowHandle[Any, Any], n: int = 1) -> list[Pen
             return pending
         await asyncio.sleep(0.05)
     raise TimeoutError(f"fewer than {n} pending approval(s) appeared")
+
+
+async def local_activities(handle: WorkflowHandle[Any, Any]) -> list[str]:
+    """The local activities a turn ran, by type, in history order (one marker each)."""
+    history = await handle.fetch_history()
+    return [name for e in history.events if (name := opening_activity([e])) is not None]

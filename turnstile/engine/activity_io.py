@@ -84,11 +84,44 @@ class MemorySnapshot(BaseModel):
     repaired: list[str] = Field(default_factory=list)
 
 
+class Snippet(BaseModel):
+    doc_id: str
+    title: str
+    text: str
+    score: float = 0.0
+
+
+class Retrieved(BaseModel):
+    snippets: list[Snippet] = Field(default_factory=list)
+
+
+class TurnOpening(BaseModel):
+    """What `begin_turn` needs to run steps 4 and 5 itself once it holds the
+    conversation (revision 2): the template variables the workflow renders
+    the user message with (step 3), the raw message, and the "turn started"
+    event to deliver before retrieving."""
+
+    variables: dict[str, Any]
+    raw_message: str
+    events: list[TurnEventRecord] = Field(default_factory=list)
+
+
 class BeginTurnInput(BaseModel):
     service: str  # "" names the worker's default service
     conversation_id: str
     user_id: str
     execution_chain: str = ""  # see LoadMemoryInput
+    opening: TurnOpening | None = None  # from revision 2
+
+
+class Opened(BaseModel):
+    """Steps 4 and 5 as `begin_turn` ran them (revision 2). `retrieved` is
+    None when it did not retrieve (no retriever, a system transformer runs
+    first, the retriever failed once: step 5 then runs `turnstile.retrieve`,
+    with its retries); `events_delivered`: step 4's event went out."""
+
+    events_delivered: bool = False
+    retrieved: Retrieved | None = None
 
 
 class BeginTurnResult(BaseModel):
@@ -106,6 +139,7 @@ class BeginTurnResult(BaseModel):
     # The worker's revision of the turn's version (turnstile.engine.versions):
     # the turn takes the commands of this revision. 0: recorded before revisions.
     revision: int = 0
+    opened: Opened | None = None  # None: steps 4 and 5 are the workflow's (busy, revision < 2)
 
     @field_serializer("spec")
     def _spec(self, spec: ServiceSpec) -> dict[str, Any]:
@@ -279,17 +313,6 @@ class RetrieveInput(BaseModel):
     # Turn events delivered before retrieving (step 4's "turn started" rides
     # with step 5: no activity of its own).
     events: list[TurnEventRecord] = Field(default_factory=list)
-
-
-class Snippet(BaseModel):
-    doc_id: str
-    title: str
-    text: str
-    score: float = 0.0
-
-
-class Retrieved(BaseModel):
-    snippets: list[Snippet] = Field(default_factory=list)
 
 
 class AttachmentMeta(BaseModel):

@@ -28,6 +28,13 @@ version.
 - Revision 1 (2 December 2026): turn events ride with bookkeeping, "turn
   started" with `retrieve` and "turn completed" with `release_conversation`
   (`publish_event` runs only when nothing carries an event).
+- Revision 2 (2 December 2026): `begin_turn` runs steps 4 and 5 once it
+  holds the conversation: it delivers "turn started" and runs the retriever
+  on the user message as step 3 renders it (`BeginTurnInput.opening`,
+  `BeginTurnResult.opened`), so a turn schedules no `retrieve` and no
+  `publish_event` of its own. Not when the conversation is busy, when a
+  system transformer (step 2) runs first, or when the retriever fails there:
+  then steps 4 and 5 run as in revision 1.
 """
 
 from __future__ import annotations
@@ -35,8 +42,9 @@ from __future__ import annotations
 from turnstile.engine.activity_io import BEGIN_TURN, DESCRIBE_SERVICE
 
 TURN_VERSION = 2
-TURN_REVISION = 1
+TURN_REVISION = 2
 EVENTS_RIDE_ALONG = 1  # the revision from which turn events ride with bookkeeping
+OPENS_IN_BEGIN_TURN = 2  # the revision from which begin_turn runs steps 4 and 5
 
 # The first activity (or local activity) each version schedules.
 OPENINGS: dict[str, int] = {DESCRIBE_SERVICE: 1, BEGIN_TURN: 2}

@@ -37,6 +37,10 @@ from turnstile.runtime.config import Settings
 
 log = logging.getLogger(__name__)
 TRACER = "turnstile"
+# Got once: `get_tracer` walks the provider's registry (and a deprecation
+# check) on every call. Before a provider is installed this is OpenTelemetry's
+# proxy tracer, which uses the process's provider once there is one.
+_tracer = trace.get_tracer(TRACER)
 _configured = False
 _lock = threading.Lock()
 
@@ -153,8 +157,7 @@ def interceptors() -> list[TracingInterceptor]:
 
 @contextmanager
 def model_span(provider: str, model: str | None, round_: int) -> Iterator[Span]:
-    tracer = trace.get_tracer(TRACER)
-    with tracer.start_as_current_span(f"chat {model or provider}",
+    with _tracer.start_as_current_span(f"chat {model or provider}",
                                       kind=trace.SpanKind.CLIENT) as span:
         span.set_attribute("gen_ai.operation.name", "chat")
         span.set_attribute("gen_ai.provider.name", provider)
@@ -177,8 +180,7 @@ def record_model_response(span: Span, *, model: str, input_tokens: int, output_t
 
 @contextmanager
 def tool_span(name: str, call_id: str, attempt: int) -> Iterator[Span]:
-    tracer = trace.get_tracer(TRACER)
-    with tracer.start_as_current_span(f"execute_tool {name}",
+    with _tracer.start_as_current_span(f"execute_tool {name}",
                                       kind=trace.SpanKind.INTERNAL) as span:
         span.set_attribute("gen_ai.operation.name", "execute_tool")
         span.set_attribute("gen_ai.tool.name", name)
