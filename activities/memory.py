@@ -32,6 +32,7 @@ from turnstile.engine.errors import (
     RunSuperseded,
 )
 from turnstile.stores import runs, superseded
+from turnstile.stores.db import Connection
 from turnstile.stores.lock import ConversationLocks, Holder
 
 log = logging.getLogger("turnstile.activities")
@@ -82,17 +83,19 @@ class MemoryActivities:
         """Holding the lock: claim the conversation for this run (`w`), record
         what other turns' reset runs left of superseded calls, give calls
         without a result one, and read the snapshot."""
-        if w is not None:
-            runs.write(self.rt.db, conv, 0, [], w, 0)
-        self._settle(conv, wf_id, wf_id, chain, False)
-        repairs = self.rt.journal.repair_orphans(conv, wf_id)
-        snapshot = self.rt.memory.snapshot(conv, user_id)
+        with self.rt.db.connect() as conn:  # one transaction
+            if w is not None:
+                runs.write(self.rt.db, conv, 0, [], w, 0, conn)
+            self._settle(conv, wf_id, wf_id, chain, False, conn)
+            repairs = self.rt.journal.repair_orphans(conv, wf_id, conn)
+            snapshot = self.rt.memory.snapshot(conv, user_id, conn)
         snapshot.repaired = [f"{r.call_id} ({r.tool_name}) of turn {r.workflow_id}: "
                              f"{r.outcome.value}" for r in repairs]
         return snapshot
 
-    def _settle(self, conv: str, by: str, wf_id: str, chain: str, mine: bool) -> None:
-        with self.rt.db.connect() as conn:
+    def _settle(self, conv: str, by: str, wf_id: str, chain: str, mine: bool,
+                conn: Connection | None = None) -> None:
+        with self.rt.db.joined(conn) as conn:
             for sc, effect in superseded.settle(conn, conv, by, wf_id, chain, mine=mine,
                                                 audit=self.rt.audit.enabled):
                 if effect in (superseded.Effect.REMAINS, superseded.Effect.UNKNOWN):
@@ -159,10 +162,13 @@ class MemoryActivities:
 
     def _sweep(self, req: LoadMemoryInput, w: runs.Writer, locks: ConversationLocks,
                holder: Holder) -> None:
-        """Supersede, settle, then let go of the lock (one thread hop)."""
-        runs.write(self.rt.db, req.conversation_id, req.next_seq or 0, [], w, req.next_seq)
-        self._settle(req.conversation_id, w.run_id, w.workflow_id, w.chain, True)
-        locks.release(req.conversation_id, holder)
+        """Supersede, settle, then let go of the lock (one thread hop, one
+        transaction)."""
+        with self.rt.db.connect() as conn:
+            runs.write(self.rt.db, req.conversation_id, req.next_seq or 0, [], w, req.next_seq,
+                       conn)
+            self._settle(req.conversation_id, w.run_id, w.workflow_id, w.chain, True, conn)
+            locks.release(req.conversation_id, holder, conn)
 
     @activity.defn(name=APPEND_MESSAGES)
     async def append_messages(self, req: AppendMessagesInput) -> None:

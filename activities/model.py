@@ -33,6 +33,7 @@ from turnstile.providers.openai_compat import RetryableModelError
 from turnstile.runtime.services import Service
 from turnstile.runtime.tracing import model_span, record_model_response
 from turnstile.stores import runs
+from turnstile.stores.db import Connection
 from turnstile.stores.superseded import call_identity, prior_calls
 
 log = logging.getLogger("turnstile.activities")
@@ -51,14 +52,17 @@ class ModelActivities:
         return await with_heartbeat(self._call_model(req), hand_back=True)
 
     def _store(self, req: ModelCallInput, seq: int, messages: list[ChatMessage],
-               horizon: int | None, w: runs.Writer | None) -> None:
-        """Memory writes of this run (turnstile.stores.runs), in a transaction
-        of their own: a reset run's first one supersedes what the run it
-        replaced wrote from `horizon` on."""
+               horizon: int | None, w: runs.Writer | None,
+               conn: Connection | None = None) -> None:
+        """Memory writes of this run (turnstile.stores.runs), in `conn`'s
+        transaction or one of their own: a reset run's first one supersedes
+        what the run it replaced wrote from `horizon` on."""
         if w is not None:
-            runs.write(self.rt.db, req.conversation_id, seq, messages, w, horizon)
+            runs.write(self.rt.db, req.conversation_id, seq, messages, w, horizon, conn)
         elif messages:
-            self.rt.memory.append(req.conversation_id, seq, messages, turn_workflow_id())
+            with self.rt.db.joined(conn) as tx:
+                self.rt.memory.append_in(tx, req.conversation_id, seq, messages,
+                                         turn_workflow_id())
 
     async def _as_run(self, req: ModelCallInput, work: Callable[[runs.Writer | None], T]) -> T:
         """`work` in one thread hop, as this activity's run when the turn has
@@ -80,12 +84,12 @@ class ModelActivities:
         into memory, and nothing an earlier run of this turn wrote from here
         on is read. Then either this run's stored response (a retry after the
         response was stored: the worker was lost before completing) or the
-        request built from memory."""
+        request built from memory. One transaction: the write, then the reads."""
         first = req.prelude_seq if req.prelude else req.response_seq
-        self._store(req, first, req.prelude, first, w)
         wf_id, memory = turn_workflow_id(), self.rt.memory
         run_id = activity.info().workflow_run_id
         with self.rt.db.connect() as conn:
+            self._store(req, first, req.prelude, first, w, conn)
             stored = memory.get(req.conversation_id, req.response_seq, conn)
             if stored is not None and stored[1] == wf_id and stored[0].role == "assistant" and (
                     stored[2] in (None, run_id)):

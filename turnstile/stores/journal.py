@@ -252,11 +252,13 @@ class CallJournal:
                             status=u.audit_status, error=u.audit_error, chain=u.chain,
                             conn=conn)
 
-    def repair_orphans(self, conversation_id: str, repaired_by: str) -> list[Repair]:
+    def repair_orphans(self, conversation_id: str, repaired_by: str,
+                       conn: Connection | None = None) -> list[Repair]:
         """Give every unanswered tool call of the conversation a result (see
-        the module's doc). Idempotent: a repaired call is answered."""
+        the module's doc), in `conn`'s transaction when given. Idempotent: a
+        repaired call is answered."""
         repairs: list[Repair] = []
-        with self.db.connect() as conn:
+        with self.db.joined(conn) as conn:
             rows = conn.fetchall(
                 "SELECT seq, role, tool_calls, tool_call_id, attributes, workflow_id, "
                 "execution_chain, run_id, conversation_id FROM chat_message "

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import sqlalchemy as sa
 
-from turnstile.stores.db import Database, metadata
+from turnstile.stores.db import Connection, Database, metadata
 from turnstile.stores.memory import now_iso
 
 conversation_lock = sa.Table(
@@ -81,10 +81,11 @@ class ConversationLocks:
                  "stale_run": stale.run_id})
             return bool(cur.rowcount == 1)
 
-    def release(self, conversation_id: str, me: Holder) -> None:
+    def release(self, conversation_id: str, me: Holder, conn: Connection | None = None) -> None:
         """Only the run that holds the lock now releases it (a run a reset
-        replaced never releases its successor's lock)."""
-        with self.db.connect() as conn:
+        replaced never releases its successor's lock). In `conn`'s transaction
+        when given."""
+        with self.db.joined(conn) as conn:
             conn.execute("DELETE FROM conversation_lock WHERE conversation_id = :c "
                          "AND workflow_id = :wf AND run_id = :run",
                          {"c": conversation_id, "wf": me.workflow_id, "run": me.run_id})

@@ -93,8 +93,9 @@ class MemoryStore:
         with self.db.connect() as conn:
             self.bind(conn, conversation_id, user_id)
 
-    def snapshot(self, conversation_id: str, user_id: str) -> MemorySnapshot:
-        with self.db.connect() as conn:
+    def snapshot(self, conversation_id: str, user_id: str,
+                 conn: Connection | None = None) -> MemorySnapshot:
+        with self.db.joined(conn) as conn:
             self.bind(conn, conversation_id, user_id)
             stats = conn.fetchone(
                 "SELECT COUNT(*) AS n, MAX(seq) AS last FROM chat_message "

@@ -200,11 +200,12 @@ def _move(conn: Connection, conv: str, seqs: list[int], by: str) -> None:
 
 
 def write(db: Database, conv: str, start_seq: int, messages: list[ChatMessage],
-          w: Writer, horizon: int | None = None) -> None:
+          w: Writer, horizon: int | None = None, conn: Connection | None = None) -> None:
     """Claim the slots, then store `messages` from `start_seq`, in one
-    transaction (MemoryStore.append for a run-aware writer). With no
-    messages it only claims (e.g. the sweep before a model request reads)."""
-    with db.connect() as conn:
+    transaction (MemoryStore.append for a run-aware writer): `conn`'s, when
+    given. With no messages it only claims (e.g. the sweep before a model
+    request reads)."""
+    with db.joined(conn) as conn:
         claim(conn, conv, w, range(start_seq, start_seq + len(messages)), horizon)
         if messages:
             MemoryStore(db).append_in(conn, conv, start_seq, messages, w.workflow_id,
