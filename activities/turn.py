@@ -19,7 +19,7 @@ from temporalio import activity
 
 from activities.memory import REFUSED, MemoryActivities
 from activities.pipeline import deliver, retrieve_snippets
-from activities.runtime import Runtime, application_error
+from activities.runtime import Runtime, application_error, turn_workflow_id
 from activities.service import ServiceActivities
 from turnstile.engine.activity_io import (
     BEGIN_TURN,
@@ -37,6 +37,13 @@ from turnstile.engine.turn_rules import render_template
 from turnstile.engine.versions import TURN_REVISION
 
 log = logging.getLogger("turnstile.activities")
+
+# begin_turn has 30 s (workflows.tool_options.bookkeeping_options) and is
+# retried whole: what it does for steps 4 and 5 gets a budget of its own, and
+# what does not fit is left to the workflow (the retriever then runs as
+# `turnstile.retrieve`, with its own timeout and retries).
+EVENTS_BUDGET_SECONDS = 5.0
+RETRIEVAL_BUDGET_SECONDS = 10.0
 
 
 class TurnActivities:
@@ -63,7 +70,7 @@ class TurnActivities:
             raise application_error(exc, non_retryable=False) from exc
         opened = None
         if snapshot is not None and req.opening is not None:
-            opened = await self._open(req, req.opening, spec)
+            opened = await self._open_turn(req, req.opening, spec)
         # Tools travel by name; their policies come with the model's first call
         # of each (activities.model), so history holds only the tools a turn uses.
         names = [t.name for t in spec.tools]
@@ -71,8 +78,8 @@ class TurnActivities:
                                memory=snapshot, busy=busy, revision=TURN_REVISION,
                                opened=opened)
 
-    async def _open(self, req: BeginTurnInput, opening: TurnOpening,
-                    spec: ServiceSpec) -> Opened | None:
+    async def _open_turn(self, req: BeginTurnInput, opening: TurnOpening,
+                         spec: ServiceSpec) -> Opened | None:
         """Steps 4 and 5 here, with the conversation held, when nothing the
         workflow runs comes between them and step 1 (a system transformer
         does): "turn started" goes out, then the retriever runs once, on the
@@ -84,18 +91,27 @@ class TurnActivities:
             return None
         delivered = False
         if pipe.policy.events and opening.events:
-            await deliver(self.rt, [e.model_copy(update={"service": spec.name})
-                                    for e in opening.events])
+            events = [e.model_copy(update={"service": spec.name}) for e in opening.events]
+            try:
+                await asyncio.wait_for(deliver(self.rt, events), EVENTS_BUDGET_SECONDS)
+            except TimeoutError:  # a listener still running: delivering again would repeat it
+                log.warning("turn %s: event listeners took over %.0f s; not waiting for them",
+                            turn_workflow_id(), EVENTS_BUDGET_SECONDS)
             delivered = True
         if not pipe.retriever:
             return Opened(events_delivered=delivered)
         try:
             query = render_template(spec.user_template, opening.variables)
-            retrieved: Retrieved | None = await retrieve_snippets(
+            retrieved: Retrieved | None = await asyncio.wait_for(retrieve_snippets(
                 self.rt, self.rt.services.get(spec.name), RetrieveInput(
                     conversation_id=req.conversation_id, user_id=req.user_id,
                     service=spec.name, query=query, raw_message=opening.raw_message,
-                    top_k=pipe.policy.retrieval_top_k, max_chars=pipe.policy.retrieval_max_chars))
+                    top_k=pipe.policy.retrieval_top_k, max_chars=pipe.policy.retrieval_max_chars)),
+                RETRIEVAL_BUDGET_SECONDS)
+        except TimeoutError:
+            log.info("retriever of %s took over %.0f s in begin_turn: left to step 5",
+                     spec.name, RETRIEVAL_BUDGET_SECONDS)
+            retrieved = None
         except TurnstileError as exc:  # a template the workflow refuses at step 3, or the store
             log.info("begin_turn left retrieval to step 5: %s", exc)
             retrieved = None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 from datetime import date
 from typing import Any
@@ -12,6 +13,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from temporalio.client import Client
 
+from activities import turn as turn_activities
 from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.pipeline_services import DOCUMENTS, pipeline_service
 from tests.support.turns import local_activities, running_worker
@@ -174,19 +176,33 @@ class FailsOnce:
         return self.inner(ctx)
 
 
-@pytest.mark.parametrize("case", ["plain", "transformer", "retriever fails once"])
+class SlowOnce(FailsOnce):
+    """A retriever whose first answer takes longer than begin_turn waits."""
+
+    async def __call__(self, ctx: RetrievalContext) -> Any:  # type: ignore[override]
+        self.calls += 1
+        if self.calls == 1:
+            await asyncio.sleep(2)
+        return self.inner(ctx)
+
+
+@pytest.mark.parametrize("case", ["plain", "transformer", "retriever fails once",
+                                  "retriever slow once"])
 async def test_begin_turn_runs_steps_4_and_5_unless_something_comes_between(
-        client: Client, task_queue: str, tmp_path, fake_llm: FakeLLM, case: str) -> None:
+        client: Client, task_queue: str, tmp_path, fake_llm: FakeLLM, case: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """Revision 2: begin_turn, once it holds the conversation, delivers "turn
     started" and retrieves for the user message as step 3 renders it. With a
-    system transformer (step 2 runs first) or a retriever that fails there,
-    step 5 is the `retrieve` local activity, with its retries; the user
-    message is augmented the same way and each event goes out once."""
+    system transformer (step 2 runs first), or a retriever that fails there or
+    outlasts begin_turn's budget for it, step 5 is the `retrieve` local
+    activity, with its own timeout and retries; the user message is augmented
+    the same way and each event goes out once."""
+    monkeypatch.setattr(turn_activities, "RETRIEVAL_BUDGET_SECONDS", 0.5)
     components: dict[str, Any] = {"documents": DOCUMENTS}
     if case == "transformer":
         components["system_transformer"] = with_today
-    flaky = FailsOnce()
-    if case == "retriever fails once":
+    flaky = SlowOnce() if case == "retriever slow once" else FailsOnce()
+    if case.startswith("retriever"):
         components["retriever"] = flaky
     received: list[TurnStarted | TurnCompleted] = []
     fake_llm.script(text_reply("ok"))
@@ -205,4 +221,4 @@ async def test_begin_turn_runs_steps_4_and_5_unless_something_comes_between(
     local = await local_activities(handle)
     assert local[0] == "turnstile.begin_turn" and "turnstile.publish_event" not in local
     assert ("turnstile.retrieve" in local) == (case != "plain")
-    assert flaky.calls == (2 if case == "retriever fails once" else 0)
+    assert flaky.calls == (2 if case.startswith("retriever") else 0)

@@ -33,8 +33,9 @@ version.
   on the user message as step 3 renders it (`BeginTurnInput.opening`,
   `BeginTurnResult.opened`), so a turn schedules no `retrieve` and no
   `publish_event` of its own. Not when the conversation is busy, when a
-  system transformer (step 2) runs first, or when the retriever fails there:
-  then steps 4 and 5 run as in revision 1.
+  system transformer (step 2) runs first, or when the retriever fails or
+  outlasts its budget there: then step 5 (and, unless delivered, step 4)
+  runs as in revision 1.
 """
 
 from __future__ import annotations
