@@ -303,6 +303,16 @@ def print_table(rows: list[Row], header: str) -> None:
         print(line)
 
 
+def _variant(spec: str) -> System:
+    """`[label:]VAR=VALUE[,VAR=VALUE...]`: a Turnstile worker with those
+    variables set, named `label` (default `ts:` + the values)."""
+    head, colon, rest = spec.partition(":")
+    label, assignments = (head, rest) if colon and "=" not in head else ("", spec)
+    env = dict(a.partition("=")[::2] for a in assignments.split(","))
+    return dataclasses.replace(SYSTEMS["turnstile"], env=env,
+                               name=label or "ts:" + ",".join(env.values()))
+
+
 async def bench(args: argparse.Namespace, workdir: Path) -> tuple[list[Row], str | None]:
     db_url = f"sqlite:///{workdir / 'bench.db'}"
     seed(Database(db_url), rows=args.rows)
@@ -315,10 +325,8 @@ async def bench(args: argparse.Namespace, workdir: Path) -> tuple[list[Row], str
                "LLM_BASE_URL": fake.url, "BENCH_LLM_URL": fake.url,
                "TURNSTILE_DATA_DIR": str(workdir), "PYTHONPATH": str(ROOT)}
         systems = [SYSTEMS[n] for n in args.systems]
-        for variant in args.variants:  # e.g. TURNSTILE_SANDBOX=off: another Turnstile worker
-            key, _, value = variant.partition("=")
-            systems.append(dataclasses.replace(SYSTEMS["turnstile"], name=f"ts:{value}",
-                                               env={key: value}))
+        for variant in args.variants:  # another Turnstile worker, e.g. TURNSTILE_AUDIT=off
+            systems.append(_variant(variant))
         rows = await measure_all(client, server, systems, env, workdir, args)
         profile = await profile_worker(client, env, workdir, args.profile,
                                        args.profile_raw, args.profile_system) \
@@ -340,9 +348,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="batches per system and concurrency, interleaved")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 20, 50])
     parser.add_argument("--systems", nargs="+", choices=list(SYSTEMS), default=list(SYSTEMS))
-    parser.add_argument("--variants", nargs="*", default=[], metavar="VAR=VALUE",
-                        help="more Turnstile workers, each with one more environment "
-                             "variable, measured interleaved with the others")
+    parser.add_argument("--variants", nargs="*", default=[],
+                        metavar="[LABEL:]VAR=VALUE[,VAR=VALUE]",
+                        help="more Turnstile workers, each with these environment "
+                             "variables, measured interleaved with the others")
     parser.add_argument("--warmup", type=int, default=3, help="unmeasured turns first")
     parser.add_argument("--rows", type=int, default=100_000, help="sales rows seeded")
     parser.add_argument("--profile", type=int, default=0, metavar="N",
