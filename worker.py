@@ -70,6 +70,12 @@ def build_worker(client: Client, rt: Runtime, **overrides: object) -> Worker:
         # Fail the turn, not its workflow task, on errors no retry can fix
         # (workflows/agent_turn.py, FAILS_THE_TURN; docs/design.md).
         "workflow_failure_exception_types": list(FAILS_THE_TURN),
+        # The claim check (turnstile.stores.payload_store) stores or fetches a
+        # payload only when it is large, which is rare; with the SDK's default
+        # (3 concurrent) every payload of every activation is visited in a task
+        # of its own, ~5% of the worker's CPU in a turn (bench/README.md).
+        # 1: visited in order, no task per payload.
+        "max_workflow_task_external_storage_concurrency": 1,
     }
     options.update(overrides)
     return Worker(client, **options)  # type: ignore[arg-type]
