@@ -107,17 +107,23 @@ class EmptyConditionError(ToolArgumentError):
     """A query without a restricting condition would scan the whole table."""
 
 
-def aggregate_sql(start_day: str | None, end_day: str | None) -> sa.Select[Any]:
+def aggregate_sql(start_day: str | None,
+                  end_day: str | None) -> tuple[sa.Select[Any], dict[str, str]]:
     """Per-customer totals over the days [start_day, end_day] (level 3), from
     the per-day rollup `sales_daily_total`: about 7 x customers rows for a
-    week, whatever the number of orders. Bind parameters: `threshold` (cents,
-    a total must exceed it) and `limit`.
+    week, whatever the number of orders: the statement (built once) and its
+    period's parameters. The caller binds `threshold` (cents, a total must
+    exceed it) and `limit`.
     """
     if not start_day or not end_day:
         raise EmptyConditionError(
             "refusing to query sales without a date range (it would scan every sale): "
             "give startDate and endDate"
         )
+    return _AGGREGATE, {"start_day": start_day, "end_day": end_day}
+
+
+def _aggregate_statement() -> sa.Select[Any]:
     t = sales_daily_total
     total = sa.func.sum(t.c.total_cents)
     # COUNT(*) OVER () counts the groups that passed HAVING: the true total
@@ -132,7 +138,7 @@ def aggregate_sql(start_day: str | None, end_day: str | None) -> sa.Select[Any]:
             sa.func.max(t.c.last_time).label("last_order"),
             sa.func.count().over().label("matching"),
         )
-        .where(t.c.day >= start_day, t.c.day <= end_day)
+        .where(t.c.day >= sa.bindparam("start_day"), t.c.day <= sa.bindparam("end_day"))
         .group_by(t.c.customer_id)
         .having(total > sa.bindparam("threshold"))
         .order_by(sa.desc("total_cents"), t.c.customer_id)
@@ -140,10 +146,16 @@ def aggregate_sql(start_day: str | None, end_day: str | None) -> sa.Select[Any]:
     )
 
 
-def _orders_sql(start_day: str, end_day: str) -> sa.Select[Any]:
+def _orders_statement() -> sa.Select[Any]:
     t = sales_daily_total
     return sa.select(sa.func.coalesce(sa.func.sum(t.c.order_count), 0).label("n")).where(
-        t.c.day >= start_day, t.c.day <= end_day)
+        t.c.day >= sa.bindparam("start_day"), t.c.day <= sa.bindparam("end_day"))
+
+
+# Built once: a statement is constructed in Python on every call otherwise
+# (SQLAlchemy caches its compiled form, not the construction).
+_AGGREGATE = _aggregate_statement()
+_ORDERS = _orders_statement()
 
 
 def run_sales_query(
@@ -159,11 +171,12 @@ def run_sales_query(
     start_day, end_day = start.isoformat(), end.isoformat()  # both days inclusive
     threshold = floor_cents(min_amount)
     with statement_timeout(conn, timeout_seconds):
-        rows = conn.fetchall(aggregate_sql(start_day, end_day),
-                             {"threshold": threshold, "limit": FULL_LIST_LIMIT + 1})
+        statement, period = aggregate_sql(start_day, end_day)
+        rows = conn.fetchall(statement,
+                             {**period, "threshold": threshold, "limit": FULL_LIST_LIMIT + 1})
         orders_in_period = None
         if not rows:
-            found = conn.fetchone(_orders_sql(start_day, end_day))
+            found = conn.fetchone(_ORDERS, period)
             orders_in_period = int(found["n"]) if found else 0
     total = int(rows[0]["matching"]) if rows else 0
     shown = rows if total <= FULL_LIST_LIMIT else rows[:TRUNCATED_LIMIT]
