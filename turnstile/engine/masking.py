@@ -24,6 +24,7 @@ _EMAIL = re.compile(r"([A-Za-z0-9._%+-])[A-Za-z0-9._%+-]{0,63}@"
                     r"([A-Za-z0-9-]{1,63}(?:\.[A-Za-z0-9-]{1,63}){0,8}\.[A-Za-z]{2,24})")
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}")  # ISO dates look like numbers, not phones
 _PHONE = re.compile(r"(?<![\w+])(\+?\d[\d\s().-]{6,20}\d)(?!\w)")
+_MAYBE = re.compile(r"[@\d]")  # what either pattern needs: text without it is left as it is
 
 SENSITIVE_FIELDS = frozenset({"password", "secret", "token", "api_key", "apikey",
                               "authorization", "phone", "phonenumber", "phone_number"})
@@ -32,6 +33,8 @@ MASKED = "***"
 
 def mask_text(text: str) -> str:
     """Mask e-mail local parts and phone numbers in plain text."""
+    if not _MAYBE.search(text):
+        return text
     text = _EMAIL.sub(lambda m: f"{m.group(1)}***@{m.group(2)}", text)
 
     def phone(m: re.Match[str]) -> str:
