@@ -8,7 +8,10 @@ memory itself is checked, not only what is sent."""
 
 from __future__ import annotations
 
+import asyncio
+import threading
 import uuid
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -18,7 +21,7 @@ from temporalio.exceptions import CancelledError
 from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.openai_conformance import pairing_violations
 from tests.support.resets import lock_of, reset_to
-from tests.support.services import make_service, side_effects
+from tests.support.services import POLICY_SNIPPET, held_retriever, make_service, side_effects
 from tests.support.turns import running_worker, wait_pending
 from tests.test_execution_chain import _first_task_completed
 from turnstile.engine import attributes as attr
@@ -163,3 +166,77 @@ async def test_reset_to_the_first_task_of_a_turn_waiting_for_approval(
     marker = kept[3].message.attributes[attr.SUPERSEDED_EFFECT]
     assert (marker["effect"], marker["by"]) == ("made_again", after.run_id)
     assert [e["note"] for e in side_effects(db, base.id)] == ["bob:5"]  # paid once
+
+
+async def test_cancel_while_begin_turn_retrieves_leaves_the_conversation_usable(
+        client: Client, task_queue: str, tmp_path, fake_llm: FakeLLM,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cancel while `begin_turn` holds the lock and runs the retriever: the
+    turn ends Canceled before it took note of the lock, so it stores nothing,
+    and the next turn of the conversation takes the lock of the ended turn
+    over and completes."""
+    hold = tmp_path / "hold"
+    hold.touch()
+    monkeypatch.setenv("TEST_RETRIEVER_HOLD", str(hold))
+    fake_llm.script(text_reply("the second turn's answer"))
+    service = replace(make_service("test-retrieval"), retriever=held_retriever)
+    async with running_worker(client, task_queue, db_url(tmp_path), [service],
+                              llm_url=fake_llm.url) as turns:
+        handle = await turns.start("first", service="test-retrieval", conversation="c-cb")
+        for _ in range(300):
+            if (tmp_path / "hold.entered").exists():
+                break
+            await asyncio.sleep(0.05)
+        assert (tmp_path / "hold.entered").exists(), "the retriever never ran"
+        await handle.cancel()
+        with pytest.raises(WorkflowFailureError) as failed:
+            await handle.result()
+        assert isinstance(failed.value.cause, CancelledError)
+        assert lock_of(turns.rt.db, "c-cb") is not None  # taken by begin_turn, never released
+        hold.unlink()
+        again = await turns.run("second", service="test-retrieval", conversation="c-cb")
+        stored = MemoryStore(turns.rt.db).messages("c-cb")
+    assert again.status == TurnStatus.COMPLETED, again.error
+    assert again.answer == "the second turn's answer"
+    assert [m.role for m in stored] == ["system", "user", "assistant"]
+    assert str(stored[1].content).startswith("second")
+    assert POLICY_SNIPPET in str(stored[1].content)
+    assert len([r for r in fake_llm.requests if "_refused" not in r]) == 1
+
+
+async def test_cancel_during_a_model_call_ends_the_turn_cancelled(
+        client: Client, task_queue: str, tmp_path, fake_llm: FakeLLM) -> None:
+    """A cancel while the model is answering ends the turn Canceled (not
+    failed with the activity's cancellation), releases the conversation, and
+    the next turn goes on from the stored user message."""
+    entered, released = threading.Event(), threading.Event()
+
+    def hang(_request: dict[str, Any]) -> dict[str, Any]:
+        entered.set()
+        released.wait(60)
+        return text_reply("too late")
+
+    fake_llm.script(hang, text_reply("the second turn's answer"))
+    async with running_worker(client, task_queue, db_url(tmp_path), [make_service()],
+                              llm_url=fake_llm.url) as turns:
+        try:
+            handle = await turns.start("first", conversation="c-cm")
+            for _ in range(300):
+                if entered.is_set():
+                    break
+                await asyncio.sleep(0.05)
+            assert entered.is_set(), "the model request never arrived"
+            await handle.cancel()
+            with pytest.raises(WorkflowFailureError) as failed:
+                await handle.result()
+        finally:
+            released.set()
+        assert isinstance(failed.value.cause, CancelledError)
+        assert lock_of(turns.rt.db, "c-cm") is None  # released on the cancel path
+        again = await turns.run("second", conversation="c-cm")
+        stored = MemoryStore(turns.rt.db).messages("c-cm")
+    assert again.status == TurnStatus.COMPLETED, again.error
+    assert [(m.role, m.content) for m in stored] == [
+        ("system", "You are a test assistant for qa."), ("user", "first"),
+        ("user", "second"), ("assistant", "the second turn's answer")]
+    assert stored_pairing(turns.rt.db, "c-cm") == []

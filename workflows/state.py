@@ -5,13 +5,14 @@ Deterministic code only: it schedules activities and records what happened.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import TypeVar
 
 from pydantic import BaseModel
 from temporalio import workflow
 from temporalio.common import SearchAttributeKey
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
     from turnstile.engine import activity_io as io
@@ -103,6 +104,16 @@ class TurnStopped(Exception):
         # A refused reset changes nothing: the base run's effects stay.
         stop.compensate = stop.error_type != ResetConflict.error_type
         return stop
+
+
+def ended_by(status: TurnStatus, exc: ActivityError | ApplicationError) -> BaseException:
+    """What an activity that did not complete does to the turn: one that failed
+    for good stops it with `status`; one cancelled with the turn (`temporal
+    workflow cancel` while it ran) is not a failure: the turn takes its cancel
+    path and ends Canceled (AgentTurn.run), as a tool call does (ToolRound)."""
+    if isinstance(exc, ActivityError) and isinstance(exc.cause, CancelledError):
+        return asyncio.CancelledError()
+    return TurnStopped.from_activity(status, exc)
 
 
 class TurnState:
@@ -218,7 +229,7 @@ class TurnState:
         try:
             return await self.execute(ref, arg, summary, options or memory_options())
         except ActivityError as exc:
-            raise TurnStopped.from_activity(status_on_error, exc) from exc
+            raise ended_by(status_on_error, exc) from exc
 
     async def local(self, ref: io.ActivityRef[In, Out], arg: In, summary: str,
                     status_on_error: TurnStatus,
@@ -231,7 +242,7 @@ class TurnState:
                 **(options or bookkeeping_options()))
             return result
         except (ActivityError, ApplicationError) as exc:
-            raise TurnStopped.from_activity(status_on_error, exc) from exc
+            raise ended_by(status_on_error, exc) from exc
 
     async def append(self, messages: list[ChatMessage], seq: int | None = None,
                      audit: list[io.AuditEntry] | None = None,
