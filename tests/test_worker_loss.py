@@ -27,8 +27,9 @@ from temporalio.client import Client, WorkflowHandle
 
 from activities.runtime import WORKER_SHUTDOWN
 from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
-from tests.support.services import side_effects
+from tests.support.services import POLICY_SNIPPET, side_effects
 from tests.support.temporal_server import DevServer
+from tests.support.turns import local_activities
 from tests.support.worker_process import WorkerProcess
 from turnstile.engine import attributes as attr
 from turnstile.engine.activity_io import CALL_MODEL, COMPENSATE_TOOL, EXECUTE_TOOL
@@ -66,10 +67,11 @@ class Turns:
     def worker(self, name: str, **env: str) -> WorkerProcess:
         return WorkerProcess(self.tmp / f"{name}.log", {**self.env, **env}).start()
 
-    async def start(self, wf_id: str, message: str) -> WorkflowHandle[Any, TurnResult]:
+    async def start(self, wf_id: str, message: str,
+                    service: str = "test") -> WorkflowHandle[Any, TurnResult]:
         return await self.client.start_workflow(
             WORKFLOW_TYPE, TurnInput(conversation_id=f"c-{wf_id}", user_id="alice",
-                                     message=message, service="test",
+                                     message=message, service=service,
                                      variables={"team": "ops"}),
             id=wf_id, task_queue=self.task_queue, result_type=TurnResult)
 
@@ -176,6 +178,45 @@ async def test_worker_killed_during_model_call(turns: Turns, fake_llm: FakeLLM) 
     timeout = run.last_failure.timeout_failure_info
     assert timeout.timeout_type == TimeoutType.TIMEOUT_TYPE_HEARTBEAT, run.last_failure
     assert len([r for r in fake_llm.requests if "_refused" not in r]) == 2
+
+
+async def test_worker_killed_while_begin_turn_retrieves(turns: Turns, fake_llm: FakeLLM) -> None:
+    """begin_turn holds the conversation's lock and runs the retriever (steps
+    1, 4, 5) inside the turn's first workflow task: a worker SIGKILLed there
+    loses that task, which times out; the next worker runs begin_turn again
+    (the same run keeps its lock) and the turn ends with one user message,
+    augmented, and the conversation released."""
+    hold = turns.tmp / "hold"
+    hold.touch()
+    fake_llm.script(text_reply("answered by the second worker"))
+    wf_id = f"kill-begin-{turns.task_queue}"
+    first = turns.worker("worker1", TEST_RETRIEVER_HOLD=str(hold))
+    try:
+        handle = await turns.start(wf_id, "How fast do key accounts get a call?",
+                                   service="test-retrieval")
+        await wait_until((turns.tmp / "hold.entered").exists, "the retriever never ran")
+    finally:
+        first.kill()  # SIGKILL inside begin_turn, the lock taken, the retriever running
+    hold.unlink()
+    second = turns.worker("worker2", TEST_RETRIEVER_HOLD=str(hold))
+    try:
+        result = await asyncio.wait_for(handle.result(), timeout=90)
+    finally:
+        second.stop()
+    assert result.status == TurnStatus.COMPLETED, result.error
+    assert result.answer == "answered by the second worker"
+    history = await handle.fetch_history()
+    kinds = [e.event_type for e in history.events]
+    assert EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT in kinds  # the lost task
+    assert await local_activities(handle) == [
+        "turnstile.begin_turn", "turnstile.release_conversation"]  # retrieval rode along
+    [request] = [r for r in fake_llm.requests if "_refused" not in r]
+    assert POLICY_SNIPPET in request["messages"][1]["content"]
+    stored = MemoryStore(turns.db).messages(f"c-{wf_id}")
+    assert [m.role for m in stored] == ["system", "user", "assistant"]
+    assert POLICY_SNIPPET in str(stored[1].content)
+    with turns.db.connect() as conn:
+        assert conn.fetchall("SELECT * FROM conversation_lock") == []
 
 
 async def test_sigterm_hands_back_a_model_call(turns: Turns, fake_llm: FakeLLM) -> None:

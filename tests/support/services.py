@@ -4,7 +4,9 @@ entry point so subprocess workers serve the same tools."""
 from __future__ import annotations
 
 import asyncio
+import os
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
@@ -14,6 +16,7 @@ from turnstile.engine.breakers import BreakerPolicy
 from turnstile.engine.specs import LoopPolicy, RetrySpec
 from turnstile.runtime.services import ProviderContext, Service, ServiceRegistry, ToolProvider
 from turnstile.runtime.tools import ToolContext, ToolExecutionError, ToolRegistry, ToolResult, tool
+from turnstile.stores.retrieval_index import RetrievalContext
 
 
 def _effects_table(ctx: ToolContext) -> None:
@@ -234,6 +237,24 @@ def make_service(name: str = "test", *, breakers: dict | None = None,
     )
 
 
+POLICY_SNIPPET = "Key accounts get a personal follow-up call within two business days."
+
+
+async def held_retriever(ctx: RetrievalContext) -> list[dict[str, object]]:
+    """A retriever that, while the file named by TEST_RETRIEVER_HOLD exists,
+    says it was entered (that name + ".entered") and waits: a worker can be
+    killed in the middle of it."""
+    hold = os.environ.get("TEST_RETRIEVER_HOLD")
+    if hold and Path(hold).exists():
+        Path(hold + ".entered").touch()
+        for _ in range(600):
+            if not Path(hold).exists():
+                break
+            await asyncio.sleep(0.1)
+    return [{"doc_id": "follow-up-policy", "title": "Follow-up policy", "text": POLICY_SNIPPET}]
+
+
 def register(registry: ServiceRegistry) -> None:
     registry.add(make_service())
     registry.add(make_service("test-saga", max_round_trips=10))
+    registry.add(replace(make_service("test-retrieval"), retriever=held_retriever))

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 
 from activities import Runtime
@@ -72,4 +73,6 @@ async def wait_pending(handle: WorkflowHandle[Any, Any], n: int = 1) -> list[Pen
 async def local_activities(handle: WorkflowHandle[Any, Any]) -> list[str]:
     """The local activities a turn ran, by type, in history order (one marker each)."""
     history = await handle.fetch_history()
-    return [name for e in history.events if (name := opening_activity([e])) is not None]
+    return [name for e in history.events
+            if e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED
+            and (name := opening_activity([e])) is not None]
