@@ -8,6 +8,7 @@ commands on today's worker."""
 from __future__ import annotations
 
 import asyncio
+import threading
 import uuid
 from collections.abc import Callable
 from datetime import timedelta
@@ -16,8 +17,9 @@ from typing import Any
 
 import pytest
 from temporalio import activity, workflow
-from temporalio.client import Client, WorkflowHistory
+from temporalio.client import Client, WorkflowFailureError, WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.exceptions import CancelledError
 from temporalio.worker import Replayer, UnsandboxedWorkflowRunner, Worker
 
 from activities import Runtime, all_activities
@@ -30,7 +32,12 @@ from tests.support.worker_process import WorkerProcess
 from turnstile.engine import activity_io as io
 from turnstile.engine.activity_io import DESCRIBE_SERVICE
 from turnstile.engine.contract import WORKFLOW_TYPE, TurnStatus
-from turnstile.engine.versions import OPENS_IN_BEGIN_TURN, TURN_REVISION, TURN_VERSION
+from turnstile.engine.versions import (
+    CANCEL_ENDS_CANCELLED,
+    OPENS_IN_BEGIN_TURN,
+    TURN_REVISION,
+    TURN_VERSION,
+)
 from turnstile.runtime.config import Settings
 from turnstile.runtime.services import ServiceRegistry
 from turnstile.runtime.upgrade import older_turns, turn_version
@@ -165,3 +172,42 @@ async def test_a_turn_keeps_the_revision_it_began_at(
     # "turn started" still goes out on its own. Revision 2: it rides with
     # begin_turn.
     assert published == {0: 2, 1: 1, 2: 0}[revision]
+
+
+@pytest.mark.parametrize("revision", [1, TURN_REVISION])
+async def test_a_cancel_during_a_model_call_ends_as_the_turns_revision_says(
+        client: Client, task_queue: str, tmp_path, fake_llm: FakeLLM, revision: int) -> None:
+    """Revision 2 ends a turn cancelled during a model call Canceled; a turn
+    begun at revision 1 keeps ending such a cancel as the model call's
+    failure, as the history it may have in flight recorded."""
+    rt = Runtime.build(Settings.from_env({"TURNSTILE_WORKFLOW_SANDBOX": "strict",
+                                          "TURNSTILE_TASK_QUEUE": task_queue,
+                                          "DATABASE_URL": f"sqlite:///{tmp_path}/t.db",
+                                          "LLM_BASE_URL": fake_llm.url}),
+                       ServiceRegistry([make_service()]))
+    ensure_schema(rt.db)
+    entered, released = threading.Event(), threading.Event()
+
+    def hang(_request: dict[str, Any]) -> dict[str, Any]:
+        entered.set()
+        released.wait(60)
+        return text_reply("too late")
+
+    fake_llm.script(hang)
+    try:
+        async with build_worker(client, rt, activities=_worker_at_revision(rt, revision),
+                                max_cached_workflows=0):  # every task replays the turn
+            handle = await Turns(client, rt).start("hello")
+            await asyncio.to_thread(entered.wait, 30)
+            await handle.cancel()
+            if revision >= CANCEL_ENDS_CANCELLED:
+                with pytest.raises(WorkflowFailureError) as failed:
+                    await handle.result()
+                assert isinstance(failed.value.cause, CancelledError)
+            else:
+                result = await handle.result()
+                assert result.status == TurnStatus.FAILED
+                assert result.error is not None and result.error.type == "CancelledError"
+    finally:
+        released.set()
+        await rt.provider.aclose()

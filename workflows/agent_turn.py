@@ -212,7 +212,7 @@ class AgentTurn:
                                                    execution_chain=s.chain),
                 "load_memory (waits for the conversation)", TurnStatus.REFUSED)
         s.tool_names = list(begun.tool_names)
-        s.revision = begun.revision
+        s.revision, s.begun = begun.revision, True
         s.search_attributes = spec.search_attributes
         self.spec = spec
         turn.service = spec.name  # "" named the worker's default service

@@ -30,7 +30,7 @@ with workflow.unsafe.imports_passed_through():
     from turnstile.engine.masking import mask_any, mask_json_text
     from turnstile.engine.messages import ChatMessage, ToolCall, Usage
     from turnstile.engine.turn_rules import parsed_arguments
-    from turnstile.engine.versions import TURN_VERSION
+    from turnstile.engine.versions import CANCEL_ENDS_CANCELLED, TURN_VERSION
     from workflows.tool_options import (
         ActivityOptions,
         LocalActivityOptions,
@@ -106,12 +106,14 @@ class TurnStopped(Exception):
         return stop
 
 
-def ended_by(status: TurnStatus, exc: ActivityError | ApplicationError) -> BaseException:
+def ended_by(status: TurnStatus, exc: ActivityError | ApplicationError,
+             cancel_path: bool) -> BaseException:
     """What an activity that did not complete does to the turn: one that failed
-    for good stops it with `status`; one cancelled with the turn (`temporal
-    workflow cancel` while it ran) is not a failure: the turn takes its cancel
-    path and ends Canceled (AgentTurn.run), as a tool call does (ToolRound)."""
-    if isinstance(exc, ActivityError) and isinstance(exc.cause, CancelledError):
+    for good stops it with `status`. One cancelled with the turn (`temporal
+    workflow cancel` while it ran) is not a failure when `cancel_path`: the
+    turn takes its cancel path and ends Canceled (AgentTurn.run), as a tool
+    call does (ToolRound)."""
+    if cancel_path and isinstance(exc, ActivityError) and isinstance(exc.cause, CancelledError):
         return asyncio.CancelledError()
     return TurnStopped.from_activity(status, exc)
 
@@ -122,6 +124,7 @@ class TurnState:
         # The revision of the turn's version it was begun at (begin_turn's
         # record; turnstile.engine.versions): which commands this turn issues.
         self.revision = 0
+        self.begun = False  # begin_turn has returned (and `revision` is the turn's)
         self.step = "starting"
         self.round_trips = 0
         self.calls: list[ToolCallRecord] = []
@@ -229,7 +232,7 @@ class TurnState:
         try:
             return await self.execute(ref, arg, summary, options or memory_options())
         except ActivityError as exc:
-            raise ended_by(status_on_error, exc) from exc
+            raise ended_by(status_on_error, exc, self.cancel_path()) from exc
 
     async def local(self, ref: io.ActivityRef[In, Out], arg: In, summary: str,
                     status_on_error: TurnStatus,
@@ -242,7 +245,14 @@ class TurnState:
                 **(options or bookkeeping_options()))
             return result
         except (ActivityError, ApplicationError) as exc:
-            raise ended_by(status_on_error, exc) from exc
+            raise ended_by(status_on_error, exc, self.cancel_path()) from exc
+
+    def cancel_path(self) -> bool:
+        """Does an activity cancelled with the turn send it down its cancel
+        path? From revision 2; turns begun earlier ended such a cancel as a
+        failure of the activity, and replay so. During begin_turn the revision
+        is not known yet: this worker's rule applies (turnstile.engine.versions)."""
+        return not self.begun or self.revision >= CANCEL_ENDS_CANCELLED
 
     async def append(self, messages: list[ChatMessage], seq: int | None = None,
                      audit: list[io.AuditEntry] | None = None,

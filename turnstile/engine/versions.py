@@ -35,7 +35,14 @@ version.
   `publish_event` of its own. Not when the conversation is busy, when a
   system transformer (step 2) runs first, or when the retriever fails or
   outlasts its budget there: then step 5 (and, unless delivered, step 4)
-  runs as in revision 1.
+  runs as in revision 1. Also from revision 2, a cancel while an activity
+  runs (a model call, a guardrail, begin_turn) ends the turn Canceled through
+  its cancel path; earlier revisions ended it as that activity's failure.
+  Cancelled during `begin_turn` itself (before the turn's revision is known),
+  a turn takes the worker's path: a revision-1 turn cancelled there and
+  still finishing when its worker is replaced fails its replay (retried
+  until an older worker takes it, or ended by `temporal workflow terminate`;
+  it had stored nothing).
 """
 
 from __future__ import annotations
@@ -46,6 +53,7 @@ TURN_VERSION = 2
 TURN_REVISION = 2
 EVENTS_RIDE_ALONG = 1  # the revision from which turn events ride with bookkeeping
 OPENS_IN_BEGIN_TURN = 2  # the revision from which begin_turn runs steps 4 and 5
+CANCEL_ENDS_CANCELLED = 2  # ... and a cancel during an activity ends the turn Canceled
 
 # The first activity (or local activity) each version schedules.
 OPENINGS: dict[str, int] = {DESCRIBE_SERVICE: 1, BEGIN_TURN: 2}
