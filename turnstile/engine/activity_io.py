@@ -116,9 +116,9 @@ class BeginTurnInput(BaseModel):
 
 class Opened(BaseModel):
     """Steps 4 and 5 as `begin_turn` ran them (revision 2). `retrieved` is
-    None when it did not retrieve (no retriever, a system transformer runs
-    first, the retriever failed once: step 5 then runs `turnstile.retrieve`,
-    with its retries); `events_delivered`: step 4's event went out."""
+    None when it did not retrieve (no retriever, or the retriever failed or
+    outlasted its budget there: step 5 then runs `turnstile.retrieve`, with
+    its retries); `events_delivered`: step 4's event went out."""
 
     events_delivered: bool = False
     retrieved: Retrieved | None = None
@@ -139,7 +139,8 @@ class BeginTurnResult(BaseModel):
     # The worker's revision of the turn's version (turnstile.engine.versions):
     # the turn takes the commands of this revision. 0: recorded before revisions.
     revision: int = 0
-    opened: Opened | None = None  # None: steps 4 and 5 are the workflow's (busy, revision < 2)
+    # None: steps 4 and 5 are the workflow's (busy, a system transformer, revision < 2).
+    opened: Opened | None = None
 
     @field_serializer("spec")
     def _spec(self, spec: ServiceSpec) -> dict[str, Any]:

@@ -158,7 +158,7 @@ def interceptors() -> list[TracingInterceptor]:
 @contextmanager
 def model_span(provider: str, model: str | None, round_: int) -> Iterator[Span]:
     with _tracer.start_as_current_span(f"chat {model or provider}",
-                                      kind=trace.SpanKind.CLIENT) as span:
+                                       kind=trace.SpanKind.CLIENT) as span:
         span.set_attribute("gen_ai.operation.name", "chat")
         span.set_attribute("gen_ai.provider.name", provider)
         if model:
@@ -181,7 +181,7 @@ def record_model_response(span: Span, *, model: str, input_tokens: int, output_t
 @contextmanager
 def tool_span(name: str, call_id: str, attempt: int) -> Iterator[Span]:
     with _tracer.start_as_current_span(f"execute_tool {name}",
-                                      kind=trace.SpanKind.INTERNAL) as span:
+                                       kind=trace.SpanKind.INTERNAL) as span:
         span.set_attribute("gen_ai.operation.name", "execute_tool")
         span.set_attribute("gen_ai.tool.name", name)
         span.set_attribute("gen_ai.tool.call.id", call_id)
