@@ -17,6 +17,7 @@ from temporalio.worker import UnsandboxedWorkflowRunner, Worker, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from activities import Runtime, all_activities
+from activities.data_errors import DataErrors
 from turnstile.runtime.client import connect
 from turnstile.runtime.config import Settings
 from turnstile.runtime.mcp import connections as mcp_connections
@@ -76,6 +77,8 @@ def build_worker(client: Client, rt: Runtime, **overrides: object) -> Worker:
         # of its own, ~5% of the worker's CPU in a turn (bench/README.md).
         # 1: visited in order, no task per payload.
         "max_workflow_task_external_storage_concurrency": 1,
+        # A value the database refuses is never retried as an outage.
+        "interceptors": [DataErrors()],
     }
     options.update(overrides)
     return Worker(client, **options)  # type: ignore[arg-type]

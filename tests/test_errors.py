@@ -27,6 +27,9 @@ STABLE = {
     errors.ResetConflict: "ResetConflict",
     RunUnconfirmed: "RunUnconfirmed",  # internal: a claim waits for Temporal's word
     errors.DatabaseUnavailable: "DatabaseUnavailable",
+    errors.InvalidTurnInput: "InvalidTurnInput",
+    errors.DecisionRefused: "DecisionRefused",
+    errors.DatabaseRefusedData: "DatabaseRefusedData",
     errors.TemplateVariableMissing: "TemplateVariableMissing",
     errors.ModelRequestRejected: "ModelRequestRejected",
     errors.ModelUnavailable: "ModelUnavailable",

@@ -49,15 +49,18 @@ with workflow.unsafe.imports_passed_through():
     from turnstile.engine.errors import (
         AnswerTruncated,
         ContentFiltered,
+        InvalidTurnInput,
         TurnCancelled,
         TurnstileError,
     )
     from turnstile.engine.masking import mask_text
     from turnstile.engine.messages import ChatMessage, ToolCall
+    from turnstile.engine.safe_text import safe_text
     from turnstile.engine.specs import ServiceSpec
     from turnstile.engine.tool_round_rules import round_stop
+    from turnstile.engine.turn_input_rules import turn_input_problem
     from turnstile.engine.turn_rules import FinalAnswer, RunTools, next_step
-    from turnstile.engine.versions import OPENS_IN_BEGIN_TURN
+    from turnstile.engine.versions import OPENS_IN_BEGIN_TURN, TURN_INPUT_DOOR
     from workflows.pipeline_steps import PipelineSteps
     from workflows.state import TurnState, TurnStopped, failure_reason
     from workflows.tool_options import compensation_options, listing_options, model_options
@@ -156,6 +159,10 @@ class AgentTurn:
     async def run(self, turn: TurnInput) -> TurnResult:
         s = self.s
         s.turn = turn
+        problem = turn_input_problem(turn)
+        # A turn begun before the door existed replays along the path it took.
+        if problem is not None and workflow.patched(TURN_INPUT_DOOR):
+            return self._refused_at_door(turn, problem)
         # Keys of this turn's effects (ledger, audit, idempotency, approvals):
         # the same across reset, workflow retry and continue-as-new, new for
         # a new start of a closed workflow id (tests/test_execution_chain.py).
@@ -189,6 +196,16 @@ class AgentTurn:
             await self.steps.events_delivered()
             raise
         return await self._result(turn, TurnStatus.COMPLETED, answer, None)
+
+    def _refused_at_door(self, turn: TurnInput, problem: str) -> TurnResult:
+        """The input breaks a rule of the door (turnstile.engine.turn_input_rules):
+        refused before the turn holds anything — no lock, no row, no activity."""
+        self.s.step = TurnStatus.REFUSED.value
+        self.s.event("turn_refused", problem)
+        return TurnResult(
+            status=TurnStatus.REFUSED, workflow_id=workflow.info().workflow_id,
+            error=TurnErrorInfo(type=InvalidTurnInput.error_type, message=problem),
+            conversation_id=safe_text(turn.conversation_id), service=safe_text(turn.service))
 
     async def _pipeline(self, turn: TurnInput) -> Any:
         s = self.s

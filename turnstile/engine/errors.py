@@ -72,10 +72,26 @@ class MCPServerUnavailable(TurnstileError):
 
 
 # --- the user ---------------------------------------------------------------
+class DatabaseRefusedData(TurnstileError):
+    """The database refused a value (a driver DataError, a NOT NULL or CHECK
+    violation): the same data fails the same way on every retry."""
+
+
 class ConversationOwnershipError(TurnstileError):
     """A turn named a conversation that belongs to another user."""
 
     error_type = "ConversationNotOwned"
+
+
+class InvalidTurnInput(TurnstileError):
+    """A turn's input breaks a rule of the door (turnstile.engine.turn_input_rules):
+    an id outside its character set or length, a message with text no store can
+    hold or over its length. The turn ends `refused` before it holds anything."""
+
+
+class DecisionRefused(TurnstileError):
+    """A reviewer's decision that may not be applied (self-approval, not an
+    approver, already decided, no such pending call, no reviewer named)."""
 
 
 class ConversationBusy(TurnstileError):

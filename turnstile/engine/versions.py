@@ -57,3 +57,10 @@ CANCEL_ENDS_CANCELLED = 2  # ... and a cancel during an activity ends the turn C
 
 # The first activity (or local activity) each version schedules.
 OPENINGS: dict[str, int] = {DESCRIBE_SERVICE: 1, BEGIN_TURN: 2}
+
+# Patches (`workflow.patched`): a marker only in the turns that take the new path.
+# The door (turnstile.engine.turn_input_rules): a turn whose input breaks a rule
+# ends `refused` at once. Asked only when the input breaks one, so a valid turn's
+# history carries no marker, and a turn begun earlier with such input replays
+# along the path it took.
+TURN_INPUT_DOOR = "turn-input-door"

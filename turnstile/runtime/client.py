@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Sequence
+from typing import Any
 
+from pydantic import TypeAdapter
+from temporalio.api.common.v1 import Payload
 from temporalio.client import Client, Interceptor
 from temporalio.contrib.pydantic import PydanticJSONPlainPayloadConverter
 from temporalio.converter import (
@@ -17,6 +22,7 @@ from turnstile.runtime.config import Settings
 from turnstile.stores.db import Database
 from turnstile.stores.payload_store import data_converter as payload_data_converter
 
+
 # One pydantic JSON converter per process. The SDK builds a new payload
 # converter from its class for every workflow activation and every activity
 # task (DataConverter.__post_init__, once per serialization context), and
@@ -24,7 +30,26 @@ from turnstile.stores.payload_store import data_converter as payload_data_conver
 # TypeAdapter cache: each payload then rebuilt its TypeAdapter. Sharing the
 # encoding converters keeps the cache for the process's life (lru_cache is
 # thread-safe; none of these converters holds per-context state).
-_PYDANTIC_JSON = PydanticJSONPlainPayloadConverter()
+class TolerantPydanticJSON(PydanticJSONPlainPayloadConverter):
+    """pydantic JSON that also reads what JSON allows and pydantic's parser does
+    not: a lone UTF-16 surrogate escape ("\\ud800"), which the Temporal CLI
+    passes through from `--input`. Read with the standard library's parser and
+    validated as Python data, such a value reaches the turn, whose door refuses
+    it with a clear error (turnstile.engine.turn_input_rules) instead of the
+    turn failing on its own input."""
+
+    def from_payload(self, payload: Payload, type_hint: type | None = None) -> Any:
+        try:
+            return super().from_payload(payload, type_hint)
+        except ValueError:
+            if not _SURROGATE_ESCAPE.search(payload.data):
+                raise
+        value = json.loads(payload.data)
+        return TypeAdapter(type_hint if type_hint is not None else Any).validate_python(value)
+
+
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+_PYDANTIC_JSON = TolerantPydanticJSON()
 _ENCODINGS = tuple(_PYDANTIC_JSON if isinstance(c, JSONPlainPayloadConverter) else c
                    for c in DefaultPayloadConverter.default_encoding_payload_converters)
 
