@@ -21,13 +21,15 @@ import sys
 import uuid
 from typing import Any
 
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.service import RPCError
 
 from turnstile.engine.contract import (
     WORKFLOW_TYPE,
+    ApprovalDecision,
     ApproveSignal,
     PendingApproval,
-    RejectSignal,
+    ReviewInput,
     TurnInput,
     TurnProgress,
     TurnResult,
@@ -50,6 +52,27 @@ def signal_command(workflow_id: str, p: PendingApproval, reviewer: str,
     payload = json.dumps({"tool_call_id": p.tool_call_id, "reviewer": reviewer})
     return shlex.join(["temporal", "workflow", "signal", "--workflow-id", workflow_id,
                        "--name", name, "--input", payload])
+
+
+async def review_command(handle: WorkflowHandle[Any, Any], approved: bool, call_id: str,
+                         reviewer: str, note: str) -> int:
+    """`approve`/`reject` through the `review` update: print the decision that
+    took effect, or the refusal and its reason (exit 1) — never "sent"."""
+    verb = "approve" if approved else "reject"
+    try:
+        taken = await handle.execute_update(
+            "review", ReviewInput(tool_call_id=call_id, reviewer=reviewer, approved=approved,
+                                  note=note), result_type=ApprovalDecision)
+    except WorkflowUpdateFailedError as err:
+        out(f"{verb} refused for {call_id}: {err.cause or err}")
+        return 1
+    except RPCError as err:  # no such turn, or it has ended
+        out(f"{verb} refused for {call_id}: the turn is not running ({err.message})")
+        return 1
+    verdict = "approved" if taken.approved else "rejected"
+    out(f"{taken.tool_name} {taken.tool_call_id} {verdict} by {taken.reviewer} "
+        f"at {taken.decided_at}")
+    return 0
 
 
 def describe_pending(p: PendingApproval) -> list[str]:
@@ -298,14 +321,9 @@ async def main(argv: list[str] | None = None, client: Client | None = None) -> i
     elif args.cmd == "pending":
         pending = await handle.query("pending_approvals", result_type=list[PendingApproval])
         out(json.dumps([p.model_dump() for p in pending], indent=2))
-    elif args.cmd == "approve":
-        await handle.signal("approve", ApproveSignal(
-            tool_call_id=args.tool_call_id, reviewer=args.reviewer, comment=args.note))
-        out(f"approve sent for {args.tool_call_id}")
-    elif args.cmd == "reject":
-        await handle.signal("reject", RejectSignal(
-            tool_call_id=args.tool_call_id, reviewer=args.reviewer, reason=args.note))
-        out(f"reject sent for {args.tool_call_id}")
+    elif args.cmd in ("approve", "reject"):
+        return await review_command(handle, args.cmd == "approve", args.tool_call_id,
+                                    args.reviewer, args.note)
     return 0
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from temporalio.client import Client, WorkflowUpdateFailedError
+from temporalio.exceptions import ApplicationError
 
 from starter import signal_command
 from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
@@ -22,6 +23,7 @@ from tests.support.temporal_server import DevServer
 from tests.support.turns import running_worker, wait_pending
 from turnstile.engine.approvals import OutboundPolicy
 from turnstile.engine.contract import (
+    ApprovalDecision,
     ApproveSignal,
     CallStatus,
     RejectSignal,
@@ -104,12 +106,23 @@ async def test_by_default_anyone_named_but_the_requester(
             await handle.execute_update("review", ReviewInput(
                 tool_call_id="e1", reviewer="alice", approved=True))
         assert "'alice' requested this call and may not decide it" in str(refused.value.cause)
+        for variant in ["Alice", " alice ", "ＡＬＩＣＥ", "ali\u200bce", "alice\u00ad",
+                        "\u200b"]:  # the requester's name, respelled
+            with pytest.raises(WorkflowUpdateFailedError) as refused:
+                await handle.execute_update("review", ReviewInput(
+                    tool_call_id="e1", reviewer=variant, approved=True))
+            cause = refused.value.cause
+            assert isinstance(cause, ApplicationError) and cause.type == "DecisionRefused"
+            assert ("requested this call" in str(cause)
+                    or "needs a named reviewer" in str(cause)), (variant, str(cause))
         decided = await handle.execute_update("review", ReviewInput(
-            tool_call_id="e1", reviewer="bob", approved=True), result_type=str)
-        assert decided == "approved"
-        with pytest.raises(WorkflowUpdateFailedError):  # one decision per call
+            tool_call_id="e1", reviewer="bob", approved=True), result_type=ApprovalDecision)
+        assert (decided.approved, decided.reviewer, decided.tool_name) == (
+            True, "bob", "createEmailTask")
+        with pytest.raises(WorkflowUpdateFailedError) as again:  # one decision per call
             await handle.execute_update("review", ReviewInput(
                 tool_call_id="e1", reviewer="carol", approved=False))
+        assert "already decided" in str(again.value.cause)
         assert (await handle.result()).status == TurnStatus.COMPLETED
 
 

@@ -30,6 +30,13 @@ SELF_OK = ApprovalPolicy(allow_self_approval=True)
     (NARROW, "createFollowUpTask", "admin", None),  # "*" covers tools without an entry
     (NARROW, "createFollowUpTask", "bob", "'bob' is not an approver of createFollowUpTask"),
     (NARROW, "createEmailTask", "alice", "'alice' requested this call"),  # never self
+    # identities, not spellings (turnstile.engine.identity)
+    (OPEN, "createEmailTask", "Alice", "'Alice' requested this call"),
+    (OPEN, "createEmailTask", "ＡＬＩＣＥ", "'\\uff21"),
+    (OPEN, "createEmailTask", "al\u200bice", "'al\\u200bice' requested this call"),
+    (OPEN, "createEmailTask", "\u200b\u200d", "a decision needs a named reviewer"),
+    (NARROW, "createEmailTask", "OPS-LEAD", None),
+    (NARROW, "createEmailTask", "ops\u2011lead", "'ops\\u2011lead' is not an approver"),
 ])
 def test_who_may_decide(policy: ApprovalPolicy, tool: str, reviewer: str,
                         expected: str | None) -> None:

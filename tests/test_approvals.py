@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
 from typing import Any
 
 import pytest
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowUpdateFailedError
 
 from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.services import make_service, side_effects
 from tests.support.turns import running_worker, wait_pending
 from turnstile.engine.contract import (
+    ApprovalDecision,
     ApproveSignal,
     CallStatus,
     RejectSignal,
@@ -141,10 +144,11 @@ async def test_review_update_validates(client: Client, task_queue: str, tmp_path
         with pytest.raises(WorkflowUpdateFailedError):
             await handle.execute_update("review", ReviewInput(tool_call_id="p1", reviewer=" ",
                                                               approved=True))
-        verdict = await handle.execute_update(
-            "review", ReviewInput(tool_call_id="p1", reviewer="carol", approved=True),
-            result_type=str)
-        assert verdict == "approved"
+        taken = await handle.execute_update(
+            "review", ReviewInput(tool_call_id="p1", reviewer="carol", approved=True,
+                                  note="ok\x00"), result_type=ApprovalDecision)
+        assert (taken.tool_call_id, taken.approved, taken.reviewer) == ("p1", True, "carol")
+        assert taken.note == "ok\ufffd" and taken.decided_at  # a NUL never reaches a store
         result = await handle.result()
     assert result.tool_calls[0].status == CallStatus.COMPLETED
 
@@ -173,3 +177,32 @@ async def test_waiting_turns_are_findable(client: Client, task_queue: str, tmp_p
         assert not desc.raw_description.workflow_execution_info.memo.fields
         await handle.signal("approve", ApproveSignal(tool_call_id="p1", reviewer="carol"))
         await handle.result()
+
+
+async def test_a_decision_in_the_deadlines_activation_stands(
+        client: Client, tmp_path, fake_llm: FakeLLM) -> None:
+    """The worker is away while the approval deadline passes; the approval is
+    signalled before it comes back, so the timer and the decision arrive in one
+    activation. The decision stands (the deadline used to overwrite it)."""
+    fake_llm.script(tool_reply(("m1", "sendMoney", {"to": "bob@example.com", "amount": 5})),
+                    text_reply("paid"))
+    queue = f"deadline-{uuid.uuid4().hex[:8]}"
+    async with running_worker(client, queue, db_url(tmp_path), [make_service()],
+                              llm_url=fake_llm.url) as turns:
+        handle = await turns.start("pay bob")
+        await wait_pending(handle)
+    for _ in range(100):  # the 2 s deadline fires while no worker runs the turn
+        history = await handle.fetch_history()
+        if any(e.event_type == EventType.EVENT_TYPE_TIMER_FIRED for e in history.events):
+            break
+        await asyncio.sleep(0.1)
+    else:
+        raise AssertionError("the approval deadline did not fire")
+    await handle.signal("approve", ApproveSignal(tool_call_id="m1", reviewer="carol"))
+    async with running_worker(client, queue, db_url(tmp_path), [make_service()],
+                              llm_url=fake_llm.url) as turns:
+        result = await handle.result()
+        assert result.tool_calls[0].status == CallStatus.COMPLETED, result.tool_calls
+        assert len(side_effects(turns.rt.db, handle.id)) == 1
+        assert decisions(turns.rt.db, handle.id) == [
+            {"tool_call_id": "m1", "approved": 1, "reviewer": "carol", "note": ""}]

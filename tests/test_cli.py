@@ -100,14 +100,17 @@ async def test_starter_status_and_pending(client: Client, temporal_server: DevSe
                 "DATABASE_URL": url}
     env = {**os.environ, **env_args}
 
+    codes: list[int] = []
+
     async def starter(*args: str, check: bool = True) -> str:
         proc = await asyncio.create_subprocess_exec(
             sys.executable, str(ROOT / "starter.py"), *args, env=env, cwd=ROOT,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         out, err = await proc.communicate()
+        codes.append(proc.returncode or 0)
         if check:
             assert proc.returncode == 0, err.decode()
-        return out.decode() if proc.returncode == 0 else ""
+        return out.decode() if proc.returncode == 0 or not check else ""
 
     wf = f"turn-starter-{task_queue}"
     async with running_worker(client, task_queue, url, [build_sales_service()],
@@ -121,8 +124,15 @@ async def test_starter_status_and_pending(client: Client, temporal_server: DevSe
             if pending:
                 break
             await asyncio.sleep(0.05)
-        out = await starter("approve", wf, pending[0]["tool_call_id"], "--reviewer", "carol")
-        assert "approve sent" in out
+        call = pending[0]["tool_call_id"]
+        # The requester, respelled, is refused with the reason; nothing says "sent".
+        out = await starter("approve", wf, call, "--reviewer", "ALICE", check=False)
+        assert codes[-1] == 1
+        assert f"approve refused for {call}: " in out and "requested this call" in out
+        out = await starter("approve", wf, call, "--reviewer", "carol")
+        assert f"{pending[0]['tool_name']} {call} approved by carol at " in out
+        out = await starter("reject", wf, call, "--reviewer", "dave", check=False)
+        assert codes[-1] == 1 and f"reject refused for {call}: " in out
         handle = client.get_workflow_handle(wf)
         await handle.result()
         status = json.loads(await starter("status", wf))

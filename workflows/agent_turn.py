@@ -19,7 +19,7 @@ import asyncio
 from typing import Any
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError
+from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     # Deterministic modules (the engine's models and rules, and the workflow's
@@ -29,7 +29,6 @@ with workflow.unsafe.imports_passed_through():
 
     from turnstile.engine import activity_io as io
     from turnstile.engine import endings
-    from turnstile.engine.approvals import approval_refusal
     from turnstile.engine.breakers import Breakers
     from turnstile.engine.contract import (
         WORKFLOW_TYPE,
@@ -49,6 +48,7 @@ with workflow.unsafe.imports_passed_through():
     from turnstile.engine.errors import (
         AnswerTruncated,
         ContentFiltered,
+        DecisionRefused,
         InvalidTurnInput,
         TurnCancelled,
         TurnstileError,
@@ -61,6 +61,7 @@ with workflow.unsafe.imports_passed_through():
     from turnstile.engine.turn_input_rules import turn_input_problem
     from turnstile.engine.turn_rules import FinalAnswer, RunTools, next_step
     from turnstile.engine.versions import OPENS_IN_BEGIN_TURN, TURN_INPUT_DOOR
+    from workflows.decisions import Decisions
     from workflows.pipeline_steps import PipelineSteps
     from workflows.state import TurnState, TurnStopped, failure_reason
     from workflows.tool_options import compensation_options, listing_options, model_options
@@ -93,6 +94,7 @@ class AgentTurn:
         self.stream = False  # step 8, decided once per turn
         self.response_format: dict[str, Any] | None = None  # step 9
         self.round: ToolRound | None = None  # the tool round under way
+        self.decisions = Decisions(self.s, lambda: self.spec)
 
     # -- queries, signals, update (docs/contract.md) ----------------------------
     @workflow.query(name="status")
@@ -108,51 +110,27 @@ class AgentTurn:
 
     @workflow.signal(name="approve")
     def approve(self, signal: ApproveSignal) -> None:
-        self._decide(signal.tool_call_id, True, signal.reviewer, signal.comment)
+        self.decisions.decide(signal.tool_call_id, True, signal.reviewer, signal.comment)
 
     @workflow.signal(name="reject")
     def reject(self, signal: RejectSignal) -> None:
-        self._decide(signal.tool_call_id, False, signal.reviewer, signal.reason)
+        self.decisions.decide(signal.tool_call_id, False, signal.reviewer, signal.reason)
 
     @workflow.update(name="review")
-    def review(self, decision: ReviewInput) -> str:
-        self._decide(decision.tool_call_id, decision.approved, decision.reviewer, decision.note)
-        return "approved" if decision.approved else "rejected"
+    def review(self, decision: ReviewInput) -> ApprovalDecision:
+        """The decision that took effect; refused with the reason (DecisionRefused)."""
+        taken = self.decisions.decide(decision.tool_call_id, decision.approved,
+                                      decision.reviewer, decision.note)
+        if isinstance(taken, str):  # another decision won the race since validation
+            raise ApplicationError(taken, type=DecisionRefused.error_type, non_retryable=True)
+        return taken
 
     @review.validator
     def _validate_review(self, decision: ReviewInput) -> None:
-        reason = self._refusal(decision.tool_call_id, decision.reviewer)
+        reason = self.decisions.refusal(decision.tool_call_id, decision.reviewer,
+                                        replaying_rules=False)
         if reason:
-            raise ValueError(reason)
-
-    def _refusal(self, call_id: str, reviewer: str) -> str | None:
-        """Why this decision may not be applied (None: it may)."""
-        s = self.s
-        if not reviewer.strip():
-            return "a decision needs a named reviewer"
-        pending = s.pending.get(call_id)
-        if pending is None or call_id in s.decisions:
-            if call_id in s.decisions:
-                return f"tool call {call_id!r} was already decided"
-            return (f"no pending approval for tool call {call_id!r}; pending: "
-                    f"{sorted(s.pending) or 'none'}")
-        requester = s.turn.user_id if s.turn is not None else ""
-        return approval_refusal(self.spec.approvals, tool=pending.tool_name,
-                                reviewer=reviewer, requester=requester)
-
-    def _decide(self, call_id: str, approved: bool, reviewer: str, note: str) -> None:
-        s = self.s
-        reason = self._refusal(call_id, reviewer)
-        if reason:
-            # Never silently accepted, never applied: refused and audited.
-            verb = "approve" if approved else "reject"
-            pending = s.pending.get(call_id)
-            s.refuse(call_id, pending.tool_name if pending else "", verb, reviewer,
-                     f"{verb} by {reviewer!r} for {call_id!r} refused: {reason}")
-            return
-        s.decisions[call_id] = ApprovalDecision(
-            tool_call_id=call_id, tool_name=s.pending[call_id].tool_name, approved=approved,
-            reviewer=reviewer, note=note, decided_at=workflow.now().isoformat())
+            raise ApplicationError(reason, type=DecisionRefused.error_type, non_retryable=True)
 
     # -- the pipeline ------------------------------------------------------------
     @workflow.run

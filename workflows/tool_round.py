@@ -36,6 +36,7 @@ with workflow.unsafe.imports_passed_through():
     from turnstile.engine.messages import ChatMessage, ToolCall
     from turnstile.engine.specs import ServiceSpec, ToolSpec
     from turnstile.engine.turn_rules import parsed_arguments
+    from turnstile.engine.versions import DECISION_BEATS_DEADLINE
     from workflows.state import TurnState, TurnStopped, failure_reason
     from workflows.tool_options import listing_options, tool_options
 
@@ -218,10 +219,15 @@ class ToolRound:
         try:
             await workflow.wait_condition(lambda: call.id in s.decisions, timeout=timeout)
         except TimeoutError:
-            s.decisions[call.id] = ApprovalDecision(
-                tool_call_id=call.id, tool_name=call.name, approved=False, reviewer="deadline",
-                note=f"no decision within {tool.approval_timeout_seconds:g} s",
-                decided_at=workflow.now().isoformat())
+            # A decision that came in the deadline's own activation stands.
+            if call.id in s.decisions and workflow.patched(DECISION_BEATS_DEADLINE):
+                pass
+            else:
+                s.decisions[call.id] = ApprovalDecision(
+                    tool_call_id=call.id, tool_name=call.name, approved=False,
+                    reviewer="deadline",
+                    note=f"no decision within {tool.approval_timeout_seconds:g} s",
+                    decided_at=workflow.now().isoformat())
         finally:
             s.pending.pop(call.id, None)
         decision = s.decisions[call.id]

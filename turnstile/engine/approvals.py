@@ -15,6 +15,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from turnstile.engine.identity import name_key
+
 ANY_TOOL = "*"
 
 
@@ -26,17 +28,21 @@ class ApprovalPolicy(BaseModel):
 
 
 def approval_refusal(policy: ApprovalPolicy, *, tool: str, reviewer: str,
-                     requester: str) -> str | None:
+                     requester: str, by_identity: bool = True) -> str | None:
     """Why `reviewer` may not decide a call of `tool` requested by `requester`;
-    None when they may."""
-    name = reviewer.strip()
+    None when they may. Names are compared as identities
+    (turnstile.engine.identity); `by_identity=False` is the exact-spelling
+    comparison of turns that decided before identities (their replay)."""
+    key = name_key if by_identity else str.strip
+    name = key(reviewer)
+    shown = repr(reviewer.strip()).encode("ascii", "backslashreplace").decode("ascii")
     if not name:
         return "a decision needs a named reviewer"
-    if name == requester and not policy.allow_self_approval:
-        return f"{name!r} requested this call and may not decide it"
+    if name == key(requester) and not policy.allow_self_approval:
+        return f"{shown} requested this call and may not decide it"
     allowed = policy.reviewers.get(tool, policy.reviewers.get(ANY_TOOL))
-    if allowed is not None and name not in allowed:
-        return f"{name!r} is not an approver of {tool} (approvers: {', '.join(allowed) or 'none'})"
+    if allowed is not None and name not in {key(a) for a in allowed}:
+        return f"{shown} is not an approver of {tool} (approvers: {', '.join(allowed) or 'none'})"
     return None
 
 

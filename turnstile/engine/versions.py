@@ -64,3 +64,12 @@ OPENINGS: dict[str, int] = {DESCRIBE_SERVICE: 1, BEGIN_TURN: 2}
 # history carries no marker, and a turn begun earlier with such input replays
 # along the path it took.
 TURN_INPUT_DOOR = "turn-input-door"
+
+# Reviewer, requester and approver names compared as identities
+# (turnstile.engine.identity), not as spelled. Asked only when the two rules
+# disagree about a decision, so most turns carry no marker.
+NAMES_AS_IDENTITIES = "names-as-identities"
+
+# A decision that arrives in the same activation as its approval deadline
+# stands (the deadline used to overwrite it). Asked only in that case.
+DECISION_BEATS_DEADLINE = "decision-beats-deadline"
