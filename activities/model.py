@@ -11,7 +11,7 @@ from typing import TypeVar
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.model_request import build_request
+from activities.model_request import RequestShape, build_request, read_window
 from activities.model_stream import request_model
 from activities.runs import as_current_run
 from activities.runtime import Runtime, application_error, turn_workflow_id, with_heartbeat
@@ -94,7 +94,8 @@ class ModelActivities:
             if stored is not None and stored[1] == wf_id and stored[0].role == "assistant" and (
                     stored[2] in (None, run_id)):
                 return stored[0], None
-            messages = memory.messages(req.conversation_id, wf_id, conn)
+            messages = read_window(self.rt, RequestShape(self.rt, service, req, tools), wf_id,
+                                   conn)
         request, _ = build_request(self.rt, service, req, messages, tools)
         return None, request
 

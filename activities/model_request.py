@@ -24,6 +24,7 @@ from turnstile.engine.specs import ToolSpec
 from turnstile.providers import ModelRequest
 from turnstile.providers.tokens import context_tokens, counter_for, window_tokens
 from turnstile.runtime.services import Service
+from turnstile.stores.db import Connection
 
 log = logging.getLogger(__name__)
 
@@ -34,27 +35,58 @@ def current_window(rt: Runtime, service: Service) -> MemoryWindow:
         context_tokens(model_name(rt), rt.settings.context_tokens))).memory
 
 
+class RequestShape:
+    """How one request is cut from stored messages: the window, the caps, the
+    tokens the tools and the response format take."""
+
+    def __init__(self, rt: Runtime, service: Service, req: ModelCallInput,
+                 tools: list[ToolSpec]) -> None:
+        self.req = req
+        self.window = req.window or current_window(rt, service)
+        self.count = counter_for(model_name(rt))
+        self.reserved = (json_tokens([t.openai_schema() for t in tools], self.count)
+                         + json_tokens(req.response_format, self.count))
+        self.service = service
+
+    def _cap_for(self, tool_name: str) -> int:
+        t = self.service.tool(tool_name)
+        if t is not None and t.spec.max_result_bytes is not None:
+            return result_cap(t.spec.max_result_bytes, self.window)
+        return result_cap(self.window.tool_result_max_bytes, self.window)
+
+    @property
+    def bounded(self) -> bool:
+        return self.window.max_messages is not None or self.window.max_tokens is not None
+
+    def cut(self, stored: list[ChatMessage]) -> tuple[list[ChatMessage], Windowed]:
+        messages = cap_tool_results(paired(stored), self._cap_for)
+        if self.req.continuation:
+            messages.append(ChatMessage(role="user", content=CONTINUATION_PROMPT))
+        return messages, apply_window(messages, self.window, self.count, self.reserved)
+
+    def full(self, stored: list[ChatMessage]) -> bool:
+        """The window is full before the oldest of `stored` (MemoryStore.tail)."""
+        return self.cut(stored)[1].dropped > 0
+
+
+def read_window(rt: Runtime, shape: RequestShape, wf_id: str,
+                conn: Connection) -> list[ChatMessage]:
+    """The stored messages the request's window can reach: O(window) rows when
+    the window is bounded (MemoryStore.tail), else the whole conversation."""
+    conv = shape.req.conversation_id
+    if not shape.bounded:
+        return rt.memory.messages(conv, wf_id, conn)
+    return rt.memory.tail(conv, wf_id, shape.full, conn)
+
+
 def build_request(rt: Runtime, service: Service, req: ModelCallInput,
                   stored: list[ChatMessage],
                   tools: list[ToolSpec]) -> tuple[ModelRequest, Windowed]:
-    window = req.window or current_window(rt, service)
-
-    def cap_for(tool_name: str) -> int:
-        t = service.tool(tool_name)
-        if t is not None and t.spec.max_result_bytes is not None:
-            return result_cap(t.spec.max_result_bytes, window)
-        return result_cap(window.tool_result_max_bytes, window)
-
-    messages = cap_tool_results(paired(stored), cap_for)
-    if req.continuation:
-        messages.append(ChatMessage(role="user", content=CONTINUATION_PROMPT))
-    count = counter_for(model_name(rt))
-    reserved = (json_tokens([t.openai_schema() for t in tools], count)
-                + json_tokens(req.response_format, count))
-    sent = apply_window(messages, window, count, reserved)
+    shape = RequestShape(rt, service, req, tools)
+    messages, sent = shape.cut(stored)
     if sent.dropped:
         log.info("conversation %s: %d of %d stored messages sent (%d tokens; window %s)",
                  req.conversation_id, len(sent.messages), len(messages), sent.tokens,
-                 window.model_dump(exclude_none=True))
+                 shape.window.model_dump(exclude_none=True))
     return ModelRequest(messages=sent.messages, tools=tools,
                         response_format=req.response_format), sent

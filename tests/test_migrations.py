@@ -220,7 +220,7 @@ def test_revision_0006_only_adds(fresh_url: str) -> None:
     db = Database(fresh_url)
     upgrade(db, "0005")
     before = schema_of(db)
-    upgrade(db)
+    upgrade(db, "0006")
     after = schema_of(db)
     for table, shape in before.items():
         assert after[table]["pk"] == shape["pk"], table
@@ -231,6 +231,33 @@ def test_revision_0006_only_adds(fresh_url: str) -> None:
     assert {t: c for t, c in added.items() if c} == {
         "chat_message": ["run_id"], "conversation_lock": ["execution_chain"]}
     assert set(after) - set(before) == {"superseded_message"}
+
+
+# The previous release (v0.2.0) made the schema through revision 0006.
+PREVIOUS_RELEASE_HEAD = "0006"
+
+
+def test_revisions_after_the_previous_release_only_add(fresh_url: str) -> None:
+    """Expand, then contract: what this release migrates keeps every table,
+    column (with its nullability), key and index the previous release's
+    worker uses; what it adds is nullable or defaulted, so that worker's
+    INSERTs still succeed."""
+    db = Database(fresh_url)
+    upgrade(db, PREVIOUS_RELEASE_HEAD)
+    before = schema_of(db)
+    upgrade(db)
+    after = schema_of(db)
+    for table, shape in before.items():
+        assert after[table]["pk"] == shape["pk"], table
+        assert set(shape["columns"]) <= set(after[table]["columns"]), table
+        assert set(shape["indexes"]) <= set(after[table]["indexes"]), table
+    inspector = sa.inspect(db.engine)
+    for table in before:
+        old = {c[0] for c in before[table]["columns"]}
+        for column in inspector.get_columns(table):
+            if column["name"] not in old:
+                assert column["nullable"] or column.get("default") is not None, (
+                    table, column["name"])
 
 
 def test_partial_schema_is_refused_not_guessed(tmp_path: Path) -> None:

@@ -177,6 +177,22 @@ Statement = str | sa.Executable
 Params = Mapping[str, Any]
 
 
+class RowsRead:
+    """Rows the process's statements returned (fetchall/fetchone), for tests and
+    benchmarks that prove per-turn reads are bounded (bench/long_conversation.py)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.total = 0
+
+    def add(self, n: int) -> None:
+        with self._lock:
+            self.total += n
+
+
+rows_read = RowsRead()
+
+
 class Connection:
     """One connection in one transaction. SQL is a Core statement, or text
     with named parameters (`:name`, SQLAlchemy's `text()`: SQLAlchemy renders
@@ -202,10 +218,13 @@ class Connection:
             self.sa.execute(stmt, [dict(r) for r in rows])
 
     def fetchall(self, sql: Statement, params: Params | None = None) -> list[dict[str, Any]]:
-        return [dict(r) for r in self.execute(sql, params).mappings()]
+        rows = [dict(r) for r in self.execute(sql, params).mappings()]
+        rows_read.add(len(rows))
+        return rows
 
     def fetchone(self, sql: Statement, params: Params | None = None) -> dict[str, Any] | None:
         row = self.execute(sql, params).mappings().first()
+        rows_read.add(row is not None)
         return None if row is None else dict(row)
 
 

@@ -259,11 +259,17 @@ class CallJournal:
         repaired call is answered."""
         repairs: list[Repair] = []
         with self.db.joined(conn) as conn:
+            # Only what lies after the watermark: every call before it is answered.
+            mark = conn.fetchone("SELECT answered_through FROM conversation "
+                                 "WHERE conversation_id = :c", {"c": conversation_id})
+            through = mark["answered_through"] if mark else None
             rows = conn.fetchall(
                 "SELECT seq, role, tool_calls, tool_call_id, attributes, workflow_id, "
                 "execution_chain, run_id, conversation_id FROM chat_message "
-                "WHERE conversation_id = :c ORDER BY seq", {"c": conversation_id})
+                "WHERE conversation_id = :c AND seq > :w ORDER BY seq",
+                {"c": conversation_id, "w": -1 if through is None else int(through)})
             taken = {int(r["seq"]) for r in rows}
+            stuck: int | None = None  # the first call left unanswered (no free slot)
             for owner, calls, next_seq in open_calls(rows):
                 slot = int(owner["seq"])
                 for call in calls:
@@ -274,10 +280,15 @@ class CallJournal:
                         log.error("conversation %s: no free slot for the result of call %s "
                                   "(seq %s); left unanswered", conversation_id, call.id,
                                   owner["seq"])
+                        stuck = int(owner["seq"]) if stuck is None else stuck
                         break
                     taken.add(slot)
                     repairs.append(self._answer(conn, conversation_id, slot, owner, call,
                                                 repaired_by))
+            if taken:  # every call through the newest slot read is answered now
+                mark_at = max(taken) if stuck is None else stuck - 1
+                conn.execute("UPDATE conversation SET answered_through = :w "
+                             "WHERE conversation_id = :c", {"c": conversation_id, "w": mark_at})
         for r in repairs:
             log.warning("conversation %s: call %s (%s) of turn %s had no result; recorded "
                         "as %s at seq %d", conversation_id, r.call_id, r.tool_name,

@@ -11,7 +11,7 @@ a `MemoryConflictError`.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
@@ -35,7 +35,14 @@ conversation = sa.Table(
     sa.Column("conversation_id", sa.Text, primary_key=True),
     sa.Column("user_id", sa.Text, nullable=False),
     sa.Column("created_at", sa.Text, nullable=False),
+    # Every tool call at a slot up to this one has its result (migration 0007):
+    # the orphan repair reads only what lies after it. NULL: read from the start.
+    sa.Column("answered_through", sa.BigInteger),
 )
+
+# Tool results that carry cross-round state: the rows `state()` reads, indexed
+# by a partial index (its WHERE is the query's, word for word).
+STATEFUL = "role = 'tool' AND attributes LIKE '%\"turnstile.state\"%'"
 
 chat_message = sa.Table(
     "chat_message", metadata,
@@ -53,6 +60,10 @@ chat_message = sa.Table(
     sa.Column("run_id", sa.Text),  # the writing run (0006; turnstile.stores.runs)
     sa.Index("chat_message_call", "conversation_id", "tool_call_id"),
     sa.Index("chat_message_writer", "conversation_id", "workflow_id"),
+    # The newest system message, and messages by role (migration 0007).
+    sa.Index("chat_message_role", "conversation_id", "role", "seq"),
+    sa.Index("chat_message_state", "conversation_id", "seq",
+             sqlite_where=sa.text(STATEFUL), postgresql_where=sa.text(STATEFUL)),
 )
 
 def _row_to_message(row: dict[str, Any]) -> ChatMessage:
@@ -65,6 +76,30 @@ def _row_to_message(row: dict[str, Any]) -> ChatMessage:
         is_error=bool(row.get("is_error") or False),
         attributes=json.loads(row["attributes"]) if row.get("attributes") else {},
     )
+
+
+def lower_answered_through(conn: Connection, conversation_id: str, seq: int) -> None:
+    """A row written or removed at `seq`: the repair must read from there again
+    (`conversation.answered_through`, turnstile.stores.journal)."""
+    conn.execute("UPDATE conversation SET answered_through = :s WHERE conversation_id = :c "
+                 "AND answered_through >= :s", {"c": conversation_id, "s": seq - 1})
+
+
+def _assembled(rows: list[dict[str, Any]], parts: dict[int, list[Any]],
+               workflow_id: str | None) -> list[ChatMessage]:
+    """Rows in `seq` order as a model reads them (see `MemoryStore.messages`)."""
+    msgs = []
+    for r in rows:
+        m = _row_to_message(r)
+        if m.attributes.get(attr.DISCARDED):
+            continue
+        augmented = m.attributes.get(attr.AUGMENTED_USER_MESSAGE)
+        if augmented and workflow_id is not None and r.get("workflow_id") == workflow_id:
+            m.content = augmented
+        m.parts = parts.get(int(r["seq"]), [])
+        msgs.append(m)
+    systems = [m for m in msgs if m.role == "system"]
+    return systems[-1:] + [m for m in msgs if m.role != "system"]
 
 
 class MemoryStore:
@@ -97,11 +132,10 @@ class MemoryStore:
                  conn: Connection | None = None) -> MemorySnapshot:
         with self.db.joined(conn) as conn:
             self.bind(conn, conversation_id, user_id)
-            stats = conn.fetchone(
-                "SELECT COUNT(*) AS n, MAX(seq) AS last FROM chat_message "
-                "WHERE conversation_id = :c",
+            stats = conn.fetchone(  # MAX over the primary key: one index probe
+                "SELECT MAX(seq) AS last FROM chat_message WHERE conversation_id = :c",
                 {"c": conversation_id},
-            ) or {"n": 0, "last": None}
+            ) or {"last": None}
             system = conn.fetchone(
                 "SELECT content FROM chat_message WHERE conversation_id = :c AND role = 'system' "
                 "ORDER BY seq DESC LIMIT 1",
@@ -110,7 +144,7 @@ class MemoryStore:
         last = stats["last"]
         return MemorySnapshot(
             next_seq=0 if last is None else int(last) + 1,
-            message_count=int(stats["n"]),
+            message_count=0 if last is None else int(last) + 1,  # slots used
             system_prompt=system["content"] if system else None,
         )
 
@@ -136,26 +170,54 @@ class MemoryStore:
                 {"c": conversation_id},
             )
             parts = read_parts(conn, conversation_id)
-        msgs = []
-        for r in rows:
-            m = _row_to_message(r)
-            if m.attributes.get(attr.DISCARDED):
-                continue
-            augmented = m.attributes.get(attr.AUGMENTED_USER_MESSAGE)
-            if augmented and workflow_id is not None and r.get("workflow_id") == workflow_id:
-                m.content = augmented
-            m.parts = parts.get(int(r["seq"]), [])
-            msgs.append(m)
-        systems = [m for m in msgs if m.role == "system"]
-        return systems[-1:] + [m for m in msgs if m.role != "system"]
+        return _assembled(rows, parts, workflow_id)
+
+    def tail(self, conversation_id: str, workflow_id: str | None,
+             enough: Callable[[list[ChatMessage]], bool], conn: Connection | None = None,
+             first_page: int = 64) -> list[ChatMessage]:
+        """The newest part of `messages()` that a bounded window needs: pages
+        of rows read newest first until `enough` says the window is full
+        before the oldest page (then `messages()` would give the same window),
+        or the conversation's start. A page never ends inside a group of a
+        call and its results; the newest user message is always read."""
+        with self._in(conn) as conn:
+            system = conn.fetchall(
+                "SELECT * FROM chat_message WHERE conversation_id = :c AND role = 'system' "
+                "ORDER BY seq DESC LIMIT 1", {"c": conversation_id})
+            rows: list[dict[str, Any]] = []
+            page = first_page
+            while True:
+                before = int(rows[-1]["seq"]) if rows else None
+                got = conn.fetchall(
+                    "SELECT * FROM chat_message WHERE conversation_id = :c "
+                    "AND role <> 'system'" + (" AND seq < :b" if before is not None else "")
+                    + " ORDER BY seq DESC LIMIT :n",
+                    {"c": conversation_id, "b": before, "n": page})
+                rows.extend(got)
+                if len(got) < page:
+                    break  # the conversation's start
+                oldest = rows[-1]
+                if (oldest["role"] != "tool" and any(r["role"] == "user" for r in rows)
+                        and enough(_assembled(system + rows[::-1], {}, workflow_id))):
+                    break
+                page *= 4
+            since = int(rows[-1]["seq"]) if rows else 0
+            parts = read_parts(conn, conversation_id, since=since)
+        return _assembled(system + rows[::-1], parts, workflow_id)
 
     def state(self, conversation_id: str) -> dict[str, Any]:
         """Cross-round state: `turnstile.state` of every tool result that was not
-        rolled back, merged in `seq` order (later values win)."""
+        rolled back, merged in `seq` order (later values win). Reads only the
+        results that carry state (index chat_message_state)."""
         merged: dict[str, Any] = {}
-        for m in self.messages(conversation_id):
-            if m.role == "tool" and not m.attributes.get(attr.ROLLED_BACK):
-                merged.update(m.attributes.get(attr.STATE) or {})
+        with self.db.connect() as conn:
+            rows = conn.fetchall(
+                f"SELECT attributes FROM chat_message WHERE conversation_id = :c AND {STATEFUL} "
+                "ORDER BY seq", {"c": conversation_id})
+        for r in rows:
+            attrs = json.loads(r["attributes"]) if r["attributes"] else {}
+            if not attrs.get(attr.ROLLED_BACK) and not attrs.get(attr.DISCARDED):
+                merged.update(attrs.get(attr.STATE) or {})
         return merged
 
     def get(self, conversation_id: str, seq: int, conn: Connection | None = None
@@ -234,6 +296,8 @@ class MemoryStore:
                         "written by another writer; turns of one conversation must not "
                         "interleave"
                     )
+        if messages:
+            lower_answered_through(conn, conversation_id, start_seq)
 
     def discard(self, conversation_id: str, seq: int, reason: str) -> None:
         """Mark an answer the model must never be sent again (output guardrail

@@ -39,10 +39,13 @@ def write_parts(conn: Connection, conversation_id: str, seq: int,
              "data": p.data, "mime_type": p.mime_type})
 
 
-def read_parts(conn: Connection, conversation_id: str) -> dict[int, list[Attachment]]:
+def read_parts(conn: Connection, conversation_id: str,
+               since: int = 0) -> dict[int, list[Attachment]]:
+    """Images of the messages at `since` and after."""
     rows = conn.fetchall(
         "SELECT seq, type, url, data, mime_type FROM chat_message_part "
-        "WHERE conversation_id = :c ORDER BY seq, idx", {"c": conversation_id})
+        "WHERE conversation_id = :c AND seq >= :since ORDER BY seq, idx",
+        {"c": conversation_id, "since": since})
     out: dict[int, list[Attachment]] = defaultdict(list)
     for r in rows:
         out[int(r["seq"])].append(Attachment(type=r["type"], url=r["url"], data=r["data"],

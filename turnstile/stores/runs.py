@@ -50,7 +50,7 @@ from turnstile.engine import attributes as attr
 from turnstile.engine.errors import MemoryConflictError, ResetConflict, TurnstileError
 from turnstile.engine.messages import ChatMessage
 from turnstile.stores.db import FLAG_FALSE, Connection, Database, Flag, metadata
-from turnstile.stores.memory import MemoryStore, now_iso
+from turnstile.stores.memory import MemoryStore, lower_answered_through, now_iso
 
 superseded_message = sa.Table(
     "superseded_message", metadata,
@@ -197,6 +197,8 @@ def _move(conn: Connection, conv: str, seqs: list[int], by: str) -> None:
                      {"c": conv, "s": seq})
         conn.execute("DELETE FROM chat_message WHERE conversation_id = :c AND seq = :s",
                      {"c": conv, "s": seq})
+    if seqs:
+        lower_answered_through(conn, conv, min(seqs))
 
 
 def write(db: Database, conv: str, start_seq: int, messages: list[ChatMessage],
