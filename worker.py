@@ -55,6 +55,10 @@ def workflow_runner(sandbox: str) -> WorkflowRunner:
         restrictions=SandboxRestrictions.default.with_passthrough_modules("turnstile"))
 
 
+ACTIVITY_SLOTS = 32
+LOCAL_ACTIVITY_SLOTS = 32
+
+
 def build_worker(client: Client, rt: Runtime, **overrides: object) -> Worker:
     """The Temporal worker for one runtime (tests pass their own client/runtime)."""
     options: dict[str, object] = {
@@ -63,8 +67,9 @@ def build_worker(client: Client, rt: Runtime, **overrides: object) -> Worker:
         "workflow_runner": workflow_runner(rt.settings.workflow_sandbox),
         "activities": all_activities(rt),
         # Sync activities (database work) run on this pool.
-        "activity_executor": concurrent.futures.ThreadPoolExecutor(max_workers=32),
-        "max_concurrent_activities": 32,
+        "activity_executor": concurrent.futures.ThreadPoolExecutor(max_workers=ACTIVITY_SLOTS),
+        "max_concurrent_activities": ACTIVITY_SLOTS,
+        "max_concurrent_local_activities": LOCAL_ACTIVITY_SLOTS,
         # SIGTERM: running activities get this long to finish; then the model
         # calls still running are handed back (activities.runtime.with_heartbeat).
         "graceful_shutdown_timeout": timedelta(seconds=rt.settings.shutdown_grace_seconds),
@@ -77,6 +82,7 @@ def build_worker(client: Client, rt: Runtime, **overrides: object) -> Worker:
         # of its own, ~5% of the worker's CPU in a turn (bench/README.md).
         # 1: visited in order, no task per payload.
         "max_workflow_task_external_storage_concurrency": 1,
+        "max_cached_workflows": rt.settings.max_cached_workflows,
         # A value the database refuses is never retried as an outage.
         "interceptors": [DataErrors()],
     }
@@ -93,10 +99,21 @@ async def run(argv: list[str] | None = None) -> None:
 
     settings = Settings.from_env()
     setup_tracing(settings, "turnstile-worker")
+    loop = asyncio.get_running_loop()
+    reserve_threads(loop)
     rt = Runtime.build(settings, load_services(settings, [build_sales_service()]))
+    client = None
+    if not args.sender_only:
+        # What the worker would refuse is checked before anything is migrated:
+        # a refused upgrade leaves the schema as the running release made it.
+        client = await connect(settings, interceptors=tracing_interceptors())
+        if settings.upgrade_check:
+            older = await older_turns(client)
+            if older:
+                log.error("%s", refusal(older, settings.temporal_namespace))
+                raise SystemExit(EXIT_OLDER_TURNS)
     upgrade(rt.db)  # migrate to the newest schema (a v0.1 database is stamped first)
     stop = threading.Event()
-    loop = asyncio.get_running_loop()
     done = asyncio.Event()
 
     def shutdown() -> None:
@@ -114,17 +131,9 @@ async def run(argv: list[str] | None = None) -> None:
         tasks.append(asyncio.ensure_future(
             asyncio.to_thread(run_sender, rt.db, settings, stop, 0.5, config)))
         log.info("e-mail sender running (SMTP %s:%s)", settings.smtp_host, settings.smtp_port)
-    if args.sender_only:
+    if client is None:
         await done.wait()
     else:
-        client = await connect(settings, interceptors=tracing_interceptors())
-        if settings.upgrade_check:
-            older = await older_turns(client)
-            if older:
-                log.error("%s", refusal(older, settings.temporal_namespace))
-                stop.set()
-                await asyncio.gather(*tasks, return_exceptions=True)
-                raise SystemExit(EXIT_OLDER_TURNS)
         rt.search_attributes = await ensure_search_attributes(client, settings.temporal_namespace)
         worker = build_worker(client, rt)
         log.info("worker serving task queue %r on %s (%s, provider %s)", settings.task_queue,
@@ -138,6 +147,18 @@ async def run(argv: list[str] | None = None) -> None:
     stop.set()
     await asyncio.gather(*tasks, return_exceptions=True)
     await rt.provider.aclose()
+
+
+def reserve_threads(loop: asyncio.AbstractEventLoop) -> None:
+    """Threads for `asyncio.to_thread`, which activities use for database work.
+    Python's default pool has min(32, cores + 4) threads — 6 on two cores — and
+    the e-mail sender holds one for its life: with tens of approvals landing at
+    once, their database hops queued behind each other, and on SQLite writers
+    waited out the busy timeout (bench/parked.py, "database is locked"). As many
+    threads as activity slots, plus room for the sender and local activities."""
+    loop.set_default_executor(concurrent.futures.ThreadPoolExecutor(
+        max_workers=ACTIVITY_SLOTS + LOCAL_ACTIVITY_SLOTS + 16,
+        thread_name_prefix="turnstile-db"))
 
 
 def main() -> None:

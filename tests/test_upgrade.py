@@ -41,7 +41,8 @@ from turnstile.engine.versions import (
 from turnstile.runtime.config import Settings
 from turnstile.runtime.services import ServiceRegistry
 from turnstile.runtime.upgrade import older_turns, turn_version
-from turnstile.stores.schema import ensure_schema
+from turnstile.stores.db import Database
+from turnstile.stores.schema import current, ensure_schema
 from worker import EXIT_OLDER_TURNS, build_worker
 from workflows import AgentTurn
 
@@ -113,6 +114,8 @@ async def test_worker_refuses_to_start_while_older_turns_run(
         assert refused.proc.wait(10) == EXIT_OLDER_TURNS
         said = log.read_text()
         assert wf_id in said and "version 1" in said and "Drain first" in said
+        # Refused before it migrated anything: the database is as it was (none here).
+        assert not (tmp_path / "t.db").exists() or current(Database(env["DATABASE_URL"])) is None
         # The operator who knows what follows can skip the check.
         forced = WorkerProcess(tmp_path / "forced.log",
                                {**env, "TURNSTILE_UPGRADE_CHECK": "off"}).start()

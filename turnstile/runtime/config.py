@@ -55,6 +55,10 @@ class Settings:
     # suite runs it. Only Turnstile's own workflow code runs there (services,
     # tools and plugins run in activities), and CI checks it under "strict".
     workflow_sandbox: str = "off"
+    # Turns kept in the worker's workflow cache (sticky execution). A parked
+    # turn (waiting for approval) costs ~70 KiB of worker memory while cached;
+    # one evicted is replayed from history when it resumes (bench/parked.py).
+    max_cached_workflows: int = 1000
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -83,6 +87,8 @@ class Settings:
             shutdown_grace_seconds=float(e.get("TURNSTILE_SHUTDOWN_GRACE_SECONDS")
                                          or d.shutdown_grace_seconds),
             upgrade_check=(e.get("TURNSTILE_UPGRADE_CHECK") or "on").lower() != "off",
+            max_cached_workflows=int(e.get("TURNSTILE_MAX_CACHED_WORKFLOWS")
+                                     or d.max_cached_workflows),
             workflow_sandbox=_sandbox(e.get("TURNSTILE_WORKFLOW_SANDBOX") or "off"),
             plugins=tuple(p for p in (e.get("TURNSTILE_PLUGINS") or "").split(",") if p.strip()),
         )
