@@ -102,7 +102,7 @@ async def test_check_sees_a_terminated_turn_and_skips_a_running_one(
     assert (f"conversation {ended}: call call_1 (sendMoneySlowly) of turn {stuck.id} has no "
             "result in memory") in before
     assert (f"awaits repair: conversation {ended}: its lock holder, turn {stuck.id}, is no "
-            f"longer running (TERMINATED); its next turn repairs: calls without a result: "
+            f"longer running (TERMINATED); calls without a result: "
             f"call_1 (sendMoneySlowly) of turn {stuck.id}; audit rows left INITIATED: none"
             ) in before
     skipped = f"skipped: conversation {waiting}: held by running turn {running.id}"
@@ -113,3 +113,43 @@ async def test_check_sees_a_terminated_turn_and_skips_a_running_one(
     assert nxt.status == TurnStatus.COMPLETED, nxt.error
     assert (repaired, after) == (0, ["0 disagreement(s)"])
     assert (everything, still) == (0, [skipped, "0 disagreement(s)"])
+
+
+async def test_check_of_locks_whose_holder_temporal_never_saw_or_cannot_say(
+        client: Client, db: Database, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A lock held by a workflow Temporal does not know (retention ended, a
+    restored database) is an ended holder: its conversation is checked, the
+    open audit row it left is named. With Temporal unreachable nothing locked
+    is skipped silently: it is listed unchecked and the exit code is 2."""
+    conv, quiet = f"c-lost-{uuid.uuid4().hex[:6]}", f"c-quiet-{uuid.uuid4().hex[:6]}"
+    wf = f"t-never-{uuid.uuid4().hex[:6]}"
+    key = execution_id(wf, "call_3", "chain-x")
+    with db.connect() as conn:
+        for c in (conv, quiet):
+            conn.execute("INSERT INTO conversation_lock (conversation_id, workflow_id, run_id, "
+                         "acquired_at, execution_chain) VALUES (:c, :wf, 'run-x', 't', "
+                         "'chain-x')", {"c": c, "wf": wf if c == conv else wf + "-q"})
+        conn.execute("INSERT INTO tool_execution_log (execution_id, workflow_id, "
+                     "conversation_id, user_id, tool_name, start_time, status) VALUES "
+                     "(:k, :wf, :c, 'alice', 'slowWrite', 't', 'INITIATED')",
+                     {"k": key, "wf": wf, "c": conv})
+    monkeypatch.setenv("DATABASE_URL", db.url)
+    capsys.readouterr()
+    assert await starter.main(["check"], client=client) == 1
+    printed = capsys.readouterr().out.splitlines()
+    assert printed == [
+        f"conversation {conv}: audit row {key} (slowWrite) was left open (INITIATED)",
+        f"awaits repair: conversation {conv}: its lock holder, turn {wf}, is no longer running "
+        f"(NOT_FOUND); calls without a result: none; audit rows left "
+        f"INITIATED: {key} (slowWrite)",
+        f"note: conversation {quiet}: its lock holder, turn {wf}-q, is no longer running "
+        "(NOT_FOUND); nothing awaits repair (its next turn takes the lock over)",
+        "1 disagreement(s)"]
+
+    monkeypatch.setenv("TEMPORAL_ADDRESS", "127.0.0.1:9")  # nothing listens there
+    assert await starter.main(["check", "--conversation", quiet]) == 2
+    [unchecked, count] = capsys.readouterr().out.splitlines()
+    assert unchecked.startswith(f"unchecked: conversation {quiet}: held by turn {wf}-q; "
+                                "Temporal could not say whether it runs (cannot reach Temporal")
+    assert count == "0 disagreement(s)"

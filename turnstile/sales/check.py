@@ -82,7 +82,7 @@ async def check(db: Database, temporal: Callable[[], Awaitable[Client]],
                  f"running ({states[conv]})")
         if left:
             report.awaiting_repair.append(
-                f"{ended}; its next turn repairs: calls without a result: "
+                f"{ended}; calls without a result: "
                 f"{', '.join(left.calls) or 'none'}; audit rows left INITIATED: "
                 f"{', '.join(left.audit_rows) or 'none'}")
         else:
@@ -102,7 +102,7 @@ async def _states(temporal: Callable[[], Awaitable[Client]], holders: dict[str, 
         client = await temporal()
     except (RuntimeError, OSError, RPCError) as exc:
         log.warning("truth check: cannot reach Temporal: %s", exc)
-        return states, {conv: f"cannot reach Temporal: {exc}" for conv in holders}
+        return states, dict.fromkeys(holders, f"cannot reach Temporal: {exc}")
     for conv, holder in holders.items():
         try:
             states[conv] = await holder_state(client, holder)
