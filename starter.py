@@ -251,7 +251,9 @@ async def main(argv: list[str] | None = None, client: Client | None = None) -> i
                          help="with --top: only pairs with more than this many calls")
     p_audit.add_argument("--json", action="store_true", help="JSON lines instead of a table")
     p_check = sub.add_parser("check", help="compare memory, journal, audit, approvals and "
-                             "the world tables; exit 1 on any disagreement")
+                             "the world tables; exit 1 on any disagreement or anything "
+                             "awaiting repair, 2 if Temporal cannot say whether a lock's "
+                             "holder runs")
     p_check.add_argument("--conversation", default=None)
     args = parser.parse_args(argv)
     settings = Settings.from_env()
@@ -266,20 +268,19 @@ async def main(argv: list[str] | None = None, client: Client | None = None) -> i
             dispose_engines()
 
     if args.cmd == "check":
-        from turnstile.sales.truth import disagreements
+        from turnstile.sales.check import check
         from turnstile.stores.db import Database
-        from turnstile.stores.truth import notes
+
+        async def temporal() -> Client:  # asked only about locked conversations
+            return client or await connect(settings)
 
         db = Database(settings.database_url, readonly_url=settings.database_readonly_url)
-        found = disagreements(db, args.conversation)
-        for line in found:
+        # Consistent but worth a person's look ("note:"), e.g. the effect of a
+        # call a reset run superseded; a running turn's conversation, "skipped:".
+        report = await check(db, temporal, args.conversation)
+        for line in report.lines():
             out(line)
-        # Consistent, but worth a person's look: e.g. the effect of a call a
-        # reset run superseded and did not make again.
-        for line in notes(db, args.conversation):
-            out(f"note: {line}")
-        out(f"{len(found)} disagreement(s)")
-        return 1 if found else 0
+        return report.exit_code
 
     if args.cmd == "seed":
         from turnstile.sales.seed import seed

@@ -16,10 +16,12 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from activities.runtime import turn_workflow_id
 from turnstile.engine.errors import RunSuperseded
-from turnstile.stores.lock import Holder
+from turnstile.runtime.holders import holder_gone
 from turnstile.stores.runs import RunUnconfirmed, Writer
 
 log = logging.getLogger("turnstile.activities")
+
+__all__ = ["as_current_run", "holder_gone", "run_is_current", "writer"]
 
 T = TypeVar("T")
 
@@ -56,23 +58,3 @@ async def as_current_run(chain: str, write: Callable[[Writer], T]) -> T:
         log.info("run %s of %s takes its turn's place in the conversation", w.run_id,
                  w.workflow_id)
         return await asyncio.to_thread(write, replace(w, confirmed=True))
-
-
-async def holder_gone(client: Client, holder: Holder) -> bool:
-    """Has the turn holding a lock ended without releasing it? A lock held by
-    a turn's chain is held while any run of that chain runs (a reset run
-    keeps its turn's lock); a lock without a chain, while its run runs."""
-    try:
-        if holder.chain is None:
-            return not await run_is_current(client, holder.workflow_id, holder.run_id)
-        desc = await client.get_workflow_handle(holder.workflow_id).describe()
-    except RPCError as exc:
-        if exc.status == RPCStatusCode.NOT_FOUND:
-            return True
-        raise
-    if desc.status != WorkflowExecutionStatus.RUNNING:
-        return True
-    first = desc.raw_description.workflow_execution_info.first_run_id
-    # The running run is of the holder's chain (or is the holder itself, on a
-    # server that does not report the chain).
-    return not (first == holder.chain or desc.run_id == holder.run_id)

@@ -14,9 +14,12 @@ from turnstile.stores.audit import execution_id
 from turnstile.stores.db import Database
 
 
-def disagreements(db: Database, conversation_id: str | None = None) -> list[str]:
-    found = truth.disagreements(db, conversation_id)
-    busy = truth.busy_conversations(db)
+def disagreements(db: Database, conversation_id: str | None = None,
+                  busy: set[str] | None = None) -> list[str]:
+    """turnstile.stores.truth.disagreements and the world tables' (`busy`:
+    the conversations to skip; default every locked one)."""
+    busy = truth.busy_conversations(db) if busy is None else busy
+    found = truth.disagreements(db, conversation_id, busy)
     with db.connect() as conn:
         follow_ups: dict[str, list[str]] = {}
         for f in conn.fetchall("SELECT created_by_call, status FROM follow_up_task"):

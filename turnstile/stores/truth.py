@@ -1,7 +1,12 @@
 """The truth check of memory against the journal (ledger, audit, approvals):
 what `python starter.py check` prints (the reference service adds its world
 tables: turnstile.sales.truth). Meant for a quiet system: conversations a
-turn holds right now are skipped (their calls may be in flight).
+running turn holds are skipped (their calls may be in flight). Which holders
+run is Temporal's to say (turnstile.runtime.holders): the caller passes the
+conversations to skip as `busy`; without it every locked conversation is
+skipped. A conversation whose holder ended (terminated, lost, reset away)
+keeps its lock row until its next turn takes it over and repairs what the
+ended turn left (`awaiting_repair`; turnstile.stores.journal.repair_orphans).
 
 Memory is `chat_message`: messages a reset run superseded are not in it, so
 they are checked only for what they may leave behind — an effect of a
@@ -22,6 +27,7 @@ from turnstile.stores import superseded
 from turnstile.stores.audit import execution_id
 from turnstile.stores.db import Database
 from turnstile.stores.journal import open_calls
+from turnstile.stores.lock import Holder
 
 
 @dataclass(frozen=True)
@@ -61,6 +67,43 @@ def busy_conversations(db: Database) -> set[str]:
             "SELECT conversation_id FROM conversation_lock")}
 
 
+def lock_holders(db: Database, conversation_id: str | None = None) -> dict[str, Holder]:
+    """Each locked conversation's holder (turnstile.stores.lock)."""
+    where, params = _where(conversation_id)
+    with db.connect() as conn:
+        return {r["conversation_id"]: Holder(r["workflow_id"], r["run_id"],
+                                             r["execution_chain"])
+                for r in conn.fetchall("SELECT conversation_id, workflow_id, run_id, "
+                                       "execution_chain FROM conversation_lock WHERE 1 = 1"
+                                       + where, params)}
+
+
+@dataclass(frozen=True)
+class AwaitingRepair:
+    """What a turn that ended without running its own code left in a
+    conversation, for the next turn's memory load to repair."""
+
+    calls: list[str]  # "call_1 (sendMoney) of turn t-1": calls without a result
+    audit_rows: list[str]  # "<execution id> (sendMoney)": audit rows left INITIATED
+
+    def __bool__(self) -> bool:
+        return bool(self.calls or self.audit_rows)
+
+
+def awaiting_repair(db: Database, conversation_id: str) -> AwaitingRepair:
+    params = {"c": conversation_id}
+    with db.connect() as conn:
+        rows = conn.fetchall("SELECT * FROM chat_message WHERE conversation_id = :c "
+                             "ORDER BY seq", params)
+        audit = conn.fetchall("SELECT execution_id, tool_name FROM tool_execution_log "
+                              "WHERE conversation_id = :c AND status = :s ORDER BY start_time",
+                              {**params, "s": AuditStatus.INITIATED.value})
+    return AwaitingRepair(
+        calls=[f"{c.id} ({c.name}) of turn {owner['workflow_id']}"
+               for owner, calls, _ in open_calls(rows) for c in calls],
+        audit_rows=[f"{r['execution_id']} ({r['tool_name']})" for r in audit])
+
+
 def tool_results(db: Database, conversation_id: str | None) -> list[ToolResultRow]:
     where, params = _where(conversation_id)
     with db.connect() as conn:
@@ -78,9 +121,11 @@ def tool_results(db: Database, conversation_id: str | None) -> list[ToolResultRo
     return out
 
 
-def disagreements(db: Database, conversation_id: str | None = None) -> list[str]:
-    """Every disagreement between memory, ledger and audit log, as sentences."""
-    busy = busy_conversations(db)
+def disagreements(db: Database, conversation_id: str | None = None,
+                  busy: set[str] | None = None) -> list[str]:
+    """Every disagreement between memory, ledger and audit log, as sentences,
+    outside the conversations in `busy` (default: every locked one)."""
+    busy = busy_conversations(db) if busy is None else busy
     found: list[str] = []
     where, params = _where(conversation_id)
     with db.connect() as conn:
@@ -127,12 +172,13 @@ def disagreements(db: Database, conversation_id: str | None = None) -> list[str]
     return found
 
 
-def notes(db: Database, conversation_id: str | None = None) -> list[str]:
+def notes(db: Database, conversation_id: str | None = None,
+          busy: set[str] | None = None) -> list[str]:
     """Effects of superseded calls that remain (or may) and are flagged as
     such: consistent, but the world holds something the conversation no
     longer says; a person decides whether to undo it."""
-    return [line for line, flagged in _superseded(db, conversation_id,
-                                                  busy_conversations(db)) if flagged]
+    busy = busy_conversations(db) if busy is None else busy
+    return [line for line, flagged in _superseded(db, conversation_id, busy) if flagged]
 
 
 def _superseded(db: Database, conversation_id: str | None,

@@ -1,0 +1,47 @@
+"""Is the turn holding a conversation's lock still running? Asked of
+Temporal (describe), by the lock's take-over (activities.memory) and by the
+truth check (`python starter.py check`).
+
+A lock held by a turn's chain (turnstile.stores.lock) is held while a run
+of that chain runs: a reset run keeps its turn's lock. A lock taken before
+the chain was recorded is held while its own run runs."""
+
+from __future__ import annotations
+
+from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.service import RPCError, RPCStatusCode
+
+from turnstile.stores.lock import Holder
+
+RUNNING = "RUNNING"
+NOT_FOUND = "NOT_FOUND"  # Temporal knows no such workflow (or run): e.g. retention ended
+# The workflow id runs again, but as another turn: the holder's own chain ended.
+REPLACED = "REPLACED"
+
+
+async def holder_state(client: Client, holder: Holder) -> str:
+    """RUNNING while the holder holds the lock rightfully; otherwise why not:
+    the status Temporal reports for it (TERMINATED, FAILED, TIMED_OUT,
+    CANCELED, COMPLETED, CONTINUED_AS_NEW), NOT_FOUND or REPLACED.
+    RPC errors other than NOT_FOUND are raised (Temporal could not say)."""
+    run_id = holder.run_id if holder.chain is None else None
+    try:
+        desc = await client.get_workflow_handle(holder.workflow_id, run_id=run_id).describe()
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.NOT_FOUND:
+            return NOT_FOUND
+        raise
+    status = desc.status
+    if status != WorkflowExecutionStatus.RUNNING:
+        return status.name if status is not None else "UNKNOWN"
+    if holder.chain is None:
+        return RUNNING
+    first = desc.raw_description.workflow_execution_info.first_run_id
+    # The running run is of the holder's chain (or is the holder itself, on a
+    # server that does not report the chain).
+    return RUNNING if first == holder.chain or desc.run_id == holder.run_id else REPLACED
+
+
+async def holder_gone(client: Client, holder: Holder) -> bool:
+    """Has the turn holding a lock ended without releasing it?"""
+    return await holder_state(client, holder) != RUNNING

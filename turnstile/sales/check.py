@@ -1,0 +1,111 @@
+"""`python starter.py check`: the truth check (turnstile.sales.truth) over
+every conversation but those a running turn holds.
+
+A conversation keeps its lock row while a turn holds it, and also after a
+turn ended without running its own code (terminated, timed out, lost, reset
+away): the state most worth checking. So each lock holder is asked of
+Temporal (turnstile.runtime.holders). Conversations whose holder Temporal
+reports running are skipped and listed as skipped; the others are checked,
+and what their ended holder left for the next turn to repair (calls without
+a result, audit rows left INITIATED) is named. A holder Temporal cannot
+answer about (unreachable) leaves its conversation unchecked, listed, and
+the check not clean."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from temporalio.client import Client
+from temporalio.service import RPCError
+
+from turnstile.runtime.holders import RUNNING, holder_state
+from turnstile.sales.truth import disagreements
+from turnstile.stores import truth
+from turnstile.stores.db import Database
+from turnstile.stores.lock import Holder
+
+log = logging.getLogger(__name__)
+
+# Exit codes: clean, something disagrees or awaits repair, something could not be checked.
+CLEAN, DISAGREES, UNCHECKED = 0, 1, 2
+
+
+@dataclass
+class CheckReport:
+    disagreements: list[str] = field(default_factory=list)
+    awaiting_repair: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)  # a running turn holds them
+    unchecked: list[str] = field(default_factory=list)  # Temporal could not say
+
+    def lines(self) -> list[str]:
+        """What the command prints, the count last."""
+        return [*self.disagreements, *(f"awaits repair: {line}" for line in self.awaiting_repair),
+                *(f"note: {line}" for line in self.notes),
+                *(f"skipped: {line}" for line in self.skipped),
+                *(f"unchecked: {line}" for line in self.unchecked),
+                f"{len(self.disagreements)} disagreement(s)"]
+
+    @property
+    def exit_code(self) -> int:
+        if self.disagreements or self.awaiting_repair:
+            return DISAGREES
+        return UNCHECKED if self.unchecked else CLEAN
+
+
+async def check(db: Database, temporal: Callable[[], Awaitable[Client]],
+                conversation_id: str | None = None) -> CheckReport:
+    """Check `conversation_id` (or every conversation). `temporal` gives a
+    client; it is called only when some conversation is locked."""
+    holders = await asyncio.to_thread(truth.lock_holders, db, conversation_id)
+    states, unknown = await _states(temporal, holders)
+    report = CheckReport()
+    busy = set(unknown)
+    for conv, holder in sorted(holders.items()):
+        if states.get(conv) == RUNNING:
+            busy.add(conv)
+            report.skipped.append(f"conversation {conv}: held by running turn "
+                                  f"{holder.workflow_id}")
+        elif conv in unknown:
+            report.unchecked.append(f"conversation {conv}: held by turn {holder.workflow_id}; "
+                                    f"Temporal could not say whether it runs ({unknown[conv]})")
+    report.disagreements = await asyncio.to_thread(disagreements, db, conversation_id, busy)
+    report.notes = await asyncio.to_thread(truth.notes, db, conversation_id, busy)
+    for conv, holder in sorted(holders.items()):
+        if conv in busy:
+            continue
+        left = await asyncio.to_thread(truth.awaiting_repair, db, conv)
+        ended = (f"conversation {conv}: its lock holder, turn {holder.workflow_id}, is no longer "
+                 f"running ({states[conv]})")
+        if left:
+            report.awaiting_repair.append(
+                f"{ended}; calls without a result: "
+                f"{', '.join(left.calls) or 'none'}; audit rows left INITIATED: "
+                f"{', '.join(left.audit_rows) or 'none'}")
+        else:
+            report.notes.append(f"{ended}; nothing awaits repair (its next turn takes the "
+                                "lock over)")
+    return report
+
+
+async def _states(temporal: Callable[[], Awaitable[Client]], holders: dict[str, Holder]
+                  ) -> tuple[dict[str, str], dict[str, str]]:
+    """(state of each holder Temporal answered about, error of each it did not)."""
+    states: dict[str, str] = {}
+    unknown: dict[str, str] = {}
+    if not holders:
+        return states, unknown
+    try:
+        client = await temporal()
+    except (RuntimeError, OSError, RPCError) as exc:
+        log.warning("truth check: cannot reach Temporal: %s", exc)
+        return states, dict.fromkeys(holders, f"cannot reach Temporal: {exc}")
+    for conv, holder in holders.items():
+        try:
+            states[conv] = await holder_state(client, holder)
+        except RPCError as exc:
+            unknown[conv] = f"{exc.status.name}: {exc.message}"
+    return states, unknown
