@@ -1,0 +1,217 @@
+"""Thousands of turns parked on approvals, on one worker.
+
+    .venv/bin/python -m bench.parked                          # 2,000 parked turns
+    .venv/bin/python -m bench.parked --turns 500 --cache 100  # a smaller cache
+
+A dev server (in memory, speed flags), a seeded SQLite database, the strict
+fake model server and one worker process (`python worker.py --no-sender`,
+`TURNSTILE_MAX_CACHED_WORKFLOWS=--cache`). `--turns` turns of the sales
+service each ask for `createEmailTask` (which needs a reviewer's approval)
+and park. Then:
+
+1. worker RSS with every turn parked;
+2. `--sample` turns approved one at a time, at random, while the others stay
+   parked: time from the approval signal to the model being asked again
+   (the fake model notes when each turn's second request arrives);
+3. the worker is stopped (SIGTERM) and started again; RSS after restart, and
+   the same approvals timed again (turns now evicted: resumed by replay);
+4. every other turn approved (20 signals in flight), all awaited: statuses
+   and `email_task` rows (one per approved call; the sender is off).
+
+Goals (issue 29): p95 resume <= 1 s with 2,000 parked; RSS bounded by the
+cache, not by the number of parked turns; nothing lost across the restart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import re
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from bench.bench_support import DevServer, WorkerProc, connect, percentile
+from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
+from turnstile.engine.contract import (
+    WORKFLOW_TYPE,
+    ApproveSignal,
+    PendingApproval,
+    TurnInput,
+    TurnResult,
+)
+from turnstile.sales.seed import seed
+from turnstile.stores.db import Database
+
+ROOT = Path(__file__).resolve().parents[1]
+MAIL = {"to": "ops@example.com", "subject": "Follow up", "body": "C0001"}
+
+
+class Model:
+    """Asks for the e-mail once per turn; answers once the result is in. Notes
+    when each turn's model is asked after its tool ran (the resume)."""
+
+    def __init__(self) -> None:
+        self.resumed: dict[str, float] = {}
+        self.lock = threading.Lock()
+
+    def __call__(self, request: dict[str, Any]) -> Any:
+        messages = request.get("messages") or []
+        user = next(m["content"] for m in reversed(messages) if m.get("role") == "user")
+        found = re.search(r"parked-[0-9]+-[0-9a-f]{6}", str(user))
+        tag = found.group(0) if found else "?"
+        if any(m.get("role") == "tool" for m in messages):
+            with self.lock:
+                self.resumed.setdefault(tag, time.perf_counter())
+            return text_reply("queued")
+        return tool_reply((f"e-{tag}", "createEmailTask", MAIL))
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def worker_pid(proc: WorkerProc) -> int:
+    return proc.proc.pid
+
+
+async def park(client: Any, queue: str, n: int) -> list[str]:
+    gate = asyncio.Semaphore(50)
+    ids = [f"parked-{i}-{uuid.uuid4().hex[:6]}" for i in range(n)]
+
+    async def one(wf_id: str) -> None:
+        async with gate:
+            await client.start_workflow(
+                WORKFLOW_TYPE, TurnInput(conversation_id=wf_id, user_id="alice",
+                                         message=f"mail ops {wf_id}", service="sales-assistant"),
+                id=wf_id, task_queue=queue)
+
+    await asyncio.gather(*(one(i) for i in ids))
+    deadline = time.monotonic() + 60 + n * 0.5
+    while True:
+        parked = (await client.count_workflows(
+            f"TaskQueue = '{queue}' AND TurnstilePendingApprovals > 0")).count
+        if parked >= n:
+            return ids
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"only {parked} of {n} turns parked")
+        await asyncio.sleep(1)
+
+
+async def approve(client: Any, wf_id: str) -> None:
+    await client.get_workflow_handle(wf_id).signal("approve", ApproveSignal(
+        tool_call_id=await call_id(client, wf_id), reviewer="bench-reviewer"))
+
+
+async def call_id(client: Any, wf_id: str) -> str:
+    pending = await client.get_workflow_handle(wf_id).query(
+        "pending_approvals", result_type=list[PendingApproval])
+    return pending[0].tool_call_id
+
+
+async def timed_resumes(client: Any, model: Model, ids: list[str]) -> list[float]:
+    out = []
+    for wf_id in ids:
+        tool_call = await call_id(client, wf_id)
+        began = time.perf_counter()
+        await client.get_workflow_handle(wf_id).signal("approve", ApproveSignal(
+            tool_call_id=tool_call, reviewer="bench-reviewer"))
+        while wf_id not in model.resumed:
+            if time.perf_counter() - began > 60:
+                raise RuntimeError(f"{wf_id} did not resume within 60 s")
+            await asyncio.sleep(0.002)
+        out.append((model.resumed[wf_id] - began) * 1000)
+    return out
+
+
+def line(label: str, ms: list[float]) -> str:
+    return (f"{label}: p50 {statistics.median(ms):.0f} ms, p95 {percentile(ms, 0.95):.0f} ms, "
+            f"max {max(ms):.0f} ms ({len(ms)} approvals)")
+
+
+async def run(args: argparse.Namespace, workdir: Path) -> None:
+    db_url = f"sqlite:///{workdir / 'parked.db'}"
+    seed(Database(db_url), rows=200)
+    server = DevServer(workdir / "temporal.log")
+    model = Model()
+    fake = FakeLLM(keep_alive=True)
+    fake.default = model
+    queue = f"parked-{uuid.uuid4().hex[:6]}"
+    env = {"TEMPORAL_ADDRESS": server.address, "DATABASE_URL": db_url,
+           "LLM_BASE_URL": fake.url, "TURNSTILE_DATA_DIR": str(workdir),
+           "TURNSTILE_TASK_QUEUE": queue, "TURNSTILE_MAX_CACHED_WORKFLOWS": str(args.cache),
+           "PYTHONPATH": str(ROOT)}
+    command = [sys.executable, "worker.py", "--no-sender"]
+    ready = "worker serving task queue"
+    worker = None
+    try:
+        client = await connect(server.address)
+        worker = WorkerProc(command, env, workdir / "worker-1.log", ready, cwd=ROOT)
+        print(f"{args.turns} turns, workflow cache {args.cache}, SQLite")
+        began = time.perf_counter()
+        ids = await park(client, queue, args.turns)
+        print(f"parked {len(ids)} turns in {time.perf_counter() - began:.1f} s; "
+              f"worker RSS {rss_mib(worker_pid(worker)):.0f} MiB")
+        rng = random.Random(29)
+        order = rng.sample(ids, len(ids))
+        first, second, rest = (order[:args.sample], order[args.sample:2 * args.sample],
+                               order[2 * args.sample:])
+        print(line("resume, turns parked in the running worker", await timed_resumes(
+            client, model, first)))
+        worker.stop()
+        worker = WorkerProc(command, env, workdir / "worker-2.log", ready, cwd=ROOT)
+        await asyncio.sleep(2)
+        print(f"worker restarted; RSS {rss_mib(worker_pid(worker)):.0f} MiB")
+        print(line("resume after the restart (replayed)", await timed_resumes(
+            client, model, second)))
+        print(f"after the sampled approvals: worker RSS {rss_mib(worker_pid(worker)):.0f} MiB")
+        began = time.perf_counter()
+        gate = asyncio.Semaphore(20)
+
+        async def approve_one(wf_id: str) -> None:
+            async with gate:
+                await approve(client, wf_id)
+
+        await asyncio.gather(*(approve_one(i) for i in rest))
+        results = await asyncio.gather(*(client.get_workflow_handle(
+            i, result_type=TurnResult).result() for i in ids))
+        took = time.perf_counter() - began
+        statuses: dict[str, int] = {}
+        for r in results:
+            statuses[r.status.value] = statuses.get(r.status.value, 0) + 1
+        with Database(db_url).connect() as conn:
+            mails = conn.fetchone("SELECT COUNT(*) AS n FROM email_task")
+        print(f"approved the other {len(rest)} in {took:.1f} s; statuses {statuses}; "
+              f"email_task rows {mails['n'] if mails else 0}; worker RSS "
+              f"{rss_mib(worker_pid(worker)):.0f} MiB")
+        print("workflow cache evictions: not counted here (the worker's metrics endpoint "
+              "reports the SDK's sticky-cache series when TURNSTILE_METRICS_PORT is set)")
+    finally:
+        if worker is not None:
+            worker.stop()
+        fake.close()
+        server.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--turns", type=int, default=2000)
+    parser.add_argument("--cache", type=int, default=1000, help="TURNSTILE_MAX_CACHED_WORKFLOWS")
+    parser.add_argument("--sample", type=int, default=30, help="approvals timed, per phase")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="turnstile-parked-") as tmp:
+        asyncio.run(run(args, Path(tmp)))
+
+
+if __name__ == "__main__":
+    main()
