@@ -184,23 +184,26 @@ class MemoryStore:
             system = conn.fetchall(
                 "SELECT * FROM chat_message WHERE conversation_id = :c AND role = 'system' "
                 "ORDER BY seq DESC LIMIT 1", {"c": conversation_id})
-            rows: list[dict[str, Any]] = []
-            page = first_page
-            while True:
-                before = int(rows[-1]["seq"]) if rows else None
-                got = conn.fetchall(
-                    "SELECT * FROM chat_message WHERE conversation_id = :c "
-                    "AND role <> 'system'" + (" AND seq < :b" if before is not None else "")
-                    + " ORDER BY seq DESC LIMIT :n",
-                    {"c": conversation_id, "b": before, "n": page})
-                rows.extend(got)
-                if len(got) < page:
-                    break  # the conversation's start
+            # The newest page, then ranges of slots below it: a range of the
+            # primary key is planned well everywhere (PostgreSQL, with stale
+            # statistics, read "seq < b ORDER BY seq DESC LIMIT n" by a bitmap
+            # scan of the whole conversation).
+            rows = conn.fetchall(
+                "SELECT * FROM chat_message WHERE conversation_id = :c AND role <> 'system' "
+                "ORDER BY seq DESC LIMIT :n", {"c": conversation_id, "n": first_page})
+            low = int(rows[-1]["seq"]) if len(rows) == first_page else 0
+            page = first_page * 4
+            while low > 0:  # 0: the conversation's start was read
                 oldest = rows[-1]
                 if (oldest["role"] != "tool" and any(r["role"] == "user" for r in rows)
                         and enough(_assembled(system + rows[::-1], {}, workflow_id))):
                     break
-                page *= 4
+                start = max(0, low - page)
+                rows.extend(conn.fetchall(
+                    "SELECT * FROM chat_message WHERE conversation_id = :c AND seq >= :lo "
+                    "AND seq < :hi AND role <> 'system' ORDER BY seq DESC",
+                    {"c": conversation_id, "lo": start, "hi": low}))
+                low, page = start, page * 4
             since = int(rows[-1]["seq"]) if rows else 0
             parts = read_parts(conn, conversation_id, since=since)
         return _assembled(system + rows[::-1], parts, workflow_id)
@@ -211,9 +214,11 @@ class MemoryStore:
         results that carry state (index chat_message_state)."""
         merged: dict[str, Any] = {}
         with self.db.connect() as conn:
+            # SQLite without statistics prefers chat_message_role (all tool results).
+            hint = " INDEXED BY chat_message_state" if conn.dialect == "sqlite" else ""
             rows = conn.fetchall(
-                f"SELECT attributes FROM chat_message WHERE conversation_id = :c AND {STATEFUL} "
-                "ORDER BY seq", {"c": conversation_id})
+                f"SELECT attributes FROM chat_message{hint} WHERE conversation_id = :c "
+                f"AND {STATEFUL} ORDER BY seq", {"c": conversation_id})
         for r in rows:
             attrs = json.loads(r["attributes"]) if r["attributes"] else {}
             if not attrs.get(attr.ROLLED_BACK) and not attrs.get(attr.DISCARDED):

@@ -99,19 +99,22 @@ def _stale(conn: Connection, conv: str, w: Writer, slots: range,
     """Slots holding rows of another run of the writer's turn that it replaces."""
     where = []
     params: dict[str, Any] = {"c": conv, "wf": w.workflow_id, "chain": w.chain, "run": w.run_id}
+    # `seq + 0`, and no ORDER BY: the rows are found through the writer's index
+    # (the turn's own rows), never by walking the conversation's primary key
+    # from the horizon (SQLite chose that: O(conversation) per write).
     if horizon is not None:
-        where.append("seq >= :h")
+        where.append("seq + 0 >= :h")
         params["h"] = horizon
     if len(slots):
-        where.append("seq BETWEEN :lo AND :hi")
+        where.append("seq + 0 BETWEEN :lo AND :hi")
         params.update(lo=slots[0], hi=slots[-1])
     if not where:
         return []
     rows = conn.fetchall(
         "SELECT seq FROM chat_message WHERE conversation_id = :c AND workflow_id = :wf "
         "AND COALESCE(execution_chain, '') = :chain AND run_id IS NOT NULL AND run_id <> :run "
-        f"AND ({' OR '.join(where)}) ORDER BY seq", params)
-    return [int(r["seq"]) for r in rows]
+        f"AND ({' OR '.join(where)})", params)
+    return sorted(int(r["seq"]) for r in rows)
 
 
 def claim(conn: Connection, conv: str, w: Writer, slots: range = range(0),
