@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
@@ -71,11 +72,15 @@ async def test_content_filter_ends_moderated(client: Client, task_queue: str, tm
     assert [m["role"] for m in fake_llm.requests[1]["messages"]].count("assistant") == 0
 
 
+@pytest.mark.parametrize("where", ["between events", "mid-line"])
 async def test_stream_cut_before_done_is_retried(client: Client, task_queue: str, tmp_path,
-                                                 fake_llm: FakeLLM) -> None:
+                                                 fake_llm: FakeLLM, where: str) -> None:
+    """A connection that drops is the same network failure wherever it falls:
+    between two events or inside one (a half-sent `data:` line)."""
     service = make_service()
     service.pipeline = PipelinePolicy(streaming=True)
     fake_llm.cut_streams = 1
+    fake_llm.cut_mid_line = where == "mid-line"
     fake_llm.script(text_reply("a complete answer, at last"),
                     text_reply("a complete answer, at last"))
     async with running_worker(client, task_queue, f"sqlite:///{tmp_path}/t.db", [service],

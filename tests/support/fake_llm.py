@@ -102,6 +102,7 @@ class FakeLLM:
         self.moderation_requests: list[dict[str, Any]] = []
         self.max_request_bytes: int | None = None
         self.cut_streams = 0
+        self.cut_mid_line = False  # cut streams end inside a line, not between events
         self.refusals: list[str] = []  # why requests were refused with a 400
         self.connections = 0  # accepted so far
         self._lock = threading.Lock()
@@ -158,9 +159,14 @@ class FakeLLM:
                 with fake._lock:
                     cut = fake.cut_streams > 0
                     fake.cut_streams -= int(cut)
+                    mid_line = cut and fake.cut_mid_line
                 if cut:  # the connection drops midway: no final chunk, no [DONE]
                     for chunk in chunks[: max(1, len(chunks) // 2)]:
                         self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                    if mid_line:  # ... in the middle of the next event's line
+                        rest = chunks[max(1, len(chunks) // 2)]
+                        line = f"data: {json.dumps(rest)}"
+                        self.wfile.write(line[: len(line) // 2].encode())
                     self.wfile.flush()
                     return
                 for chunk in chunks:
@@ -221,6 +227,7 @@ class FakeLLM:
             self.moderation_requests.clear()
             self.max_request_bytes = None
             self.cut_streams = 0
+            self.cut_mid_line = False
             self.refusals.clear()
 
     def close(self) -> None:

@@ -8,7 +8,8 @@ so one parser (`parse_completion`) validates both.
 
 A stream is complete when it sent `data: [DONE]` or a chunk with a
 `finish_reason`; one that ends before either (a dropped connection, a server
-restart) is `IncompleteStream`, a failed attempt that Temporal retries.
+restart) is `IncompleteStream`, a failed attempt that Temporal retries —
+wherever the cut falls, between two events or inside a line.
 """
 
 from __future__ import annotations
@@ -45,8 +46,25 @@ async def bounded_lines(chunks: AsyncIterator[bytes], max_bytes: int) -> AsyncIt
         for line in lines:
             yield line.rstrip("\r")
     buffer += decoder.decode(b"", final=True)
-    if buffer:
-        yield buffer.rstrip("\r")
+    if buffer.strip():
+        # The stream ended inside a line: the connection dropped mid-event (a
+        # server that ends its last line without a newline has sent a whole
+        # `data: [DONE]` or a whole JSON chunk; anything else is cut).
+        line = buffer.rstrip("\r")
+        data = line[5:].strip() if line.startswith("data:") else None
+        if data is None or (data != "[DONE]" and not _is_json(data)):
+            raise IncompleteStream(
+                "the model's stream ended in the middle of a line "
+                f"({total:,} bytes received); the attempt is retried")
+        yield line
+
+
+def _is_json(text: str) -> bool:
+    try:
+        json.loads(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _arguments_text(value: Any) -> str:
