@@ -170,7 +170,7 @@ class ModelActivities:
 
     def _number_calls(self, req: ModelCallInput, message: ChatMessage, wf_id: str) -> None:
         """A result is matched to its call by id, and a call's effects are keyed
-        by it: a call without one, reusing one of this turn, or reusing the id
+        by it: a call without one, with a "/" in it, reusing one of this turn, or reusing the id
         of a superseded call of this turn that was a different call (another
         tool or other arguments: it must not get that call's result) gets a
         fresh id that is stable for this response. The same call under the
@@ -182,10 +182,14 @@ class ModelActivities:
         taken = set(req.taken_call_ids)
         for i, call in enumerate(message.tool_calls):
             me = call_identity(call.name, call.arguments) if prior else ""
-            if not call.id or call.id in taken or prior.get(call.id, me) != me:
-                fresh, n = f"{call.id or 'call'}~{req.response_seq}.{i}", 1
+            # "/" is ours: the audit keys a refused decision "<call id>/refused-<n>",
+            # so a model-chosen id never holds one (it could name such a row).
+            if (not call.id or "/" in call.id or call.id in taken
+                    or prior.get(call.id, me) != me):
+                base = (call.id or "call").replace("/", "-")
+                fresh, n = f"{base}~{req.response_seq}.{i}", 1
                 while fresh in taken or prior.get(fresh, me) != me:
                     n += 1
-                    fresh = f"{call.id or 'call'}~{req.response_seq}.{i}.{n}"
+                    fresh = f"{base}~{req.response_seq}.{i}.{n}"
                 call.id = fresh
             taken.add(call.id)

@@ -206,3 +206,35 @@ async def test_a_decision_in_the_deadlines_activation_stands(
         assert len(side_effects(turns.rt.db, handle.id)) == 1
         assert decisions(turns.rt.db, handle.id) == [
             {"tool_call_id": "m1", "approved": 1, "reviewer": "carol", "note": ""}]
+
+
+async def test_model_call_ids_never_name_a_refusal_row(client: Client, task_queue: str,
+                                                       tmp_path, fake_llm: FakeLLM) -> None:
+    """The audit keys a refused decision "<call id>/refused-<n>": a model that
+    names its call "p1/refused-1" gets an id of its own, and the refusal of
+    p1 (by the requester herself) and that call each keep their row. A
+    reviewer's call id with a NUL is refused and audited, never breaking the turn."""
+    fake_llm.script(tool_reply(("p1", "sendMoneySlowly", {"to": "bob@example.com", "amount": 1}),
+                               ("p1/refused-1", "sendMoneySlowly",
+                                {"to": "eve@example.com", "amount": 2})),
+                    text_reply("paid"))
+    async with running_worker(client, task_queue, db_url(tmp_path), [make_service()],
+                              llm_url=fake_llm.url) as turns:
+        handle = await turns.start("pay bob and eve", user="alice")
+        pending = await wait_pending(handle, 2)
+        ids = sorted(p.tool_call_id for p in pending)
+        assert ids[0] == "p1" and "/" not in ids[1], ids
+        await handle.signal("approve", ApproveSignal(tool_call_id="p1", reviewer="alice"))
+        await handle.signal("approve", ApproveSignal(tool_call_id="p\x001", reviewer="carol"))
+        for call in ids:
+            await handle.signal("approve", ApproveSignal(tool_call_id=call, reviewer="carol"))
+        result = await handle.result()
+        with turns.rt.db.connect() as conn:
+            rows = conn.fetchall("SELECT execution_id, status FROM tool_execution_log "
+                                 "WHERE workflow_id = :wf ORDER BY execution_id",
+                                 {"wf": handle.id})
+    assert result.status == TurnStatus.COMPLETED, result.error
+    assert [c.status for c in result.tool_calls] == [CallStatus.COMPLETED] * 2
+    assert sorted(r["status"] for r in rows) == [
+        "APPROVAL_REFUSED", "APPROVAL_REFUSED", "COMPLETED", "COMPLETED"], rows
+    assert not any("\x00" in r["execution_id"] for r in rows)

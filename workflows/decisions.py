@@ -67,7 +67,8 @@ class Decisions:
         kept_reviewer = clean_note(reviewer)[:200]
         if reason:
             pending = s.pending.get(call_id)
-            s.refuse(call_id, pending.tool_name if pending else "", verb, kept_reviewer,
+            s.refuse(clean_note(call_id)[:200], pending.tool_name if pending else "", verb,
+                     kept_reviewer,
                      f"{verb} by {_quoted(kept_reviewer)} for {_quoted(call_id)} refused: "
                      f"{reason}")
             return reason
