@@ -14,17 +14,20 @@ ROOT = Path(__file__).resolve().parents[2]
 
 class WorkerProcess:
     def __init__(self, log: Path, env: dict[str, str], args: tuple[str, ...] = ("--no-sender",),
-                 ready_marker: bytes = b"worker serving task queue"):
+                 ready_marker: bytes = b"worker serving task queue", root: Path = ROOT):
+        """`root`: the checkout whose worker runs (another release's, for upgrade tests)."""
         self.log, self.env, self.args, self.marker = log, env, args, ready_marker
+        self.root = root
         self.proc = None
 
     def start(self) -> WorkerProcess:
         offset = self.log.stat().st_size if self.log.exists() else 0
         # Workflow code in Temporal's sandbox, as every test runs it (worker.workflow_runner).
         full_env = {**os.environ, "TURNSTILE_WORKFLOW_SANDBOX": "strict", **self.env,
-                    "PYTHONPATH": str(ROOT), "TURNSTILE_PLUGINS": "tests.support.services:register"}
-        self.proc = spawn([sys.executable, str(ROOT / "worker.py"), *self.args], self.log,
-                          env=full_env, cwd=ROOT)
+                    "PYTHONPATH": str(self.root),
+                    "TURNSTILE_PLUGINS": "tests.support.services:register"}
+        self.proc = spawn([sys.executable, str(self.root / "worker.py"), *self.args], self.log,
+                          env=full_env, cwd=self.root)
 
         def ready() -> bool:
             assert self.proc is not None

@@ -1,0 +1,107 @@
+"""Expand, then contract, tried as an operator upgrades: the previous
+release's worker keeps working on the schema this release migrates to.
+
+The previous release is the `v0.2.0` tag (or, in a clone without tags, its
+commit, an ancestor of main), extracted with `git archive` and run as its own
+`worker.py` process (with this environment's libraries: the releases share
+their dependencies). It starts on its own schema and parks a turn on the
+approval of an e-mail; this release's migrations then run (as the new
+worker's start runs them); the reviewer approves; the old worker completes
+the turn on the migrated schema — the e-mail task in the outbox, the decision
+and the audit row recorded — and a new turn on it completes too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import tarfile
+import uuid
+from io import BytesIO
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client
+
+from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
+from tests.support.temporal_server import DevServer
+from tests.support.turns import wait_pending
+from tests.support.worker_process import ROOT, WorkerProcess
+from turnstile.engine.contract import (
+    WORKFLOW_TYPE,
+    ApproveSignal,
+    CallStatus,
+    TurnInput,
+    TurnResult,
+    TurnStatus,
+)
+from turnstile.stores.db import Database
+from turnstile.stores.schema import current, head_revision, upgrade
+
+PREVIOUS_RELEASE = "v0.2.0"
+PREVIOUS_RELEASE_COMMIT = "0a34d3d53164cbeb7c461b24ff8a4329725c2854"
+PREVIOUS_HEAD = "0006"
+MAIL = {"to": "ops@example.com", "subject": "Follow up", "body": "C0001"}
+
+
+def previous_release(dest: Path) -> Path:
+    """The previous release's files under `dest` (from the tag, else its commit)."""
+    for rev in (f"{PREVIOUS_RELEASE}^{{commit}}", PREVIOUS_RELEASE_COMMIT):
+        found = subprocess.run(["git", "rev-parse", "--verify", "-q", rev], cwd=ROOT,
+                               capture_output=True, text=True)
+        if found.returncode == 0:
+            archive = subprocess.run(["git", "archive", found.stdout.strip()], cwd=ROOT,
+                                     capture_output=True, check=True).stdout
+            with tarfile.open(fileobj=BytesIO(archive)) as tar:
+                tar.extractall(dest, filter="data")
+            return dest
+    pytest.fail(f"neither {PREVIOUS_RELEASE} nor {PREVIOUS_RELEASE_COMMIT} is in this clone")
+
+
+async def test_the_previous_release_completes_an_approved_email_on_the_migrated_schema(
+        client: Client, temporal_server: DevServer, tmp_path: Path, fake_llm: FakeLLM) -> None:
+    old = previous_release(tmp_path / "previous")
+    url = f"sqlite:///{tmp_path}/t.db"
+    queue = f"prev-{uuid.uuid4().hex[:8]}"
+    env = {"TEMPORAL_ADDRESS": temporal_server.address, "TURNSTILE_TASK_QUEUE": queue,
+           "DATABASE_URL": url, "LLM_BASE_URL": fake_llm.url,
+           "TURNSTILE_DATA_DIR": str(tmp_path / "data")}
+
+    def reply(request: dict) -> object:  # type: ignore[type-arg]
+        if any(m.get("role") == "tool" for m in request["messages"]):
+            return text_reply("queued")
+        return tool_reply((f"e-{uuid.uuid4().hex[:6]}", "createEmailTask", MAIL))
+
+    fake_llm.default = reply
+    worker = WorkerProcess(tmp_path / "previous.log", env, root=old).start()
+    try:
+        db = Database(url)
+        assert current(db) == PREVIOUS_HEAD  # the old worker made its own schema
+        conversation = f"c-{uuid.uuid4().hex[:6]}"
+        handle = await client.start_workflow(
+            WORKFLOW_TYPE, TurnInput(conversation_id=conversation, user_id="alice",
+                                     message="mail ops", service="sales-assistant"),
+            id=f"prev-{uuid.uuid4().hex[:8]}", task_queue=queue, result_type=TurnResult)
+        [pending] = await wait_pending(handle)
+        upgrade(db)  # this release's migrations, as its worker runs them on start
+        assert current(db) == head_revision() != PREVIOUS_HEAD
+        await handle.signal("approve", ApproveSignal(tool_call_id=pending.tool_call_id,
+                                                     reviewer="carol"))
+        result = await asyncio.wait_for(handle.result(), 60)
+        assert result.status == TurnStatus.COMPLETED, result.error
+        assert [c.status for c in result.tool_calls] == [CallStatus.COMPLETED]
+        after = await client.execute_workflow(
+            WORKFLOW_TYPE, TurnInput(conversation_id=conversation, user_id="alice",
+                                     message="and again", service="sales-assistant"),
+            id=f"prev-{uuid.uuid4().hex[:8]}", task_queue=queue, result_type=TurnResult)
+        assert after.status == TurnStatus.COMPLETED, after.error
+    finally:
+        worker.stop()
+    with db.connect() as conn:
+        mails = conn.fetchall("SELECT recipient FROM email_task")
+        decisions = conn.fetchall("SELECT reviewer, approved FROM approval_decision "
+                                  "WHERE workflow_id = :wf", {"wf": handle.id})
+        audit = conn.fetchall("SELECT status FROM tool_execution_log WHERE workflow_id = :wf",
+                              {"wf": handle.id})
+    assert len(mails) == 1 and decisions == [{"reviewer": "carol", "approved": 1}]
+    assert [a["status"] for a in audit] == ["COMPLETED"]
