@@ -42,7 +42,6 @@ from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from turnstile.engine.contract import (
     WORKFLOW_TYPE,
     ApproveSignal,
-    PendingApproval,
     TurnInput,
     TurnResult,
 )
@@ -109,19 +108,19 @@ async def park(client: Any, queue: str, n: int) -> list[str]:
 
 async def approve(client: Any, wf_id: str) -> None:
     await client.get_workflow_handle(wf_id).signal("approve", ApproveSignal(
-        tool_call_id=await call_id(client, wf_id), reviewer="bench-reviewer"))
+        tool_call_id=call_id(wf_id), reviewer="bench-reviewer"))
 
 
-async def call_id(client: Any, wf_id: str) -> str:
-    pending = await client.get_workflow_handle(wf_id).query(
-        "pending_approvals", result_type=list[PendingApproval])
-    return pending[0].tool_call_id
+def call_id(wf_id: str) -> str:
+    """The id `Model` gave the turn's e-mail call (a query per turn would
+    replay every evicted turn just to read it)."""
+    return f"e-{wf_id}"
 
 
 async def timed_resumes(client: Any, model: Model, ids: list[str]) -> list[float]:
     out = []
     for wf_id in ids:
-        tool_call = await call_id(client, wf_id)
+        tool_call = call_id(wf_id)
         began = time.perf_counter()
         await client.get_workflow_handle(wf_id).signal("approve", ApproveSignal(
             tool_call_id=tool_call, reviewer="bench-reviewer"))
