@@ -18,7 +18,7 @@ import signal
 import sys
 
 from temporalio.client import Client
-from temporalio.worker import Worker
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 log = logging.getLogger("bench.turn_workers")
 READY = "bench worker ready"
@@ -29,9 +29,12 @@ async def serve(kind: str) -> None:
     if kind == "minimal":
         from bench.minimal_turn import MinimalTurn, call_model, query_sales
 
+        # The floor as a user would hand-write it: Temporal's default converter,
+        # no interceptors, and (like Turnstile's worker by default) no sandbox.
         client = await Client.connect(address)
         worker = Worker(client, task_queue=queue, workflows=[MinimalTurn],
-                        activities=[call_model, query_sales], max_concurrent_activities=32)
+                        activities=[call_model, query_sales], max_concurrent_activities=32,
+                        workflow_runner=UnsandboxedWorkflowRunner())
     elif kind == "peer":
         from pydantic_ai.durable_exec.temporal import AgentPlugin, PydanticAIPlugin
 
