@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 DEMO_MESSAGE ?= Find customers whose sales last week exceeded 50,000 and email ops@example.com to follow up
 
-.PHONY: install bench-install run up down test lint bench clean
+.PHONY: install bench-install run up down test test-fast lint bench clean
 
 install: $(STAMP)
 
@@ -33,6 +33,11 @@ test: install
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+# The fast tier: no Temporal server, no PostgreSQL (tests/support/tiers.py).
+test-fast: install
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not live and not pg"
 
 lint: install
 	$(BIN)/ruff check .

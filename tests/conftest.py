@@ -6,4 +6,5 @@ pytest_plugins = [
     "tests.support.fake_llm",
     "tests.support.mcp_fixtures",
     "tests.support.spans",
+    "tests.support.tiers",
 ]
