@@ -174,15 +174,19 @@ async def run(args: argparse.Namespace, workdir: Path) -> None:
             client, model, second)))
         print(f"after the sampled approvals: worker RSS {rss_mib(worker_pid(worker)):.0f} MiB")
         began = time.perf_counter()
-        gate = asyncio.Semaphore(20)
+        gate = asyncio.Semaphore(20)  # approvals in flight
 
         async def approve_one(wf_id: str) -> None:
             async with gate:
                 await approve(client, wf_id)
 
         await asyncio.gather(*(approve_one(i) for i in rest))
-        results = await asyncio.gather(*(client.get_workflow_handle(
-            i, result_type=TurnResult).result() for i in ids))
+        # Waited for in bounded numbers: each result() is a long poll, and the
+        # dev server limits concurrent polls per namespace.
+        results = []
+        for start in range(0, len(ids), 50):
+            results += await asyncio.gather(*(client.get_workflow_handle(
+                i, result_type=TurnResult).result() for i in ids[start:start + 50]))
         took = time.perf_counter() - began
         statuses: dict[str, int] = {}
         for r in results:
