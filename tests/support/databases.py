@@ -1,8 +1,10 @@
 """Database fixtures: real SQLite files and a real PostgreSQL server.
 
 PostgreSQL is the one at 127.0.0.1:5432 (user postgres, trust auth), or
-TEST_POSTGRES_ADMIN_URL. Tests that need it are skipped, with the reason,
-when it does not answer.
+TEST_POSTGRES_ADMIN_URL. When it does not answer: with CI=true (as .ci/run
+sets it) the run stops at once with a clear error, since a suite that skips
+half its tests must not pass; otherwise the tests that need it are skipped
+and the run ends with one loud line saying how many.
 
 - `sqlite_url`: a fresh SQLite file per test.
 - `postgres_url`: one fresh database `turnstile_t_<hex>` per test session,
@@ -51,6 +53,28 @@ def postgres_reachable() -> bool:
 def require_postgres() -> None:
     if not postgres_reachable():
         pytest.skip(f"PostgreSQL not reachable at {ADMIN_URL}")
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if in_ci() and not postgres_reachable():
+        raise pytest.UsageError(
+            f"CI=true and PostgreSQL is not reachable at {ADMIN_URL}: the PostgreSQL half of "
+            "the suite cannot run. Start PostgreSQL (trust auth, database `test`) or set "
+            "TEST_POSTGRES_ADMIN_URL; unset CI to skip those tests locally.")
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    skipped = sum(1 for report in terminalreporter.stats.get("skipped", [])
+                  if "PostgreSQL not reachable" in str(getattr(report, "longrepr", "")))
+    if skipped:
+        terminalreporter.write_line(
+            f"!!! {skipped} PostgreSQL test(s) SKIPPED: PostgreSQL not reachable at "
+            f"{ADMIN_URL}. This run did not test PostgreSQL (CI=true makes it an error).",
+            red=True, bold=True)
 
 
 @contextmanager
