@@ -34,6 +34,7 @@ from turnstile.engine.contract import (
     TurnProgress,
     TurnResult,
 )
+from turnstile.runtime import log_masking
 from turnstile.runtime.client import connect, web_ui_url
 from turnstile.runtime.config import Settings
 from turnstile.stores.schema import upgrade
@@ -330,6 +331,7 @@ async def main(argv: list[str] | None = None, client: Client | None = None) -> i
 
 if __name__ == "__main__":
     logging.basicConfig(level=logging.WARNING)
+    log_masking.install()
     code = asyncio.run(main())
     logging.shutdown()
     sys.stdout.flush()

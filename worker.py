@@ -18,6 +18,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 
 from activities import Runtime, all_activities
 from activities.data_errors import DataErrors
+from turnstile.runtime import log_masking
 from turnstile.runtime.client import connect
 from turnstile.runtime.config import Settings
 from turnstile.runtime.mcp import connections as mcp_connections
@@ -164,6 +165,7 @@ def reserve_threads(loop: asyncio.AbstractEventLoop) -> None:
 def main() -> None:
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    log_masking.install()
     asyncio.run(run())
 
 

@@ -30,6 +30,7 @@ from turnstile.engine.activity_io import (
 )
 from turnstile.engine.contract import AuditStatus, RollbackCause
 from turnstile.engine.errors import NoCompensation
+from turnstile.engine.masking import mask_text
 from turnstile.runtime.tools import ToolContext, Undo, result_to_text
 from turnstile.stores.db import Transaction
 from turnstile.stores.journal import Undone
@@ -86,7 +87,7 @@ class SagaActivities:
         if isinstance(outcome, Undo) and not outcome.undone:
             await asyncio.to_thread(self.rt.journal.compensated,
                                     effect_remains(req, wf_id, outcome.description), tx)
-            return CompensateResult(call_id=call.id, description=outcome.description,
+            return CompensateResult(call_id=call.id, description=mask_text(outcome.description),
                                     undone=False)
         description = outcome.description if isinstance(outcome, Undo) else result_to_text(outcome)
         await asyncio.to_thread(self.rt.journal.compensated, Undone(
@@ -95,7 +96,7 @@ class SagaActivities:
             attributes={attr.ROLLED_BACK: True, attr.ROLLBACK_CAUSE: req.cause.model_dump()},
             audit_status=AuditStatus.ROLLED_BACK, audit_error=f"rolled back: {req.cause.message}",
         ), tx)
-        return CompensateResult(call_id=call.id, description=description)
+        return CompensateResult(call_id=call.id, description=mask_text(description))
 
     @activity.defn(name=RECORD_COMPENSATION_FAILURE)
     def record_compensation_failure(self, req: CompensationFailure) -> None:

@@ -53,3 +53,45 @@ def test_plain_text_and_objects() -> None:
     assert mask_any(f"mail {SEED} now") == "mail z***@example.com now"
     assert mask_any({"to": [SEED, SEED]}) == {"to": ["z***@example.com"] * 2}
     assert mask_json_text("not json, " + SEED) == "not json, z***@example.com"
+
+
+# Every spelling of an address the masker must see through (issue: "addresses
+# the masker misses"); the seed is what must disappear.
+SPELLINGS = {
+    "zq7idn": "zq7idn@ex\u0430mple.com",  # Cyrillic а in the domain
+    "zq7quoted": '"zq7quoted"@evil.test',
+    "zq7pct": "zq7pct%40example.com",
+    "zq7html": "zq7html&#64;example.com",
+    "zq7hex": "zq7hex&#x40;example.com",
+    "zq7fw": "zq7fw\uff20example.com",
+    "zq7json": "zq7json\\u0040example.com",
+    "zq7uni": "zq7uni@b\u00fccher.de",
+    "zq7fwall": "\uff5a\uff51\uff17\uff46\uff57\uff41\uff4c\uff4c\uff20example\uff0ecom",
+}
+
+
+@pytest.mark.parametrize("seed", sorted(SPELLINGS))
+def test_every_spelling_of_an_address_is_masked(seed: str) -> None:
+    text = f"please write to {SPELLINGS[seed]} today"
+    masked = mask_text(text)
+    assert seed not in masked and "zq7" not in masked.replace("z***", ""), masked
+    assert "***@" in masked and masked.startswith("please write to ")
+    nested = json.dumps({"args": json.dumps({"to": SPELLINGS[seed], "n": [1, 2]})})
+    assert seed not in mask_json_text(nested)
+
+
+def test_plain_text_and_numbers_are_left_alone() -> None:
+    for text in ["sales over 50,000 last week", "2026-12-03", "a@b", "100% sure", "x&#65;y"]:
+        assert mask_text(text) == text
+
+
+def test_log_lines_are_masked_whoever_logs_them() -> None:
+    import logging
+
+    from turnstile.runtime.log_masking import MaskingFilter
+
+    record = logging.LogRecord("sqlalchemy.engine", logging.WARNING, __file__, 1,
+                               "insert failed: %s [%r]", ("boom", {"to": "zq7log@example.com"}),
+                               None)
+    assert MaskingFilter().filter(record)
+    assert "zq7log" not in record.getMessage() and "z***@example.com" in record.getMessage()

@@ -158,3 +158,60 @@ async def test_the_address_is_nowhere_it_should_not_be(
         masked_seen = masked_seen or "z***@example.com" in text
     assert len(carrying_the_call) >= 3  # the exemptions are the ones described above
     assert masked_seen  # the result's tool-call record: decoded, and masked
+
+
+HOSTILE = {
+    "zq7quoted": '"zq7quoted"@evil.test',
+    "zq7idn": "zq7idn@ex\u0430mple.com",
+    "zq7pct": "zq7pct%40example.com",
+    "zq7html": "zq7html&#64;example.com",
+    "zq7fw": "zq7fw\uff20example.com",
+    "zq7nest": json.dumps({"cc": json.dumps({"to": "zq7nest@example.com"})}),
+}
+
+
+async def test_hostile_spellings_are_masked_on_failing_paths_too(
+        client: Client, task_queue: str, db: Database, fake_llm: FakeLLM) -> None:
+    """Refused arguments (the error quotes the address), a refused reviewer, a
+    reviewer's note, and addresses spelled to slip past a pattern: none of the
+    seeds reaches the audit log, the decisions, the turn's result, its status
+    query or a log line — on both databases."""
+    body = "copy " + ", ".join(HOSTILE[k] for k in ("zq7pct", "zq7html", "zq7fw", "zq7nest"))
+    fake_llm.script(tool_reply(
+        ("c1", "createEmailTask", {"to": HOSTILE["zq7quoted"], "subject": "a", "body": "b"}),
+        ("c2", "createEmailTask", {"to": HOSTILE["zq7idn"], "subject": "a", "body": "b"}),
+        ("c3", "createEmailTask", {"to": "ops@example.com", "subject": "hi", "body": body})),
+        text_reply("done"))
+    records = Records()
+    root = logging.getLogger()
+    old_level = root.level
+    root.addHandler(records)
+    root.setLevel(logging.INFO)
+    try:
+        async with running_worker(client, task_queue, db.url, [build_sales_service()],
+                                  llm_url=fake_llm.url) as turns:
+            handle = await turns.start("mail them", service="sales-assistant", user="alice")
+            await wait_pending(handle)
+            await handle.signal("approve", ApproveSignal(
+                tool_call_id="c3", reviewer="alice", comment="me: zq7self@example.com"))
+            await handle.signal("approve", ApproveSignal(
+                tool_call_id="c3", reviewer="bob", comment="cc zq7note@example.com"))
+            result = await handle.result()
+            status = await handle.query("status", result_type=dict)
+    finally:
+        root.removeHandler(records)
+        root.setLevel(old_level)
+    assert result.status == TurnStatus.COMPLETED, result.error
+    assert [c.status.value for c in result.tool_calls] == [
+        "invalid_arguments", "invalid_arguments", "completed"]
+    with db.connect() as conn:
+        audit = json.dumps(conn.fetchall("SELECT * FROM tool_execution_log"), default=str)
+        decisions = json.dumps(conn.fetchall("SELECT * FROM approval_decision"), default=str)
+        world = json.dumps(conn.fetchall("SELECT * FROM email_task"), default=str)
+    assert "zq7pct" in world  # the outbox keeps what it must send (the search can find)
+    sinks = {"audit": audit, "decisions": decisions, "result": result.model_dump_json(),
+             "status": json.dumps(status), "logs": "\n".join(records.lines)}
+    seeds = [*HOSTILE, "zq7note", "zq7self"]
+    leaks = {(sink, seed) for sink, text in sinks.items() for seed in seeds if seed in text}
+    assert leaks == set(), sorted(leaks)
+    assert "APPROVAL_REFUSED" in audit and "***@" in audit

@@ -398,7 +398,8 @@ class AgentTurn:
                 continue
             if not undo.undone:  # e.g. an e-mail already sent: reported, never "rolled back"
                 failed.append(rec)
-                s.event("compensation_failed", f"{call.name} ({call.id}): {undo.description}")
+                s.event("compensation_failed",
+                        f"{call.name} ({call.id}): {mask_text(undo.description)}")
                 continue
             rec.status, rec.rolled_back, rec.is_error = CallStatus.ROLLED_BACK, True, True
         if failed:

@@ -20,6 +20,7 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     from turnstile.engine.approvals import approval_refusal
     from turnstile.engine.contract import ApprovalDecision
+    from turnstile.engine.masking import mask_text
     from turnstile.engine.specs import ServiceSpec
     from turnstile.engine.turn_input_rules import NOTE_MAX, clean_note
     from turnstile.engine.versions import NAMES_AS_IDENTITIES
@@ -74,7 +75,7 @@ class Decisions:
             return reason
         decision = s.decisions[call_id] = ApprovalDecision(
             tool_call_id=call_id, tool_name=s.pending[call_id].tool_name, approved=approved,
-            reviewer=kept_reviewer, note=clean_note(note)[:NOTE_MAX],
+            reviewer=kept_reviewer, note=mask_text(clean_note(note))[:NOTE_MAX],
             decided_at=workflow.now().isoformat())
         return decision
 

@@ -96,6 +96,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--dir", type=Path, default=settings.data_dir / "mail")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    from turnstile.runtime import log_masking
+
+    log_masking.install()
     logging.getLogger("mail.log").setLevel(logging.WARNING)  # aiosmtpd logs every command
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):

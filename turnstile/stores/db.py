@@ -129,10 +129,11 @@ def _make_engine(url: str, readonly: bool, readonly_url: str | None) -> Engine:
         path = Path(urlparse(url).path)
         if readonly:
             return sa.create_engine("sqlite://", creator=lambda: _sqlite_reader(path),
-                                    poolclass=sa.QueuePool, pool_size=5, max_overflow=10)
+                                    poolclass=sa.QueuePool, pool_size=5, max_overflow=10,
+                                    hide_parameters=True)
         path.parent.mkdir(parents=True, exist_ok=True)
         engine = sa.create_engine(target, pool_size=5, max_overflow=10,
-                                  connect_args={"timeout": 30})
+                                  connect_args={"timeout": 30}, hide_parameters=True)
         event.listen(engine, "connect", _sqlite_setup)
         return engine
     if readonly:
@@ -140,6 +141,8 @@ def _make_engine(url: str, readonly: bool, readonly_url: str | None) -> Engine:
     engine = sa.create_engine(
         target, pool_size=5, max_overflow=10, pool_recycle=1800,
         connect_args={"connect_timeout": 10},
+        # A statement's values (addresses, arguments) never reach a log line.
+        hide_parameters=True,
     )
     if readonly:
         engine = engine.execution_options(postgresql_readonly=True)
