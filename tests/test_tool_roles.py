@@ -258,3 +258,59 @@ def test_the_tool_refuses_a_recipient_the_database_would() -> None:
     with pytest.raises(ToolArgumentError, match="at most 100 characters"):
         createEmailTask.parse_arguments(json.dumps(
             {"to": "o" * 89 + "@example.com", "subject": "s", "body": "b"}))
+
+
+@pytest.fixture
+def app_without_email_role(postgres_database_factory: Any) -> Iterator[Database]:
+    """The application as docker-compose makes it (deploy/postgres/init-turnstile.sh):
+    a non-superuser login without CREATEROLE owning its database, granted the
+    tool roles — all but turnstile_email, which the operator forgot."""
+    from tests.support.databases import ADMIN_URL
+
+    with postgres_database_factory() as url:
+        app = f"turnstile_app_{os.urandom(4).hex()}"
+        admin_db = url.rsplit("/", 1)[1]
+        with psycopg.connect(ADMIN_URL, autocommit=True) as admin:
+            admin.execute(f'CREATE ROLE "{app}" LOGIN NOSUPERUSER NOCREATEROLE NOCREATEDB')
+            for role in (FOLLOWUP_ROLE, EMAIL_ROLE, SENDER_ROLE):
+                admin.execute(f"DO $$ BEGIN CREATE ROLE {role} NOLOGIN; "  # type: ignore[arg-type]
+                              "EXCEPTION WHEN duplicate_object THEN NULL; END $$")
+            admin.execute(f'ALTER DATABASE "{admin_db}" OWNER TO "{app}"')
+            admin.execute(f'GRANT {FOLLOWUP_ROLE}, {SENDER_ROLE} TO "{app}"')
+        with psycopg.connect(url, autocommit=True) as owner_db:
+            owner_db.execute(f'ALTER SCHEMA public OWNER TO "{app}"')
+        app_url = url.replace("postgresql://postgres@", f"postgresql://{app}@")
+        db = Database(app_url)
+        upgrade(db)  # as the application, as its worker does
+        try:
+            yield db
+        finally:
+            dispose_engines()
+            with psycopg.connect(ADMIN_URL, autocommit=True) as admin:
+                admin.execute(f'DROP DATABASE IF EXISTS "{admin_db}" WITH (FORCE)')
+                admin.execute(f'DROP OWNED BY "{app}"')
+                admin.execute(f'DROP ROLE IF EXISTS "{app}"')
+
+
+async def test_a_tool_whose_role_is_not_granted_is_refused(
+        app_without_email_role: Database, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Least privilege fails closed: createEmailTask's role is not the
+    application's, so the tool is refused (not retried), never run with the
+    application's rights; the operator's explicit opt-out runs it as the
+    application."""
+    from turnstile.sales.access import ToolRoleUnavailable
+
+    db = app_without_email_role
+    with db.connect() as conn:
+        assert conn.fetchone("SELECT rolsuper FROM pg_roles WHERE rolname = current_user") \
+            == {"rolsuper": False}
+    mail = {"to": "ops@example.com", "subject": "s", "body": "b"}
+    with pytest.raises(ToolRoleUnavailable, match="turnstile_email") as refused_call:
+        await invoke(createEmailTask, db, "e1", **mail)
+    assert not refused_call.value.retryable
+    with db.connect() as conn:
+        assert conn.fetchone("SELECT COUNT(*) AS n FROM email_task") == {"n": 0}
+    monkeypatch.setenv("TURNSTILE_ALLOW_UNPRIVILEGED_TOOLS", "true")
+    await invoke(createEmailTask, db, "e2", **mail)
+    with db.connect() as conn:
+        assert conn.fetchone("SELECT COUNT(*) AS n FROM email_task") == {"n": 1}

@@ -21,9 +21,12 @@ and URL per tool: no password per tool to deploy and rotate, one pool instead
 of four, and it works where the application may not create roles (compose):
 the operator makes the roles once and grants them to the application
 (deploy/postgres/init-turnstile.sh). The journal, memory and audit writes stay
-on the application's own role. A role the application cannot use (missing, or
-not granted to it) is logged at error level once and the tool runs as the
-application: the tool keeps working, least privilege is then not in effect.
+on the application's own role. Least privilege fails closed: a role the
+application cannot use (missing, or not granted to it) refuses the tool
+(`ToolRoleUnavailable`, not retried: the call ends failed, audited, and the
+model is told), and the sender's pass that needs it fails and is retried.
+`TURNSTILE_ALLOW_UNPRIVILEGED_TOOLS=true` opts out: the tool then runs as the
+application, logged at error level once.
 
 SQLite has no roles: the query tool's connection is read-only (mode=ro, an
 authorizer that refuses writes and ATTACH), the others are the application's.
@@ -43,6 +46,7 @@ model sees "the query took too long" when the tool's retries are spent.
 from __future__ import annotations
 
 import logging
+import os
 import sqlite3
 import threading
 import time
@@ -61,6 +65,21 @@ _usable: dict[tuple[str, str], bool] = {}
 _usable_lock = threading.Lock()
 
 
+class ToolRoleUnavailable(ToolExecutionError):
+    """The database role a tool runs as is missing or not granted to the
+    application: the tool is refused rather than run with the application's
+    rights (TURNSTILE_ALLOW_UNPRIVILEGED_TOOLS=true opts out)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, retryable=False)
+
+
+def unprivileged_allowed() -> bool:
+    """The operator's explicit opt-out of least privilege (read per call)."""
+    value = os.environ.get("TURNSTILE_ALLOW_UNPRIVILEGED_TOOLS", "")
+    return value.strip().lower() in ("1", "true", "yes", "on")
+
+
 class QueryTooLong(ToolExecutionError):
     """A tool's statement ran past its statement timeout and was stopped."""
 
@@ -77,12 +96,14 @@ def _role_usable(conn: Connection, role: str) -> bool:
         "SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = :r"
         " AND pg_has_role(current_user, oid, 'MEMBER')) AS ok", {"r": role})
     usable = bool(row and row["ok"])
-    if not usable:
+    if not usable and unprivileged_allowed():
         log.error("database role %r is missing or not granted to the application: the tools "
-                  "that should run as it run as the application (least privilege NOT in "
-                  "effect; see deploy/postgres/init-turnstile.sh)", role)
-    with _usable_lock:
-        _usable[key] = usable
+                  "that should run as it run as the application, as "
+                  "TURNSTILE_ALLOW_UNPRIVILEGED_TOOLS allows (least privilege NOT in effect; "
+                  "see deploy/postgres/init-turnstile.sh)", role)
+    if usable:  # a refusal is asked again next time: the operator may grant it meanwhile
+        with _usable_lock:
+            _usable[key] = usable
     return usable
 
 
@@ -93,7 +114,15 @@ def as_role(conn: Connection, role: str | None, *,
     the application's role within the same transaction (`reset=False` when the
     transaction ends with the block: the commit ends the SET LOCAL, one round
     trip fewer)."""
-    if role is None or conn.dialect != "postgresql" or not _role_usable(conn, role):
+    if role is None or conn.dialect != "postgresql":
+        yield conn
+        return
+    if not _role_usable(conn, role):
+        if not unprivileged_allowed():
+            raise ToolRoleUnavailable(
+                f"refused: the database role {role!r} this work runs as is missing or not "
+                "granted to the application (least privilege; an operator grants it, see "
+                "deploy/postgres/init-turnstile.sh)")
         yield conn
         return
     quote = conn.sa.dialect.identifier_preparer.quote
