@@ -38,7 +38,8 @@ def worker_env(server: DevServer, task_queue: str, tmp_path: Path, llm_url: str,
     servers = [
         json.loads(inventory.model_dump_json(exclude_defaults=True)),
         # From PyPI, configured exactly as the README shows (found on PATH).
-        {"name": "time", "command": "python -m mcp_server_time --local-timezone UTC"},
+        {"name": "time", "command": "python -m mcp_server_time --local-timezone UTC",
+         "trust_hints": True},
     ]
     return {"TEMPORAL_ADDRESS": server.address, "TURNSTILE_TASK_QUEUE": task_queue,
             "DATABASE_URL": f"sqlite:///{tmp_path}/t.db", "LLM_BASE_URL": llm_url,

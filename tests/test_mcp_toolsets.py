@@ -41,17 +41,30 @@ from turnstile.runtime.tools import (
 ])
 def test_hints_map_to_policy(hints: ToolAnnotations | None, retry_safe: bool,
                              approval: bool) -> None:
-    p = hint_policy(hints)
+    p = hint_policy(hints, trusted=True)
     assert (p.retry_safe, p.requires_approval) == (retry_safe, approval)
+    # From a server not configured as trusted, no hint changes anything.
+    untrusted = hint_policy(hints)
+    assert (untrusted.retry_safe, untrusted.requires_approval, untrusted.read_only) == (
+        False, True, False)
+
+
+def test_only_the_operator_declares_an_untrusted_servers_tool_read_only() -> None:
+    read_only = ToolAnnotations(read_only_hint=True)
+    declared = hint_policy(read_only, MCPToolPolicy(read_only=True))
+    assert (declared.retry_safe, declared.requires_approval, declared.read_only) == (
+        True, False, True)
+    assert hint_policy(None, MCPToolPolicy(read_only=True)).requires_approval is False
 
 
 def test_a_service_overrides_the_hints_per_tool() -> None:
     destructive = ToolAnnotations(destructive_hint=True)
-    assert hint_policy(destructive, MCPToolPolicy(requires_approval=False)).requires_approval \
-        is False
-    assert hint_policy(destructive, MCPToolPolicy(retry_safe=True)).retry_safe is True
+    no_approval = MCPToolPolicy(requires_approval=False)
+    assert hint_policy(destructive, no_approval, trusted=True).requires_approval is False
+    assert hint_policy(destructive, MCPToolPolicy(retry_safe=True), trusted=True).retry_safe is True
     read_only = ToolAnnotations(read_only_hint=True)
-    assert hint_policy(read_only, MCPToolPolicy(requires_approval=True)).requires_approval
+    approval = MCPToolPolicy(requires_approval=True)
+    assert hint_policy(read_only, approval, trusted=True).requires_approval
 
 
 @pytest.fixture
@@ -80,6 +93,24 @@ async def test_listing_becomes_tool_specs_with_hint_policy(toolset: MCPToolset) 
     assert specs["lookup"].parameters["required"] == ["key"]
     assert specs["lookup"].description.startswith("Look a key up")
     assert toolset.select(None) == list(specs)  # type: ignore[arg-type]
+
+
+async def test_an_untrusted_servers_hints_change_nothing(effects: Effects) -> None:
+    """The same server, not configured as trusted: its readOnlyHint no longer
+    skips approval; a tool the operator declares read-only does."""
+    server = stdio_server(effects, trust_hints=False,
+                          tools={"add_note": MCPToolPolicy(read_only=True)})
+    ts = MCPToolset(server, connection=MCPConnection(server))
+    try:
+        await ts.refresh()
+        specs = {t.name: t.spec for t in ts.catalogue}
+    finally:
+        await ts.connection.close()
+    assert {n: s.requires_approval for n, s in specs.items()} == {
+        "lookup": True, "set_flag": True, "delete_record": True, "add_note": False,
+        "mystery": True, **{n: True for n in specs if n not in
+                            {"lookup", "set_flag", "delete_record", "add_note", "mystery"}}}
+    assert specs["add_note"].idempotent and not specs["lookup"].idempotent
 
 
 async def test_arguments_checked_against_input_schema_before_the_server_runs(

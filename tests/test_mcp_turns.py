@@ -173,7 +173,7 @@ async def test_streamable_http_server_with_a_header_from_the_environment(
         client: Client, task_queue: str, tmp_path, fake_llm: FakeLLM,  # type: ignore[no-untyped-def]
         effects: Effects, mcp_http: HttpServer, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TEST_MCP_AUTH", "Bearer s3cret")
-    server = MCPServer(name="remote", url=mcp_http.url,
+    server = MCPServer(name="remote", url=mcp_http.url, trust_hints=True,
                        headers_env={"Authorization": "TEST_MCP_AUTH"})
     fake_llm.script(tool_reply(("h1", "set_flag", {"flag": "ready", "value": True})),
                     text_reply("flag set"))
@@ -196,7 +196,7 @@ async def test_unreachable_servers_are_retried_then_reported(
     before a call: the call is retried by Temporal, then reported to the model."""
     monkeypatch.setenv("TEST_MCP_AUTH", "Bearer s3cret")
     down = MCPServer(name="down", url="http://127.0.0.1:9/mcp")
-    remote = MCPServer(name="remote", url=mcp_http.url,
+    remote = MCPServer(name="remote", url=mcp_http.url, trust_hints=True,
                        headers_env={"Authorization": "TEST_MCP_AUTH"})
 
     def kill_server_then_call(_: dict[str, Any]) -> dict[str, Any]:

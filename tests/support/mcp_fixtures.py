@@ -34,7 +34,9 @@ class Effects:
 
 
 def stdio_server(effects: Effects, name: str = "inventory", **options: Any) -> MCPServer:
-    """The SDK-written stdio server, started by whoever opens a session to it."""
+    """The SDK-written stdio server, started by whoever opens a session to it
+    (our own test server: its hints are trusted unless a test says otherwise)."""
+    options.setdefault("trust_hints", True)
     return MCPServer(name=name, command=[sys.executable, "-m", "tests.support.mcp_servers",
                                          "stdio"],
                      env={"PYTHONPATH": str(ROOT), "MCP_EFFECTS_FILE": str(effects.path)},

@@ -21,6 +21,7 @@ class MCPToolPolicy(BaseModel):
 
     requires_approval: bool | None = None
     retry_safe: bool | None = None  # safe to run twice: re-run after a lost worker
+    read_only: bool | None = None  # declared read-only by the operator (no approval, retry-safe)
     timeout_seconds: float | None = None
 
 
@@ -40,6 +41,10 @@ class MCPServer(BaseModel):
     timeout_seconds: float = 60.0  # one tool call (the activity's start-to-close)
     heartbeat_seconds: float = DEFAULT_HEARTBEAT_SECONDS  # a lost worker is noticed this soon
     tools: dict[str, MCPToolPolicy] = Field(default_factory=dict)  # per tool (server's name)
+    # Believe the server's tool hints (readOnlyHint, destructiveHint, ...)? Only
+    # for servers the operator trusts; otherwise every tool needs approval
+    # unless `tools` declares it read-only.
+    trust_hints: bool = False
 
     @model_validator(mode="after")
     def _one_transport(self) -> MCPServer:

@@ -63,7 +63,7 @@ class MCPTool(Tool):
     @classmethod
     def build(cls, server: MCPServer, info: MCPToolInfo, connection: MCPConnection) -> MCPTool:
         override = server.tools.get(info.name)
-        policy = hint_policy(info.annotations, override)
+        policy = hint_policy(info.annotations, override, trusted=server.trust_hints)
         timeout = (override.timeout_seconds if override and override.timeout_seconds
                    else server.timeout_seconds)
         schema = dict(info.input_schema or {"type": "object"})
