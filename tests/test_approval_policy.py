@@ -165,12 +165,15 @@ async def test_a_pasted_command_with_a_hostile_call_id_only_signals(
     db = sqlite_db(tmp_path)
     marker = tmp_path / "PWNED"
     hostile = f"e1'; touch {marker}; echo '$(touch {marker})`touch {marker}`"
+    # A "/" is Turnstile's (the audit keys refusals with it): the model's id
+    # keeps every other character, its slashes become "-", with a suffix.
+    kept = hostile.replace("/", "-")
     fake_llm.script(tool_reply((hostile, "createEmailTask", MAIL)), text_reply("queued"))
     async with running_worker(client, task_queue, db.url, [build_sales_service()],
                               llm_url=fake_llm.url) as turns:
         handle = await turns.start("mail ops", service="sales-assistant", user="alice")
         [p] = await wait_pending(handle)
-        assert p.tool_call_id == hostile
+        assert p.tool_call_id.startswith(kept) and "/" not in p.tool_call_id
         command = signal_command(handle.id, p, "bob")
         env = {**os.environ, "TEMPORAL_ADDRESS": temporal_server.address,
                "PATH": f"{os.path.dirname(temporal_binary())}:{os.environ.get('PATH', '')}"}
@@ -181,7 +184,7 @@ async def test_a_pasted_command_with_a_hostile_call_id_only_signals(
     assert not marker.exists()
     assert result.status == TurnStatus.COMPLETED
     assert rows(db, "SELECT tool_call_id, reviewer FROM approval_decision") == [
-        {"tool_call_id": hostile, "reviewer": "bob"}]
+        {"tool_call_id": p.tool_call_id, "reviewer": "bob"}]
 
 
 async def test_a_refusal_after_the_last_round_is_audited_before_the_turn_ends(

@@ -69,3 +69,26 @@ def test_line_separators_are_refused_in_a_subject(separator: str) -> None:
     assert separator in json.loads(raw)["subject"]
     with pytest.raises(ToolArgumentError, match="single line"):
         createEmailTask.parse_arguments(raw)
+
+
+@pytest.mark.parametrize("to", [
+    "victim%attacker.test@example.com",  # %-relaying: would go to attacker.test
+    "victim!attacker.test@example.com",  # bang path
+    "@attacker.test:victim@example.com",  # source route
+    "@a.test,@b.test:victim@example.com",
+    '"victim@attacker.test"@example.com',  # a quoted local part holding an @
+    "ops@example.com, cfo@attacker.test",  # two addresses in one field
+    "Ops <ops@example.com>",  # a display name hides what is checked
+    "ops@ex\u0430mple.com",  # a homograph domain (Cyrillic а)
+])
+def test_tricks_with_the_address_syntax_are_refused(to: str) -> None:
+    found, _ = outbound_findings(OutboundPolicy(allowed_domains=["example.com"]), {"to": to})
+    assert len(found) == 1 and found[0].startswith("to: "), found
+    with pytest.raises(ToolArgumentError):
+        createEmailTask.parse_arguments(json.dumps({"to": to, "subject": "s", "body": "b"}))
+
+
+def test_plain_addresses_still_pass() -> None:
+    policy = OutboundPolicy(allowed_domains=["example.com"])
+    for to in ["ops@example.com", "first.last+tag@example.com", "o_p-s@EXAMPLE.com."]:
+        assert outbound_findings(policy, {"to": to}) == ([], [])

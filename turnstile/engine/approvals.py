@@ -10,6 +10,8 @@ reviewer except the user who started the turn.
 
 from __future__ import annotations
 
+import email.utils
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -59,6 +61,33 @@ def recipient_domain(address: str) -> str:
     return address.rpartition("@")[2].strip().lower().rstrip(".")
 
 
+_LOCAL = re.compile(r"[A-Za-z0-9_+-]+(?:\.[A-Za-z0-9_+-]+)*")
+_DOMAIN = re.compile(r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+[A-Za-z]{2,63}\.?")
+
+
+def recipient_problem(value: str) -> str | None:
+    """Why `value` is not one plain mailbox address (None: it is), read with
+    the standard library's address parser: exactly one address, no display
+    name or comment, a local part of letters, digits and `._+-` (no `%` or `!`
+    relaying, no quoted part, no source route) and an ASCII domain (an
+    internationalised one in its xn-- form). What the allow-list then checks
+    is the domain this address really goes to."""
+    shown = repr(value[:80]).encode("ascii", "backslashreplace").decode("ascii")
+    found = email.utils.getaddresses([value])
+    if len(found) != 1 or not found[0][1]:
+        return f"{shown} is not exactly one e-mail address"
+    name, address = found[0]
+    if name or address != value.strip():
+        return f"{shown}: give the bare address, without a name, comment or brackets"
+    local, at, domain = address.rpartition("@")
+    if not at or not _LOCAL.fullmatch(local) or len(local) > 64:
+        return (f"{shown}: the part before @ may hold only letters, digits and . _ + - "
+                "(no %, !, quotes or routes)")
+    if not _DOMAIN.fullmatch(domain) or len(domain) > 253:
+        return f"{shown}: the domain must be an ASCII host name (IDN in its xn-- form)"
+    return None
+
+
 def outbound_findings(policy: OutboundPolicy, recipients: Mapping[str, Any]) -> tuple[
         list[str], list[str]]:
     """(problems, notes) for the recipient fields of one call: problems refuse
@@ -71,6 +100,10 @@ def outbound_findings(policy: OutboundPolicy, recipients: Mapping[str, Any]) -> 
     for field, value in recipients.items():
         addresses = value if isinstance(value, list) else [value]
         for address in addresses:
+            problem = recipient_problem(str(address))
+            if problem:
+                problems.append(f"{field}: {problem}")
+                continue
             domain = recipient_domain(str(address))
             if domain in allowed:
                 continue
