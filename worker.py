@@ -43,7 +43,7 @@ def workflow_runner(sandbox: str) -> WorkflowRunner:
     "off" (the default): without Temporal's sandbox. The sandbox re-imports the
     workflow modules for every run and routes every activation and payload
     conversion through its import hooks: measured interleaved on the bench
-    turn, it costs about a quarter of a turn's worker CPU (bench/README.md).
+    turn, it costs about a quarter of a turn's worker CPU (bench/HISTORY.md).
     The only code it would guard is Turnstile's own workflow code — services,
     tools, guardrails and plugins run in activities — and that code is
     checked in CI instead: the test suite runs every turn under "strict",
@@ -80,7 +80,7 @@ def build_worker(client: Client, rt: Runtime, **overrides: object) -> Worker:
         # The claim check (turnstile.stores.payload_store) stores or fetches a
         # payload only when it is large, which is rare; with the SDK's default
         # (3 concurrent) every payload of every activation is visited in a task
-        # of its own, ~5% of the worker's CPU in a turn (bench/README.md).
+        # of its own, ~5% of the worker's CPU in a turn (bench/HISTORY.md).
         # 1: visited in order, no task per payload.
         "max_workflow_task_external_storage_concurrency": 1,
         "max_cached_workflows": rt.settings.max_cached_workflows,

@@ -66,7 +66,7 @@ class JsonLinesSpanExporter(SpanExporter):
     The objects are `ReadableSpan.to_json()`'s (same keys, same values), built
     directly: to_json serializes the span's resource and parses it back for
     every span, which made the export thread one of a turn's larger CPU costs
-    (bench/README.md). Here a resource is serialized once."""
+    (bench/HISTORY.md). Here a resource is serialized once."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
