@@ -12,7 +12,7 @@ from turnstile.providers.openai_stream import IncompleteStream
 from turnstile.runtime.guardrails import GuardrailError
 from turnstile.runtime.mcp.connection import MCPCallLost, MCPUnavailable
 from turnstile.runtime.tools import ToolExecutionError
-from turnstile.sales.access import QueryTooLong
+from turnstile.sales.access import QueryTooLong, ToolRoleUnavailable
 from turnstile.sales.query import EmptyConditionError
 from turnstile.stores.runs import RunUnconfirmed
 from turnstile.stores.schema import SchemaError
@@ -68,6 +68,7 @@ STABLE = {
     MCPCallLost: "MCPCallLost",
     SchemaError: "SchemaError",  # a database the migrations cannot take forward
     QueryTooLong: "QueryTooLong",  # a tool statement past its statement timeout
+    ToolRoleUnavailable: "ToolRoleUnavailable",  # least privilege fails closed
     errors.CallTakenOver: "CallTakenOver",  # a later attempt claimed the call
     errors.CallNotRecorded: "CallNotRecorded",  # the call journal's record failed
 }
