@@ -8,7 +8,12 @@ Needs a Temporal server at TEMPORAL_ADDRESS (e.g. `make up`'s). Runs its own
 worker processes (worker + e-mail sender, offline demo planner), a local SMTP
 server and a fresh SQLite database in a temporary directory. Afterwards:
 every turn closed, no Message-ID received twice, and `starter.py check`'s
-truth check reports nothing. Prints turns, kills, mails and disagreements;
+truth check reports nothing. Hostile input is mixed in (`--hostile`, a share
+of the turns): ids and messages that break the door's rules (NUL, zero-width
+and control characters, an overlong id, a message over the limit), each of
+which must end `refused` (InvalidTurnInput); and the reviewer first tries to
+approve as the requester respelled ("ＡＬＩＣＥ", "alice\u200b"), which must never
+be applied. Prints turns, kills, mails and disagreements;
 exit status 1 when any of them is wrong. E-mail tasks parked as "possibly
 sent" (the sender was killed while delivering: never retried on its own, so
 never sent twice; turnstile/sales/outbox.py) are counted apart. tests/test_chaos.py runs a short
@@ -47,6 +52,7 @@ from turnstile.engine.contract import (  # noqa: E402
     TurnInput,
     TurnResult,
 )
+from turnstile.engine.identity import same_person  # noqa: E402
 from turnstile.sales.outbox import POSSIBLY_SENT  # noqa: E402
 from turnstile.sales.seed import seed  # noqa: E402
 from turnstile.sales.smtp_server import LocalSmtpServer, read_mailbox  # noqa: E402
@@ -55,6 +61,16 @@ from turnstile.stores.db import Database  # noqa: E402
 from turnstile.stores.schema import upgrade  # noqa: E402
 
 DEMO = "Find customers whose sales last week exceeded 50,000 and email ops@example.com to follow up"
+# Inputs the door refuses: (conversation suffix, user id, message).
+HOSTILE = [
+    ("nul", "alice", DEMO + "\x00"),
+    ("zw", "ali\u200bce", DEMO),
+    ("ctl", "alice\x1b[2J", DEMO),
+    ("long" + "x" * 200, "alice", DEMO),
+    ("big", "alice", "x" * 100_001),
+]
+# The requester, respelled: refused as a reviewer of her own calls.
+SELF_REVIEWERS = ["\uff21\uff2c\uff29\uff23\uff25", "alice\u200b", " Alice "]
 SETTLED_MAIL = ("SENT", "DEAD", "CANCELLED")
 log = logging.getLogger("bench.chaos")
 
@@ -73,12 +89,16 @@ class ChaosReport:
     # task is parked for a person instead of risking a second copy (outbox).
     possibly_sent: int = 0
     disagreements: list[str] = field(default_factory=list)
+    hostile: int = 0  # turns started with input the door must refuse
+    hostile_not_refused: int = 0
+    self_approved: int = 0  # decisions taken by the requester under another spelling
     seconds: float = 0.0
 
     @property
     def ok(self) -> bool:
         return (self.closed == self.turns and self.duplicate_mails == 0
-                and self.unsettled_mails == 0 and not self.disagreements)
+                and self.unsettled_mails == 0 and not self.disagreements
+                and self.hostile_not_refused == 0 and self.self_approved == 0)
 
 
 async def _approve_all(client: Client, turns: list[_Turn], done: asyncio.Event) -> None:
@@ -89,15 +109,17 @@ async def _approve_all(client: Client, turns: list[_Turn], done: asyncio.Event) 
                 pending = await h.query("pending_approvals", result_type=list[PendingApproval],
                                         rpc_timeout=timedelta(seconds=2))
                 for p in pending:
-                    await h.signal("approve", ApproveSignal(tool_call_id=p.tool_call_id,
-                                                            reviewer="ops-lead"))
+                    for reviewer in [*SELF_REVIEWERS, "ops-lead"]:  # the first ones are refused
+                        await h.signal("approve", ApproveSignal(tool_call_id=p.tool_call_id,
+                                                                reviewer=reviewer))
             except Exception:  # noqa: BLE001 - a dead worker or a closed turn: try later
                 continue
         await asyncio.sleep(0.3)
 
 
 async def _keep_starting(client: Client, task_queue: str, handles: list[Any],
-                         turns: int, in_flight: int, deadline: float) -> None:
+                         turns: int, in_flight: int, deadline: float,
+                         hostile_every: int = 0) -> None:
     """Start turns for the whole run: `in_flight` open at a time (0: all at
     once), until `turns` were started or the deadline passed."""
     i = 0
@@ -113,11 +135,14 @@ async def _keep_starting(client: Client, task_queue: str, handles: list[Any],
                 h.closed = desc.close_time is not None
                 open_turns += not h.closed
         while i < turns and (in_flight == 0 or open_turns < in_flight):
-            turn = TurnInput(conversation_id=f"c-chaos-{i}", user_id="alice", message=DEMO,
-                             service="sales-assistant")
+            hostile = hostile_every > 0 and i % hostile_every == hostile_every - 1
+            suffix, user, message = (HOSTILE[(i // max(hostile_every, 1)) % len(HOSTILE)]
+                                     if hostile else ("", "alice", DEMO))
+            turn = TurnInput(conversation_id=f"c-chaos-{i}{suffix}", user_id=user,
+                             message=message, service="sales-assistant")
             handles.append(_Turn(await client.start_workflow(
                 WORKFLOW_TYPE, turn, id=f"{task_queue}-{i}", task_queue=task_queue,
-                result_type=TurnResult)))
+                result_type=TurnResult), hostile=hostile))
             i += 1
             open_turns += 1
         await asyncio.sleep(0.5)
@@ -126,12 +151,13 @@ async def _keep_starting(client: Client, task_queue: str, handles: list[Any],
 @dataclass
 class _Turn:
     handle: WorkflowHandle[Any, TurnResult]
+    hostile: bool = False
     closed: bool = False
 
 
 async def run_chaos(client: Client, address: str, workdir: Path, *, turns: int,
                     seconds: float, seed_value: int = 12, in_flight: int = 0,
-                    close_budget: float = 600.0) -> ChaosReport:
+                    close_budget: float = 600.0, hostile_every: int = 4) -> ChaosReport:
     rng = random.Random(seed_value)
     started = time.monotonic()
     task_queue = f"chaos-{uuid.uuid4().hex[:8]}"
@@ -151,7 +177,8 @@ async def run_chaos(client: Client, address: str, workdir: Path, *, turns: int,
             started_turns: list[_Turn] = []
             deadline = time.monotonic() + seconds
             starter = asyncio.create_task(_keep_starting(client, task_queue, started_turns,
-                                                         turns, in_flight, deadline))
+                                                         turns, in_flight, deadline,
+                                                         hostile_every))
             done = asyncio.Event()
             approver = asyncio.create_task(_approve_all(client, started_turns, done))
             while time.monotonic() < deadline:
@@ -175,6 +202,12 @@ async def run_chaos(client: Client, address: str, workdir: Path, *, turns: int,
             await approver
             report.closed = len(results)
             report.statuses = dict(Counter(r.status.value for r in results))
+            for t, o in zip(started_turns, outcomes, strict=True):
+                if t.hostile:
+                    report.hostile += 1
+                    refused = isinstance(o, TurnResult) and o.status.value == "refused" \
+                        and o.error is not None and o.error.type == "InvalidTurnInput"
+                    report.hostile_not_refused += not refused
             for _ in range(120):  # the sender delivers what the turns queued
                 with db.connect() as conn:
                     rows = conn.fetchall("SELECT status, attempts, last_error FROM email_task")
@@ -195,6 +228,10 @@ async def run_chaos(client: Client, address: str, workdir: Path, *, turns: int,
         report.mails = len(ids)
         report.duplicate_mails = sum(n - 1 for n in Counter(ids).values() if n > 1)
         report.disagreements = disagreements(db)
+        with db.connect() as conn:
+            reviewers = [r["reviewer"] for r in conn.fetchall(
+                "SELECT reviewer FROM approval_decision")]
+        report.self_approved = sum(1 for r in reviewers if same_person(r, "alice"))
     report.seconds = round(time.monotonic() - started, 1)
     return report
 
@@ -205,6 +242,8 @@ async def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--turns", type=int, default=40)
     parser.add_argument("--minutes", type=float, default=10.0)
     parser.add_argument("--seed", type=int, default=12)
+    parser.add_argument("--hostile", type=int, default=4, metavar="N",
+                        help="every Nth turn starts with input the door must refuse (0: none)")
     parser.add_argument("--in-flight", type=int, default=0,
                         help="turns open at a time, new ones started as others close, for "
                              "the whole run (0: all --turns at once)")
@@ -217,7 +256,7 @@ async def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="turnstile-chaos-") as tmp:
         report = await run_chaos(client, settings.temporal_address, Path(tmp), turns=args.turns,
                                  seconds=args.minutes * 60, seed_value=args.seed,
-                                 in_flight=args.in_flight)
+                                 in_flight=args.in_flight, hostile_every=args.hostile)
     sys.stdout.write(json.dumps(asdict(report), indent=2) + "\n")
     return 0 if report.ok else 1
 

@@ -1,7 +1,9 @@
 """A short chaos run (bench/chaos.py runs it for minutes): concurrent sales
 turns with approvals while the worker process is SIGKILLed at random moments
-and restarted. Afterwards every turn is closed, the SMTP server received no
-Message-ID twice, and the truth check reports nothing."""
+and restarted, hostile inputs and respelled reviewers mixed in. Afterwards
+every turn is closed, the hostile ones refused, no requester approved her own
+call, the SMTP server received no Message-ID twice, and the truth check
+reports nothing."""
 
 from __future__ import annotations
 
@@ -28,10 +30,13 @@ def load_chaos():  # type: ignore[no-untyped-def]
 async def test_turns_survive_random_worker_kills(client: Client, temporal_server: DevServer,
                                                  tmp_path: Path) -> None:
     chaos = load_chaos()
-    report = await chaos.run_chaos(client, temporal_server.address, tmp_path, turns=5,
-                                   seconds=8.0, seed_value=3, close_budget=300.0)
+    report = await chaos.run_chaos(client, temporal_server.address, tmp_path, turns=6,
+                                   seconds=8.0, seed_value=3, close_budget=300.0,
+                                   hostile_every=3)
     assert report.kills >= 2
-    assert report.closed == report.turns == 5, report
+    assert report.closed == report.turns == 6, report
+    assert report.hostile == 2 and report.hostile_not_refused == 0, report
+    assert report.self_approved == 0, report
     assert report.duplicate_mails == 0, report
     assert report.disagreements == [], report.disagreements
     assert report.unsettled_mails == 0, report
