@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import uuid
 from typing import Any
 
@@ -238,3 +239,32 @@ async def test_model_call_ids_never_name_a_refusal_row(client: Client, task_queu
     assert sorted(r["status"] for r in rows) == [
         "APPROVAL_REFUSED", "APPROVAL_REFUSED", "COMPLETED", "COMPLETED"], rows
     assert not any("\x00" in r["execution_id"] for r in rows)
+
+
+async def test_a_running_turn_is_found_by_conversation_user_and_service(
+        client: Client, task_queue: str, tmp_path, fake_llm: FakeLLM) -> None:
+    """From revision 3 a turn publishes its search attributes once begin_turn
+    returns: found while its first model call still runs, no approval needed."""
+    answering = threading.Event()
+
+    def slow(_request: dict) -> dict:  # type: ignore[type-arg]
+        answering.wait(20)
+        return text_reply("done")
+
+    fake_llm.default = slow
+    user, conversation = f"u-{uuid.uuid4().hex[:6]}", f"c-{uuid.uuid4().hex[:6]}"
+    async with running_worker(client, task_queue, db_url(tmp_path), [make_service()],
+                              llm_url=fake_llm.url) as turns:
+        handle = await turns.start("hello", user=user, conversation=conversation)
+        query = (f"TurnstileUser = '{user}' AND TurnstileConversation = '{conversation}' "
+                 "AND TurnstileService = 'test' AND ExecutionStatus = 'Running'")
+        found: list[str] = []
+        for _ in range(100):  # visibility is eventually consistent
+            found = [w.id async for w in client.list_workflows(query)]
+            if found:
+                break
+            await asyncio.sleep(0.1)
+        answering.set()
+        result = await handle.result()
+    assert found == [handle.id]
+    assert result.status == TurnStatus.COMPLETED

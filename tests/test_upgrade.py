@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from temporalio import activity, workflow
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowFailureError, WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import CancelledError
@@ -34,6 +35,7 @@ from turnstile.engine.activity_io import DESCRIBE_SERVICE
 from turnstile.engine.contract import WORKFLOW_TYPE, TurnStatus
 from turnstile.engine.versions import (
     CANCEL_ENDS_CANCELLED,
+    FINDABLE_AT_START,
     OPENS_IN_BEGIN_TURN,
     TURN_REVISION,
     TURN_VERSION,
@@ -150,7 +152,7 @@ def _worker_at_revision(rt: Runtime, revision: int) -> list[Callable[..., Any]]:
     return [fn for fn in registered if fn is not real] + [begin_turn]
 
 
-@pytest.mark.parametrize("revision", [0, 1, TURN_REVISION])
+@pytest.mark.parametrize("revision", [0, 1, 2, TURN_REVISION])
 async def test_a_turn_keeps_the_revision_it_began_at(
         client: Client, task_queue: str, tmp_path, fake_llm: FakeLLM, revision: int) -> None:
     rt = Runtime.build(Settings.from_env({"TURNSTILE_WORKFLOW_SANDBOX": "strict",
@@ -173,8 +175,15 @@ async def test_a_turn_keeps_the_revision_it_began_at(
     # Revision 0: each event a local activity of its own. Revision 1: "turn
     # completed" rides with the release; this service has no retriever, so
     # "turn started" still goes out on its own. Revision 2: it rides with
-    # begin_turn.
-    assert published == {0: 2, 1: 1, 2: 0}[revision]
+    # begin_turn (and from revision 3 on).
+    assert published == {0: 2, 1: 1}.get(revision, 0)
+    # Revision 3: the search attributes (or the memo) are published once
+    # begin_turn returns, besides the end: one upsert more.
+    history = await handle.fetch_history()
+    upserts = [e for e in history.events if e.event_type in (
+        EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES,
+        EventType.EVENT_TYPE_WORKFLOW_PROPERTIES_MODIFIED)]
+    assert len(upserts) == (2 if revision >= FINDABLE_AT_START else 1), revision
 
 
 @pytest.mark.parametrize("revision", [1, TURN_REVISION])

@@ -60,7 +60,11 @@ with workflow.unsafe.imports_passed_through():
     from turnstile.engine.tool_round_rules import round_stop
     from turnstile.engine.turn_input_rules import turn_input_problem
     from turnstile.engine.turn_rules import FinalAnswer, RunTools, next_step
-    from turnstile.engine.versions import OPENS_IN_BEGIN_TURN, TURN_INPUT_DOOR
+    from turnstile.engine.versions import (
+        FINDABLE_AT_START,
+        OPENS_IN_BEGIN_TURN,
+        TURN_INPUT_DOOR,
+    )
     from workflows.decisions import Decisions
     from workflows.pipeline_steps import PipelineSteps
     from workflows.state import TurnState, TurnStopped, failure_reason
@@ -214,6 +218,8 @@ class AgentTurn:
         steps = self.steps = PipelineSteps(s, turn, spec)
         if begun.opened is not None and s.revision >= OPENS_IN_BEGIN_TURN:
             steps.take_opened(opening, begun.opened)
+        if s.revision >= FINDABLE_AT_START:  # found by conversation, user, service at once
+            await s.publish()
         self.locked = True  # begin_turn took the conversation's lock
         s.seq = memory.next_seq
         s.event("load_memory", f"{memory.message_count} stored message(s)")

@@ -48,6 +48,8 @@ MAX_EVENTS = 200
 SA_STATUS = SearchAttributeKey.for_keyword("TurnstileStatus")
 SA_PENDING = SearchAttributeKey.for_int("TurnstilePendingApprovals")
 SA_CONVERSATION = SearchAttributeKey.for_keyword("TurnstileConversation")
+SA_USER = SearchAttributeKey.for_keyword("TurnstileUser")
+SA_SERVICE = SearchAttributeKey.for_keyword("TurnstileService")
 
 
 def _cause(exc: ActivityError | ApplicationError) -> BaseException | None:
@@ -277,6 +279,8 @@ class TurnState:
                 SA_STATUS.value_set(self.step),
                 SA_PENDING.value_set(len(self.pending)),
                 SA_CONVERSATION.value_set(self.turn.conversation_id),
+                SA_USER.value_set(self.turn.user_id),
+                SA_SERVICE.value_set(self.turn.service),
             ])
             return
         workflow.upsert_memo({"turnstile_status": self.step,

@@ -43,6 +43,11 @@ version.
   still finishing when its worker is replaced fails its replay (retried
   until an older worker takes it, or ended by `temporal workflow terminate`;
   it had stored nothing).
+- Revision 3 (3 December 2026): the turn publishes its search attributes
+  (`TurnstileStatus`, `TurnstileConversation`, `TurnstileUser`,
+  `TurnstileService`) once `begin_turn` has returned, so a running turn is
+  found by conversation, user or service from its start (one upsert event
+  more per turn); earlier revisions publish at approval waits and the end.
 """
 
 from __future__ import annotations
@@ -50,10 +55,11 @@ from __future__ import annotations
 from turnstile.engine.activity_io import BEGIN_TURN, DESCRIBE_SERVICE
 
 TURN_VERSION = 2
-TURN_REVISION = 2
+TURN_REVISION = 3
 EVENTS_RIDE_ALONG = 1  # the revision from which turn events ride with bookkeeping
 OPENS_IN_BEGIN_TURN = 2  # the revision from which begin_turn runs steps 4 and 5
 CANCEL_ENDS_CANCELLED = 2  # ... and a cancel during an activity ends the turn Canceled
+FINDABLE_AT_START = 3  # the revision from which a turn publishes its search attributes at once
 
 # The first activity (or local activity) each version schedules.
 OPENINGS: dict[str, int] = {DESCRIBE_SERVICE: 1, BEGIN_TURN: 2}

@@ -2,6 +2,7 @@
 
     temporal workflow list --query 'TurnstilePendingApprovals > 0'
     temporal workflow list --query 'TurnstileConversation = "c-42"'
+    temporal workflow list --query "TurnstileUser = 'alice' AND ExecutionStatus = 'Running'"
 
 The worker registers them when missing (a dev server allows it; on a cluster
 an operator may have to: `temporal operator search-attribute create`). If
@@ -26,6 +27,8 @@ ATTRIBUTES = {
     "TurnstileStatus": IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,
     "TurnstilePendingApprovals": IndexedValueType.INDEXED_VALUE_TYPE_INT,
     "TurnstileConversation": IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,
+    "TurnstileUser": IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,
+    "TurnstileService": IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,
 }
 
 
