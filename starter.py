@@ -21,15 +21,12 @@ import sys
 import uuid
 from typing import Any
 
-from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
-from temporalio.service import RPCError
+from temporalio.client import Client, WorkflowHandle
 
+from turnstile.client import ApprovalRefused, TurnNotFound, TurnstileClient
 from turnstile.engine.contract import (
-    WORKFLOW_TYPE,
-    ApprovalDecision,
     ApproveSignal,
     PendingApproval,
-    ReviewInput,
     TurnInput,
     TurnProgress,
     TurnResult,
@@ -55,20 +52,19 @@ def signal_command(workflow_id: str, p: PendingApproval, reviewer: str,
                        "--name", name, "--input", payload])
 
 
-async def review_command(handle: WorkflowHandle[Any, Any], approved: bool, call_id: str,
-                         reviewer: str, note: str) -> int:
-    """`approve`/`reject` through the `review` update: print the decision that
-    took effect, or the refusal and its reason (exit 1) — never "sent"."""
+async def review_command(turns: TurnstileClient, workflow_id: str, approved: bool,
+                         call_id: str, reviewer: str, note: str) -> int:
+    """`approve`/`reject` through the `review` update (turnstile.client): print
+    the decision that took effect, or the refusal and its reason (exit 1) —
+    never "sent"."""
     verb = "approve" if approved else "reject"
     try:
-        taken = await handle.execute_update(
-            "review", ReviewInput(tool_call_id=call_id, reviewer=reviewer, approved=approved,
-                                  note=note), result_type=ApprovalDecision)
-    except WorkflowUpdateFailedError as err:
-        out(f"{verb} refused for {call_id}: {err.cause or err}")
+        taken = await turns.review(workflow_id, call_id, approved, reviewer, note)
+    except ApprovalRefused as err:
+        out(f"{verb} refused for {call_id}: {err.reason}")
         return 1
-    except RPCError as err:  # no such turn, or it has ended
-        out(f"{verb} refused for {call_id}: the turn is not running ({err.message})")
+    except TurnNotFound as err:  # no such turn, or it has ended
+        out(f"{verb} refused for {call_id}: {err}")
         return 1
     verdict = "approved" if taken.approved else "rejected"
     out(f"{taken.tool_name} {taken.tool_call_id} {verdict} by {taken.reviewer} "
@@ -92,10 +88,8 @@ def describe_pending(p: PendingApproval) -> list[str]:
 
 async def start_turn(client: Client, settings: Settings, turn: TurnInput,
                      workflow_id: str | None = None) -> WorkflowHandle[Any, TurnResult]:
-    wf_id = workflow_id or f"turn-{turn.conversation_id}-{uuid.uuid4().hex[:8]}"
-    return await client.start_workflow(
-        WORKFLOW_TYPE, turn, id=wf_id, task_queue=settings.task_queue, result_type=TurnResult,
-    )
+    started = await TurnstileClient(client, settings).start_turn(turn, workflow_id)
+    return client.get_workflow_handle(started.id, result_type=TurnResult)
 
 
 async def follow(handle: WorkflowHandle[Any, TurnResult], settings: Settings,
@@ -324,7 +318,8 @@ async def main(argv: list[str] | None = None, client: Client | None = None) -> i
         pending = await handle.query("pending_approvals", result_type=list[PendingApproval])
         out(json.dumps([p.model_dump() for p in pending], indent=2))
     elif args.cmd in ("approve", "reject"):
-        return await review_command(handle, args.cmd == "approve", args.tool_call_id,
+        return await review_command(TurnstileClient(client, settings), args.workflow_id,
+                                    args.cmd == "approve", args.tool_call_id,
                                     args.reviewer, args.note)
     return 0
 
