@@ -325,8 +325,8 @@ async def main(argv: list[str] | None = None, client: Client | None = None) -> i
 
 
 if __name__ == "__main__":
-    logging.basicConfig(level=logging.WARNING)
-    log_masking.install()
+    log_masking.setup(logging.WARNING, Settings.from_env().log_format,
+                      text_format=logging.BASIC_FORMAT)
     code = asyncio.run(main())
     logging.shutdown()
     sys.stdout.flush()

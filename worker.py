@@ -163,9 +163,7 @@ def reserve_threads(loop: asyncio.AbstractEventLoop) -> None:
 
 
 def main() -> None:
-    logging.basicConfig(level=logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    log_masking.install()
+    log_masking.setup(logging.INFO, Settings.from_env().log_format)
     asyncio.run(run())
 
 

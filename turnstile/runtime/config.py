@@ -59,6 +59,8 @@ class Settings:
     # turn (waiting for approval) costs ~70 KiB of worker memory while cached;
     # one evicted is replayed from history when it resumes (bench/parked.py).
     max_cached_workflows: int = 1000
+    # "json": one JSON object per log line (turnstile.runtime.log_masking).
+    log_format: str = "text"
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -87,6 +89,7 @@ class Settings:
             shutdown_grace_seconds=float(e.get("TURNSTILE_SHUTDOWN_GRACE_SECONDS")
                                          or d.shutdown_grace_seconds),
             upgrade_check=(e.get("TURNSTILE_UPGRADE_CHECK") or "on").lower() != "off",
+            log_format=(e.get("TURNSTILE_LOG_FORMAT") or "text").strip().lower(),
             max_cached_workflows=int(e.get("TURNSTILE_MAX_CACHED_WORKFLOWS")
                                      or d.max_cached_workflows),
             workflow_sandbox=_sandbox(e.get("TURNSTILE_WORKFLOW_SANDBOX") or "off"),

@@ -1,11 +1,23 @@
-"""One logging filter for every handler of the root logger: what a log line
-says is masked (turnstile.engine.masking) whoever logged it — our modules,
-the Temporal SDK, SQLAlchemy, the sender, the SMTP server. The message is
-formatted once, masked, and kept without its arguments."""
+"""Log lines: masked whoever wrote them, as text or as JSON.
+
+- One logging filter for every handler of the root logger: what a log line
+  says is masked (turnstile.engine.masking) whoever logged it — our modules,
+  the Temporal SDK, SQLAlchemy, the sender, the SMTP server. The message is
+  formatted once, masked, and kept without its arguments.
+- `TURNSTILE_LOG_FORMAT=json`: one JSON object per line — `time`, `level`,
+  `logger`, `message`, the current OpenTelemetry `trace_id`/`span_id` when a
+  span is recording, and the Temporal SDK's workflow or activity context
+  (`workflow_id`, `run_id`, `activity_type`, `attempt`, ...) when it adds one.
+"""
 
 from __future__ import annotations
 
+import json
 import logging
+from datetime import UTC, datetime
+from typing import Any
+
+from opentelemetry import trace
 
 from turnstile.engine.masking import mask_text
 
@@ -24,6 +36,37 @@ class MaskingFilter(logging.Filter):
         elif record.exc_text:
             record.exc_text = mask_text(record.exc_text)
         return True
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per record (after masking: the filter ran first)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line: dict[str, Any] = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(
+                timespec="milliseconds"),
+            "level": record.levelname, "logger": record.name, "message": record.getMessage()}
+        span = trace.get_current_span().get_span_context()
+        if span.is_valid:
+            line["trace_id"] = format(span.trace_id, "032x")
+            line["span_id"] = format(span.span_id, "016x")
+        for key in ("temporal_workflow", "temporal_activity"):  # the SDK's extras
+            extra = getattr(record, key, None)
+            if isinstance(extra, dict):
+                line.update({k: v for k, v in extra.items() if isinstance(v, str | int)})
+        if record.exc_info:
+            line["exception"] = record.exc_text or self.formatException(record.exc_info)
+        return json.dumps(line, ensure_ascii=False, default=str)
+
+
+def setup(level: int, log_format: str = "text",
+          text_format: str = "%(asctime)s %(levelname)s %(name)s: %(message)s") -> None:
+    """The process's logging: `log_format` "json" or "text", masked either way."""
+    logging.basicConfig(level=level, format=text_format)
+    if log_format == "json":
+        for handler in logging.getLogger().handlers:
+            handler.setFormatter(JsonFormatter())
+    install()
 
 
 def install() -> None:
