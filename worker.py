@@ -19,7 +19,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 from activities import Runtime, all_activities
 from activities.data_errors import DataErrors
 from turnstile.runtime import log_masking
-from turnstile.runtime.client import connect
+from turnstile.runtime.client import connect, metrics_runtime
 from turnstile.runtime.config import Settings
 from turnstile.runtime.mcp import connections as mcp_connections
 from turnstile.runtime.plugins import load_services
@@ -104,10 +104,13 @@ async def run(argv: list[str] | None = None) -> None:
     reserve_threads(loop)
     rt = Runtime.build(settings, load_services(settings, [build_sales_service()]))
     client = None
+    runtime = metrics_runtime(settings)  # the Prometheus endpoint, when a port is set
+    if runtime is not None:
+        log.info("metrics on http://127.0.0.1:%d/metrics", settings.metrics_port)
     if not args.sender_only:
         # What the worker would refuse is checked before anything is migrated:
         # a refused upgrade leaves the schema as the running release made it.
-        client = await connect(settings, interceptors=tracing_interceptors())
+        client = await connect(settings, interceptors=tracing_interceptors(), runtime=runtime)
         if settings.upgrade_check:
             older = await older_turns(client)
             if older:
@@ -128,7 +131,8 @@ async def run(argv: list[str] | None = None) -> None:
     if not args.no_sender:
         from turnstile.sales.sender import SenderConfig, run_sender
 
-        config = SenderConfig(stale_after_seconds=settings.sender_stale_seconds)
+        config = SenderConfig(stale_after_seconds=settings.sender_stale_seconds,
+                              metric_meter=runtime.metric_meter if runtime else None)
         tasks.append(asyncio.ensure_future(
             asyncio.to_thread(run_sender, rt.db, settings, stop, 0.5, config)))
         log.info("e-mail sender running (SMTP %s:%s)", settings.smtp_host, settings.smtp_port)

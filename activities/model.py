@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from datetime import timedelta
 from typing import TypeVar
@@ -38,6 +39,20 @@ from turnstile.stores.superseded import call_identity, prior_calls
 
 log = logging.getLogger("turnstile.activities")
 T = TypeVar("T")
+
+
+def model_metrics(service: str, model: str, seconds: float, tokens_in: int,
+                  tokens_out: int) -> None:
+    """Model-call latency and tokens, on the worker's Prometheus endpoint
+    (Temporal's activity meter: a no-op when TURNSTILE_METRICS_PORT is unset)."""
+    meter = activity.metric_meter()
+    attrs = {"service": service[:64], "model": model[:64]}
+    meter.create_histogram_timedelta("turnstile_model_call_latency",
+                                     "one model request, sent to answered").record(
+        timedelta(seconds=seconds), attrs)
+    tokens = meter.create_counter("turnstile_tokens", "tokens by direction, model and service")
+    tokens.add(max(0, int(tokens_in)), {**attrs, "direction": "in"})
+    tokens.add(max(0, int(tokens_out)), {**attrs, "direction": "out"})
 
 
 class ModelActivities:
@@ -131,7 +146,11 @@ class ModelActivities:
         assert request is not None
         try:
             with model_span(provider.name, getattr(provider, "model", None), req.round) as span:
+                began = time.monotonic()
                 response = await request_model(self.rt, req, request, wf_id)
+                model_metrics(req.service, response.model or provider.name,
+                              time.monotonic() - began, response.usage.prompt_tokens,
+                              response.usage.completion_tokens)
                 record_model_response(
                     span, model=response.model, input_tokens=response.usage.prompt_tokens,
                     output_tokens=response.usage.completion_tokens,

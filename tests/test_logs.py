@@ -44,3 +44,60 @@ async def test_json_log_lines(client: Client, temporal_server: DevServer, tmp_pa
     # Python's own lines are all JSON (the SDK's Rust core writes its own, unformatted).
     assert not [line for line in lines if " INFO " in line and not line.startswith("{")]
     assert "zq7log" not in log.read_text()
+
+
+async def test_the_worker_serves_prometheus_metrics(
+        client: Client, temporal_server: DevServer, tmp_path: Path, fake_llm: FakeLLM) -> None:
+    """TURNSTILE_METRICS_PORT: the SDK's metrics and Turnstile's own on one
+    endpoint, counted from a real turn with a tool call and an approval."""
+    import asyncio
+
+    import httpx
+
+    from tests.support.processes import free_port
+    from tests.support.turns import wait_pending
+    from turnstile.engine.contract import ApproveSignal
+
+    port = free_port()
+    queue = f"metrics-{uuid.uuid4().hex[:6]}"
+    fake_llm.script(tool_reply(("c1", "add", {"a": 1, "b": 2}),
+                               ("p1", "sendMoneySlowly", {"to": "bob@example.com", "amount": 1})),
+                    text_reply("done"))
+    worker = WorkerProcess(tmp_path / "worker.log", {
+        "TEMPORAL_ADDRESS": temporal_server.address, "TURNSTILE_TASK_QUEUE": queue,
+        "LLM_BASE_URL": fake_llm.url, "DATABASE_URL": f"sqlite:///{tmp_path}/t.db",
+        "TURNSTILE_METRICS_PORT": str(port)}).start()
+    try:
+        handle = await client.start_workflow(
+            WORKFLOW_TYPE, TurnInput(conversation_id="c-metrics", user_id="alice",
+                                     message="add and pay", service="test",
+                                     variables={"team": "qa"}),
+            id=f"metrics-{uuid.uuid4().hex[:6]}", task_queue=queue, result_type=TurnResult)
+        await wait_pending(handle)
+        await handle.signal("approve", ApproveSignal(tool_call_id="p1", reviewer="carol"))
+        result = await handle.result()
+        text = ""
+        for _ in range(50):  # the exporter serves what it has collected
+            async with httpx.AsyncClient() as http:
+                text = (await http.get(f"http://127.0.0.1:{port}/metrics")).text
+            if "turnstile_turns_ended" in text and "turnstile_model_call_latency" in text:
+                break
+            await asyncio.sleep(0.2)
+    finally:
+        worker.stop()
+    assert result.status == TurnStatus.COMPLETED, result.error
+
+    def value(prefix: str) -> float:
+        lines = [line for line in text.splitlines() if line.startswith(prefix)]
+        assert lines, f"no series {prefix}"
+        return sum(float(line.rsplit(" ", 1)[1]) for line in lines)
+
+    assert value('turnstile_turns_started{') == 1
+    assert value('turnstile_turns_ended{') == 1 and 'status="completed"' in text
+    assert value('turnstile_tool_calls{') == 2
+    assert 'tool="add"' in text and 'outcome="completed"' in text
+    assert value('turnstile_approvals_requested{') == 1
+    assert value('turnstile_approvals_decided{') == 1 and 'verdict="approved"' in text
+    assert value('turnstile_tokens{') > 0 and 'direction="in"' in text
+    assert "turnstile_turn_latency" in text and "turnstile_approval_wait" in text
+    assert "temporal_workflow_completed" in text or "temporal_activity_execution_latency" in text

@@ -65,6 +65,7 @@ with workflow.unsafe.imports_passed_through():
         OPENS_IN_BEGIN_TURN,
         TURN_INPUT_DOOR,
     )
+    from workflows import turn_metrics as metrics
     from workflows.decisions import Decisions
     from workflows.pipeline_steps import PipelineSteps
     from workflows.state import TurnState, TurnStopped, failure_reason
@@ -174,6 +175,7 @@ class AgentTurn:
                                       message="the turn was cancelled")
                 await self._roll_back(turn, error, None)
             self.steps.turn_completed(None, "cancelled")
+            metrics.turn_ended(turn.service, "cancelled")
             await self._release(turn)
             await self.steps.events_delivered()
             raise
@@ -184,6 +186,7 @@ class AgentTurn:
         refused before the turn holds anything — no lock, no row, no activity."""
         self.s.step = TurnStatus.REFUSED.value
         self.s.event("turn_refused", problem)
+        metrics.turn_ended("", TurnStatus.REFUSED.value)
         return TurnResult(
             status=TurnStatus.REFUSED, workflow_id=workflow.info().workflow_id,
             error=TurnErrorInfo(type=InvalidTurnInput.error_type, message=problem),
@@ -225,6 +228,8 @@ class AgentTurn:
         s.event("load_memory", f"{memory.message_count} stored message(s)")
         for note in memory.repaired:  # calls an ended turn left without a result
             s.event("memory_repaired", note)
+        metrics.repairs(len(memory.repaired))
+        metrics.turn_started(spec.name)
         s.step = "prepare"
         system = await steps.system_message()  # 2. system message (+ transformer)
         user = steps.user_message()  # 3. user message from its template
@@ -391,6 +396,7 @@ class AgentTurn:
                     compensation_options(self.spec.tool(call.name), self.spec.loop))
             except ActivityError as exc:
                 reason = failure_reason(exc)
+                metrics.compensation(call.name, "failed")
                 failed.append(rec)
                 rec.status = CallStatus.COMPLETED
                 s.event("compensation_failed", f"{call.name} ({call.id}): {reason}")
@@ -402,6 +408,7 @@ class AgentTurn:
                 except TurnStopped as unrecorded:  # bookkeeping failed for good: never a hang
                     s.event("record_failed", f"{call.name} ({call.id}): {unrecorded}")
                 continue
+            metrics.compensation(call.name, "undone" if undo.undone else "effect_remains")
             if not undo.undone:  # e.g. an e-mail already sent: reported, never "rolled back"
                 failed.append(rec)
                 s.event("compensation_failed",
@@ -467,6 +474,7 @@ class AgentTurn:
             conversation_id=turn.conversation_id, service=turn.service, provider=s.provider,
             usage=s.usage)
         assert self.steps is not None
+        metrics.turn_ended(turn.service, status.value)
         self.steps.turn_completed(result, status)  # delivered while the conversation is released
         await self._release(turn)
         await s.publish()

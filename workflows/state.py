@@ -31,6 +31,7 @@ with workflow.unsafe.imports_passed_through():
     from turnstile.engine.messages import ChatMessage, ToolCall, Usage
     from turnstile.engine.turn_rules import parsed_arguments
     from turnstile.engine.versions import CANCEL_ENDS_CANCELLED, TURN_VERSION
+    from workflows import turn_metrics as metrics
     from workflows.tool_options import (
         ActivityOptions,
         LocalActivityOptions,
@@ -162,6 +163,9 @@ class TurnState:
         return rec
 
     def finish(self, rec: ToolCallRecord, status: CallStatus, preview: str) -> None:
+        known = rec.name in self.tool_names
+        metrics.tool_call(self.turn.service if self.turn else "", rec.name if known
+                          else "(unknown)", status.value)
         rec.status = status
         rec.is_error = status not in (CallStatus.COMPLETED, CallStatus.PENDING)
         rec.result_preview = mask_json_text(preview[:4000])[:400]

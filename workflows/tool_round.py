@@ -37,6 +37,7 @@ with workflow.unsafe.imports_passed_through():
     from turnstile.engine.specs import ServiceSpec, ToolSpec
     from turnstile.engine.turn_rules import parsed_arguments
     from turnstile.engine.versions import DECISION_BEATS_DEADLINE
+    from workflows import turn_metrics as metrics
     from workflows.state import TurnState, TurnStopped, failure_reason
     from workflows.tool_options import listing_options, tool_options
 
@@ -215,6 +216,7 @@ class ToolRound:
             requested_at=now.isoformat(), deadline=(now + timeout).isoformat())
         s.step = "awaiting_approval"
         s.event("awaiting_approval", f"{call.name} call {call.id}")
+        metrics.approval_requested(call.name)
         await s.publish()
         try:
             await workflow.wait_condition(lambda: call.id in s.decisions, timeout=timeout)
@@ -234,6 +236,8 @@ class ToolRound:
         decision.tool_name = call.name
         verdict = "approved" if decision.approved else "rejected"
         s.event("approval", f"{call.name} {verdict} by {decision.reviewer}")
+        metrics.approval_decided(call.name, "deadline" if decision.reviewer == "deadline"
+                                 and not decision.approved else verdict, now)
         s.step = "tools"
         await s.publish()
         return decision

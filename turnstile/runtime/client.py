@@ -17,6 +17,7 @@ from temporalio.converter import (
     DefaultPayloadConverter,
     JSONPlainPayloadConverter,
 )
+from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 
 from turnstile.runtime.config import Settings
 from turnstile.stores.db import Database
@@ -70,13 +71,27 @@ def converter(settings: Settings) -> DataConverter:
     return payload_data_converter(db, base, settings.payload_threshold)
 
 
-async def connect(settings: Settings, interceptors: Sequence[Interceptor] = ()) -> Client:
+async def connect(settings: Settings, interceptors: Sequence[Interceptor] = (),
+                  runtime: Runtime | None = None) -> Client:
     return await Client.connect(
         settings.temporal_address,
         namespace=settings.temporal_namespace,
         data_converter=converter(settings),
         interceptors=interceptors,
+        runtime=runtime,
     )
+
+
+def metrics_runtime(settings: Settings) -> Runtime | None:
+    """A Temporal runtime whose Prometheus endpoint (127.0.0.1:TURNSTILE_METRICS_PORT)
+    serves the SDK's metrics and Turnstile's own, recorded through the SDK's
+    meters (workflow metrics are not recorded during replay). None: no
+    endpoint. One endpoint for both, and replay-safe workflow metrics, is why
+    this is the SDK's exporter rather than a second OpenTelemetry registry."""
+    if settings.metrics_port is None:
+        return None
+    return Runtime(telemetry=TelemetryConfig(metrics=PrometheusConfig(
+        bind_address=f"127.0.0.1:{settings.metrics_port}", durations_as_seconds=True)))
 
 
 def web_ui_url(settings: Settings, workflow_id: str, ui: str = "http://localhost:8233") -> str:

@@ -61,6 +61,9 @@ class Settings:
     max_cached_workflows: int = 1000
     # "json": one JSON object per log line (turnstile.runtime.log_masking).
     log_format: str = "text"
+    # The worker's Prometheus endpoint on 127.0.0.1 (None: no endpoint):
+    # Temporal's SDK metrics and Turnstile's own (`turnstile_*`).
+    metrics_port: int | None = None
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -90,6 +93,7 @@ class Settings:
                                          or d.shutdown_grace_seconds),
             upgrade_check=(e.get("TURNSTILE_UPGRADE_CHECK") or "on").lower() != "off",
             log_format=(e.get("TURNSTILE_LOG_FORMAT") or "text").strip().lower(),
+            metrics_port=int(e.get("TURNSTILE_METRICS_PORT") or 0) or None,
             max_cached_workflows=int(e.get("TURNSTILE_MAX_CACHED_WORKFLOWS")
                                      or d.max_cached_workflows),
             workflow_sandbox=_sandbox(e.get("TURNSTILE_WORKFLOW_SANDBOX") or "off"),

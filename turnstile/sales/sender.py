@@ -34,6 +34,7 @@ from datetime import UTC, datetime
 from email.message import EmailMessage
 from email.utils import format_datetime
 from types import TracebackType
+from typing import Any
 
 from opentelemetry import metrics
 
@@ -66,6 +67,8 @@ class SenderConfig:
     sender_id: str = field(default_factory=_sender_id)
     # Where `turnstile.email.dead` is counted (None: the global meter provider).
     meter_provider: metrics.MeterProvider | None = field(default=None, compare=False)
+    # The worker's Prometheus endpoint (Temporal's runtime meter): `turnstile_mails_dead`.
+    metric_meter: Any = field(default=None, compare=False)
 
     @property
     def max_attempts(self) -> int:
@@ -236,6 +239,10 @@ def _raise_dead_flag(task: EmailTask, attempt: int, error: str, config: SenderCo
         DEAD_COUNTER, unit="{task}",
         description="e-mail tasks that ended DEAD (dead letters): never delivered")
     counter.add(1, {"reason": reason})
+    if config.metric_meter is not None:
+        config.metric_meter.create_counter(
+            "turnstile_mails_dead", "e-mail tasks that ended DEAD: never delivered").add(
+            1, {"reason": reason[:64]})
 
 
 def run_sender(
