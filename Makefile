@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 DEMO_MESSAGE ?= Find customers whose sales last week exceeded 50,000 and email ops@example.com to follow up
 
-.PHONY: install bench-install run up down test test-fast lint bench clean
+.PHONY: install bench-install run up down inbox test test-fast lint bench clean
 
 install: $(STAMP)
 
@@ -33,6 +33,10 @@ test: install
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+# The approvals inbox on http://127.0.0.1:8234 (against the running stack).
+inbox: install
+	$(BIN)/python starter.py inbox
 
 # The fast tier: no Temporal server, no PostgreSQL (tests/support/tiers.py).
 test-fast: install

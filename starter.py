@@ -5,6 +5,7 @@
     python starter.py status|pending WORKFLOW_ID
     python starter.py stream WORKFLOW_ID   (partial model text of a streaming service)
     python starter.py approve|reject WORKFLOW_ID TOOL_CALL_ID --reviewer NAME [--note TEXT]
+    python starter.py inbox [--host 127.0.0.1] [--port 8234]   (the approvals inbox)
     python starter.py audit [--since 1h] [--tool T] [--user U] [--status S] [--limit N]
                             [--top [--over N] | --failures] [--json]
 """
@@ -245,6 +246,9 @@ async def main(argv: list[str] | None = None, client: Client | None = None) -> i
     p_audit.add_argument("--over", type=int, default=0,
                          help="with --top: only pairs with more than this many calls")
     p_audit.add_argument("--json", action="store_true", help="JSON lines instead of a table")
+    p_inbox = sub.add_parser("inbox", help="the approvals inbox in the browser")
+    p_inbox.add_argument("--host", default="127.0.0.1")
+    p_inbox.add_argument("--port", type=int, default=8234)
     p_check = sub.add_parser("check", help="compare memory, journal, audit, approvals and "
                              "the world tables; exit 1 on any disagreement or anything "
                              "awaiting repair, 2 if Temporal cannot say whether a lock's "
@@ -252,6 +256,12 @@ async def main(argv: list[str] | None = None, client: Client | None = None) -> i
     p_check.add_argument("--conversation", default=None)
     args = parser.parse_args(argv)
     settings = Settings.from_env()
+
+    if args.cmd == "inbox":
+        from turnstile.inbox.app import serve
+
+        await asyncio.to_thread(serve, args.host, args.port)
+        return 0
 
     if args.cmd == "audit":
         from turnstile.stores.db import Database, dispose_engines

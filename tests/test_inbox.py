@@ -1,0 +1,130 @@
+"""The approvals inbox (turnstile.inbox) against a real dev server, worker and
+the strict fake model: a pending call listed across turns with its full
+arguments escaped, the development login, CSRF, the requester's own call
+refused with its reason, a decision that takes effect, and the proxy-header
+identity."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from starlette.testclient import TestClient
+from temporalio.client import Client
+
+from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
+from tests.support.temporal_server import DevServer
+from tests.support.turns import running_worker, wait_pending
+from tests.test_client import plain_service
+from turnstile.engine.contract import TurnStatus
+from turnstile.inbox.app import build_app
+from turnstile.runtime.config import Settings
+
+XSS = "<script>alert('x')</script>"
+
+
+async def _pending_turn(turns: Any, user: str) -> Any:
+    handle = await turns.start("pay bob", user=user, service="test", variables={})
+    await wait_pending(handle)
+    return handle
+
+
+def _settings(server: DevServer, queue: str) -> Settings:
+    return Settings.from_env({"TEMPORAL_ADDRESS": server.address,
+                              "TURNSTILE_TASK_QUEUE": queue})
+
+
+async def _get(tc: TestClient, url: str, **kw: Any) -> Any:
+    return await asyncio.to_thread(tc.get, url, **kw)
+
+
+async def _post(tc: TestClient, url: str, **kw: Any) -> Any:
+    return await asyncio.to_thread(tc.post, url, **kw)
+
+
+async def _listed(tc: TestClient, workflow_id: str, **kw: Any) -> str:
+    page = ""
+    for _ in range(100):  # visibility is eventually consistent
+        page = (await _get(tc, "/", **kw)).text
+        if f"/calls/{workflow_id}/" in page:
+            return page
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"{workflow_id} not listed: {page[:2000]}")
+
+
+async def test_review_in_the_browser_development_login(
+        client: Client, temporal_server: DevServer, task_queue: str, tmp_path: Path,
+        fake_llm: FakeLLM, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TURNSTILE_INBOX_IDENTITY_HEADER", raising=False)
+    fake_llm.script(tool_reply(("p1", "sendMoneySlowly", {"to": f"bob{XSS}@example.com",
+                                                          "amount": 7})),
+                    text_reply("paid"))
+    async with running_worker(client, task_queue, f"sqlite:///{tmp_path}/t.db",
+                              [plain_service()], llm_url=fake_llm.url) as turns:
+        handle = await _pending_turn(turns, "alice")
+        with TestClient(build_app(_settings(temporal_server, task_queue), secret="s"),
+                        follow_redirects=False) as tc:
+            assert (await _get(tc, "/")).status_code == 303  # who are you?
+            bad = await _post(tc, "/login", data={"name": "bob\u200b"})
+            assert bad.status_code == 400
+            assert (await _post(tc, "/login", data={"name": "carol"})).status_code == 303
+            await _listed(tc, handle.id)  # carol's inbox lists alice's call
+            tc.cookies.clear()
+            await _post(tc, "/login", data={"name": "alice"})
+            own = (await _get(tc, "/")).text  # alice's own call is not in her inbox ...
+            assert f"/calls/{handle.id}/p1" not in own
+            detail = (await _get(tc, f"/calls/{handle.id}/p1")).text
+            # Shown in full, escaped (as JSON escapes inside the arguments block).
+            assert XSS not in detail
+            assert "\\u003cscript\\u003e" in detail or "&lt;script&gt;" in detail
+            csrf = re.search(r'name="csrf" value="([0-9a-f]+)"', detail)
+            assert csrf is not None
+            # ... and deciding it is refused with the turn's reason.
+            refused = await _post(tc, f"/calls/{handle.id}/p1",
+                                  data={"decision": "approve", "csrf": csrf.group(1)})
+            assert refused.status_code == 409 and "requested this call" in refused.text
+            forged = await _post(tc, f"/calls/{handle.id}/p1",
+                                 data={"decision": "approve", "csrf": "0" * 64})
+            assert forged.status_code == 403
+            # Carol, in her own session, approves.
+            tc.cookies.clear()
+            await _post(tc, "/login", data={"name": "carol"})
+            detail = (await _get(tc, f"/calls/{handle.id}/p1")).text
+            token = re.search(r'name="csrf" value="([0-9a-f]+)"', detail)
+            assert token is not None
+            done = await _post(tc, f"/calls/{handle.id}/p1",
+                               data={"decision": "approve", "note": "ok", "csrf": token.group(1)})
+            assert done.status_code == 200 and "sendMoneySlowly approved by carol" in done.text
+        result = await handle.result()
+    assert result.status == TurnStatus.COMPLETED
+
+
+async def test_identity_from_the_proxy_header(
+        client: Client, temporal_server: DevServer, task_queue: str, tmp_path: Path,
+        fake_llm: FakeLLM, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TURNSTILE_INBOX_IDENTITY_HEADER", "X-Forwarded-User")
+    fake_llm.script(tool_reply(("p1", "sendMoneySlowly", {"to": "bob@example.com", "amount": 1})),
+                    text_reply("paid"))
+    async with running_worker(client, task_queue, f"sqlite:///{tmp_path}/t.db",
+                              [plain_service()], llm_url=fake_llm.url) as turns:
+        handle = await _pending_turn(turns, f"u-{uuid.uuid4().hex[:4]}")
+        with TestClient(build_app(_settings(temporal_server, task_queue), secret="s"),
+                        follow_redirects=False) as tc:
+            page = await _listed(tc, handle.id)  # anyone may look
+            assert "you can look, not decide" in page
+            anonymous = await _post(tc, f"/calls/{handle.id}/p1", data={"decision": "approve"})
+            assert anonymous.status_code == 403
+            assert (await _get(tc, "/login")).status_code == 404
+            who = {"X-Forwarded-User": "dave"}
+            detail = (await _get(tc, f"/calls/{handle.id}/p1", headers=who)).text
+            token = re.search(r'name="csrf" value="([0-9a-f]+)"', detail)
+            assert token is not None
+            done = await _post(tc, f"/calls/{handle.id}/p1", headers=who,
+                               data={"decision": "reject", "note": "no", "csrf": token.group(1)})
+            assert "rejected by dave" in done.text
+        result = await handle.result()
+    assert result.tool_calls[0].status.value == "rejected"

@@ -1,0 +1,1 @@
+"""The approvals inbox: a small server-rendered web app over turnstile.client."""
