@@ -37,7 +37,7 @@ done
 existing=$(temporal operator search-attribute list --address "$TEMPORAL_ADDRESS" \
   --namespace "$TEMPORAL_NAMESPACE")
 for pair in TurnstileStatus:Keyword TurnstilePendingApprovals:Int \
-            TurnstileConversation:Keyword; do
+            TurnstileConversation:Keyword TurnstileUser:Keyword TurnstileService:Keyword; do
   name=${pair%%:*}
   type=${pair#*:}
   if echo "$existing" | grep -qw "$name"; then
