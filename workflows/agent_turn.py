@@ -188,7 +188,7 @@ class AgentTurn:
         self.s.event("turn_refused", problem)
         metrics.turn_ended("", TurnStatus.REFUSED.value)
         return TurnResult(
-            status=TurnStatus.REFUSED, workflow_id=workflow.info().workflow_id,
+            status=TurnStatus.REFUSED, workflow_id=workflow.info().workflow_id, tool_calls=[],
             error=TurnErrorInfo(type=InvalidTurnInput.error_type, message=problem),
             conversation_id=safe_text(turn.conversation_id), service=safe_text(turn.service))
 
