@@ -37,7 +37,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from bench.bench_support import DevServer, WorkerProc, connect, percentile
+from bench.bench_support import DevServer, WorkerProc, connect, free_port, percentile
 from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from turnstile.engine.contract import (
     WORKFLOW_TYPE,
@@ -132,6 +132,19 @@ async def timed_resumes(client: Any, model: Model, ids: list[str]) -> list[float
     return out
 
 
+def cache_figures(port: int) -> str:
+    """The SDK's sticky-cache series from the worker's Prometheus endpoint."""
+    import httpx
+
+    text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+    found: dict[str, float] = {}
+    for row in text.splitlines():
+        if row.startswith("temporal_sticky_cache") and " " in row:
+            name = row.split("{", 1)[0].split(" ", 1)[0]
+            found[name] = found.get(name, 0.0) + float(row.rsplit(" ", 1)[1])
+    return ", ".join(f"{k} {v:,.0f}" for k, v in sorted(found.items())) or "no series"
+
+
 def line(label: str, ms: list[float]) -> str:
     return (f"{label}: p50 {statistics.median(ms):.0f} ms, p95 {percentile(ms, 0.95):.0f} ms, "
             f"max {max(ms):.0f} ms ({len(ms)} approvals)")
@@ -145,7 +158,9 @@ async def run(args: argparse.Namespace, workdir: Path) -> None:
     fake = FakeLLM(keep_alive=True)
     fake.default = model
     queue = f"parked-{uuid.uuid4().hex[:6]}"
-    env = {"TEMPORAL_ADDRESS": server.address, "DATABASE_URL": db_url,
+    metrics_port = free_port()
+    env = {"TURNSTILE_METRICS_PORT": str(metrics_port),
+           "TEMPORAL_ADDRESS": server.address, "DATABASE_URL": db_url,
            "LLM_BASE_URL": fake.url, "TURNSTILE_DATA_DIR": str(workdir),
            "TURNSTILE_TASK_QUEUE": queue, "TURNSTILE_MAX_CACHED_WORKFLOWS": str(args.cache),
            "PYTHONPATH": str(ROOT)}
@@ -196,8 +211,8 @@ async def run(args: argparse.Namespace, workdir: Path) -> None:
         print(f"approved the other {len(rest)} in {took:.1f} s; statuses {statuses}; "
               f"email_task rows {mails['n'] if mails else 0}; worker RSS "
               f"{rss_mib(worker_pid(worker)):.0f} MiB")
-        print("workflow cache evictions: not counted here (the worker's metrics endpoint "
-              "reports the SDK's sticky-cache series when TURNSTILE_METRICS_PORT is set)")
+        print("worker's workflow cache (the SDK's series, this worker process since its "
+              f"restart): {cache_figures(metrics_port)}")
     finally:
         if worker is not None:
             worker.stop()
