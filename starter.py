@@ -22,14 +22,12 @@ import sys
 import uuid
 from typing import Any
 
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client
 
-from turnstile.client import ApprovalRefused, TurnNotFound, TurnstileClient
+from turnstile.client import ApprovalRefused, TurnHandle, TurnNotFound, TurnstileClient
 from turnstile.engine.contract import (
-    ApproveSignal,
     PendingApproval,
     TurnInput,
-    TurnProgress,
     TurnResult,
 )
 from turnstile.runtime import log_masking
@@ -87,20 +85,14 @@ def describe_pending(p: PendingApproval) -> list[str]:
     return lines
 
 
-async def start_turn(client: Client, settings: Settings, turn: TurnInput,
-                     workflow_id: str | None = None) -> WorkflowHandle[Any, TurnResult]:
-    started = await TurnstileClient(client, settings).start_turn(turn, workflow_id)
-    return client.get_workflow_handle(started.id, result_type=TurnResult)
-
-
-async def follow(handle: WorkflowHandle[Any, TurnResult], settings: Settings,
+async def follow(turn: TurnHandle, turns: TurnstileClient,
                  auto_approve: str | None = None, poll: float = 0.25) -> TurnResult:
     """Print each step and tool call as it happens; return the result."""
     seen, announced = 0, set()
-    result_task = asyncio.ensure_future(handle.result())
+    result_task = asyncio.ensure_future(turn.result())
     while not result_task.done():
         try:
-            progress = await handle.query("status", result_type=TurnProgress)
+            progress = await turn.status()
         except Exception:  # noqa: BLE001 - not yet queryable (no workflow task run yet)
             progress = None
         if progress:
@@ -113,17 +105,16 @@ async def follow(handle: WorkflowHandle[Any, TurnResult], settings: Settings,
                 announced.add(p.tool_call_id)
                 for line in describe_pending(p):
                     out(line)
-                out(f"  approve with:\n    {signal_command(handle.id, p, auto_approve or 'YOU')}")
+                out(f"  approve with:\n    {signal_command(turn.id, p, auto_approve or 'YOU')}")
                 out(f"  reject with:\n    "
-                    f"{signal_command(handle.id, p, auto_approve or 'YOU', 'reject')}")
+                    f"{signal_command(turn.id, p, auto_approve or 'YOU', 'reject')}")
                 if auto_approve:
                     out(f"  (demo: approving as {auto_approve!r})")
-                    await handle.signal("approve", ApproveSignal(
-                        tool_call_id=p.tool_call_id, reviewer=auto_approve,
-                        comment="approved by the make run demo"))
+                    await review_command(turns, turn.id, True, p.tool_call_id, auto_approve,
+                                         "approved by the make run demo")
         await asyncio.wait([result_task], timeout=poll)
     result = result_task.result()
-    final = await handle.query("status", result_type=TurnProgress)
+    final = await turn.status()
     for ev in final.events[seen:]:
         out(f"  [{ev.step}] {ev.detail}")
     return result
@@ -144,22 +135,20 @@ def print_result(result: TurnResult, settings: Settings) -> None:
     out(f"Web UI: {web_ui_url(settings, result.workflow_id)}")
 
 
-async def stream_turn(handle: WorkflowHandle[Any, Any], settings: Settings) -> None:
+async def stream_turn(turn: TurnHandle, settings: Settings) -> None:
     """Follow `turn_stream` (step 8) until the turn has ended."""
-    from temporalio.client import WorkflowExecutionStatus
-
     from turnstile.stores.db import Database
     from turnstile.stores.streaming import follow_stream
 
     async def running() -> bool:
-        return (await handle.describe()).status == WorkflowExecutionStatus.RUNNING
+        return await turn.running()
 
     def write(text: str) -> None:
         sys.stdout.write(text)
         sys.stdout.flush()
 
     db = Database(settings.database_url, readonly_url=settings.database_readonly_url)
-    await follow_stream(db, handle.id, running, write)
+    await follow_stream(db, turn.id, running, write)
     out()
 
 
@@ -297,40 +286,39 @@ async def main(argv: list[str] | None = None, client: Client | None = None) -> i
         out(f"seeded {n} sales records into {db.dialect} ({settings.database_url})")
         return 0
 
-    client = client or await connect(settings)
+    # Every call to a turn goes through turnstile.client.
+    turns = TurnstileClient(client or await connect(settings), settings)
     if args.cmd == "run":
         turn = TurnInput(conversation_id=args.conversation or f"c-{uuid.uuid4().hex[:8]}",
                          user_id=args.user, message=args.message, service=args.service)
-        handle = await start_turn(client, settings, turn, args.workflow_id)
-        out(f"started {handle.id} (conversation {turn.conversation_id})")
-        out(f"Web UI: {web_ui_url(settings, handle.id)}")
+        started = await turns.start_turn(turn, args.workflow_id)
+        out(f"started {started.id} (conversation {turn.conversation_id})")
+        out(f"Web UI: {web_ui_url(settings, started.id)}")
         if args.no_follow:
             return 0
-        result = await follow(handle, settings, auto_approve=args.auto_approve)
+        result = await follow(started, turns, auto_approve=args.auto_approve)
         print_result(result, settings)
         if args.show_effects and turn.service == "sales-assistant":
             from turnstile.sales.report import report_effects
             from turnstile.stores.db import Database
 
             db = Database(settings.database_url, readonly_url=settings.database_readonly_url)
-            await asyncio.to_thread(report_effects, db, handle.id,
+            await asyncio.to_thread(report_effects, db, started.id,
                                     settings.data_dir / "mail", out)
         return 0 if result.status.value == "completed" else 1
 
-    handle = client.get_workflow_handle(args.workflow_id)
+    handle = turns.turn(args.workflow_id)
     if args.cmd == "stream":
         await stream_turn(handle, settings)
         return 0
     if args.cmd == "status":
-        progress = await handle.query("status", result_type=TurnProgress)
-        out(progress.model_dump_json(indent=2))
+        out((await handle.status()).model_dump_json(indent=2))
     elif args.cmd == "pending":
-        pending = await handle.query("pending_approvals", result_type=list[PendingApproval])
+        pending = await handle.pending()
         out(json.dumps([p.model_dump() for p in pending], indent=2))
     elif args.cmd in ("approve", "reject"):
-        return await review_command(TurnstileClient(client, settings), args.workflow_id,
-                                    args.cmd == "approve", args.tool_call_id,
-                                    args.reviewer, args.note)
+        return await review_command(turns, args.workflow_id, args.cmd == "approve",
+                                    args.tool_call_id, args.reviewer, args.note)
     return 0
 
 

@@ -97,3 +97,73 @@ async def test_the_readme_example_runs(client: Client, task_queue: str, tmp_path
                                              "2+3?")]
     assert lines[-1] == "5"
     assert any(line.startswith("[model_call]") for line in lines)
+
+
+async def test_pending_approvals_across_three_turns_of_two_services(
+        client: Client, task_queue: str, tmp_path: Path, fake_llm: FakeLLM) -> None:
+    fake_llm.default = lambda req: (text_reply("paid") if any(
+        m["role"] == "tool" for m in req["messages"]) else tool_reply(
+        ("p1", "sendMoneySlowly", {"to": "bob@example.com", "amount": 1})))
+    ops = Service(name="ops", system_prompt="You run payments.",
+                  tools=ToolRegistry([sendMoneySlowly]))
+    tc = _client(client, task_queue)
+    async with running_worker(client, task_queue, f"sqlite:///{tmp_path}/t.db",
+                              [plain_service(), ops], llm_url=fake_llm.url):
+        started = {}
+        for user, service in (("alice", "test"), ("bob", "test"), ("carol", "ops")):
+            turn = await tc.start_turn(TurnInput(conversation_id=f"c-{uuid.uuid4().hex[:6]}",
+                                                 user_id=user, message="pay",
+                                                 service=service))
+            await wait_pending(tc.temporal.get_workflow_handle(turn.id))
+            started[user] = turn.id
+        mine = set(started.values())
+        listed: list[Any] = []
+        for _ in range(100):  # visibility is eventually consistent
+            listed = [p for p in await tc.pending_approvals() if p.workflow_id in mine]
+            if len(listed) == 3:
+                break
+            await asyncio.sleep(0.1)
+        assert {(p.requester, p.service) for p in listed} == {
+            ("alice", "test"), ("bob", "test"), ("carol", "ops")}
+        assert [p.requester for p in await tc.pending_approvals(service="ops")
+                if p.workflow_id in mine] == ["carol"]
+        for_bob = {p.requester for p in await tc.pending_approvals(reviewer="Bob")
+                   if p.workflow_id in mine}
+        assert for_bob == {"alice", "carol"}
+        for user, wf in started.items():
+            await tc.review(wf, "p1", True, "dave" if user != "dave" else "erin")
+        results = [await tc.turn(wf).result() for wf in started.values()]
+    assert [r.status for r in results] == [TurnStatus.COMPLETED] * 3
+
+
+async def test_events_resume_across_a_worker_restart(
+        client: Client, task_queue: str, tmp_path: Path, fake_llm: FakeLLM) -> None:
+    """A backend follows a turn's events, its worker goes away mid-turn and
+    another takes over: the events resume from the offset already read, none
+    repeated, none lost, to the end."""
+    fake_llm.script(tool_reply(("p1", "sendMoneySlowly", {"to": "bob@example.com",
+                                                          "amount": 2})),
+                    text_reply("paid"))
+    tc = _client(client, task_queue)
+    url = f"sqlite:///{tmp_path}/t.db"
+    seen: list[str] = []
+    async with running_worker(client, task_queue, url, [plain_service()],
+                              llm_url=fake_llm.url):
+        turn = await tc.start_turn(TurnInput(conversation_id=f"c-{uuid.uuid4().hex[:6]}",
+                                             user_id="alice", message="pay bob",
+                                             service="test"))
+        async for event in turn.events():
+            seen.append(event.step)
+            if event.step == "awaiting_approval":
+                break
+    # The worker is gone; the turn waits. Another worker comes, a reviewer decides.
+    async with running_worker(client, task_queue, url, [plain_service()],
+                              llm_url=fake_llm.url):
+        await tc.review(turn.id, "p1", True, "carol")
+        rest = [e.step async for e in turn.events(offset=len(seen))]
+        result = await turn.result()
+        final = await tc.turn(turn.id).status()  # a query needs a worker
+    assert result.status == TurnStatus.COMPLETED
+    assert seen[-1] == "awaiting_approval" and rest[0] == "approval"
+    assert rest[-1] == "turn_completed" and "awaiting_approval" not in rest
+    assert [e.step for e in final.events] == seen + rest  # nothing repeated, nothing lost

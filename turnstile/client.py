@@ -119,6 +119,15 @@ class TurnHandle:
         except RPCError as err:
             raise _not_found(err, self.id) from err
 
+    async def pending(self) -> list[PendingApproval]:
+        """The calls of this turn waiting for a decision (the `pending_approvals` query)."""
+        try:
+            pending: list[PendingApproval] = await self._handle.query(
+                "pending_approvals", result_type=list[PendingApproval])
+            return pending
+        except RPCError as err:
+            raise _not_found(err, self.id) from err
+
     async def cancel(self) -> None:
         """`temporal workflow cancel`: calls settled, effects undone, then Canceled."""
         try:
