@@ -1,14 +1,22 @@
-"""A reviewer in a real browser (Debian's Chromium, headless, through
-Selenium) approves a call in the inbox served by uvicorn, against a real dev
-server, worker and fake model; the turn completes with the decision."""
+"""Reviewing in a real browser: Debian's Chromium, headless, driven by
+Selenium, on the inbox served by uvicorn, against a real dev server, worker,
+fake model and SMTP server. A sales turn waits on an e-mail whose subject the
+model wrote with a <script> in it; the page lists it; the requester's own
+approval is refused with the reason shown; another reviewer approves; the
+turn completes and exactly one mail arrives. The subject renders as text.
+
+With TURNSTILE_SCREENSHOTS=DIR the list and detail pages are saved there as
+PNG (docs/ holds the ones the README shows)."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import uvicorn
@@ -18,43 +26,97 @@ from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.processes import free_port
 from tests.support.temporal_server import DevServer
 from tests.support.turns import running_worker, wait_pending
-from tests.test_client import plain_service
 from turnstile.engine.contract import TurnStatus
 from turnstile.inbox.app import build_app
 from turnstile.runtime.config import Settings
+from turnstile.sales.sender import SenderConfig, deliver_due
+from turnstile.sales.service import build_sales_service
+from turnstile.sales.smtp_server import LocalSmtpServer, read_mailbox
 
 CHROMIUM, DRIVER = shutil.which("chromium"), shutil.which("chromedriver")
+SUBJECT = "Renewal <script>document.title='owned'</script> for Q4"
 
 
-def _review_in_the_browser(base: str, workflow_id: str) -> str:
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service as DriverService
-    from selenium.webdriver.common.by import By
+class Browser:
+    def __init__(self, base: str, shots: Path | None) -> None:
+        from selenium import webdriver
+        from selenium.webdriver.chrome.service import Service as DriverService
 
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM or ""
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage"):
-        options.add_argument(arg)
-    driver = webdriver.Chrome(options=options, service=DriverService(DRIVER or ""))
-    try:
-        driver.get(f"{base}/")
-        driver.find_element(By.NAME, "name").send_keys("carol")
-        driver.find_element(By.CSS_SELECTOR, "form button").click()
-        link = f"/calls/{workflow_id}/p1"
+        options = webdriver.ChromeOptions()
+        options.binary_location = CHROMIUM or ""
+        for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage",
+                    "--window-size=1280,900"):
+            options.add_argument(arg)
+        self.driver = webdriver.Chrome(options=options, service=DriverService(DRIVER or ""))
+        self.base, self.shots = base, shots
+
+    def login(self, name: str) -> None:
+        from selenium.webdriver.common.by import By
+
+        self.driver.delete_all_cookies()
+        self.driver.get(f"{self.base}/login")
+        self.driver.find_element(By.NAME, "name").send_keys(name)
+        self.driver.find_element(By.CSS_SELECTOR, "form button").click()
+        self.wait_for("reviewer")  # the login's redirect has landed, the cookie is set
+
+    def open_call(self, workflow_id: str, call_id: str, shot: str | None = None) -> None:
+        from selenium.webdriver.common.by import By
+
+        link = f"/calls/{workflow_id}/{call_id}"
         for _ in range(100):  # the list refreshes itself; visibility catches up
-            found = driver.find_elements(By.CSS_SELECTOR, f'a[href="{link}"]')
+            self.driver.get(f"{self.base}/")
+            found = self.driver.find_elements(By.CSS_SELECTOR, f'a[href="{link}"]')
             if found:
+                if shot and self.shots:
+                    self.driver.save_screenshot(str(self.shots / f"{shot}-list.png"))
                 found[0].click()
-                break
+                if shot and self.shots:
+                    self.driver.save_screenshot(str(self.shots / f"{shot}-call.png"))
+                return
             time.sleep(0.2)
-            driver.get(f"{base}/")
-        else:
-            raise AssertionError("the pending call never appeared in the inbox")
-        driver.find_element(By.NAME, "note").send_keys("fine by me")
-        driver.find_element(By.ID, "approve").click()
-        return str(driver.find_element(By.ID, "outcome").text)
+        raise AssertionError("the pending call never appeared in the inbox")
+
+    def decide(self, button: str, note: str) -> str:
+        from selenium.webdriver.common.by import By
+
+        self.wait_for("note").send_keys(note)
+        self.driver.find_element(By.ID, button).click()
+        return str(self.wait_for("outcome").text)
+
+    def wait_for(self, name: str) -> Any:
+        """The element with this id (or name) once the page that has it loaded."""
+        from selenium.webdriver.common.by import By
+        from selenium.webdriver.support import expected_conditions as ec
+        from selenium.webdriver.support.ui import WebDriverWait
+
+        wait = WebDriverWait(self.driver, 20)
+        return wait.until(ec.any_of(ec.presence_of_element_located((By.ID, name)),
+                                    ec.presence_of_element_located((By.NAME, name))))
+
+    def text(self, element_id: str) -> str:
+        from selenium.webdriver.common.by import By
+
+        return str(self.driver.find_element(By.ID, element_id).text)
+
+
+def _review(base: str, workflow_id: str, shots: Path | None) -> dict[str, Any]:
+    browser = Browser(base, shots)
+    try:
+        # The requester herself: the page lets her try, the turn refuses.
+        browser.login("alice")
+        browser.driver.get(f"{base}/calls/{workflow_id}/e1")
+        refused = browser.decide("approve", "my own")
+        # Another reviewer, from the list.
+        browser.login("carol")
+        browser.open_call(workflow_id, "e1", shot="inbox")
+        arguments = browser.text("arguments")
+        title = str(browser.driver.title)
+        left = browser.text("left")
+        approved = browser.decide("approve", "fine by me")
+        return {"refused": refused, "approved": approved, "arguments": arguments,
+                "title": title, "left": left}
     finally:
-        driver.quit()
+        browser.driver.quit()
 
 
 @pytest.mark.skipif(not (CHROMIUM and DRIVER),
@@ -64,25 +126,39 @@ async def test_a_reviewer_approves_in_the_browser(
         client: Client, temporal_server: DevServer, task_queue: str, tmp_path: Path,
         fake_llm: FakeLLM, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("TURNSTILE_INBOX_IDENTITY_HEADER", raising=False)
-    fake_llm.script(tool_reply(("p1", "sendMoneySlowly", {"to": "bob@example.com", "amount": 9})),
-                    text_reply("paid"))
-    port = free_port()
+    mail = {"to": "ops@example.com", "subject": SUBJECT, "body": "Please renew."}
+    fake_llm.script(tool_reply(("e1", "createEmailTask", mail)), text_reply("queued"))
+    port, smtp = free_port(), free_port()
     settings = Settings.from_env({"TEMPORAL_ADDRESS": temporal_server.address,
                                   "TURNSTILE_TASK_QUEUE": task_queue})
     server = uvicorn.Server(uvicorn.Config(build_app(settings), host="127.0.0.1", port=port,
                                            log_level="warning"))
     serving = threading.Thread(target=server.run, daemon=True)
-    async with running_worker(client, task_queue, f"sqlite:///{tmp_path}/t.db",
-                              [plain_service()], llm_url=fake_llm.url) as turns:
-        handle = await turns.start("pay bob", user="alice", service="test", variables={})
-        await wait_pending(handle)
-        serving.start()
-        try:
-            outcome = await asyncio.to_thread(_review_in_the_browser,
-                                              f"http://127.0.0.1:{port}", handle.id)
-        finally:
-            server.should_exit = True
-            await asyncio.to_thread(serving.join, 10)
-        result = await handle.result()
-    assert "sendMoneySlowly approved by carol" in outcome
+    shots = Path(os.environ["TURNSTILE_SCREENSHOTS"]) if os.environ.get(
+        "TURNSTILE_SCREENSHOTS") else None
+    smtp_env = {"SMTP_HOST": "127.0.0.1", "SMTP_PORT": str(smtp)}
+    with LocalSmtpServer(tmp_path / "mail", port=smtp):
+        async with running_worker(client, task_queue, f"sqlite:///{tmp_path}/t.db",
+                                  [build_sales_service()], llm_url=fake_llm.url,
+                                  env=smtp_env) as turns:
+            handle = await turns.start("remind ops about the renewal", user="alice",
+                                       service="sales-assistant")
+            await wait_pending(handle)
+            serving.start()
+            try:
+                seen = await asyncio.to_thread(_review, f"http://127.0.0.1:{port}",
+                                               handle.id, shots)
+            finally:
+                server.should_exit = True
+                await asyncio.to_thread(serving.join, 10)
+            result = await handle.result()
+            sent = deliver_due(turns.rt.db, Settings.from_env(
+                {"DATABASE_URL": turns.rt.db.url, **smtp_env}), SenderConfig())
+        mails = read_mailbox(tmp_path / "mail")
+    assert "Refused" in seen["refused"] and "requested this call" in seen["refused"]
+    assert "createEmailTask approved by carol" in seen["approved"]
+    assert "<script>" in seen["arguments"]  # the model's markup, shown as text ...
+    assert seen["title"] != "owned"  # ... never run
+    assert "left" in seen["left"]  # the deadline counts down
     assert result.status == TurnStatus.COMPLETED
+    assert sent == 1 and len(mails) == 1 and mails[0]["To"] == "ops@example.com"

@@ -210,6 +210,24 @@ class TurnstileClient:
         views.sort(key=lambda v: v.requested_at, reverse=True)
         return views
 
+    async def pending_approval(self, workflow_id: str,
+                               tool_call_id: str) -> PendingApprovalView | None:
+        """One call waiting for a decision, asked of its turn directly (not
+        through visibility, which lags): None when it does not wait."""
+        handle = self.temporal.get_workflow_handle(workflow_id)
+        try:
+            pending = await handle.query("pending_approvals", result_type=list[PendingApproval])
+            attrs = (await handle.describe()).typed_search_attributes
+        except RPCError:
+            return None
+        for p in pending:
+            if p.tool_call_id == tool_call_id:
+                return PendingApprovalView(
+                    workflow_id=workflow_id, conversation_id=attrs.get(_CONVERSATION) or "",
+                    requester=attrs.get(_USER) or "", service=attrs.get(_SERVICE) or "",
+                    **p.model_dump())
+        return None
+
     async def review(self, workflow_id: str, tool_call_id: str, approved: bool, reviewer: str,
                      note: str = "") -> ApprovalDecision:
         """The decision that took effect, or ApprovalRefused / AlreadyDecided

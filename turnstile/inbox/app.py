@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 import os
 import secrets
 from pathlib import Path
@@ -35,10 +36,21 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from turnstile.client import ApprovalRefused, TurnNotFound, TurnstileClient
+from turnstile.engine.masking import mask_value
 from turnstile.engine.turn_input_rules import id_problem
 from turnstile.runtime.config import Settings
 
 COOKIE = "turnstile_reviewer"
+
+
+def shown_arguments(arguments: Any, review_fields: Any) -> Any:
+    """The arguments as the reviewer sees them: masked as the audit log masks
+    them, except the fields the reviewer must see to decide (the tool's
+    review fields, e.g. an e-mail's recipient)."""
+    if not isinstance(arguments, dict):
+        return mask_value(arguments)
+    keep = set(review_fields)
+    return {k: (v if k in keep else mask_value(v)) for k, v in arguments.items()}
 TEMPLATES = Environment(loader=FileSystemLoader(Path(__file__).parent / "templates"),
                         autoescape=select_autoescape(default=True, default_for_string=True))
 
@@ -136,9 +148,7 @@ class Inbox:
             except (ApprovalRefused, TurnNotFound) as err:
                 outcome["refused"] = str(err)
                 status = 409
-        pending = await client.pending_approvals()
-        view = next((p for p in pending if p.workflow_id == workflow_id
-                     and p.tool_call_id == call_id), None)
+        view = await client.pending_approval(workflow_id, call_id)
         last_message = None
         if view is not None:
             try:
@@ -147,7 +157,10 @@ class Inbox:
                                      if e.step == "turn_started"), None)
             except TurnNotFound:
                 pass
-        return self.render("call.html", status, reviewer=reviewer, view=view,
+        # JSON as the reviewer reads it (characters, not \u escapes); Jinja escapes it.
+        arguments = json.dumps(shown_arguments(view.arguments, view.highlights),
+                               ensure_ascii=False, indent=2, default=str) if view else None
+        return self.render("call.html", status, reviewer=reviewer, view=view, arguments=arguments,
                            workflow_id=workflow_id, tool_call_id=call_id,
                            csrf=self.csrf(reviewer) if reviewer else "",
                            last_message=last_message, **outcome)
