@@ -112,9 +112,10 @@ def _review(base: str, workflow_id: str, shots: Path | None) -> dict[str, Any]:
         arguments = browser.text("arguments")
         title = str(browser.driver.title)
         left = browser.text("left")
+        message = browser.text("message")
         approved = browser.decide("approve", "fine by me")
         return {"refused": refused, "approved": approved, "arguments": arguments,
-                "title": title, "left": left}
+                "title": title, "left": left, "message": message}
     finally:
         browser.driver.quit()
 
@@ -160,5 +161,6 @@ async def test_a_reviewer_approves_in_the_browser(
     assert "<script>" in seen["arguments"]  # the model's markup, shown as text ...
     assert seen["title"] != "owned"  # ... never run
     assert "left" in seen["left"]  # the deadline counts down
+    assert seen["message"] == "remind ops about the renewal"  # what the user asked
     assert result.status == TurnStatus.COMPLETED
     assert sent == 1 and len(mails) == 1 and mails[0]["To"] == "ops@example.com"

@@ -92,6 +92,7 @@ class PendingApprovalView(BaseModel):
     validated: bool
     requested_at: str
     deadline: str
+    message: str | None = None  # the turn's user message (pending_approval only)
 
 
 class TurnHandle:
@@ -225,7 +226,17 @@ class TurnstileClient:
                 return PendingApprovalView(
                     workflow_id=workflow_id, conversation_id=attrs.get(_CONVERSATION) or "",
                     requester=attrs.get(_USER) or "", service=attrs.get(_SERVICE) or "",
-                    **p.model_dump())
+                    message=await self._user_message(handle), **p.model_dump())
+        return None
+
+    async def _user_message(self, handle: WorkflowHandle[Any, Any]) -> str | None:
+        """The turn's message, from its input (the first event of its history)."""
+        async for event in handle.fetch_history_events(page_size=1):
+            started = event.workflow_execution_started_event_attributes
+            values = await self.temporal.data_converter.decode(
+                list(started.input.payloads), [TurnInput])
+            turn = values[0] if values else None
+            return turn.message if isinstance(turn, TurnInput) else None
         return None
 
     async def review(self, workflow_id: str, tool_call_id: str, approved: bool, reviewer: str,

@@ -149,21 +149,13 @@ class Inbox:
                 outcome["refused"] = str(err)
                 status = 409
         view = await client.pending_approval(workflow_id, call_id)
-        last_message = None
-        if view is not None:
-            try:
-                progress = await client.turn(workflow_id).status()
-                last_message = next((e.detail for e in reversed(progress.events)
-                                     if e.step == "turn_started"), None)
-            except TurnNotFound:
-                pass
         # JSON as the reviewer reads it (characters, not \u escapes); Jinja escapes it.
         arguments = json.dumps(shown_arguments(view.arguments, view.highlights),
                                ensure_ascii=False, indent=2, default=str) if view else None
         return self.render("call.html", status, reviewer=reviewer, view=view, arguments=arguments,
                            workflow_id=workflow_id, tool_call_id=call_id,
                            csrf=self.csrf(reviewer) if reviewer else "",
-                           last_message=last_message, **outcome)
+                           **outcome)
 
 
 def build_app(settings: Settings | None = None, client: TurnstileClient | None = None,
