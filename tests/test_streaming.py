@@ -114,3 +114,30 @@ async def test_starter_stream_command(
         handle = await turns.start("explain", service="streamed")
         assert await starter.main(["stream", handle.id], client=client) == 0
     assert capsys.readouterr().out == ANSWER + "\n"
+
+
+async def test_the_client_streams_the_answer_with_the_events(
+        client: Client, task_queue: str, tmp_path, fake_llm: FakeLLM) -> None:
+    """turnstile.client: `events(text=True)` gives the partial answer of a
+    streaming service as `answer_text` events, among the turn's own."""
+    from turnstile.client import TurnstileClient
+    from turnstile.engine.contract import TurnInput
+    from turnstile.runtime.config import Settings
+
+    fake_llm.stream_delay = 0.05
+    fake_llm.script(text_reply(ANSWER))
+    url = f"sqlite:///{tmp_path}/t.db"
+    tc = TurnstileClient(client, Settings.from_env({"TURNSTILE_TASK_QUEUE": task_queue,
+                                                    "DATABASE_URL": url}))
+    async with running_worker(client, task_queue, url, [streaming_service()],
+                              llm_url=fake_llm.url):
+        turn = await tc.start_turn(TurnInput(conversation_id="c-stream", user_id="alice",
+                                             message="explain", service="streamed",
+                                             variables={"team": "qa"}))
+        events = [e async for e in turn.events(text=True)]
+        result = await turn.result()
+    assert result.status == TurnStatus.COMPLETED, result.error
+    pieces = [e.detail for e in events if e.step == "answer_text"]
+    assert len(pieces) > 1 and "".join(pieces) == ANSWER
+    assert events[-1].step == "turn_completed"
+    assert events.index(next(e for e in events if e.step == "answer_text")) < len(events) - 1

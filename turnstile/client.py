@@ -98,8 +98,10 @@ class PendingApprovalView(BaseModel):
 class TurnHandle:
     """One turn: its result, progress and events, and cancel."""
 
-    def __init__(self, handle: WorkflowHandle[Any, TurnResult]) -> None:
+    def __init__(self, handle: WorkflowHandle[Any, TurnResult],
+                 database_url: str | None = None) -> None:
         self._handle = handle
+        self._database_url = database_url  # for streamed answer text (turn_stream)
 
     @property
     def id(self) -> str:
@@ -142,14 +144,32 @@ class TurnHandle:
         except RPCError as err:
             raise _not_found(err, self.id) from err
 
-    async def events(self, offset: int = 0, poll: float = 0.2) -> AsyncIterator[TurnEvent]:
+    async def events(self, offset: int = 0, poll: float = 0.2,
+                     text: bool = False) -> AsyncIterator[TurnEvent]:
         """The turn's events from `offset` on (step changes, tool calls, approvals
         awaited and decided, the end), as they happen; ends when the turn has
         ended and every event was given. Resume with the count already seen
-        (the turn keeps its last 200 events)."""
+        (the turn keeps its last 200 events). `text=True`: also the partial
+        answer of a streaming service as it arrives, as `answer_text` events
+        (read from the database's `turn_stream`, so this needs DATABASE_URL;
+        they do not count toward `offset`)."""
         seen = offset
+        position: tuple[int, int, int] = (-1, 0, -1)
+        stream_db = None
+        if text:
+            from turnstile.stores.db import Database
+
+            stream_db = Database(self._database_url or Settings.from_env().database_url)
         while True:
             alive = await self.running()
+            if stream_db is not None:
+                from turnstile.stores.streaming import read_stream
+
+                rows = await asyncio.to_thread(read_stream, stream_db, self.id, position)
+                for row in rows:
+                    position = (int(row["response_seq"]), int(row["attempt"]),
+                                int(row["chunk"]))
+                    yield TurnEvent(step="answer_text", detail=str(row["text"]))
             try:
                 progress = await self.status()
             except RPCError:  # no workflow task has run yet: nothing to say
@@ -173,7 +193,8 @@ class TurnstileClient:
         return cls(await connect(settings), settings)
 
     def turn(self, workflow_id: str) -> TurnHandle:
-        return TurnHandle(self.temporal.get_workflow_handle(workflow_id, result_type=TurnResult))
+        return TurnHandle(self.temporal.get_workflow_handle(workflow_id, result_type=TurnResult),
+                          self.settings.database_url)
 
     async def start_turn(self, turn: TurnInput, workflow_id: str | None = None) -> TurnHandle:
         import uuid
@@ -182,7 +203,7 @@ class TurnstileClient:
         handle = await self.temporal.start_workflow(
             WORKFLOW_TYPE, turn, id=wf_id, task_queue=self.settings.task_queue,
             result_type=TurnResult)
-        return TurnHandle(handle)
+        return TurnHandle(handle, self.settings.database_url)
 
     async def pending_approvals(self, reviewer: str | None = None,
                                 service: str | None = None) -> list[PendingApprovalView]:
