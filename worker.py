@@ -27,6 +27,7 @@ from turnstile.runtime.search_attributes import ensure_search_attributes
 from turnstile.runtime.tracing import interceptors as tracing_interceptors
 from turnstile.runtime.tracing import setup_tracing
 from turnstile.runtime.upgrade import older_turns, refusal
+from turnstile.runtime.versioning import deployment_of, settle_current
 from turnstile.sales.service import build_sales_service  # the reference app (+ its tables)
 from turnstile.stores.schema import upgrade
 from workflows import AgentTurn
@@ -87,6 +88,9 @@ def build_worker(client: Client, rt: Runtime, **overrides: object) -> Worker:
         # A value the database refuses is never retried as an outage.
         "interceptors": [DataErrors()],
     }
+    deployment = deployment_of(rt.settings)
+    if deployment is not None:
+        options["deployment_config"] = deployment.worker_config
     options.update(overrides)
     return Worker(client, **options)  # type: ignore[arg-type]
 
@@ -112,7 +116,8 @@ async def run(argv: list[str] | None = None) -> None:
         # a refused upgrade leaves the schema as the running release made it.
         client = await connect(settings, interceptors=tracing_interceptors(), runtime=runtime)
         if settings.upgrade_check:
-            older = await older_turns(client)
+            older = await older_turns(
+                client, unversioned_only=deployment_of(settings) is not None)
             if older:
                 log.error("%s", refusal(older, settings.temporal_namespace))
                 raise SystemExit(EXIT_OLDER_TURNS)
@@ -144,6 +149,9 @@ async def run(argv: list[str] | None = None) -> None:
         log.info("worker serving task queue %r on %s (%s, provider %s)", settings.task_queue,
                  settings.temporal_address, rt.db, rt.provider.name)
         async with worker:
+            deployment = deployment_of(settings)
+            if deployment is not None:
+                log.info("%s", await settle_current(client, deployment, settings.make_current))
             await done.wait()
             log.info("shutting down: running activities get %.0f s to finish",
                      settings.shutdown_grace_seconds)

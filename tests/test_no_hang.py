@@ -38,6 +38,7 @@ def broken_record(req: io.CompensationFailure) -> None:
 
 def runtime(task_queue: str, url: str, llm_url: str) -> Runtime:
     rt = Runtime.build(Settings.from_env({"TURNSTILE_WORKFLOW_SANDBOX": "strict",
+                                          "TURNSTILE_WORKER_VERSIONING": "off",
                                           "TURNSTILE_TASK_QUEUE": task_queue,
                                           "DATABASE_URL": url, "LLM_BASE_URL": llm_url}),
                        ServiceRegistry([make_service()]))

@@ -118,6 +118,14 @@ async def test_worker_refuses_to_start_while_older_turns_run(
         assert wf_id in said and "version 1" in said and "Drain first" in said
         # Refused before it migrated anything: the database is as it was (none here).
         assert not (tmp_path / "t.db").exists() or current(Database(env["DATABASE_URL"])) is None
+        # A versioned worker refuses too: an unversioned turn (what a release
+        # before Worker Versioning leaves) would move to the current version.
+        versioned = WorkerProcess(tmp_path / "versioned.log", {
+            **env, "TURNSTILE_WORKER_VERSIONING": "on",
+            "TURNSTILE_DEPLOYMENT_NAME": f"turnstile-{uuid.uuid4().hex[:8]}"})
+        with pytest.raises(RuntimeError, match="worker exited"):
+            versioned.start()
+        assert versioned.proc is not None and versioned.proc.wait(10) == EXIT_OLDER_TURNS
         # The operator who knows what follows can skip the check.
         forced = WorkerProcess(tmp_path / "forced.log",
                                {**env, "TURNSTILE_UPGRADE_CHECK": "off"}).start()
@@ -156,6 +164,7 @@ def _worker_at_revision(rt: Runtime, revision: int) -> list[Callable[..., Any]]:
 async def test_a_turn_keeps_the_revision_it_began_at(
         client: Client, task_queue: str, tmp_path, fake_llm: FakeLLM, revision: int) -> None:
     rt = Runtime.build(Settings.from_env({"TURNSTILE_WORKFLOW_SANDBOX": "strict",
+                                          "TURNSTILE_WORKER_VERSIONING": "off",
                                           "TURNSTILE_TASK_QUEUE": task_queue,
                                           "DATABASE_URL": f"sqlite:///{tmp_path}/t.db",
                                           "LLM_BASE_URL": fake_llm.url}),
@@ -193,6 +202,7 @@ async def test_a_cancel_during_a_model_call_ends_as_the_turns_revision_says(
     begun at revision 1 keeps ending such a cancel as the model call's
     failure, as the history it may have in flight recorded."""
     rt = Runtime.build(Settings.from_env({"TURNSTILE_WORKFLOW_SANDBOX": "strict",
+                                          "TURNSTILE_WORKER_VERSIONING": "off",
                                           "TURNSTILE_TASK_QUEUE": task_queue,
                                           "DATABASE_URL": f"sqlite:///{tmp_path}/t.db",
                                           "LLM_BASE_URL": fake_llm.url}),

@@ -48,6 +48,8 @@ async def running_worker(client: Client, task_queue: str, database_url: str,
     settings = Settings.from_env({
         # Tests run workflow code in Temporal's sandbox (worker.workflow_runner).
         "TURNSTILE_WORKFLOW_SANDBOX": "strict",
+        # Unversioned: each test has its own task queue (tests/test_worker_versioning.py).
+        "TURNSTILE_WORKER_VERSIONING": "off",
         "TURNSTILE_TASK_QUEUE": task_queue, "DATABASE_URL": database_url,
         **({"LLM_BASE_URL": llm_url} if llm_url else {}), **(env or {}),
     })

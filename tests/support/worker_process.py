@@ -23,7 +23,9 @@ class WorkerProcess:
     def start(self) -> WorkerProcess:
         offset = self.log.stat().st_size if self.log.exists() else 0
         # Workflow code in Temporal's sandbox, as every test runs it (worker.workflow_runner).
-        full_env = {**os.environ, "TURNSTILE_WORKFLOW_SANDBOX": "strict", **self.env,
+        full_env = {**os.environ, "TURNSTILE_WORKFLOW_SANDBOX": "strict",
+                    # Unversioned unless a test asks (tests/test_worker_versioning.py).
+                    "TURNSTILE_WORKER_VERSIONING": "off", **self.env,
                     "PYTHONPATH": str(self.root),
                     "TURNSTILE_PLUGINS": "tests.support.services:register"}
         self.proc = spawn([sys.executable, str(self.root / "worker.py"), *self.args], self.log,

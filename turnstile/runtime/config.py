@@ -50,6 +50,15 @@ class Settings:
     # Refuse to start while turns of an older command-sequence version run
     # (turnstile.runtime.upgrade). TURNSTILE_UPGRADE_CHECK=off skips it.
     upgrade_check: bool = True
+    # Worker Versioning (turnstile.runtime.versioning): the worker runs as the
+    # Worker Deployment Version `deployment_name`/`build_id` (None: the default
+    # build id) and turns are pinned to it. Off: an unversioned worker.
+    worker_versioning: bool = True
+    deployment_name: str = "turnstile"
+    build_id: str | None = None
+    # When the worker makes its version current: "first" (no version is yet),
+    # "always", "never".
+    make_current: str = "first"
     # How workflow code runs (worker.workflow_runner): "off" (default) runs it
     # without Temporal's sandbox; "strict" in Temporal's sandbox, as the test
     # suite runs it. Only Turnstile's own workflow code runs there (services,
@@ -92,6 +101,11 @@ class Settings:
             shutdown_grace_seconds=float(e.get("TURNSTILE_SHUTDOWN_GRACE_SECONDS")
                                          or d.shutdown_grace_seconds),
             upgrade_check=(e.get("TURNSTILE_UPGRADE_CHECK") or "on").lower() != "off",
+            worker_versioning=_flag(e.get("TURNSTILE_WORKER_VERSIONING"), True),
+            deployment_name=e.get("TURNSTILE_DEPLOYMENT_NAME") or d.deployment_name,
+            build_id=e.get("TURNSTILE_BUILD_ID") or None,
+            make_current=_choice("TURNSTILE_MAKE_CURRENT", e.get("TURNSTILE_MAKE_CURRENT"),
+                                 ("first", "always", "never")),
             log_format=(e.get("TURNSTILE_LOG_FORMAT") or "text").strip().lower(),
             metrics_port=int(e.get("TURNSTILE_METRICS_PORT") or 0) or None,
             max_cached_workflows=int(e.get("TURNSTILE_MAX_CACHED_WORKFLOWS")
@@ -99,6 +113,14 @@ class Settings:
             workflow_sandbox=_sandbox(e.get("TURNSTILE_WORKFLOW_SANDBOX") or "off"),
             plugins=tuple(p for p in (e.get("TURNSTILE_PLUGINS") or "").split(",") if p.strip()),
         )
+
+
+def _choice(name: str, value: str | None, choices: tuple[str, ...]) -> str:
+    if not value:
+        return choices[0]
+    if value.strip().lower() not in choices:
+        raise ConfigurationError(f"{name} must be one of {', '.join(choices)}, not {value!r}")
+    return value.strip().lower()
 
 
 def _sandbox(value: str) -> str:

@@ -71,11 +71,17 @@ class OlderTurn:
     version: int
 
 
-async def older_turns(client: Client, limit: int = 1000) -> list[OlderTurn]:
+async def older_turns(client: Client, limit: int = 1000,
+                      unversioned_only: bool = False) -> list[OlderTurn]:
     """Running AgentTurn workflows of the namespace whose version is older than
-    this code's (at most `limit` are examined)."""
+    this code's (at most `limit` are examined). `unversioned_only`: skip turns
+    pinned to a Worker Deployment Version — their own build finishes them
+    (turnstile.runtime.versioning); an unversioned turn would move to the
+    current version, whatever code that runs."""
     found = []
     query = f"WorkflowType = '{WORKFLOW_TYPE}' AND ExecutionStatus = 'Running'"
+    if unversioned_only:
+        query += " AND TemporalWorkerDeploymentVersion IS NULL"
     async for wf in client.list_workflows(query, limit=limit):
         handle = client.get_workflow_handle(wf.id, run_id=wf.run_id)
         events = []
