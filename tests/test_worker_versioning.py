@@ -16,7 +16,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 
 from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
-from tests.support.processes import wait_for
+from tests.support.processes import free_port, wait_for
 from tests.support.temporal_server import DevServer
 from tests.support.turns import wait_pending
 from tests.support.worker_process import WorkerProcess
@@ -28,6 +28,8 @@ from turnstile.engine.contract import (
     TurnResult,
     TurnStatus,
 )
+from turnstile.runtime.config import Settings
+from turnstile.runtime.devstack import Stack
 from turnstile.runtime.versioning import Deployment, current_build, pinned_running
 from turnstile.stores.db import Database
 
@@ -160,3 +162,50 @@ async def test_a_worker_never_takes_current_from_another_version_unless_told(
         first.stop()
         if second is not None:
             second.stop()
+
+
+async def test_make_up_after_an_upgrade_keeps_the_running_turn_going(
+        client: Client, temporal_server: DevServer, tmp_path: Path, fake_llm: FakeLLM,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`make up` twice, the checkout changed in between (a new build id): the
+    second starts the new build's worker and makes it current; the old one keeps
+    its parked turn until it is approved and done; the next `make up` stops it."""
+    queue = f"wv-{uuid.uuid4().hex[:8]}"
+    name = f"turnstile-{uuid.uuid4().hex[:8]}"
+    env = {"TEMPORAL_ADDRESS": temporal_server.address, "TURNSTILE_TASK_QUEUE": queue,
+           "DATABASE_URL": f"sqlite:///{tmp_path}/t.db", "LLM_BASE_URL": fake_llm.url,
+           "TURNSTILE_DATA_DIR": str(tmp_path / "data"), "TURNSTILE_DEPLOYMENT_NAME": name,
+           "SMTP_HOST": "127.0.0.1", "SMTP_PORT": str(free_port()),
+           "TURNSTILE_WORKER_VERSIONING": "on"}
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    fake_llm.default = lambda request: (
+        text_reply("queued") if any(m.get("role") == "tool" for m in request["messages"])
+        else tool_reply((f"e-{uuid.uuid4().hex[:6]}", "createEmailTask", MAIL)))
+
+    def stack(build: str) -> Stack:
+        monkeypatch.setenv("TURNSTILE_BUILD_ID", build)
+        return Stack(Settings.from_env())
+
+    first = stack("checkout-1")
+    try:
+        await asyncio.to_thread(first.up)
+        parked = await client.start_workflow(
+            WORKFLOW_TYPE, turn_input(f"c-{uuid.uuid4().hex[:6]}", "mail ops"),
+            id=f"wv-{uuid.uuid4().hex[:8]}", task_queue=queue, result_type=TurnResult)
+        [pending] = await wait_pending(parked)
+        second = stack("checkout-2")
+        await asyncio.to_thread(second.up)
+        assert second.workers() == ["worker-checkout-1", "worker-checkout-2"]
+        assert await current_build(client, name) == "checkout-2"
+        await parked.signal("approve", ApproveSignal(tool_call_id=pending.tool_call_id,
+                                                     reviewer="carol"))
+        result = await asyncio.wait_for(parked.result(), 60)
+        assert result.status == TurnStatus.COMPLETED, result.error
+        assert set(await task_builds(parked)) == {"checkout-1"}
+        await eventually_zero(lambda: pinned_running(client, Deployment(name, "checkout-1")))
+        await asyncio.to_thread(second.up)  # the drained build's worker stops
+        assert second.workers() == ["worker-checkout-2"]
+    finally:
+        await asyncio.to_thread(first.down)  # the same pid files: every build's worker
+    assert first.workers() == []

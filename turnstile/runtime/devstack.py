@@ -5,11 +5,21 @@ Starts, each in its own process group with a pid file and a log under
 Web UI on :8233; skipped when something already answers at TEMPORAL_ADDRESS),
 the local SMTP server, and the worker (which also runs the e-mail sender).
 `down` stops exactly the processes whose pid files it finds.
+
+Upgrades the way Worker Versioning does them (turnstile.runtime.versioning):
+the worker runs as build `<version>-turn<v>.<r>-<git commit>`, and `up`
+after the checkout changed starts the new build's worker and makes it
+current, while the previous build's worker keeps serving the turns pinned to
+it; each later `up` stops a previous build's worker once none of its turns
+runs. A worker of a release before versioning (`worker.pid`) is stopped
+once the new one is current: its running turns move to the current build,
+which continues them along the revision they began at.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import os
 import shutil
@@ -20,7 +30,9 @@ import sys
 import time
 from pathlib import Path
 
+from turnstile.runtime.client import connect
 from turnstile.runtime.config import PROJECT_ROOT, Settings
+from turnstile.runtime.versioning import Deployment, default_build_id, pinned_running
 
 log = logging.getLogger("turnstile.runtime.devstack")
 
@@ -68,6 +80,14 @@ def wait_until(check, timeout: float, what: str) -> None:  # type: ignore[no-unt
     raise TimeoutError(f"{what} did not come up within {timeout:.0f} s")
 
 
+def dev_build_id() -> str:
+    """The default build id plus the checkout's commit, so that `make up`
+    after a `git pull` starts a new version even when the release did not change."""
+    commit = subprocess.run(["git", "rev-parse", "--short=10", "HEAD"], cwd=PROJECT_ROOT,
+                            capture_output=True, text=True, check=False).stdout.strip()
+    return f"{default_build_id()}-{commit}" if commit else default_build_id()
+
+
 class Stack:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -81,18 +101,26 @@ class Stack:
             return None
         pid = int(f.read_text().strip() or 0)
         try:
+            # Our own child (a `Stack` kept in one process, as tests do) that
+            # exited is a zombie until reaped, and a zombie answers kill(0).
+            reaped = os.waitpid(pid, os.WNOHANG)[0] == pid
+        except ChildProcessError:
+            reaped = False  # started by an earlier `make up`: not ours to reap
+        try:
+            if reaped:
+                raise ProcessLookupError(pid)
             os.kill(pid, 0)
         except (ProcessLookupError, PermissionError):
             f.unlink(missing_ok=True)
             return None
         return pid
 
-    def _spawn(self, name: str, cmd: list[str]) -> int:
+    def _spawn(self, name: str, cmd: list[str], env: dict[str, str] | None = None) -> int:
         self.pids.mkdir(parents=True, exist_ok=True)
         self.logs.mkdir(parents=True, exist_ok=True)
         logf = open(self.logs / f"{name}.log", "ab")  # noqa: SIM115 - handed to the child
         proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, cwd=PROJECT_ROOT,
-                                start_new_session=True, env=os.environ.copy())
+                                start_new_session=True, env={**os.environ, **(env or {})})
         (self.pids / f"{name}.pid").write_text(str(proc.pid))
         log.info("started %s (pid %s), log %s", name, proc.pid, self.logs / f"{name}.log")
         return proc.pid
@@ -114,42 +142,88 @@ class Stack:
                 self._spawn("smtp", [sys.executable, "-m", "turnstile.sales.smtp_server",
                                      "--port", str(s.smtp_port), "--dir", str(self.data / "mail")])
                 wait_until(lambda: answers(s.smtp_host, s.smtp_port), 20, "SMTP server")
-        if not self._alive("worker"):
-            logfile = self.logs / "worker.log"
-            offset = logfile.stat().st_size if logfile.exists() else 0
-            self._spawn("worker", [sys.executable, str(PROJECT_ROOT / "worker.py")])
-
-            def ready() -> bool:
-                if not self._alive("worker"):
-                    # e.g. turns of an older version still run (turnstile.runtime.upgrade)
-                    with open(logfile, "rb") as f:
-                        f.seek(offset)
-                        said = f.read().decode(errors="replace").strip().splitlines()[-5:]
-                    raise RuntimeError("the worker exited; from " + str(logfile) + ":\n"
-                                       + "\n".join(said))
-                with open(logfile, "rb") as f:
-                    f.seek(offset)
-                    return b"worker serving task queue" in f.read()
-
-            wait_until(ready, 60, "worker")
+        deployment = self.deployment()
+        name = "worker" if deployment is None else f"worker-{deployment.build_id}"
+        if not self._alive(name):
+            env = {} if deployment is None else {"TURNSTILE_BUILD_ID": deployment.build_id,
+                                                 "TURNSTILE_MAKE_CURRENT": "always"}
+            marker = b"worker serving task queue" if deployment is None else b" current"
+            self._start_worker(name, env, marker)
+        if deployment is not None:
+            self._drain_others(deployment)
         log.info("stack is up; `make down` stops it")
 
-    def down(self) -> None:
-        for name in ("worker", "smtp", "temporal"):
-            pid = self._alive(name)
-            if pid is None:
+    def deployment(self) -> Deployment | None:
+        s = self.settings
+        if not s.worker_versioning:
+            return None
+        return Deployment(s.deployment_name, s.build_id or dev_build_id())
+
+    def _start_worker(self, name: str, env: dict[str, str], marker: bytes) -> None:
+        logfile = self.logs / f"{name}.log"
+        offset = logfile.stat().st_size if logfile.exists() else 0
+        self._spawn(name, [sys.executable, str(PROJECT_ROOT / "worker.py")], env)
+
+        def said() -> bytes:
+            with open(logfile, "rb") as f:
+                f.seek(offset)
+                return f.read()
+
+        def ready() -> bool:
+            if not self._alive(name):
+                # e.g. turns of an older version still run (turnstile.runtime.upgrade)
+                last = said().decode(errors="replace").strip().splitlines()[-5:]
+                raise RuntimeError(f"the worker exited; from {logfile}:\n" + "\n".join(last))
+            return marker in said()
+
+        wait_until(ready, 60, "worker")
+
+    def workers(self) -> list[str]:
+        """The names of the workers whose pid files are here (any build)."""
+        if not self.pids.exists():
+            return []
+        return sorted(p.stem for p in self.pids.glob("worker*.pid"))
+
+    def _drain_others(self, current: Deployment) -> None:
+        """Stop the workers of other builds that no running turn needs any more."""
+        for name in self.workers():
+            if name == f"worker-{current.build_id}" or not self._alive(name):
                 continue
-            try:
-                os.killpg(pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-            deadline = time.monotonic() + 15
-            while self._alive(name) and time.monotonic() < deadline:
-                time.sleep(0.2)
-            if self._alive(name):
-                os.killpg(pid, signal.SIGKILL)
-            (self.pids / f"{name}.pid").unlink(missing_ok=True)
-            log.info("stopped %s (pid %s)", name, pid)
+            if name == "worker":  # unversioned: its turns now go to the current build
+                self._stop(name)
+                continue
+            old = Deployment(current.name, name.removeprefix("worker-"))
+            running = asyncio.run(self._pinned(old))
+            if running:
+                log.info("the worker of build %s keeps serving %d turn(s) pinned to it; "
+                         "`make up` stops it once they end", old.build_id, running)
+            else:
+                self._stop(name)
+
+    async def _pinned(self, deployment: Deployment) -> int:
+        client = await connect(self.settings)
+        return await pinned_running(client, deployment)
+
+    def _stop(self, name: str) -> None:
+        pid = self._alive(name)
+        if pid is None:
+            return
+        try:
+            os.killpg(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        deadline = time.monotonic() + 15
+        while self._alive(name) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if self._alive(name):
+            log.warning("%s (pid %s) did not stop within 15 s of SIGTERM: killed", name, pid)
+            os.killpg(pid, signal.SIGKILL)
+        (self.pids / f"{name}.pid").unlink(missing_ok=True)
+        log.info("stopped %s (pid %s)", name, pid)
+
+    def down(self) -> None:
+        for name in [*self.workers(), "smtp", "temporal"]:
+            self._stop(name)
 
 
 def main(argv: list[str] | None = None) -> None:
