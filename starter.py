@@ -24,14 +24,20 @@ from typing import Any
 
 from temporalio.client import Client
 
-from turnstile.client import ApprovalRefused, TurnHandle, TurnNotFound, TurnstileClient
+from turnstile.client import (
+    ApprovalRefused,
+    ClientError,
+    TurnHandle,
+    TurnNotFound,
+    TurnstileClient,
+)
 from turnstile.engine.contract import (
     PendingApproval,
     TurnInput,
     TurnResult,
 )
 from turnstile.runtime import log_masking
-from turnstile.runtime.client import connect, web_ui_url
+from turnstile.runtime.client import TemporalUnreachable, connect, web_ui_url
 from turnstile.runtime.config import Settings
 from turnstile.stores.schema import upgrade
 
@@ -325,7 +331,14 @@ async def main(argv: list[str] | None = None, client: Client | None = None) -> i
 if __name__ == "__main__":
     log_masking.setup(logging.WARNING, Settings.from_env().log_format,
                       text_format=logging.BASIC_FORMAT)
-    code = asyncio.run(main())
+    try:
+        code = asyncio.run(main())
+    except ClientError as refused:  # e.g. no such turn: one line, not a traceback
+        print(f"error: {refused}", file=sys.stderr)
+        code = 1
+    except TemporalUnreachable as unreachable:
+        print(f"error: {unreachable}", file=sys.stderr)
+        code = 2
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()

@@ -110,7 +110,7 @@ async def run(argv: list[str] | None = None) -> None:
     client = None
     runtime = metrics_runtime(settings)  # the Prometheus endpoint, when a port is set
     if runtime is not None:
-        log.info("metrics on http://127.0.0.1:%d/metrics", settings.metrics_port)
+        log.info("metrics on http://%s:%d/metrics", settings.metrics_host, settings.metrics_port)
     if not args.sender_only:
         # What the worker would refuse is checked before anything is migrated:
         # a refused upgrade leaves the schema as the running release made it.

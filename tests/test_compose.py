@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import re
 import shlex
 from collections.abc import Iterator
@@ -42,6 +43,14 @@ def env_vars_read_by_code() -> set[str]:
         text = path.read_text()
         names |= set(_ENV_READ.findall(text)) | set(_OTEL_LITERAL.findall(text))
     return names
+
+
+def temporal_envconfig_vars() -> set[str]:
+    """The variables Temporal's environment configuration reads (temporalio.envconfig,
+    through turnstile.runtime.config): the same as the `temporal` CLI's."""
+    from turnstile.runtime.config import TEMPORAL_ENV
+
+    return set(TEMPORAL_ENV)
 
 
 def standard_otel_vars() -> set[str]:
@@ -228,7 +237,7 @@ def test_parser_check_rejects_unknown_flags(monkeypatch: pytest.MonkeyPatch) -> 
 # --- environment --------------------------------------------------------------------
 
 def test_scan_finds_the_documented_variables() -> None:
-    found = env_vars_read_by_code()
+    found = env_vars_read_by_code() | temporal_envconfig_vars()
     documented = {"TEMPORAL_ADDRESS", "TEMPORAL_NAMESPACE", "TURNSTILE_TASK_QUEUE",
                   "DATABASE_URL", "LLM_BASE_URL", "LLM_API_KEY", "LLM_MODEL", "SMTP_HOST",
                   "SMTP_PORT", "TURNSTILE_AUDIT"}
@@ -237,7 +246,7 @@ def test_scan_finds_the_documented_variables() -> None:
 
 def test_turnstile_services_set_only_variables_the_code_reads(
         services: dict[str, dict[str, Any]]) -> None:
-    allowed = env_vars_read_by_code() | standard_otel_vars()
+    allowed = env_vars_read_by_code() | standard_otel_vars() | temporal_envconfig_vars()
     for name, svc in turnstile_services(services).items():
         unknown = set(environment_of(svc)) - allowed
         assert not unknown, f"{name} sets variables nothing reads: {sorted(unknown)}"
@@ -340,3 +349,24 @@ def test_dockerfile() -> None:
     assert 'CMD ["python", "worker.py"]' in text
     ignored = (ROOT / ".dockerignore").read_text().split()
     assert {".venv", ".data"} <= set(ignored)
+
+
+def test_the_collector_scrapes_every_worker_replica(services: dict[str, dict[str, Any]]) -> None:
+    cfg = yaml.safe_load((ROOT / "deploy/otel/collector.yaml").read_text())
+    jobs = {j["job_name"]: j for j in cfg["receivers"]["prometheus"]["config"]["scrape_configs"]}
+    [sd] = jobs["turnstile-workers"]["dns_sd_configs"]
+    worker = environment_of(services["worker"])
+    assert sd["names"] == ["worker"] and sd["port"] == int(worker["TURNSTILE_METRICS_PORT"])
+    assert worker["TURNSTILE_METRICS_HOST"] == "0.0.0.0"  # reachable from the collector
+
+
+def test_the_dashboard_asks_only_for_series_the_code_records() -> None:
+    """deploy/grafana/turnstile.json: every `turnstile_*` series it queries is
+    created somewhere in the code (a histogram's `_bucket` is its own)."""
+    dashboard = json.loads((ROOT / "deploy/grafana/turnstile.json").read_text())
+    asked = {re.sub(r"_bucket$", "", name) for panel in dashboard["panels"]
+             for target in panel["targets"]
+             for name in re.findall(r"turnstile_[a-z_]+", target["expr"])}
+    code = "\n".join(p.read_text() for p in _python_sources())
+    recorded = set(re.findall(r'"(turnstile_[a-z_]+)"', code))
+    assert asked and asked <= recorded, asked - recorded

@@ -60,7 +60,7 @@ class Inbox:
                  secret: str | None = None) -> None:
         self.settings = settings
         self.header = os.environ.get("TURNSTILE_INBOX_IDENTITY_HEADER") or None
-        self.web_ui = os.environ.get("TURNSTILE_WEB_UI_URL", "http://localhost:8233")
+        self.web_ui = settings.web_ui_url
         key = secret or os.environ.get("TURNSTILE_INBOX_SECRET") or secrets.token_hex(32)
         self.secret = key.encode()
         self._client = client

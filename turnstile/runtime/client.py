@@ -71,19 +71,38 @@ def converter(settings: Settings) -> DataConverter:
     return payload_data_converter(db, base, settings.payload_threshold)
 
 
+class TemporalUnreachable(RuntimeError):
+    """No Temporal server answered at the configured address (or it refused
+    the connection: TLS, API key). Says where it looked."""
+
+
 async def connect(settings: Settings, interceptors: Sequence[Interceptor] = (),
                   runtime: Runtime | None = None) -> Client:
-    return await Client.connect(
-        settings.temporal_address,
-        namespace=settings.temporal_namespace,
-        data_converter=converter(settings),
-        interceptors=interceptors,
-        runtime=runtime,
-    )
+    """A client of the cluster the settings name: address and namespace, and
+    the TLS, API key and gRPC metadata of the Temporal environment profile
+    (Settings.temporal_profile), so one build reaches a dev server, an mTLS
+    cluster or Temporal Cloud."""
+    options: dict[str, Any] = dict(settings.temporal_profile.to_client_connect_config())
+    options.update(target_host=settings.temporal_address,
+                   namespace=settings.temporal_namespace)
+    try:
+        return await Client.connect(
+            **options,
+            data_converter=converter(settings),
+            interceptors=interceptors,
+            runtime=runtime,
+        )
+    except RuntimeError as e:
+        if "Failed client connect" not in str(e):
+            raise
+        raise TemporalUnreachable(
+            f"cannot reach Temporal at {settings.temporal_address} (namespace "
+            f"{settings.temporal_namespace!r}; set TEMPORAL_ADDRESS or a profile, "
+            f"TEMPORAL_PROFILE / TEMPORAL_CONFIG_FILE): {e}") from e
 
 
 def metrics_runtime(settings: Settings) -> Runtime | None:
-    """A Temporal runtime whose Prometheus endpoint (127.0.0.1:TURNSTILE_METRICS_PORT)
+    """A Temporal runtime whose Prometheus endpoint (TURNSTILE_METRICS_HOST:_PORT)
     serves the SDK's metrics and Turnstile's own, recorded through the SDK's
     meters (workflow metrics are not recorded during replay). None: no
     endpoint. One endpoint for both, and replay-safe workflow metrics, is why
@@ -91,8 +110,9 @@ def metrics_runtime(settings: Settings) -> Runtime | None:
     if settings.metrics_port is None:
         return None
     return Runtime(telemetry=TelemetryConfig(metrics=PrometheusConfig(
-        bind_address=f"127.0.0.1:{settings.metrics_port}", durations_as_seconds=True)))
+        bind_address=f"{settings.metrics_host}:{settings.metrics_port}",
+        durations_as_seconds=True)))
 
 
-def web_ui_url(settings: Settings, workflow_id: str, ui: str = "http://localhost:8233") -> str:
-    return f"{ui}/namespaces/{settings.temporal_namespace}/workflows/{workflow_id}"
+def web_ui_url(settings: Settings, workflow_id: str) -> str:
+    return f"{settings.web_ui_url}/namespaces/{settings.temporal_namespace}/workflows/{workflow_id}"

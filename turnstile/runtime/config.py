@@ -4,14 +4,24 @@ activities and the starter, never by workflow code."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+
+from temporalio.envconfig import ClientConfigProfile
 
 from turnstile.engine.contract import DEFAULT_TASK_QUEUE
 from turnstile.engine.errors import ConfigurationError
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]  # turnstile/runtime/config.py -> repo
 DATA_DIR = Path(os.environ.get("TURNSTILE_DATA_DIR", PROJECT_ROOT / ".data"))
+
+
+# What Temporal's environment configuration reads (besides TEMPORAL_GRPC_META_*),
+# as the `temporal` CLI does: docs/contract.md, "Connecting to Temporal".
+TEMPORAL_ENV = ("TEMPORAL_ADDRESS", "TEMPORAL_NAMESPACE", "TEMPORAL_API_KEY", "TEMPORAL_PROFILE",
+                "TEMPORAL_CONFIG_FILE", "TEMPORAL_TLS", "TEMPORAL_TLS_CLIENT_CERT_PATH",
+                "TEMPORAL_TLS_CLIENT_KEY_PATH", "TEMPORAL_TLS_SERVER_CA_CERT_PATH",
+                "TEMPORAL_TLS_SERVER_NAME", "TEMPORAL_TLS_DISABLE_HOST_VERIFICATION")
 
 
 def _flag(value: str | None, default: bool) -> bool:
@@ -24,6 +34,16 @@ def _flag(value: str | None, default: bool) -> bool:
 class Settings:
     temporal_address: str = "localhost:7233"
     temporal_namespace: str = "default"
+    # Temporal's environment configuration (temporalio.envconfig): the profile
+    # TEMPORAL_PROFILE (default "default") of TEMPORAL_CONFIG_FILE (default
+    # ~/.config/temporalio/temporal.toml), overridden by TEMPORAL_ADDRESS,
+    # TEMPORAL_NAMESPACE, TEMPORAL_API_KEY, TEMPORAL_TLS_* — the same settings
+    # the `temporal` CLI reads. Its TLS, API key and gRPC metadata go to every
+    # connection (turnstile.runtime.client.connect).
+    temporal_profile: ClientConfigProfile = field(default_factory=ClientConfigProfile,
+                                                  compare=False, repr=False)
+    # The Temporal Web UI, for the links the starter and the inbox print.
+    web_ui_url: str = "http://localhost:8233"
     task_queue: str = DEFAULT_TASK_QUEUE
     database_url: str = f"sqlite:///{DATA_DIR / 'turnstile.db'}"
     database_readonly_url: str | None = None
@@ -73,14 +93,19 @@ class Settings:
     # The worker's Prometheus endpoint on 127.0.0.1 (None: no endpoint):
     # Temporal's SDK metrics and Turnstile's own (`turnstile_*`).
     metrics_port: int | None = None
+    # The interface it listens on (0.0.0.0 in containers, for the scraper).
+    metrics_host: str = "127.0.0.1"
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
         e = os.environ if env is None else env
         d = cls()
+        profile = ClientConfigProfile.load(override_env_vars=dict(e))
         return cls(
-            temporal_address=e.get("TEMPORAL_ADDRESS") or d.temporal_address,
-            temporal_namespace=e.get("TEMPORAL_NAMESPACE") or d.temporal_namespace,
+            temporal_address=profile.address or d.temporal_address,
+            temporal_namespace=profile.namespace or d.temporal_namespace,
+            temporal_profile=profile,
+            web_ui_url=(e.get("TURNSTILE_WEB_UI_URL") or d.web_ui_url).rstrip("/"),
             task_queue=e.get("TURNSTILE_TASK_QUEUE") or d.task_queue,
             database_url=e.get("DATABASE_URL") or d.database_url,
             database_readonly_url=e.get("DATABASE_READONLY_URL") or None,
@@ -108,6 +133,7 @@ class Settings:
                                  ("first", "always", "never")),
             log_format=(e.get("TURNSTILE_LOG_FORMAT") or "text").strip().lower(),
             metrics_port=int(e.get("TURNSTILE_METRICS_PORT") or 0) or None,
+            metrics_host=e.get("TURNSTILE_METRICS_HOST") or d.metrics_host,
             max_cached_workflows=int(e.get("TURNSTILE_MAX_CACHED_WORKFLOWS")
                                      or d.max_cached_workflows),
             workflow_sandbox=_sandbox(e.get("TURNSTILE_WORKFLOW_SANDBOX") or "off"),
