@@ -23,6 +23,7 @@ from turnstile.engine.errors import (
     DatabaseUnavailable,
     MalformedModelResponse,
     MemoryConflictError,
+    MessageTooLong,
     ModelRequestRejected,
     ResetConflict,
     RunSuperseded,
@@ -87,7 +88,7 @@ class ModelActivities:
             if req.execution_chain:
                 return await as_current_run(req.execution_chain, work)
             return await asyncio.to_thread(work, None)
-        except (MemoryConflictError, ResetConflict, RunSuperseded) as exc:
+        except (MemoryConflictError, ResetConflict, RunSuperseded, MessageTooLong) as exc:
             raise application_error(exc, non_retryable=True) from exc
         except DatabaseUnavailable as exc:
             raise application_error(exc, non_retryable=False) from exc
@@ -103,14 +104,15 @@ class ModelActivities:
         first = req.prelude_seq if req.prelude else req.response_seq
         wf_id, memory = turn_workflow_id(), self.rt.memory
         run_id = activity.info().workflow_run_id
+        shape = RequestShape(self.rt, service, req, tools)
+        shape.refuse_too_long(req.prelude)  # before anything is stored
         with self.rt.db.connect() as conn:
             self._store(req, first, req.prelude, first, w, conn)
             stored = memory.get(req.conversation_id, req.response_seq, conn)
             if stored is not None and stored[1] == wf_id and stored[0].role == "assistant" and (
                     stored[2] in (None, run_id)):
                 return stored[0], None
-            messages = read_window(self.rt, RequestShape(self.rt, service, req, tools), wf_id,
-                                   conn)
+            messages = read_window(self.rt, shape, wf_id, conn)
         request, _ = build_request(self.rt, service, req, messages, tools)
         return None, request
 

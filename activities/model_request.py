@@ -10,12 +10,14 @@ import logging
 from activities.runtime import Runtime, model_name
 from turnstile.engine.activity_io import ModelCallInput
 from turnstile.engine.endings import CONTINUATION_PROMPT
+from turnstile.engine.errors import MessageTooLong
 from turnstile.engine.memory_window import (
     MemoryWindow,
     Windowed,
     apply_window,
     cap_tool_results,
     json_tokens,
+    message_tokens,
     paired,
     result_cap,
 )
@@ -43,7 +45,9 @@ class RequestShape:
                  tools: list[ToolSpec]) -> None:
         self.req = req
         self.window = req.window or current_window(rt, service)
-        self.count = counter_for(model_name(rt))
+        self.model = model_name(rt)
+        self.context = context_tokens(self.model, rt.settings.context_tokens)
+        self.count = counter_for(self.model)
         self.reserved = (json_tokens([t.openai_schema() for t in tools], self.count)
                          + json_tokens(req.response_format, self.count))
         self.service = service
@@ -53,6 +57,20 @@ class RequestShape:
         if t is not None and t.spec.max_result_bytes is not None:
             return result_cap(t.spec.max_result_bytes, self.window)
         return result_cap(self.window.tool_result_max_bytes, self.window)
+
+    def refuse_too_long(self, prelude: list[ChatMessage]) -> None:
+        """MessageTooLong when the user message about to be stored cannot fit
+        the model's context whatever the window leaves out (the window always
+        keeps it: memory_window)."""
+        for m in prelude:
+            if m.role != "user":
+                continue
+            need = message_tokens(m, self.count) + self.reserved
+            if need > self.context:
+                raise MessageTooLong(
+                    f"the message takes about {need:,} tokens with this service's tools; "
+                    f"the model ({self.model or 'unnamed'}) reads at most {self.context:,} "
+                    "(TURNSTILE_CONTEXT_TOKENS): shorten it or split it into turns")
 
     @property
     def bounded(self) -> bool:

@@ -28,6 +28,7 @@ STABLE = {
     RunUnconfirmed: "RunUnconfirmed",  # internal: a claim waits for Temporal's word
     errors.DatabaseUnavailable: "DatabaseUnavailable",
     errors.InvalidTurnInput: "InvalidTurnInput",
+    errors.MessageTooLong: "MessageTooLong",
     errors.DecisionRefused: "DecisionRefused",
     errors.DatabaseRefusedData: "DatabaseRefusedData",
     errors.TemplateVariableMissing: "TemplateVariableMissing",

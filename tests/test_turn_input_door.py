@@ -176,3 +176,33 @@ async def test_a_value_the_database_refuses_is_not_retried(
     assert cause.cause.type == "DatabaseRefusedData" and cause.cause.non_retryable
     assert cause.retry_state == RetryState.NON_RETRYABLE_FAILURE
     assert "\x00" not in json.dumps(str(cause.cause))
+
+
+async def test_a_message_no_model_can_read_is_refused_before_it_is_stored(
+        client: Client, task_queue: str, db: Database, fake_llm: FakeLLM) -> None:
+    """Within the door's character limit but over the model's context: the
+    model call refuses it (MessageTooLong) before storing or sending it; the
+    turn ends `refused` with the figures, the conversation holds nothing of it,
+    and the next turn on it completes."""
+    fake_llm.default = lambda _req: text_reply("fine")
+    conversation = f"long-{uuid.uuid4().hex[:8]}"
+    async with running_worker(client, task_queue, db.url, [make_service()],
+                              llm_url=fake_llm.url,
+                              env={"TURNSTILE_CONTEXT_TOKENS": "2000"}) as turns:
+        handle = await turns.start(" ".join(f"word{i}" for i in range(6000)),
+                                   conversation=conversation)
+        result = await asyncio.wait_for(handle.result(), 15)
+        assert result.status == TurnStatus.REFUSED, result
+        assert result.error is not None and result.error.type == "MessageTooLong"
+        assert "reads at most 2,000" in result.error.message
+        assert not fake_llm.requests  # never sent
+        with db.connect() as conn:
+            stored = conn.fetchall("SELECT role FROM chat_message WHERE conversation_id = :c",
+                                   {"c": conversation})
+            locks = conn.fetchall("SELECT * FROM conversation_lock WHERE conversation_id = :c",
+                                  {"c": conversation})
+        assert stored == [] and locks == []
+        after = await turns.run("a short one", conversation=conversation)
+        assert after.status == TurnStatus.COMPLETED, after.error
+    assert len(fake_llm.requests) == 1
+    assert all(m.get("content") != "" for m in fake_llm.requests[0]["messages"])

@@ -26,7 +26,7 @@ with workflow.unsafe.imports_passed_through():
         TurnInput,
         TurnStatus,
     )
-    from turnstile.engine.errors import ResetConflict, TurnstileError
+    from turnstile.engine.errors import REFUSING_ERRORS, ResetConflict, TurnstileError
     from turnstile.engine.masking import mask_any, mask_json_text
     from turnstile.engine.messages import ChatMessage, ToolCall, Usage
     from turnstile.engine.turn_rules import parsed_arguments
@@ -102,8 +102,11 @@ class TurnStopped(Exception):
     @classmethod
     def from_activity(cls, status: TurnStatus,
                       exc: ActivityError | ApplicationError) -> TurnStopped:
+        error_type = failure_type(exc)
+        if error_type in REFUSING_ERRORS:  # the turn may not run: not a failure
+            status = TurnStatus.REFUSED
         stop = cls(status, TurnstileError(failure_reason(exc)))
-        stop.error_type = failure_type(exc)
+        stop.error_type = error_type
         # A refused reset changes nothing: the base run's effects stay.
         stop.compensate = stop.error_type != ResetConflict.error_type
         return stop

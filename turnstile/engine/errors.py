@@ -89,6 +89,18 @@ class InvalidTurnInput(TurnstileError):
     hold or over its length. The turn ends `refused` before it holds anything."""
 
 
+class MessageTooLong(TurnstileError):
+    """The user's message alone takes more tokens than the model can read
+    (its context size, less the tools and response format the request
+    carries). The turn ends `refused` before the message is stored or sent:
+    no window could make the request one the endpoint accepts."""
+
+
+# Errors that mean "this turn may not run", not "it failed": a turn an
+# activity stops with one of these ends `refused` (workflows/state.py).
+REFUSING_ERRORS = frozenset({"MessageTooLong"})
+
+
 class DecisionRefused(TurnstileError):
     """A reviewer's decision that may not be applied (self-approval, not an
     approver, already decided, no such pending call, no reviewer named)."""
