@@ -5,7 +5,7 @@ snapshot) and the service's spec as this worker runs it; then, from revision
 2, steps 4 and 5 when nothing the workflow runs comes between (the "turn
 started" event, retrieval). One activity, run as a local activity, so
 opening a turn costs one marker in history instead of scheduled activities
-and their workflow tasks (issue 13). When another
+and their workflow tasks. When another
 turn holds the conversation, it says so instead of waiting: the workflow then
 waits in the activity `turnstile.load_memory`, whose retries the server keeps.
 """

@@ -1,5 +1,5 @@
 """Chaos: concurrent sales turns with approvals while the worker is SIGKILLed
-at random moments and restarted (issue 12).
+at random moments and restarted.
 
     python bench/chaos.py --turns 40 --minutes 10
     python bench/chaos.py --turns 1000 --in-flight 8 --minutes 10   # turns all along

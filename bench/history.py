@@ -10,7 +10,7 @@ defaults (memory, audit, retrieval, lock), then runs three turns:
 
 - **plain, no tool**: the model answers at once (1 model call);
 - **plain, one tool**: one `querySalesData`, then the answer (2 model calls,
-  1 tool call) — the "plain turn" of issue 13's history goal (<= 30 events,
+  1 tool call) — the "plain turn" history goal (<= 30 events,
   <= 8 KB);
 - **bench turn**: 3 model calls and 2 `querySalesData` (bench/turns.py's turn);
 - **plain service, one add call**: a service with a one-line system prompt,

@@ -13,7 +13,7 @@ worker with the test service's defaults (window sized for an unnamed model:
 8,192 tokens) and the strict fake model server, which answers at once. Per
 size: turn latency p50 (start to result), rows the database returned per
 turn (turnstile.stores.db.rows_read, all of the worker's statements), bytes
-of the model request, bytes of the turn's history. Goal (issue 29): 100,000
+of the model request, bytes of the turn's history. Goal: 100,000
 within 1.2x of 10 on every figure.
 """
 

@@ -18,7 +18,7 @@ and park. Then:
 4. every other turn approved (20 signals in flight), all awaited: statuses
    and `email_task` rows (one per approved call; the sender is off).
 
-Goals (issue 29): p95 resume <= 1 s with 2,000 parked; RSS bounded by the
+Goals: p95 resume <= 1 s with 2,000 parked; RSS bounded by the
 cache, not by the number of parked turns; nothing lost across the restart.
 """
 

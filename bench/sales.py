@@ -12,7 +12,7 @@ pool per call, the query, the result model), and report p50/p95.
 
 Each figure is printed next to v0.1.0's, measured with v0.1.0's own
 bench/sales.py on 1,000,000 rows on this machine kind (2 cores), and next to
-the target of issue 11.
+the target.
 """
 
 from __future__ import annotations

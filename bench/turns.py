@@ -29,7 +29,7 @@ sees it), turns/s (turns / wall time of the batches; each batch at least 2x
 concurrency turns), activities, history events and bytes (sum of each event's ByteSize())
 per turn, CPU seconds per turn of the worker, of the dev server and of this
 process (the client and the scripted model: it answers every system's
-requests, so bigger requests cost it more); then the ratios of issue 13.
+requests, so bigger requests cost it more); then the ratios.
 `--profile N`: N more Turnstile turns at concurrency 20 with its worker under
 py-spy; prints where a turn's worker CPU goes.
 """

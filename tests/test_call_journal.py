@@ -1,5 +1,5 @@
-"""The call journal writes the facts of a call's end together or not at all
-(issue 12): ledger row, audit row, approval decision, result message. On
+"""The call journal writes the facts of a call's end together or not at all:
+ledger row, audit row, approval decision, result message. On
 SQLite and PostgreSQL."""
 
 from __future__ import annotations

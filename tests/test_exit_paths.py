@@ -1,5 +1,5 @@
-"""Every tool call in memory has exactly one result, on every exit path
-(issue 12): cancel while a call waits for approval and another runs,
+"""Every tool call in memory has exactly one result, on every exit path:
+cancel while a call waits for approval and another runs,
 terminate, and `reset` to the first workflow task of a turn waiting for
 approval (a reset later in a turn: tests/test_reset_runs.py). Each is
 followed by a new turn on the same conversation, which the strict fake model

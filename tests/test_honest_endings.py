@@ -1,4 +1,4 @@
-"""Honest endings: a cut answer is not a complete one (issue 14)."""
+"""Honest endings: a cut answer is not a complete one."""
 
 from __future__ import annotations
 

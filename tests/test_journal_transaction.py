@@ -1,5 +1,5 @@
-"""A database tool writes its effect in the call journal's transaction
-(issue 12): the effect and its ledger, audit and memory record commit
+"""A database tool writes its effect in the call journal's transaction:
+the effect and its ledger, audit and memory record commit
 together or not at all, whatever fails in between. On SQLite and PostgreSQL,
 with the reference createFollowUpTask, its per-tool role and statement
 timeout; the last test through a real turn on the dev server."""

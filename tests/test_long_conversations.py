@@ -1,4 +1,4 @@
-"""Long conversations and large results stay within the window (issue 14).
+"""Long conversations and large results stay within the window.
 
 Asserted on the bytes the strict fake model server received: it refuses, as a
 real endpoint does, a request above its context (`max_request_bytes`), one

@@ -55,7 +55,7 @@ def test_plain_text_and_objects() -> None:
     assert mask_json_text("not json, " + SEED) == "not json, z***@example.com"
 
 
-# Every spelling of an address the masker must see through (issue: "addresses
+# Every spelling of an address the masker must see through ("addresses
 # the masker misses"); the seed is what must disappear.
 SPELLINGS = {
     "zq7idn": "zq7idn@ex\u0430mple.com",  # Cyrillic а in the domain

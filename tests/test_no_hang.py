@@ -1,4 +1,4 @@
-"""No turn can hang (issue 12): a bookkeeping activity that fails for good
+"""No turn can hang: a bookkeeping activity that fails for good
 ends the turn with a status (never an endless workflow-task retry), and the
 conversation is usable by the next turn. Stand-in activities registered under
 the real names fail non-retryably, as a database that refuses for good would."""

@@ -1,4 +1,4 @@
-"""`temporal workflow reset` in the middle of a turn (issue 12): the reset run
+"""`temporal workflow reset` in the middle of a turn: the reset run
 is the turn's current run. It keeps the conversation's lock, sees the
 conversation as of its reset point (what the base run wrote later is
 superseded: kept, marked, never sent to the model), reuses the effects of

@@ -107,7 +107,7 @@ async def test_cancel_runs_compensations_then_ends_cancelled(
         effects = side_effects(turns.rt.db, handle.id)
         audit = AuditLog(turns.rt.db).rows(handle.id)
     assert [e["note"] for e in effects] == ["CANCELLED"]  # reserved, then undone; never paid
-    # The payment waiting for approval was never run: recorded as such (issue 12).
+    # The payment waiting for approval was never run: recorded as such.
     assert [(r["tool_name"], r["status"]) for r in audit] == [
         ("reserve", "ROLLED_BACK"), ("sendMoneySlowly", "FAILED")]
     assert "cancelled before" in (audit[1]["error_message"] or "")

@@ -201,7 +201,7 @@ async def test_tools_run_as_their_roles(pg: Database) -> None:
 
 
 async def test_tools_keep_their_roles_in_the_call_journal_transaction(pg: Database) -> None:
-    """In a turn the tools write on the call journal's connection (issue 12),
+    """In a turn the tools write on the call journal's connection,
     still as their roles: a right taken from the role breaks the tool there
     too, and what the role may do still works."""
     def journaled(call: str) -> ToolContext:

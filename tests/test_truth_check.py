@@ -45,7 +45,7 @@ async def test_check_agrees_after_turns_and_finds_planted_lies(
         conn.execute("UPDATE tool_execution_log SET status = 'INITIATED', end_time = NULL "
                      "WHERE workflow_id = :wf AND tool_name = 'querySalesData'",
                      {"wf": handle.id})
-        # Issue 12's crash: the effect committed, the ledger still says STARTED.
+        # The crash: the effect committed, the ledger still says STARTED.
         key = plant_unrecorded_follow_up(conn, handle.id, conv)
     assert await starter.main(["check", "--conversation", conv]) == 1
     printed = capsys.readouterr().out
@@ -72,7 +72,7 @@ def plant_unrecorded_follow_up(conn: Connection, wf_id: str, conv: str) -> str:
 async def test_check_sees_a_terminated_turn_and_skips_a_running_one(
         client: Client, task_queue: str, db: Database, fake_llm: FakeLLM,
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    """Issue 25: a turn terminated while it waits for approval keeps its
+    """A turn terminated while it waits for approval keeps its
     conversation's lock row; `check` asks Temporal about the holder, checks
     the conversation and names the call awaiting repair (exit 1). A turn still
     running is skipped and listed. After the next turn repairs the

@@ -1,4 +1,4 @@
-"""Keys that cannot collide (issue 12): providers number tool calls by position
+"""Keys that cannot collide: providers number tool calls by position
 (`call_0`, `call_1`), so the same ids come back in every turn and in every run
 of one workflow id. Every effect of a call is keyed by its turn's execution
 chain (Temporal's first_execution_run_id), and a rollback touches only the

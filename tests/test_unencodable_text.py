@@ -1,4 +1,4 @@
-"""Property: text that cannot be encoded never hangs a turn (issue 12).
+"""Property: text that cannot be encoded never hangs a turn.
 
 A lone surrogate ("\\ud800") cannot be serialized into a Temporal payload and
 NUL cannot be stored in PostgreSQL text; a workflow task that fails on such

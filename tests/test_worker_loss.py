@@ -4,7 +4,7 @@ tool call or a compensation is noticed by the activity's heartbeat timeout
 SIGTERM finishes what it holds, or hands it back, before it exits. A tool or
 compensation that writes in the call journal's transaction and is killed
 before the commit leaves neither its effect nor its record; the next attempt
-runs it again (issue 12).
+runs it again.
 
 Every assertion is on the turn's history (which attempt ran, why the one
 before it ended), never on wall time."""

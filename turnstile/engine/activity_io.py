@@ -62,7 +62,7 @@ class LoadMemoryInput(BaseModel):
     user_id: str
     # The turn's execution chain (see ToolExecInput): the conversation's lock
     # is held by the turn, so a reset run of it keeps the lock ("" in turns
-    # recorded before issue 12's reset runs: held by the run).
+    # recorded before reset runs were tracked: held by the run).
     execution_chain: str = ""
     # Release only: the first memory slot this run has not taken; what an
     # earlier run of the turn wrote from there on is superseded.
@@ -218,7 +218,7 @@ class ToolExecInput(BaseModel):
     result_seq: int  # where the tool-result message is stored
     approval: ApprovalDecision | None = None  # recorded with the execution
     # The turn's execution chain (workflow.info().first_execution_run_id; ""
-    # in turns recorded before issue 12): scopes ledger, audit, idempotency and
+    # in turns recorded before execution chains): scopes ledger, audit, idempotency and
     # approval keys, because provider call ids repeat.
     execution_chain: str = ""
 
@@ -254,7 +254,7 @@ class CompensateInput(BaseModel):
     call: ToolCall
     cause: RollbackCause  # why the turn is rolled back
     # The turn's execution chain (workflow.info().first_execution_run_id; ""
-    # in turns recorded before issue 12): scopes ledger, audit, idempotency and
+    # in turns recorded before execution chains): scopes ledger, audit, idempotency and
     # approval keys, because provider call ids repeat.
     execution_chain: str = ""
 
@@ -271,7 +271,7 @@ class CompensationFailure(BaseModel):
     cause: RollbackCause
     error: str
     # The turn's execution chain (workflow.info().first_execution_run_id; ""
-    # in turns recorded before issue 12): scopes ledger, audit, idempotency and
+    # in turns recorded before execution chains): scopes ledger, audit, idempotency and
     # approval keys, because provider call ids repeat.
     execution_chain: str = ""
 

@@ -57,7 +57,7 @@ class AuditStatus(StrEnum):
     COMPENSATION_FAILED = "COMPENSATION_FAILED"
     APPROVAL_REFUSED = "APPROVAL_REFUSED"  # a decision the approver policy did not apply
     # A call of a run a reset replaced whose effect remains (or may): the reset
-    # run did not make it again (its own row beside the call's; issue 12).
+    # run did not make it again (its own row beside the call's).
     SUPERSEDED = "SUPERSEDED"
 
 

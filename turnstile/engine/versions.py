@@ -5,14 +5,16 @@ the same commands.
 
 - Version 1 (v0.1.0 and the v0.2 work before the lean turn): opens with the
   activities `turnstile.describe_service` and `turnstile.load_memory`.
-- Version 2 (the lean turn, issue 13): opens with the local activity
+- Version 2 (the lean turn): opens with the local activity
   `turnstile.begin_turn`; bookkeeping runs as local activities.
 
 Bump `TURN_VERSION` (and add its opening here) for every change of the
 command sequence, and for every change of a default of the models recorded
-in history (tests/test_versions.py pins them): a worker refuses to start
-while turns of an older version run (turnstile.runtime.upgrade), so code never
-replays a history of another version.
+in history (tests/test_versions.py pins them). With Worker Versioning
+(turnstile.runtime.versioning) a turn is pinned to the build that started
+it, so no worker replays another build's history; without it (and for the
+unversioned turns of releases before 0.3) a worker refuses to start while
+turns of an older version run (turnstile.runtime.upgrade).
 
 A *revision* of a version changes commands without breaking the turns in
 flight: `begin_turn` records the revision of the worker that began the turn
@@ -21,14 +23,16 @@ as 0), and the workflow takes the newer path only for turns begun at that
 revision or later, so a turn begun earlier replays along the path it took
 (what `workflow.patched` does, without a marker and a search-attribute
 upsert in every turn's history). A worker older than a revision cannot run
-turns begun at it (its replay meets commands it does not issue): upgrade every
-worker before the new revision's turns reach an old one, or drain as for a
-version.
+turns begun at it (its replay meets commands it does not issue); pinning
+keeps them apart, and an unversioned deployment must replace every worker at
+once. Revisions remain for what pinning cannot cover: the unversioned turns
+a 0.2 worker leaves running move to the 0.3 build and finish along their
+revision.
 
-- Revision 1 (2 December 2026): turn events ride with bookkeeping, "turn
+- Revision 1: turn events ride with bookkeeping, "turn
   started" with `retrieve` and "turn completed" with `release_conversation`
   (`publish_event` runs only when nothing carries an event).
-- Revision 2 (2 December 2026): `begin_turn` runs steps 4 and 5 once it
+- Revision 2: `begin_turn` runs steps 4 and 5 once it
   holds the conversation: it delivers "turn started" and runs the retriever
   on the user message as step 3 renders it (`BeginTurnInput.opening`,
   `BeginTurnResult.opened`), so a turn schedules no `retrieve` and no
@@ -43,7 +47,7 @@ version.
   still finishing when its worker is replaced fails its replay (retried
   until an older worker takes it, or ended by `temporal workflow terminate`;
   it had stored nothing).
-- Revision 3 (3 December 2026): the turn publishes its search attributes
+- Revision 3: the turn publishes its search attributes
   (`TurnstileStatus`, `TurnstileConversation`, `TurnstileUser`,
   `TurnstileService`) once `begin_turn` has returned, so a running turn is
   found by conversation, user or service from its start (one upsert event

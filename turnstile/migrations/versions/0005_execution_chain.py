@@ -1,4 +1,4 @@
-"""Keys scoped to the turn's execution chain (issue 12).
+"""Keys scoped to the turn's execution chain.
 
 A provider's tool-call ids repeat (`call_0`, `call_1` across turns, and a
 new start of a closed workflow id reuses them), so a call is identified by

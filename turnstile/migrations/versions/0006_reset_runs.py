@@ -1,4 +1,4 @@
-"""Runs of one turn (issue 12, "Temporal reset"): additions only.
+"""Runs of one turn ("Temporal reset"): additions only.
 
 - `chat_message.run_id`: the Temporal run that wrote the row (NULL on rows
   written before this revision, and on rows other programs insert), with an
