@@ -38,6 +38,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from turnstile.engine.contract import (
     WORKFLOW_TYPE,
     ApprovalDecision,
+    Handlers,
     PendingApproval,
     ReviewInput,
     TurnEvent,
@@ -116,7 +117,7 @@ class TurnHandle:
 
     async def status(self) -> TurnProgress:
         try:
-            progress: TurnProgress = await self._handle.query("status",
+            progress: TurnProgress = await self._handle.query(Handlers.STATUS,
                                                               result_type=TurnProgress)
             return progress
         except RPCError as err:
@@ -126,7 +127,7 @@ class TurnHandle:
         """The calls of this turn waiting for a decision (the `pending_approvals` query)."""
         try:
             pending: list[PendingApproval] = await self._handle.query(
-                "pending_approvals", result_type=list[PendingApproval])
+                Handlers.PENDING_APPROVALS, result_type=list[PendingApproval])
             return pending
         except RPCError as err:
             raise _not_found(err, self.id) from err
@@ -219,7 +220,7 @@ class TurnstileClient:
             attrs = wf.typed_search_attributes
             try:
                 pending = await self.temporal.get_workflow_handle(wf.id).query(
-                    "pending_approvals", result_type=list[PendingApproval])
+                    Handlers.PENDING_APPROVALS, result_type=list[PendingApproval])
             except RPCError:  # it ended meanwhile
                 continue
             requester = attrs.get(_USER) or ""
@@ -238,7 +239,8 @@ class TurnstileClient:
         through visibility, which lags): None when it does not wait."""
         handle = self.temporal.get_workflow_handle(workflow_id)
         try:
-            pending = await handle.query("pending_approvals", result_type=list[PendingApproval])
+            pending = await handle.query(Handlers.PENDING_APPROVALS,
+                                         result_type=list[PendingApproval])
             attrs = (await handle.describe()).typed_search_attributes
         except RPCError:
             return None
@@ -267,7 +269,7 @@ class TurnstileClient:
         handle = self.temporal.get_workflow_handle(workflow_id)
         try:
             decision: ApprovalDecision = await handle.execute_update(
-                "review", ReviewInput(tool_call_id=tool_call_id, reviewer=reviewer,
+                Handlers.REVIEW, ReviewInput(tool_call_id=tool_call_id, reviewer=reviewer,
                                       approved=approved, note=note),
                 result_type=ApprovalDecision)
             return decision

@@ -35,12 +35,14 @@ with workflow.unsafe.imports_passed_through():
         ApprovalDecision,
         ApproveSignal,
         CallStatus,
+        Handlers,
         PendingApproval,
         RejectSignal,
         ReviewInput,
         RollbackCause,
         TurnErrorInfo,
         TurnInput,
+        TurnPhase,
         TurnProgress,
         TurnResult,
         TurnStatus,
@@ -102,26 +104,26 @@ class AgentTurn:
         self.decisions = Decisions(self.s, lambda: self.spec)
 
     # -- queries, signals, update (docs/contract.md) ----------------------------
-    @workflow.query(name="status")
+    @workflow.query(name=Handlers.STATUS)
     def status(self) -> TurnProgress:
         s = self.s
         return TurnProgress(step=s.step, round_trips=s.round_trips, tool_calls=s.calls,
                             pending_approvals=list(s.pending.values()),
                             refused_signals=s.refused, events=s.events)
 
-    @workflow.query(name="pending_approvals")
+    @workflow.query(name=Handlers.PENDING_APPROVALS)
     def pending_approvals(self) -> list[PendingApproval]:
         return list(self.s.pending.values())
 
-    @workflow.signal(name="approve")
+    @workflow.signal(name=Handlers.APPROVE)
     def approve(self, signal: ApproveSignal) -> None:
         self.decisions.decide(signal.tool_call_id, True, signal.reviewer, signal.comment)
 
-    @workflow.signal(name="reject")
+    @workflow.signal(name=Handlers.REJECT)
     def reject(self, signal: RejectSignal) -> None:
         self.decisions.decide(signal.tool_call_id, False, signal.reviewer, signal.reason)
 
-    @workflow.update(name="review")
+    @workflow.update(name=Handlers.REVIEW)
     def review(self, decision: ReviewInput) -> ApprovalDecision:
         """The decision that took effect; refused with the reason (DecisionRefused)."""
         taken = self.decisions.decide(decision.tool_call_id, decision.approved,
@@ -174,8 +176,9 @@ class AgentTurn:
                 error = TurnErrorInfo(type=TurnCancelled.error_type,
                                       message="the turn was cancelled")
                 await self._roll_back(turn, error, None)
-            self.steps.turn_completed(None, "cancelled")
-            metrics.turn_ended(turn.service, "cancelled")
+            s.step = TurnStatus.CANCELLED  # the status query's (no command: replay-safe)
+            self.steps.turn_completed(None, TurnStatus.CANCELLED)
+            metrics.turn_ended(turn.service, TurnStatus.CANCELLED)
             await self._release(turn)
             await self.steps.events_delivered()
             raise
@@ -184,7 +187,7 @@ class AgentTurn:
     def _refused_at_door(self, turn: TurnInput, problem: str) -> TurnResult:
         """The input breaks a rule of the door (turnstile.engine.turn_input_rules):
         refused before the turn holds anything — no lock, no row, no activity."""
-        self.s.step = TurnStatus.REFUSED.value
+        self.s.step = TurnStatus.REFUSED
         self.s.event("turn_refused", problem)
         metrics.turn_ended("", TurnStatus.REFUSED.value)
         return TurnResult(
@@ -196,7 +199,7 @@ class AgentTurn:
         s = self.s
         # 1. load chat memory (a snapshot: where to write next), with the
         # service's spec as this worker runs it: one local activity.
-        s.step = "load_memory"
+        s.step = TurnPhase.LOAD_MEMORY
         assert self.steps is not None
         opening = self.steps.opening()  # steps 4-5 for begin_turn, if the service lets it
         begun = await s.local(
@@ -230,7 +233,7 @@ class AgentTurn:
             s.event("memory_repaired", note)
         metrics.repairs(len(memory.repaired))
         metrics.turn_started(spec.name)
-        s.step = "prepare"
+        s.step = TurnPhase.PREPARE
         system = await steps.system_message()  # 2. system message (+ transformer)
         user = steps.user_message()  # 3. user message from its template
         # 4-5 (begin_turn ran them when it could: then nothing is scheduled here)
@@ -288,7 +291,7 @@ class AgentTurn:
             if limit is not None:
                 await self._record_unrun(step.calls, str(limit))
                 raise TurnStopped(TurnStatus.FAILED, limit)
-            s.step = "tools"
+            s.step = TurnPhase.TOOLS
             self.round = ToolRound(s, turn, spec, breakers)
             await self.round.run(step.calls, s.alloc(len(step.calls)))
             self.round = None
@@ -351,7 +354,7 @@ class AgentTurn:
     async def _call_model(self, turn: TurnInput, spec: ServiceSpec,
                           continuation: bool = False) -> io.ModelCallResult:
         s = self.s
-        s.step = "model_call"
+        s.step = TurnPhase.MODEL_CALL
         prelude, prelude_seq = s.take_prelude()
         s.answer_seq = s.alloc(1)
         summary = f"model round {s.round_trips + 1}" + (" continuation" if continuation else "")
@@ -381,7 +384,7 @@ class AgentTurn:
                          failing_call: str | None) -> TurnStatus:
         """Compensate completed calls in reverse order of completion."""
         s = self.s
-        s.step = "compensating"
+        s.step = TurnPhase.COMPENSATING
         cause = RollbackCause(type=error.type, message=error.message, call_id=failing_call)
         failed = []
         for call, rec in reversed(s.compensable):
@@ -466,7 +469,7 @@ class AgentTurn:
                       error: TurnErrorInfo | None) -> TurnResult:
         """17. "turn completed" event, return."""
         s = self.s
-        s.step = status.value
+        s.step = status
         s.event("turn_completed", f"{status.value}, {s.round_trips} round trip(s)")
         result = TurnResult(
             status=status, answer=answer, round_trips=s.round_trips, tool_calls=s.calls,

@@ -174,7 +174,7 @@ class PipelineSteps:
         self._publish(TurnStarted(**self._event_ids("turn_started")))
 
     def turn_completed(self, result: TurnResult | None,
-                       status: TurnStatus | Literal["cancelled"]) -> None:
+                       status: TurnStatus) -> None:
         elapsed = (workflow.now() - self.started_at).total_seconds() if self.started_at else 0.0
         s = self.s
         self._publish(TurnCompleted(

@@ -24,6 +24,7 @@ with workflow.unsafe.imports_passed_through():
         ToolCallRecord,
         TurnEvent,
         TurnInput,
+        TurnPhase,
         TurnStatus,
     )
     from turnstile.engine.errors import REFUSING_ERRORS, ResetConflict, TurnstileError
@@ -131,7 +132,7 @@ class TurnState:
         # record; turnstile.engine.versions): which commands this turn issues.
         self.revision = 0
         self.begun = False  # begin_turn has returned (and `revision` is the turn's)
-        self.step = "starting"
+        self.step: TurnPhase | TurnStatus = TurnPhase.STARTING
         self.round_trips = 0
         self.calls: list[ToolCallRecord] = []
         self.events: list[TurnEvent] = []

@@ -30,6 +30,7 @@ with workflow.unsafe.imports_passed_through():
         PendingApproval,
         ToolCallRecord,
         TurnInput,
+        TurnPhase,
         TurnStatus,
     )
     from turnstile.engine.masking import mask_json_text
@@ -214,7 +215,7 @@ class ToolRound:
             highlights=highlights, notes=reviewed.notes if reviewed else [],
             validated=reviewed is not None,
             requested_at=now.isoformat(), deadline=(now + timeout).isoformat())
-        s.step = "awaiting_approval"
+        s.step = TurnPhase.AWAITING_APPROVAL
         s.event("awaiting_approval", f"{call.name} call {call.id}")
         metrics.approval_requested(call.name)
         await s.publish()
@@ -238,7 +239,7 @@ class ToolRound:
         s.event("approval", f"{call.name} {verdict} by {decision.reviewer}")
         metrics.approval_decided(call.name, "deadline" if decision.reviewer == "deadline"
                                  and not decision.approved else verdict, now)
-        s.step = "tools"
+        s.step = TurnPhase.TOOLS
         await s.publish()
         return decision
 

@@ -12,7 +12,13 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 
 from activities import Runtime
-from turnstile.engine.contract import WORKFLOW_TYPE, PendingApproval, TurnInput, TurnResult
+from turnstile.engine.contract import (
+    WORKFLOW_TYPE,
+    Handlers,
+    PendingApproval,
+    TurnInput,
+    TurnResult,
+)
 from turnstile.providers import ModelProvider
 from turnstile.runtime.config import Settings
 from turnstile.runtime.mcp import connections as mcp_connections
@@ -65,7 +71,7 @@ async def running_worker(client: Client, task_queue: str, database_url: str,
 async def wait_pending(handle: WorkflowHandle[Any, Any], n: int = 1) -> list[PendingApproval]:
     """The turn's pending approvals once there are at least `n` (15 s at most)."""
     for _ in range(300):
-        pending = await handle.query("pending_approvals", result_type=list[PendingApproval])
+        pending = await handle.query(Handlers.PENDING_APPROVALS, result_type=list[PendingApproval])
         if len(pending) >= n:
             return pending
         await asyncio.sleep(0.05)

@@ -14,6 +14,30 @@ WORKFLOW_TYPE = "AgentTurn"
 DEFAULT_TASK_QUEUE = "agent-turns"
 
 
+class Handlers(StrEnum):
+    """The names of AgentTurn's queries, signals and update: one spelling for
+    the workflow, the client, the starter and the tests."""
+
+    STATUS = "status"  # query -> TurnProgress
+    PENDING_APPROVALS = "pending_approvals"  # query -> list[PendingApproval]
+    APPROVE = "approve"  # signal ApproveSignal
+    REJECT = "reject"  # signal RejectSignal
+    REVIEW = "review"  # update ReviewInput -> ApprovalDecision
+
+
+class TurnPhase(StrEnum):
+    """Where a running turn is (`TurnProgress.step`, the `TurnstileStatus`
+    search attribute); once it ends, the step is its TurnStatus value."""
+
+    STARTING = "starting"
+    LOAD_MEMORY = "load_memory"
+    PREPARE = "prepare"
+    MODEL_CALL = "model_call"
+    TOOLS = "tools"
+    AWAITING_APPROVAL = "awaiting_approval"
+    COMPENSATING = "compensating"
+
+
 class TurnInput(BaseModel):
     conversation_id: str = Field(min_length=1)
     user_id: str = Field(min_length=1)
@@ -34,6 +58,9 @@ class TurnStatus(StrEnum):
     COMPENSATION_FAILED = "compensation_failed"
     MODERATED = "moderated"  # moderation or the provider's content filter stopped the answer
     TRUNCATED = "truncated"  # the answer hit the output limit, continuation included
+    # Cancelled (`temporal workflow cancel`): the workflow ends Canceled, so no
+    # TurnResult carries it; the "turn completed" event and metrics do.
+    CANCELLED = "cancelled"
 
 
 class CallStatus(StrEnum):

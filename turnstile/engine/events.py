@@ -39,7 +39,7 @@ class TurnStarted(_TurnEvent):
 
 class TurnCompleted(_TurnEvent):
     kind: Literal["turn_completed"] = "turn_completed"
-    status: TurnStatus | Literal["cancelled"]
+    status: TurnStatus
     round_trips: int = 0
     tool_calls: int = 0
     usage: Usage = Field(default_factory=Usage)
