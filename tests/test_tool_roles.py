@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 import psycopg
 import pytest
@@ -262,34 +263,22 @@ def test_the_tool_refuses_a_recipient_the_database_would() -> None:
 
 @pytest.fixture
 def app_without_email_role(postgres_database_factory: Any) -> Iterator[Database]:
-    """The application as docker-compose makes it (deploy/postgres/init-turnstile.sh):
-    a non-superuser login without CREATEROLE owning its database, granted the
+    """The application as docker-compose makes it (deploy/postgres/init-turnstile.sh;
+    every PostgreSQL test's login is made so, tests/support/databases.py): a
+    non-superuser login without CREATEROLE owning its database, granted the
     tool roles — all but turnstile_email, which the operator forgot."""
     from tests.support.databases import ADMIN_URL
 
     with postgres_database_factory() as url:
-        app = f"turnstile_app_{os.urandom(4).hex()}"
-        admin_db = url.rsplit("/", 1)[1]
+        app = urlparse(url).username
         with psycopg.connect(ADMIN_URL, autocommit=True) as admin:
-            admin.execute(f'CREATE ROLE "{app}" LOGIN NOSUPERUSER NOCREATEROLE NOCREATEDB')
-            for role in (FOLLOWUP_ROLE, EMAIL_ROLE, SENDER_ROLE):
-                admin.execute(f"DO $$ BEGIN CREATE ROLE {role} NOLOGIN; "  # type: ignore[arg-type]
-                              "EXCEPTION WHEN duplicate_object THEN NULL; END $$")
-            admin.execute(f'ALTER DATABASE "{admin_db}" OWNER TO "{app}"')
-            admin.execute(f'GRANT {FOLLOWUP_ROLE}, {SENDER_ROLE} TO "{app}"')
-        with psycopg.connect(url, autocommit=True) as owner_db:
-            owner_db.execute(f'ALTER SCHEMA public OWNER TO "{app}"')
-        app_url = url.replace("postgresql://postgres@", f"postgresql://{app}@")
-        db = Database(app_url)
+            admin.execute(f'REVOKE {EMAIL_ROLE} FROM "{app}"')  # type: ignore[arg-type]
+        db = Database(url)
         upgrade(db)  # as the application, as its worker does
         try:
             yield db
         finally:
             dispose_engines()
-            with psycopg.connect(ADMIN_URL, autocommit=True) as admin:
-                admin.execute(f'DROP DATABASE IF EXISTS "{admin_db}" WITH (FORCE)')
-                admin.execute(f'DROP OWNED BY "{app}"')
-                admin.execute(f'DROP ROLE IF EXISTS "{app}"')
 
 
 async def test_a_tool_whose_role_is_not_granted_is_refused(

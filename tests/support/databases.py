@@ -1,12 +1,16 @@
 """Database fixtures: real SQLite files and a real PostgreSQL server.
 
-PostgreSQL is the one at 127.0.0.1:5432 (user postgres, trust auth), or
+PostgreSQL is the one at 127.0.0.1:5432 (administered as postgres, trust auth), or
 TEST_POSTGRES_ADMIN_URL. When it does not answer: with CI=true (as .ci/run
 sets it) the run stops at once with a clear error, since a suite that skips
 half its tests must not pass; otherwise the tests that need it are skipped
 and the run ends with one loud line saying how many.
 
 - `sqlite_url`: a fresh SQLite file per test.
+- Every test database is owned by a login of its own that is no superuser and
+  may create neither roles nor databases, granted the tool roles: the
+  application as production runs it. `admin_url_of(url)` is the same database
+  as the administrator, for what only an operator may do.
 - `postgres_url`: one fresh database `turnstile_t_<hex>` per test session,
   dropped (WITH FORCE) at the end. Creating a database costs ~0.1 s, so the
   `db` fixture reuses it and empties its tables between tests instead.
@@ -77,18 +81,52 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
             red=True, bold=True)
 
 
+# Cluster-wide roles the application expects an operator to have made
+# (deploy/postgres/init-turnstile.sh): the tool roles and the query tool's login.
+OPERATOR_ROLES = ("turnstile_followup", "turnstile_email", "turnstile_sender")
+READER_LOGIN = "turnstile_reader"
+
+
+def _ensure_role(admin: psycopg.Connection, name: str, login: bool) -> None:
+    exists = admin.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (name,)).fetchone()
+    if exists is None:
+        try:
+            admin.execute(f'CREATE ROLE "{name}" {"LOGIN" if login else "NOLOGIN"}')
+        except (psycopg.errors.DuplicateObject, psycopg.errors.UniqueViolation):
+            pass  # made meanwhile by a parallel run
+
+
 @contextmanager
 def temporary_postgres_database() -> Iterator[str]:
-    """Create `turnstile_t_<hex>`, yield its URL, drop it afterwards."""
+    """Create `turnstile_t_<hex>` owned by a login of the same name that is
+    no superuser and may create neither roles nor databases — the application
+    as production runs it (deploy/postgres/init-turnstile.sh), with the tool
+    roles granted —, yield its URL, drop both afterwards."""
     require_postgres()
     name = f"turnstile_t_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(ADMIN_URL, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
+        for role in OPERATOR_ROLES:
+            _ensure_role(admin, role, login=False)
+        _ensure_role(admin, READER_LOGIN, login=True)
+        admin.execute(f'CREATE ROLE "{name}" LOGIN NOSUPERUSER NOCREATEROLE NOCREATEDB')
+        admin.execute(f'CREATE DATABASE "{name}" OWNER "{name}"')
+        admin.execute(f'REVOKE ALL ON DATABASE "{name}" FROM PUBLIC')
+        admin.execute(f'GRANT CONNECT ON DATABASE "{name}" TO "{READER_LOGIN}"')
+        admin.execute(f'GRANT {", ".join(OPERATOR_ROLES)} TO "{name}"')
     try:
-        yield urlunparse(urlparse(ADMIN_URL)._replace(path=f"/{name}"))
+        admin_url = urlparse(ADMIN_URL)
+        netloc = f"{name}@{admin_url.hostname or '127.0.0.1'}:{admin_url.port or 5432}"
+        yield urlunparse(admin_url._replace(netloc=netloc, path=f"/{name}"))
     finally:
         with psycopg.connect(ADMIN_URL, autocommit=True) as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            admin.execute(f'DROP ROLE IF EXISTS "{name}"')
+
+
+def admin_url_of(url: str) -> str:
+    """The same database, as the server's administrator (for tests that make
+    roles or change settings the application may not)."""
+    return urlunparse(urlparse(ADMIN_URL)._replace(path=urlparse(url).path))
 
 
 def sqlite_file_url(path: Path) -> str:

@@ -171,8 +171,9 @@ def _grant_tool_roles(conn: sa.Connection) -> None:
     """The privileges of the tool roles, from each table's `info["grants"]`
     ({role: "SELECT, INSERT"}), re-applied on every upgrade like the reader's.
     A role that does not exist (the migrating user may not create roles and
-    the operator has not) is logged: its tools then run as the application
-    and say so in the log (turnstile.sales.access)."""
+    the operator has not) is logged: its tools are then refused with
+    ToolRoleUnavailable unless TURNSTILE_ALLOW_UNPRIVILEGED_TOOLS lets them run
+    as the application (turnstile.sales.access)."""
     quote = conn.dialect.identifier_preparer.quote
     present = set(sa.inspect(conn).get_table_names())
     schema = quote(conn.execute(sa.text("SELECT current_schema()")).scalar_one())
@@ -187,7 +188,7 @@ def _grant_tool_roles(conn: sa.Connection) -> None:
         exists = conn.execute(sa.text("SELECT 1 FROM pg_roles WHERE rolname = :r"),
                               {"r": role}).first()
         if exists is None:
-            log.warning("tool role %r does not exist: its tools run as the application role "
+            log.warning("tool role %r does not exist: its tools are refused until it does "
                         "(see deploy/postgres/init-turnstile.sh)", role)
             continue
         for stmt in [f"GRANT USAGE ON SCHEMA {schema} TO {quote(role)}", *grants]:
