@@ -9,8 +9,7 @@ and the run ends with one loud line saying how many.
 - `sqlite_url`: a fresh SQLite file per test.
 - Every test database is owned by a login of its own that is no superuser and
   may create neither roles nor databases, granted the tool roles: the
-  application as production runs it. `admin_url_of(url)` is the same database
-  as the administrator, for what only an operator may do.
+  application as production runs it.
 - `postgres_url`: one fresh database `turnstile_t_<hex>` per test session,
   dropped (WITH FORCE) at the end. Creating a database costs ~0.1 s, so the
   `db` fixture reuses it and empties its tables between tests instead.
@@ -121,12 +120,6 @@ def temporary_postgres_database() -> Iterator[str]:
         with psycopg.connect(ADMIN_URL, autocommit=True) as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
             admin.execute(f'DROP ROLE IF EXISTS "{name}"')
-
-
-def admin_url_of(url: str) -> str:
-    """The same database, as the server's administrator (for tests that make
-    roles or change settings the application may not)."""
-    return urlunparse(urlparse(ADMIN_URL)._replace(path=urlparse(url).path))
 
 
 def sqlite_file_url(path: Path) -> str:
