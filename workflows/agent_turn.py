@@ -19,7 +19,7 @@ import asyncio
 from typing import Any
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     # Deterministic modules (the engine's models and rules, and the workflow's
@@ -39,7 +39,6 @@ with workflow.unsafe.imports_passed_through():
         PendingApproval,
         RejectSignal,
         ReviewInput,
-        RollbackCause,
         TurnErrorInfo,
         TurnInput,
         TurnPhase,
@@ -70,8 +69,9 @@ with workflow.unsafe.imports_passed_through():
     from workflows import turn_metrics as metrics
     from workflows.decisions import Decisions
     from workflows.pipeline_steps import PipelineSteps
-    from workflows.state import TurnState, TurnStopped, failure_reason
-    from workflows.tool_options import compensation_options, listing_options, model_options
+    from workflows.saga import roll_back
+    from workflows.state import TurnState, TurnStopped
+    from workflows.tool_options import listing_options, model_options
     from workflows.tool_round import RoundWrites, ToolRound
 
 
@@ -159,7 +159,7 @@ class AgentTurn:
             error = TurnErrorInfo(type=stop.error_type, message=str(stop))
             status = stop.status
             if s.compensable and stop.compensate:
-                rolled = await self._roll_back(turn, error, stop.call_id)
+                rolled = await roll_back(s, self.spec, turn, error, stop.call_id)
                 # A more specific end (moderated) stays visible unless an undo failed.
                 if status is TurnStatus.FAILED or rolled is TurnStatus.COMPENSATION_FAILED:
                     status = rolled
@@ -175,7 +175,7 @@ class AgentTurn:
             if s.compensable:
                 error = TurnErrorInfo(type=TurnCancelled.error_type,
                                       message="the turn was cancelled")
-                await self._roll_back(turn, error, None)
+                await roll_back(s, self.spec, turn, error, None)
             s.step = TurnStatus.CANCELLED  # the status query's (no command: replay-safe)
             self.steps.turn_completed(None, TurnStatus.CANCELLED)
             metrics.turn_ended(turn.service, TurnStatus.CANCELLED)
@@ -379,51 +379,7 @@ class AgentTurn:
         s.event("model_call", f"asked for {calls}" if calls else "answered")
         return result
 
-    # -- saga ------------------------------------------------------------------------
-    async def _roll_back(self, turn: TurnInput, error: TurnErrorInfo,
-                         failing_call: str | None) -> TurnStatus:
-        """Compensate completed calls in reverse order of completion."""
-        s = self.s
-        s.step = TurnPhase.COMPENSATING
-        cause = RollbackCause(type=error.type, message=error.message, call_id=failing_call)
-        failed = []
-        for call, rec in reversed(s.compensable):
-            s.event("compensate", f"undo {call.name} ({call.id})")
-            try:
-                undo = await s.execute(
-                    io.compensate_tool,
-                    io.CompensateInput(conversation_id=turn.conversation_id,
-                                       user_id=turn.user_id, service=turn.service, call=call,
-                                       cause=cause, execution_chain=s.chain),
-                    f"undo {call.name} {call.id}",
-                    compensation_options(self.spec.tool(call.name), self.spec.loop))
-            except ActivityError as exc:
-                reason = failure_reason(exc)
-                metrics.compensation(call.name, "failed")
-                failed.append(rec)
-                rec.status = CallStatus.COMPLETED
-                s.event("compensation_failed", f"{call.name} ({call.id}): {reason}")
-                try:
-                    await s.local(io.record_compensation_failure, io.CompensationFailure(
-                        conversation_id=turn.conversation_id, call=call, cause=cause,
-                        error=reason, execution_chain=s.chain),
-                        f"record failed undo of {call.name}", TurnStatus.COMPENSATION_FAILED)
-                except TurnStopped as unrecorded:  # bookkeeping failed for good: never a hang
-                    s.event("record_failed", f"{call.name} ({call.id}): {unrecorded}")
-                continue
-            metrics.compensation(call.name, "undone" if undo.undone else "effect_remains")
-            if not undo.undone:  # e.g. an e-mail already sent: reported, never "rolled back"
-                failed.append(rec)
-                s.event("compensation_failed",
-                        f"{call.name} ({call.id}): {mask_text(undo.description)}")
-                continue
-            rec.status, rec.rolled_back, rec.is_error = CallStatus.ROLLED_BACK, True, True
-        if failed:
-            names = ", ".join(f"{r.name} ({r.id})" for r in failed)
-            error.message += f"; compensation failed, effect may remain: {names}"
-            return TurnStatus.COMPENSATION_FAILED
-        return TurnStatus.ROLLED_BACK
-
+    # -- saga (workflows/saga.py) ----------------------------------------------------
     async def _settle_cancelled(self, round_: ToolRound) -> None:
         """Calls still open when the cancel arrived: those awaiting approval (or
         not yet run) are recorded as not run; those running may or may not have
