@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from typing import Any
 
 from temporalio import activity
@@ -35,7 +36,13 @@ from turnstile.runtime.tools import ToolContext, Undo, result_to_text
 from turnstile.stores.db import Transaction
 from turnstile.stores.journal import Undone
 
+log = logging.getLogger(__name__)
+
 UNDO_MARK = " Undo: "
+# A call cancelled mid-run is waited for at most this share of its tool's
+# start-to-close timeout (the compensation's own), leaving the rest to the undo.
+IN_FLIGHT_SHARE = 0.5
+IN_FLIGHT_POLL_SECONDS = 0.2
 
 
 def rolled_back_text(name: str, cause: RollbackCause, description: str) -> str:
@@ -61,6 +68,8 @@ class SagaActivities:
         if recorded is not None:  # an earlier attempt undid it and recorded that
             return CompensateResult(call_id=call.id,
                                     description=recorded.partition(UNDO_MARK)[2] or recorded)
+        await self._in_flight_ended(wf_id, call.id, chain,
+                                    tool.spec.start_to_close_seconds * IN_FLIGHT_SHARE)
         raw = await asyncio.to_thread(self.rt.ledger.result, wf_id, call.id, chain)
         try:
             stored: Any = json.loads(raw or "null")
@@ -80,6 +89,22 @@ class SagaActivities:
             return await with_heartbeat(self._record(req, wf_id, outcome, tx))
         finally:
             tx.release()  # rolls back an undo whose record was not committed
+
+    async def _in_flight_ended(self, wf_id: str, call_id: str, chain: str,
+                               bound: float) -> None:
+        """Undo only what has ended: a call cancelled while its thread ran is
+        still STARTED until that thread ends and its attempt records what it
+        did (activities.tools). Waited for at most `bound` seconds — a claim
+        whose worker was lost never ends —, heartbeating."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + bound
+        while await asyncio.to_thread(self.rt.ledger.status, wf_id, call_id, chain) == "STARTED":
+            if loop.time() > deadline:
+                log.warning("call %s is still claimed by an attempt after %.0f s: undoing "
+                            "without its result", call_id, bound)
+                return
+            activity.heartbeat()
+            await asyncio.sleep(IN_FLIGHT_POLL_SECONDS)
 
     async def _record(self, req: CompensateInput, wf_id: str, outcome: Any,
                       tx: Transaction) -> CompensateResult:

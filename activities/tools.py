@@ -21,6 +21,7 @@ any other call is settled as interrupted there and then, never re-run.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from dataclasses import replace
 from typing import Any
@@ -221,9 +222,16 @@ class ToolActivities:
             settings=self.rt.settings, heartbeat=activity.heartbeat, execution_chain=chain,
             statement_timeout_seconds=tool.spec.statement_timeout_seconds, journal_tx=tx,
         )
+        running = tool.start(ctx, args)
         try:
-            result = await with_heartbeat(tool.invoke(ctx, args), tool.spec.heartbeat_seconds,
-                                          hand_back=True)
+            # A thread is shielded from the cancel, which cannot stop it anyway:
+            # its end is awaited below, not abandoned.
+            work = asyncio.shield(running) if tool.runs_in_thread else running
+            result = await with_heartbeat(work, tool.spec.heartbeat_seconds, hand_back=True)
+        except asyncio.CancelledError:
+            if tool.runs_in_thread:
+                await self._landed_after_cancel(req, running, claim, tx)
+            raise
         except WorkerShutdown:
             tx.release()  # the tool's writes, if any, roll back (its thread's, once it ends)
             if rerunnable(tool):
@@ -268,6 +276,43 @@ class ToolActivities:
                                       error=text[:500], attempt=claim, tx=tx)
         return await self._finish(req, text, CallStatus.COMPLETED, False, state,
                                   audit=AuditStatus.COMPLETED, attempt=claim, tx=tx)
+
+    async def _landed_after_cancel(self, req: ToolExecInput, running: asyncio.Future[Any],
+                                   claim: int, tx: Transaction) -> None:
+        """The turn was cancelled while a tool's thread ran. The effect lands
+        (or not) whatever the cancel says, and the cancel path undoes what the
+        ledger says landed (activities.saga waits for this claim): so the
+        thread is waited for, heartbeating, and what it did is recorded —
+        ledger and audit, in the tool's transaction; memory gets the cancel
+        path's words, then the undo's."""
+        while not running.done():
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait({running}, timeout=1.0)
+            activity.heartbeat()
+        if running.cancelled() or running.exception() is not None:
+            tx.release()
+            error = "cancelled with the turn; the tool then failed"
+            await asyncio.to_thread(self.rt.ledger.attempt_failed, turn_workflow_id(),
+                                    req.call.id, error, req.execution_chain, claim)
+            return
+        result = running.result()
+        if isinstance(result, ToolResult) and result.is_error:
+            tx.release()
+            await asyncio.to_thread(self.rt.ledger.attempt_failed, turn_workflow_id(),
+                                    req.call.id, result_to_text(result), req.execution_chain,
+                                    claim)
+            return
+        wf_id, text = turn_workflow_id(), result_to_text(result)
+        state = result.state if isinstance(result, ToolResult) else None
+        msg = tool_message(req.call.id, req.call.name, text, CallStatus.COMPLETED, False, wf_id)
+        ending = Ending(
+            workflow_id=wf_id, chain=req.execution_chain, conversation_id=req.conversation_id,
+            user_id=req.user_id, call=req.call, seq=req.result_seq, message=msg,
+            audit_status=AuditStatus.COMPLETED, decision=req.approval, state=state,
+            attempt=claim, remember=False)
+        await asyncio.to_thread(self.rt.journal.finish, ending, tx)
+        log.info("tool %s (%s) ended after the turn was cancelled: its effect is recorded "
+                 "for the undo", req.call.name, req.call.id)
 
     async def _attempt_failed(self, req: ToolExecInput, error: str, claim: int) -> None:
         """The attempt ended cleanly without a result: a retry may run it again."""

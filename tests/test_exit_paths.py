@@ -21,7 +21,13 @@ from temporalio.exceptions import CancelledError
 from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.openai_conformance import pairing_violations
 from tests.support.resets import lock_of, reset_to
-from tests.support.services import POLICY_SNIPPET, held_retriever, make_service, side_effects
+from tests.support.services import (
+    BOOKING_STARTED,
+    POLICY_SNIPPET,
+    held_retriever,
+    make_service,
+    side_effects,
+)
 from tests.support.turns import running_worker, wait_pending
 from tests.test_execution_chain import _first_task_completed
 from turnstile.engine import attributes as attr
@@ -240,3 +246,35 @@ async def test_cancel_during_a_model_call_ends_the_turn_cancelled(
         ("system", "You are a test assistant for qa."), ("user", "first"),
         ("user", "second"), ("assistant", "the second turn's answer")]
     assert stored_pairing(turns.rt.db, "c-cm") == []
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+async def test_a_cancelled_thread_tool_is_undone_after_its_effect_lands(
+        client: Client, task_queue: str, tmp_path, fake_llm: FakeLLM, backend: str,
+        request: pytest.FixtureRequest) -> None:
+    """A plain-function tool runs in a thread that no cancel stops: its effect
+    lands after the turn was cancelled. The cancel path's undo waits for that
+    attempt to end and record what it did, then undoes it — it used to undo
+    at once, find nothing, and leave the effect that landed afterwards."""
+    url = request.getfixturevalue("postgres_url") if backend == "postgresql" else db_url(tmp_path)
+    conv = f"c-thread-{uuid.uuid4().hex[:6]}"
+    fake_llm.script(tool_reply(("call_0", "slowBook", {"item": "room 7", "seconds": 2})),
+                    text_reply("nothing is booked"))
+    BOOKING_STARTED.clear()
+    async with running_worker(client, task_queue, url, [make_service()],
+                              llm_url=fake_llm.url) as turns:
+        handle = await turns.start("book room 7", conversation=conv)
+        assert await asyncio.to_thread(BOOKING_STARTED.wait, 30)
+        await handle.cancel()
+        with pytest.raises(WorkflowFailureError) as err:
+            await handle.result()
+        assert isinstance(err.value.cause, CancelledError)
+        db = turns.rt.db
+        effects = side_effects(db, f"{handle.id}")
+        [booked] = result_of(db, conv, "call_0")
+        truth = disagreements(db, conv)
+        nxt = await turns.run("what is booked?", conversation=conv)
+    assert [e["note"] for e in effects] == ["CANCELLED"]  # landed, then undone
+    assert booked.attributes.get(attr.ROLLED_BACK) and booked.is_error
+    assert truth == []
+    assert nxt.status == TurnStatus.COMPLETED, nxt.error

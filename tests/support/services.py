@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -115,6 +116,25 @@ def _cancel_reservation(ctx: ToolContext, args, result) -> str:  # type: ignore[
         conn.execute("UPDATE test_side_effect SET note = 'CANCELLED' WHERE call_key = :key",
                      {"key": ctx.idempotency_key})
     return f"reservation of {args.item} cancelled"
+
+
+# Set when slowBook's thread has started (the tool runs in this process's worker).
+BOOKING_STARTED = threading.Event()
+
+
+@tool(heartbeat_seconds=2, timeout_seconds=30)
+def slowBook(ctx: ToolContext, item: str, seconds: float = 1.5) -> dict:  # noqa: N802
+    """A plain function (so it runs in a thread no cancel stops) whose effect
+    lands at its end; compensable."""
+    BOOKING_STARTED.set()
+    time.sleep(seconds)
+    return reserve.fn(ctx, item)
+
+
+@slowBook.compensation
+def _cancel_booking(ctx: ToolContext, args, result) -> str:  # type: ignore[no-untyped-def]
+    _effects_table(ctx)  # the undo may run before the booking made the table
+    return _cancel_reservation(ctx, args, result)
 
 
 @tool(idempotent=True, heartbeat_seconds=2)
@@ -231,7 +251,8 @@ def make_service(name: str = "test", *, breakers: dict | None = None,
         system_prompt="You are a test assistant for {{team}}.",
         tools=ToolRegistry([add, slowWrite, slowUpsert, alwaysFails, refuses, echo, unlock,
                             reserve, slowUndoReserve, stickyReserve, mustSucceed, sendMoney,
-                            sendMoneySlowly, bigResult, journaledWrite, journaledReserve]),
+                            sendMoneySlowly, bigResult, journaledWrite, journaledReserve,
+                            slowBook]),
         loop=LoopPolicy(**loop, breakers=BreakerPolicy(**(breakers or {}))),  # type: ignore[arg-type]
         providers=[ToolProvider("secrets", ToolRegistry([secret]), _offer_secret)],
     )

@@ -111,6 +111,16 @@ class ToolLedger:
         # STARTED and never finished: an earlier attempt was lost mid-run.
         return LedgerEntry(status=LedgerStatus.STARTED, fresh=False, attempts=row["attempts"])
 
+    def status(self, workflow_id: str, call_id: str, chain: str = "") -> str | None:
+        """STARTED (an attempt claimed it and has not ended), COMPLETED,
+        ATTEMPT_FAILED, or None (never claimed)."""
+        with self.db.connect() as conn:
+            row = conn.fetchone(
+                "SELECT status FROM tool_call_ledger WHERE workflow_id = :wf "
+                "AND execution_chain = :chain AND tool_call_id = :call",
+                {"wf": workflow_id, "chain": chain, "call": call_id})
+        return None if row is None else str(row["status"])
+
     def result(self, workflow_id: str, call_id: str, chain: str = "") -> str | None:
         with self.db.connect() as conn:
             row = conn.fetchone(
