@@ -47,6 +47,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from turnstile.engine.errors import (
         AnswerTruncated,
+        BudgetExceeded,
         ContentFiltered,
         DecisionRefused,
         InvalidTurnInput,
@@ -61,6 +62,7 @@ with workflow.unsafe.imports_passed_through():
     from turnstile.engine.turn_input_rules import turn_input_problem
     from turnstile.engine.turn_rules import FinalAnswer, RunTools, next_step
     from turnstile.engine.versions import (
+        BUDGET_REFUSED,
         FINDABLE_AT_START,
         OPENS_IN_BEGIN_TURN,
         TURN_INPUT_DOOR,
@@ -355,18 +357,27 @@ class AgentTurn:
         prelude, prelude_seq = s.take_prelude()
         s.answer_seq = s.alloc(1)
         summary = f"model round {s.round_trips + 1}" + (" continuation" if continuation else "")
-        result = await s.activity(
-            io.call_model,
-            io.ModelCallInput(conversation_id=turn.conversation_id, service=turn.service,
-                              execution_chain=s.chain,
-                              tool_names=[] if continuation else list(s.tool_names),
-                              response_seq=s.answer_seq, round=s.round_trips,
-                              taken_call_ids=[c.id for c in s.calls], stream=self.stream,
-                              response_format=self.response_format, window=spec.memory,
-                              continuation=continuation, prelude=prelude,
-                              prelude_seq=prelude_seq, user_id=turn.user_id,
-                              known_policies=[t.name for t in spec.tools]),
-            summary, TurnStatus.FAILED, options=model_options(spec.loop))
+        try:
+            result = await s.activity(
+                io.call_model,
+                io.ModelCallInput(conversation_id=turn.conversation_id, service=turn.service,
+                                  execution_chain=s.chain,
+                                  tool_names=[] if continuation else list(s.tool_names),
+                                  response_seq=s.answer_seq, round=s.round_trips,
+                                  taken_call_ids=[c.id for c in s.calls], stream=self.stream,
+                                  response_format=self.response_format, window=spec.memory,
+                                  continuation=continuation, prelude=prelude,
+                                  prelude_seq=prelude_seq, user_id=turn.user_id,
+                                  known_policies=[t.name for t in spec.tools]),
+                summary, TurnStatus.FAILED, options=model_options(spec.loop))
+        except TurnStopped as stop:
+            # The user's daily token budget is spent: the turn is refused, not
+            # failed. Asked only for that error, so no other turn's history
+            # carries the marker.
+            if stop.error_type == BudgetExceeded.error_type and workflow.patched(BUDGET_REFUSED):
+                stop.status = TurnStatus.REFUSED
+                s.event("turn_refused", str(stop))
+            raise
         for t in result.tools:  # policies of tools this turn calls for the first time
             if spec.tool(t.name) is None:
                 spec.tools.append(t)

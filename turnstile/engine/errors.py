@@ -89,6 +89,16 @@ class InvalidTurnInput(TurnstileError):
     hold or over its length. The turn ends `refused` before it holds anything."""
 
 
+class BudgetExceeded(TurnstileError):
+    """The user's model tokens (prompt + completion) since UTC midnight have
+    reached TURNSTILE_DAILY_TOKEN_BUDGET: checked before each model call, the
+    call is not made and the turn ends `refused`. Retrying cannot help today."""
+
+    def __init__(self, user_id: str, used: int, budget: int) -> None:
+        super().__init__(f"user {user_id} used {used:,} of {budget:,} tokens today")
+        self.user_id, self.used, self.budget = user_id, used, budget
+
+
 class DecisionRefused(TurnstileError):
     """A reviewer's decision that may not be applied (self-approval, not an
     approver, already decided, no such pending call, no reviewer named)."""

@@ -79,3 +79,8 @@ NAMES_AS_IDENTITIES = "names-as-identities"
 # A decision that arrives in the same activation as its approval deadline
 # stands (the deadline used to overwrite it). Asked only in that case.
 DECISION_BEATS_DEADLINE = "decision-beats-deadline"
+
+# A model call refused for the user's daily token budget (BudgetExceeded,
+# TURNSTILE_DAILY_TOKEN_BUDGET) ends the turn `refused`, not `failed`. Asked
+# only when a model call failed with that error, so other turns carry no marker.
+BUDGET_REFUSED = "budget-refused"
