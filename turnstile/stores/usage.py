@@ -86,7 +86,8 @@ def record(conn: Connection, call: ModelCall, recorded_at: str | None = None) ->
     else:
         stmt = sqlite.insert(model_usage).values(values).on_conflict_do_nothing(
             index_elements=[c.usage_key])
-    return conn.execute(stmt).rowcount == 1
+    # RETURNING, not rowcount: psycopg reports none for this statement.
+    return conn.execute(stmt.returning(c.usage_key)).first() is not None
 
 
 def stored_time(moment: datetime) -> str:
