@@ -128,7 +128,7 @@ class ModelActivities:
             messages = read_window(self.rt, RequestShape(self.rt, service, req, tools), wf_id,
                                    conn)
         if spent is not None and budget is not None and spent >= budget:
-            raise BudgetExceeded(req.user_id, spent, budget)
+            raise BudgetExceeded.spent(req.user_id, spent, budget)
         request, _ = build_request(self.rt, service, req, messages, tools)
         return None, request
 

@@ -213,7 +213,7 @@ def test_budget_setting() -> None:
     for bad in ("lots", "-5", "1.5"):
         with pytest.raises(ConfigurationError, match="TURNSTILE_DAILY_TOKEN_BUDGET"):
             Settings.from_env({"TURNSTILE_DAILY_TOKEN_BUDGET": bad})
-    assert str(BudgetExceeded("alice", 12_345, 10_000)) == \
+    assert str(BudgetExceeded.spent("alice", 12_345, 10_000)) == \
         "user alice used 12,345 of 10,000 tokens today"
 
 

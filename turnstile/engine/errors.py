@@ -94,9 +94,10 @@ class BudgetExceeded(TurnstileError):
     reached TURNSTILE_DAILY_TOKEN_BUDGET: checked before each model call, the
     call is not made and the turn ends `refused`. Retrying cannot help today."""
 
-    def __init__(self, user_id: str, used: int, budget: int) -> None:
-        super().__init__(f"user {user_id} used {used:,} of {budget:,} tokens today")
-        self.user_id, self.used, self.budget = user_id, used, budget
+    @classmethod
+    def spent(cls, user_id: str, used: int, budget: int) -> BudgetExceeded:
+        """The error with its figures: "user alice used 12,345 of 10,000 tokens today"."""
+        return cls(f"user {user_id} used {used:,} of {budget:,} tokens today")
 
 
 class DecisionRefused(TurnstileError):
