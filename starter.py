@@ -8,6 +8,7 @@
     python starter.py inbox [--host 127.0.0.1] [--port 8234]   (the approvals inbox)
     python starter.py audit [--since 1h] [--tool T] [--user U] [--status S] [--limit N]
                             [--top [--over N] | --failures] [--json]
+    python starter.py usage [--since 7d|ISO] [--until ISO] [--user U] [--service S] [--json]
 """
 
 from __future__ import annotations
@@ -198,6 +199,49 @@ def audit_command(db: Any, args: argparse.Namespace) -> int:
     return 0
 
 
+def usage_command(db: Any, args: argparse.Namespace) -> int:
+    """`starter.py usage`: model tokens per (user, service, model), as an
+    aligned table (numbers right-aligned, a total line) or JSON lines."""
+    from turnstile.stores import audit_queries as q
+    from turnstile.stores import usage
+
+    try:
+        f = usage.UsageFilter(
+            since=q.parse_since(args.since) if args.since else None,
+            until=q.parse_since(args.until) if args.until else None,
+            user=args.user, service=args.service)
+    except ValueError as exc:
+        sys.stderr.write(f"starter.py usage: {exc}\n")
+        return 2
+    rows = usage.summary(db, f)
+    if args.json:
+        for r in rows:
+            out(json.dumps(r))
+        return 0
+    window = f"since {usage.stored_time(f.since)}" if f.since else "all time"
+    if f.until:
+        window += f", until {usage.stored_time(f.until)}"
+    out(f"{len(rows)} row(s), {window}")
+    if not rows:
+        return 0
+    columns = list(usage.SUMMARY_COLUMNS)
+    numeric = {"turns", "model_calls", "prompt_tokens", "completion_tokens"}
+    total = {col: sum(r[col] for r in rows) for col in numeric}
+    lines = [[f"{r[col]:,}" if col in numeric else str(r[col])[:40] for col in columns]
+             for r in rows]
+    lines.append(["total", "", "", *(f"{total[col]:,}" for col in columns[3:])])
+    widths = [max(len(col), *(len(line[i]) for line in lines)) for i, col in enumerate(columns)]
+
+    def row(cells: list[str]) -> str:
+        return "  ".join(v.rjust(w) if col in numeric else v.ljust(w)
+                         for col, v, w in zip(columns, cells, widths, strict=True)).rstrip()
+
+    out(row(columns))
+    for line in lines:
+        out(row(line))
+    return 0
+
+
 async def main(argv: list[str] | None = None, client: Client | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -241,6 +285,14 @@ async def main(argv: list[str] | None = None, client: Client | None = None) -> i
     p_audit.add_argument("--over", type=int, default=0,
                          help="with --top: only pairs with more than this many calls")
     p_audit.add_argument("--json", action="store_true", help="JSON lines instead of a table")
+    p_usage = sub.add_parser("usage", help="model tokens per user, service and model: turns, "
+                             "model calls, prompt and completion tokens")
+    p_usage.add_argument("--since", default=None,
+                         help="window start: 1h, 7d, or an ISO time; default all time")
+    p_usage.add_argument("--until", default=None, help="window end (ISO time); default now")
+    p_usage.add_argument("--user", default=None)
+    p_usage.add_argument("--service", default=None)
+    p_usage.add_argument("--json", action="store_true", help="JSON lines instead of a table")
     p_inbox = sub.add_parser("inbox", help="the approvals inbox in the browser")
     p_inbox.add_argument("--host", default="127.0.0.1")
     p_inbox.add_argument("--port", type=int, default=8234)
@@ -264,6 +316,15 @@ async def main(argv: list[str] | None = None, client: Client | None = None) -> i
         db = Database(settings.database_url, readonly_url=settings.database_readonly_url)
         try:
             return await asyncio.to_thread(audit_command, db, args)
+        finally:
+            dispose_engines()
+
+    if args.cmd == "usage":
+        from turnstile.stores.db import Database, dispose_engines
+
+        db = Database(settings.database_url, readonly_url=settings.database_readonly_url)
+        try:
+            return await asyncio.to_thread(usage_command, db, args)
         finally:
             dispose_engines()
 

@@ -15,10 +15,17 @@ from temporalio.exceptions import ApplicationError
 from activities.model_request import RequestShape, build_request, read_window
 from activities.model_stream import request_model
 from activities.runs import as_current_run
-from activities.runtime import Runtime, application_error, turn_workflow_id, with_heartbeat
+from activities.runtime import (
+    Runtime,
+    application_error,
+    model_name,
+    turn_workflow_id,
+    with_heartbeat,
+)
 from turnstile.engine import attributes as attr
 from turnstile.engine.activity_io import CALL_MODEL, ModelCallInput, ModelCallResult
 from turnstile.engine.errors import (
+    BudgetExceeded,
     ConfigurationError,
     DatabaseUnavailable,
     MalformedModelResponse,
@@ -30,11 +37,11 @@ from turnstile.engine.errors import (
 )
 from turnstile.engine.messages import ChatMessage
 from turnstile.engine.specs import ToolSpec
-from turnstile.providers import ModelRequest
+from turnstile.providers import ModelRequest, ModelResponse
 from turnstile.providers.openai_compat import RetryableModelError
 from turnstile.runtime.services import Service
 from turnstile.runtime.tracing import model_span, record_model_response
-from turnstile.stores import runs
+from turnstile.stores import runs, usage
 from turnstile.stores.db import Connection
 from turnstile.stores.superseded import call_identity, prior_calls
 
@@ -100,30 +107,55 @@ class ModelActivities:
         into memory, and nothing an earlier run of this turn wrote from here
         on is read. Then either this run's stored response (a retry after the
         response was stored: the worker was lost before completing) or the
-        request built from memory. One transaction: the write, then the reads."""
+        request built from memory. One transaction: the write, then the reads.
+
+        With a daily token budget (TURNSTILE_DAILY_TOKEN_BUDGET), a user at or
+        over it gets BudgetExceeded instead of a request, once the write is
+        committed: the turn's messages stay in memory, as for any turn that
+        ends before its model call."""
         first = req.prelude_seq if req.prelude else req.response_seq
         wf_id, memory = turn_workflow_id(), self.rt.memory
         run_id = activity.info().workflow_run_id
         shape = RequestShape(self.rt, service, req, tools)
         shape.refuse_too_long(req.prelude)  # before anything is stored
+        budget = self.rt.settings.daily_token_budget
+        spent: int | None = None
         with self.rt.db.connect() as conn:
             self._store(req, first, req.prelude, first, w, conn)
             stored = memory.get(req.conversation_id, req.response_seq, conn)
             if stored is not None and stored[1] == wf_id and stored[0].role == "assistant" and (
                     stored[2] in (None, run_id)):
-                return stored[0], None
+                return stored[0], None  # asked and answered already: nothing more to spend
+            if budget is not None and req.user_id:
+                spent = usage.tokens_since(conn, req.user_id, usage.utc_midnight())
             messages = read_window(self.rt, shape, wf_id, conn)
+        if spent is not None and budget is not None and spent >= budget:
+            raise BudgetExceeded.spent(req.user_id, spent, budget)
         request, _ = build_request(self.rt, service, req, messages, tools)
         return None, request
 
     def _keep(self, req: ModelCallInput, message: ChatMessage, numbered: list[bool],
-              w: runs.Writer | None) -> None:
+              spent: usage.ModelCall, w: runs.Writer | None) -> None:
         """After the response (one thread hop): its calls get ids of their own,
-        then it is stored at the slot the workflow assigned."""
+        then it is stored at the slot the workflow assigned, with what the call
+        cost (turnstile.stores.usage) in the same transaction: a retried attempt
+        finds both or neither, and never counts the call twice."""
         if not numbered:  # once, even when the write runs again confirmed
             self._number_calls(req, message, turn_workflow_id())
             numbered.append(True)
-        self._store(req, req.response_seq, [message], None, w)
+        with self.rt.db.connect() as conn:
+            self._store(req, req.response_seq, [message], None, w, conn)
+            usage.record(conn, spent)
+
+    def _usage(self, req: ModelCallInput, response: ModelResponse) -> usage.ModelCall:
+        """What this call cost, as `model_usage` keeps it."""
+        return usage.ModelCall(
+            workflow_id=turn_workflow_id(), run_id=activity.info().workflow_run_id or "",
+            call_seq=req.response_seq, conversation_id=req.conversation_id,
+            user_id=req.user_id, service=req.service,
+            model=response.model or model_name(self.rt) or self.rt.provider.name,
+            prompt_tokens=response.usage.prompt_tokens,
+            completion_tokens=response.usage.completion_tokens)
 
     async def _call_model(self, req: ModelCallInput) -> ModelCallResult:
         wf_id = turn_workflow_id()
@@ -142,6 +174,9 @@ class ModelActivities:
             stored, request = await self._as_run(
                 req, lambda w: self._prepare(req, service, tools, w))
         except ModelRequestRejected as exc:
+            raise application_error(exc, non_retryable=True) from exc
+        except BudgetExceeded as exc:  # not retried: the turn ends refused
+            log.info("model call of %s refused: %s", wf_id, exc)
             raise application_error(exc, non_retryable=True) from exc
         if stored is not None:
             return ModelCallResult(message=stored, provider=provider.name)
@@ -172,7 +207,8 @@ class ModelActivities:
             message.tool_calls = []  # no tools were offered: a call here has no result slot
         message.attributes[attr.WORKFLOW_ID] = wf_id
         numbered: list[bool] = []
-        await self._as_run(req, lambda w: self._keep(req, message, numbered, w))
+        spent = self._usage(req, response)
+        await self._as_run(req, lambda w: self._keep(req, message, numbered, spent, w))
         known = set(req.known_policies)
         policies = []
         for call in message.tool_calls:

@@ -72,6 +72,7 @@ STABLE = {
     ToolRoleUnavailable: "ToolRoleUnavailable",  # least privilege fails closed
     errors.CallTakenOver: "CallTakenOver",  # a later attempt claimed the call
     errors.CallNotRecorded: "CallNotRecorded",  # the call journal's record failed
+    errors.BudgetExceeded: "BudgetExceeded",  # the user's daily token budget is spent
 }
 
 

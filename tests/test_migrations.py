@@ -233,6 +233,20 @@ def test_revision_0006_only_adds(fresh_url: str) -> None:
     assert set(after) - set(before) == {"superseded_message"}
 
 
+def test_revision_0008_only_adds(fresh_url: str) -> None:
+    """Model usage (0008) adds a table and its index, nothing else."""
+    db = Database(fresh_url)
+    upgrade(db, "0007")
+    before = schema_of(db)
+    upgrade(db, "0008")
+    after = schema_of(db)
+    assert {t: after[t] for t in before} == before
+    assert set(after) - set(before) == {"model_usage"}
+    assert after["model_usage"]["pk"] == ["usage_key"]
+    assert after["model_usage"]["indexes"] == [
+        ("model_usage_user_time", ("user_id", "recorded_at"), False)]
+
+
 # The previous release (v0.2.0) made the schema through revision 0006.
 PREVIOUS_RELEASE_HEAD = "0006"
 
@@ -310,7 +324,7 @@ def test_declared_tables_match_the_migrated_schema(fresh_url: str) -> None:
                   "turnstile.stores.ledger", "turnstile.stores.memory",
                   "turnstile.stores.message_parts", "turnstile.stores.payload_store",
                   "turnstile.stores.retrieval_index", "turnstile.stores.runs",
-                  "turnstile.stores.streaming"):
+                  "turnstile.stores.streaming", "turnstile.stores.usage"):
         importlib.import_module(owner)
     db = Database(fresh_url)
     upgrade(db)

@@ -98,7 +98,18 @@ class MessageTooLong(TurnstileError):
 
 # Errors that mean "this turn may not run", not "it failed": a turn an
 # activity stops with one of these ends `refused` (workflows/state.py).
-REFUSING_ERRORS = frozenset({"MessageTooLong"})
+REFUSING_ERRORS = frozenset({"MessageTooLong", "BudgetExceeded"})
+
+
+class BudgetExceeded(TurnstileError):
+    """The user's model tokens (prompt + completion) since UTC midnight have
+    reached TURNSTILE_DAILY_TOKEN_BUDGET: checked before each model call, the
+    call is not made and the turn ends `refused`. Retrying cannot help today."""
+
+    @classmethod
+    def spent(cls, user_id: str, used: int, budget: int) -> BudgetExceeded:
+        """The error with its figures: "user alice used 12,345 of 10,000 tokens today"."""
+        return cls(f"user {user_id} used {used:,} of {budget:,} tokens today")
 
 
 class DecisionRefused(TurnstileError):

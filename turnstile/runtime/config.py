@@ -95,6 +95,10 @@ class Settings:
     metrics_port: int | None = None
     # The interface it listens on (0.0.0.0 in containers, for the scraper).
     metrics_host: str = "127.0.0.1"
+    # Per-user daily token budget (prompt + completion tokens since UTC
+    # midnight, from `model_usage`): a model call of a user at or over it is
+    # refused (BudgetExceeded, the turn ends `refused`). None: no budget.
+    daily_token_budget: int | None = None
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -134,6 +138,7 @@ class Settings:
             log_format=(e.get("TURNSTILE_LOG_FORMAT") or "text").strip().lower(),
             metrics_port=int(e.get("TURNSTILE_METRICS_PORT") or 0) or None,
             metrics_host=e.get("TURNSTILE_METRICS_HOST") or d.metrics_host,
+            daily_token_budget=_budget(e.get("TURNSTILE_DAILY_TOKEN_BUDGET")),
             max_cached_workflows=int(e.get("TURNSTILE_MAX_CACHED_WORKFLOWS")
                                      or d.max_cached_workflows),
             workflow_sandbox=_sandbox(e.get("TURNSTILE_WORKFLOW_SANDBOX") or "off"),
@@ -154,3 +159,17 @@ def _sandbox(value: str) -> str:
         raise ConfigurationError(
             f"TURNSTILE_WORKFLOW_SANDBOX must be 'off' or 'strict', not {value!r}")
     return value.lower()
+
+
+def _budget(value: str | None) -> int | None:
+    if value is None or not value.strip():
+        return None
+    try:
+        budget = int(value.strip().replace("_", "").replace(",", ""))
+    except ValueError:
+        budget = -1
+    if budget < 0:
+        raise ConfigurationError(
+            f"TURNSTILE_DAILY_TOKEN_BUDGET must be a whole number of tokens (0 or more), "
+            f"not {value!r}")
+    return budget

@@ -1,0 +1,154 @@
+"""What each model call cost: one row per call in `model_usage` (migration 0008).
+
+The model-call activity (activities/model.py) records a row when the model
+has answered, in the transaction that stores the answer: the model's name as
+it reported it (else the worker's), and the prompt and completion tokens of
+its `usage`. The row is keyed by the call — workflow id, run id and the memory
+slot the answer takes (`usage_key`, `<workflow id>/<run id>/<slot>`) — and
+inserted with ON CONFLICT DO NOTHING, so a retried attempt of the activity
+never counts a call twice; a reset run of the turn (a new run id) asks the
+model again, and that call is counted as spent.
+
+Read by `starter.py usage` (`summary`: sums per user, service and model) and
+by the per-user daily token budget (`tokens_since`, TURNSTILE_DAILY_TOKEN_BUDGET),
+through the index `model_usage_user_time (user_id, recorded_at)`.
+
+`recorded_at` is ISO-8601 UTC text of one width, as every time the stores
+write (turnstile.stores.memory.now_iso), so a window is a text range.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
+
+from turnstile.stores.db import Connection, Database, metadata
+from turnstile.stores.memory import now_iso
+
+model_usage = sa.Table(
+    "model_usage", metadata,
+    sa.Column("usage_key", sa.Text, primary_key=True),  # usage_key(workflow, run, slot)
+    sa.Column("workflow_id", sa.Text, nullable=False),
+    sa.Column("run_id", sa.Text, nullable=False),
+    sa.Column("call_seq", sa.BigInteger, nullable=False),  # the answer's memory slot
+    sa.Column("conversation_id", sa.Text, nullable=False),
+    sa.Column("user_id", sa.Text, nullable=False),
+    sa.Column("service", sa.Text, nullable=False),
+    sa.Column("model", sa.Text, nullable=False),
+    sa.Column("prompt_tokens", sa.Integer, nullable=False),
+    sa.Column("completion_tokens", sa.Integer, nullable=False),
+    sa.Column("recorded_at", sa.Text, nullable=False),
+    # A user's tokens in a window (the budget, `starter.py usage --user`).
+    sa.Index("model_usage_user_time", "user_id", "recorded_at"),
+)
+c = model_usage.c
+
+
+def usage_key(workflow_id: str, run_id: str, call_seq: int) -> str:
+    """One model call of one run of a turn (run ids hold no "/")."""
+    return f"{workflow_id}/{run_id}/{call_seq}"
+
+
+@dataclass(frozen=True)
+class ModelCall:
+    """One model call as it is accounted: who, where, which model, how much."""
+
+    workflow_id: str
+    run_id: str
+    call_seq: int
+    conversation_id: str
+    user_id: str
+    service: str
+    model: str
+    prompt_tokens: int
+    completion_tokens: int
+
+
+def record(conn: Connection, call: ModelCall, recorded_at: str | None = None) -> bool:
+    """Record `call` in the caller's transaction; False when it was recorded
+    already (an earlier attempt of the same activity)."""
+    values: dict[str, Any] = {
+        "usage_key": usage_key(call.workflow_id, call.run_id, call.call_seq),
+        "workflow_id": call.workflow_id, "run_id": call.run_id, "call_seq": call.call_seq,
+        "conversation_id": call.conversation_id, "user_id": call.user_id,
+        "service": call.service, "model": call.model,
+        "prompt_tokens": max(0, int(call.prompt_tokens)),
+        "completion_tokens": max(0, int(call.completion_tokens)),
+        "recorded_at": recorded_at or now_iso(),
+    }
+    if conn.dialect == "postgresql":
+        stmt: sa.Insert = postgresql.insert(model_usage).values(values).on_conflict_do_nothing(
+            index_elements=[c.usage_key])
+    else:
+        stmt = sqlite.insert(model_usage).values(values).on_conflict_do_nothing(
+            index_elements=[c.usage_key])
+    # RETURNING, not rowcount: psycopg reports none for this statement.
+    return conn.execute(stmt.returning(c.usage_key)).first() is not None
+
+
+def stored_time(moment: datetime) -> str:
+    """`moment` in the stored form of `recorded_at` (comparable as text)."""
+    return moment.astimezone(UTC).isoformat(timespec="milliseconds")
+
+
+def utc_midnight(now: datetime | None = None) -> datetime:
+    """The start of the UTC day of `now` (the budget's day)."""
+    now = (now or datetime.now(UTC)).astimezone(UTC)
+    return now.replace(hour=0, minute=0, second=0, microsecond=0)
+
+
+def tokens_since(conn: Connection, user_id: str, since: datetime) -> int:
+    """Prompt plus completion tokens of `user_id`'s model calls from `since` on."""
+    total = sa.func.coalesce(sa.func.sum(c.prompt_tokens + c.completion_tokens), 0)
+    stmt = sa.select(total.label("tokens")).where(
+        c.user_id == user_id, c.recorded_at >= stored_time(since))
+    row = conn.fetchone(stmt)
+    return int(row["tokens"]) if row is not None else 0
+
+
+@dataclass(frozen=True)
+class UsageFilter:
+    since: datetime | None = None
+    until: datetime | None = None
+    user: str | None = None
+    service: str | None = None
+
+    def where(self) -> list[sa.ColumnElement[bool]]:
+        conditions: list[sa.ColumnElement[bool]] = []
+        if self.since is not None:
+            conditions.append(c.recorded_at >= stored_time(self.since))
+        if self.until is not None:
+            conditions.append(c.recorded_at < stored_time(self.until))
+        if self.user:
+            conditions.append(c.user_id == self.user)
+        if self.service:
+            conditions.append(c.service == self.service)
+        return conditions
+
+
+SUMMARY_COLUMNS = ("user_id", "service", "model", "turns", "model_calls", "prompt_tokens",
+                   "completion_tokens")
+
+
+def summary(db: Database, f: UsageFilter) -> list[dict[str, Any]]:
+    """Per (user, service, model) matching `f`: turns (distinct workflow
+    ids), model calls, prompt and completion tokens; most tokens first."""
+    prompt = sa.func.sum(c.prompt_tokens)
+    completion = sa.func.sum(c.completion_tokens)
+    stmt = (sa.select(c.user_id, c.service, c.model,
+                      sa.func.count(sa.distinct(c.workflow_id)).label("turns"),
+                      sa.func.count().label("model_calls"),
+                      prompt.label("prompt_tokens"), completion.label("completion_tokens"))
+            .where(*f.where())
+            .group_by(c.user_id, c.service, c.model)
+            .order_by((prompt + completion).desc(), c.user_id, c.service, c.model))
+    with db.connect() as conn:
+        rows = conn.fetchall(stmt)
+    for r in rows:  # SUM is NUMERIC/BIGINT by engine: plain ints either way
+        for key in ("turns", "model_calls", "prompt_tokens", "completion_tokens"):
+            r[key] = int(r[key] or 0)
+    return rows
