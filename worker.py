@@ -18,6 +18,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 
 from activities import Runtime, all_activities
 from activities.data_errors import DataErrors
+from activities.log_context import LogContext
 from turnstile.runtime import log_masking
 from turnstile.runtime.client import connect, metrics_runtime
 from turnstile.runtime.config import Settings
@@ -86,7 +87,7 @@ def build_worker(client: Client, rt: Runtime, **overrides: object) -> Worker:
         "max_workflow_task_external_storage_concurrency": 1,
         "max_cached_workflows": rt.settings.max_cached_workflows,
         # A value the database refuses is never retried as an outage.
-        "interceptors": [DataErrors()],
+        "interceptors": [DataErrors(), LogContext()],
     }
     deployment = deployment_of(rt.settings)
     if deployment is not None:

@@ -41,6 +41,10 @@ async def test_json_log_lines(client: Client, temporal_server: DevServer, tmp_pa
     assert all({"time", "level", "logger", "message"} <= set(r) for r in records)
     turn = [r for r in records if r.get("workflow_id") == result.workflow_id]
     assert turn, "no line carries the turn's workflow id"
+    # Activities' lines name the conversation (e.g. the turn events delivered
+    # by the release); none names another.
+    named = {r["conversation_id"] for r in records if "conversation_id" in r}
+    assert named == {"c-logs"}, named
     # Python's own lines are all JSON (the SDK's Rust core writes its own, unformatted).
     assert not [line for line in lines if " INFO " in line and not line.startswith("{")]
     assert "zq7log" not in log.read_text()
@@ -101,3 +105,37 @@ async def test_the_worker_serves_prometheus_metrics(
     assert value('turnstile_tokens{') > 0 and 'direction="in"' in text
     assert "turnstile_turn_latency" in text and "turnstile_approval_wait" in text
     assert "temporal_workflow_completed" in text or "temporal_activity_execution_latency" in text
+
+
+async def test_json_lines_name_the_activitys_conversation_and_call() -> None:
+    """activities.log_context reads them from the activity's input; the
+    activity's database hops (asyncio.to_thread) carry them; outside, no line
+    does."""
+    import asyncio
+    import io as stdio
+    import logging
+
+    from activities.log_context import fields_of
+    from turnstile.engine.activity_io import ToolExecInput
+    from turnstile.engine.messages import ToolCall
+    from turnstile.runtime.log_masking import JsonFormatter, MaskingFilter, log_fields
+
+    out = stdio.StringIO()
+    handler = logging.StreamHandler(out)
+    handler.setFormatter(JsonFormatter())
+    handler.addFilter(MaskingFilter())
+    logger = logging.getLogger("test.log_fields")
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    request = ToolExecInput(conversation_id="c-9", user_id="u", service="s",
+                            call=ToolCall(id="call_7", name="add", arguments="{}"), result_seq=1)
+    try:
+        with log_fields(**fields_of([request])):
+            logger.info("inside")
+            await asyncio.to_thread(logger.info, "in a thread")
+        logger.info("outside")
+    finally:
+        logger.removeHandler(handler)
+    lines = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert [(r["message"], r.get("conversation_id"), r.get("tool_call_id")) for r in lines] == [
+        ("inside", "c-9", "call_7"), ("in a thread", "c-9", "call_7"), ("outside", None, None)]

@@ -7,19 +7,37 @@
 - `TURNSTILE_LOG_FORMAT=json`: one JSON object per line — `time`, `level`,
   `logger`, `message`, the current OpenTelemetry `trace_id`/`span_id` when a
   span is recording, and the Temporal SDK's workflow or activity context
-  (`workflow_id`, `run_id`, `activity_type`, `attempt`, ...) when it adds one.
+  (`workflow_id`, `run_id`, `activity_type`, `attempt`, ...) when it adds one,
+  and the `conversation_id` and `tool_call_id` of the activity that logs
+  (`log_fields`, set for every activity by activities.log_context).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any
 
 from opentelemetry import trace
 
 from turnstile.engine.masking import mask_text
+
+_fields: ContextVar[dict[str, str] | None] = ContextVar("turnstile_log_fields", default=None)
+
+
+@contextmanager
+def log_fields(**fields: str | None) -> Iterator[None]:
+    """Fields every JSON log line written inside carries, also from the
+    threads of `asyncio.to_thread` (it copies the context)."""
+    token = _fields.set({**(_fields.get() or {}), **{k: v for k, v in fields.items() if v}})
+    try:
+        yield
+    finally:
+        _fields.reset(token)
 
 
 class MaskingFilter(logging.Filter):
@@ -50,6 +68,7 @@ class JsonFormatter(logging.Formatter):
         if span.is_valid:
             line["trace_id"] = format(span.trace_id, "032x")
             line["span_id"] = format(span.span_id, "016x")
+        line.update(_fields.get() or {})
         for key in ("temporal_workflow", "temporal_activity"):  # the SDK's extras
             extra = getattr(record, key, None)
             if isinstance(extra, dict):
