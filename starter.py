@@ -202,8 +202,7 @@ def audit_command(db: Any, args: argparse.Namespace) -> int:
 def usage_command(db: Any, args: argparse.Namespace) -> int:
     """`starter.py usage`: model tokens per (user, service, model), as an
     aligned table (numbers right-aligned, a total line) or JSON lines."""
-    from turnstile.stores import audit_queries as q
-    from turnstile.stores import usage
+    from turnstile.stores import audit_queries as q, usage
 
     try:
         f = usage.UsageFilter(

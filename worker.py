@@ -25,8 +25,7 @@ from turnstile.runtime.config import Settings
 from turnstile.runtime.mcp import connections as mcp_connections
 from turnstile.runtime.plugins import load_services
 from turnstile.runtime.search_attributes import ensure_search_attributes
-from turnstile.runtime.tracing import interceptors as tracing_interceptors
-from turnstile.runtime.tracing import setup_tracing
+from turnstile.runtime.tracing import interceptors as tracing_interceptors, setup_tracing
 from turnstile.runtime.upgrade import older_turns, refusal
 from turnstile.runtime.versioning import deployment_of, settle_current
 from turnstile.sales.service import build_sales_service  # the reference app (+ its tables)

@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from turnstile.engine import activity_io as io
-from turnstile.engine import errors
+from turnstile.engine import activity_io as io, errors
 from turnstile.engine.contract import AuditStatus, CallStatus, TurnStatus
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -20,8 +20,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 from temporalio.api.enums.v1 import EventType
 
 from tests.support.fake_llm import FakeLLM, Raw, text_reply

@@ -27,8 +27,7 @@ with workflow.unsafe.imports_passed_through():
     # pydantic with them, on every workflow task.
     from pydantic import ValidationError
 
-    from turnstile.engine import activity_io as io
-    from turnstile.engine import endings
+    from turnstile.engine import activity_io as io, endings
     from turnstile.engine.breakers import Breakers
     from turnstile.engine.contract import (
         WORKFLOW_TYPE,

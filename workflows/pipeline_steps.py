@@ -16,8 +16,7 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from turnstile.engine import activity_io as io
-    from turnstile.engine import attributes as attr
+    from turnstile.engine import activity_io as io, attributes as attr
     from turnstile.engine.contract import TurnInput, TurnResult, TurnStatus
     from turnstile.engine.errors import (
         InputGuardrailFailed,

@@ -19,9 +19,7 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
-    from turnstile.engine import activity_io as io
-    from turnstile.engine import attributes as attr
-    from turnstile.engine import tool_round_rules as rules
+    from turnstile.engine import activity_io as io, attributes as attr, tool_round_rules as rules
     from turnstile.engine.breakers import Breakers
     from turnstile.engine.contract import (
         ApprovalDecision,

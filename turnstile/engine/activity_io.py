@@ -18,6 +18,21 @@ from turnstile.engine.contract import ApprovalDecision, AuditStatus, CallStatus,
 from turnstile.engine.events import TurnEventRecord
 from turnstile.engine.memory_window import MemoryWindow
 from turnstile.engine.messages import ChatMessage, ToolCall, Usage
+
+# The optional steps' wire types live in pipeline_io; imported from here too.
+from turnstile.engine.pipeline_io import (
+    AttachmentMeta as AttachmentMeta,
+    DiscardInput as DiscardInput,
+    InputGuardrailsInput as InputGuardrailsInput,
+    ModerateInput as ModerateInput,
+    ModerationResult as ModerationResult,
+    OutputGuardrailsInput as OutputGuardrailsInput,
+    ParsedOutput as ParsedOutput,
+    ParseOutputInput as ParseOutputInput,
+    RetrieveInput as RetrieveInput,
+    TransformedSystem as TransformedSystem,
+    TransformSystemInput as TransformSystemInput,
+)
 from turnstile.engine.pipeline_spec import GuardrailVerdict
 from turnstile.engine.specs import ServiceSpec, ToolSpec
 
@@ -288,92 +303,6 @@ class ResolvedTools(BaseModel):
     # Providers that could not be asked (an MCP server down after its retries):
     # their tools are missing from this round; the turn goes on without them.
     unavailable: list[str] = Field(default_factory=list)
-
-
-# --- the pipeline's optional steps -------------------------------------------
-class TransformSystemInput(BaseModel):
-    conversation_id: str
-    user_id: str
-    service: str
-    system_message: str  # rendered from the service's template
-    variables: dict[str, Any] = Field(default_factory=dict)
-
-
-class TransformedSystem(BaseModel):
-    system_message: str
-
-
-class RetrieveInput(BaseModel):
-    conversation_id: str
-    user_id: str
-    service: str
-    query: str  # the user message after its template
-    raw_message: str
-    top_k: int
-    max_chars: int
-    # Turn events delivered before retrieving (step 4's "turn started" rides
-    # with step 5: no activity of its own).
-    events: list[TurnEventRecord] = Field(default_factory=list)
-
-
-class AttachmentMeta(BaseModel):
-    """An attachment without its inline data (guardrails see this)."""
-
-    type: str
-    mime_type: str | None = None
-    url: str | None = None
-    chars: int = 0
-
-
-class InputGuardrailsInput(BaseModel):
-    conversation_id: str
-    user_id: str
-    service: str
-    message: str  # final user message (after retrieval)
-    raw_message: str
-    variables: dict[str, Any] = Field(default_factory=dict)
-    attachments: list[AttachmentMeta] = Field(default_factory=list)
-
-
-class OutputGuardrailsInput(BaseModel):
-    conversation_id: str
-    user_id: str
-    service: str
-    answer: str
-    user_message: str
-    raw_message: str
-    attempt: int = 0
-
-
-class ModerateInput(BaseModel):
-    conversation_id: str
-    user_id: str
-    service: str
-    text: str
-    raw_message: str
-
-
-class ModerationResult(BaseModel):
-    flagged: bool = False
-    categories: list[str] = Field(default_factory=list)
-    source: str = ""  # which moderator(s) answered
-
-
-class ParseOutputInput(BaseModel):
-    service: str
-    answer: str
-
-
-class ParsedOutput(BaseModel):
-    ok: bool
-    value: dict[str, Any] | None = None  # the typed answer as a JSON object
-    error: str = ""
-
-
-class DiscardInput(BaseModel):
-    conversation_id: str
-    seq: int
-    reason: str
 
 
 # --- typed references: name, input and result of each activity ---------------

@@ -20,8 +20,13 @@ from typing import Any
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 from mcp import MCPError
-from mcp.types import CallToolResult, EmbeddedResource, TextContent, TextResourceContents
-from mcp.types import Tool as MCPToolInfo
+from mcp.types import (
+    CallToolResult,
+    EmbeddedResource,
+    TextContent,
+    TextResourceContents,
+    Tool as MCPToolInfo,
+)
 from pydantic import BaseModel, ConfigDict
 
 from turnstile.engine.errors import ConfigurationError, ToolArgumentError
