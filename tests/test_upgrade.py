@@ -115,7 +115,10 @@ async def test_worker_refuses_to_start_while_older_turns_run(
         assert refused.proc is not None
         assert refused.proc.wait(10) == EXIT_OLDER_TURNS
         said = log.read_text()
-        assert wf_id in said and "version 1" in said and "Drain first" in said
+        # It names the turns (the first ten of the namespace's: other tests'
+        # may be listed before this one) and what to do.
+        assert "of an older Turnstile version are running" in said and "Drain first" in said
+        assert wf_id in said or " more." in said
         # Refused before it migrated anything: the database is as it was (none here).
         assert not (tmp_path / "t.db").exists() or current(Database(env["DATABASE_URL"])) is None
         # A versioned worker refuses too: an unversioned turn (what a release

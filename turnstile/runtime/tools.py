@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
-from collections.abc import Awaitable, Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, get_type_hints, overload
@@ -170,16 +170,15 @@ class Tool:
         return not inspect.iscoroutinefunction(self.fn)
 
     async def invoke(self, ctx: ToolContext, args: BaseModel) -> Any:
-        return await self.start(ctx, args)
-
-    def start(self, ctx: ToolContext, args: BaseModel) -> asyncio.Future[Any]:
-        """The running call: a task (async tool) or the thread's future."""
         kwargs = {name: getattr(args, name) for name in type(args).model_fields}
         call_args = (ctx,) if self.takes_context else ()
-        work: Awaitable[Any] = (self.fn(*call_args, **kwargs)
-                                if inspect.iscoroutinefunction(self.fn)
-                                else asyncio.to_thread(self.fn, *call_args, **kwargs))
-        return asyncio.ensure_future(work)
+        if inspect.iscoroutinefunction(self.fn):
+            return await self.fn(*call_args, **kwargs)
+        return await asyncio.to_thread(self.fn, *call_args, **kwargs)
+
+    def start(self, ctx: ToolContext, args: BaseModel) -> asyncio.Future[Any]:
+        """The running call as a task (subclasses override `invoke`)."""
+        return asyncio.ensure_future(self.invoke(ctx, args))
 
     def compensation(self, fn: Compensation) -> Compensation:
         """Declare the compensation (decorator): fn(ctx, arguments, result) where
