@@ -15,6 +15,7 @@ from turnstile.engine.memory_window import (
     MemoryWindow,
     Windowed,
     apply_window,
+    cap_tool_arguments,
     cap_tool_results,
     json_tokens,
     message_tokens,
@@ -77,7 +78,9 @@ class RequestShape:
         return self.window.max_messages is not None or self.window.max_tokens is not None
 
     def cut(self, stored: list[ChatMessage]) -> tuple[list[ChatMessage], Windowed]:
-        messages = cap_tool_results(paired(stored), self._cap_for)
+        messages = cap_tool_arguments(
+            cap_tool_results(paired(stored), self._cap_for),
+            result_cap(self.window.tool_result_max_bytes, self.window))
         if self.req.continuation:
             messages.append(ChatMessage(role="user", content=CONTINUATION_PROMPT))
         return messages, apply_window(messages, self.window, self.count, self.reserved)

@@ -191,3 +191,23 @@ def test_result_cap(tool_cap: int, window: MemoryWindow, expected: int) -> None:
     from turnstile.engine.memory_window import result_cap
 
     assert result_cap(tool_cap, window) == expected
+
+
+def test_oversized_call_arguments_are_sent_as_a_note_of_their_size() -> None:
+    """A kept group whose call carries huge arguments still makes a request an
+    endpoint accepts: the arguments go as valid JSON saying what was left out;
+    small ones and memory itself are untouched."""
+    import json as _json
+
+    from turnstile.engine.memory_window import cap_tool_arguments
+
+    big = _json.dumps({"body": "é" * 60_000})
+    stored = [ChatMessage(role="assistant", tool_calls=[
+        ToolCall(id="c1", name="send", arguments=big),
+        ToolCall(id="c2", name="add", arguments='{"a": 1}')])]
+    sent = cap_tool_arguments(stored, 16 * 1024)
+    cut, small = sent[0].tool_calls
+    assert _json.loads(cut.arguments)["_cut"].startswith(f"{len(big.encode()):,} bytes")
+    assert small.arguments == '{"a": 1}'
+    assert stored[0].tool_calls[0].arguments == big  # memory keeps them whole
+    assert cap_tool_arguments(sent, 16 * 1024) == sent  # cut once

@@ -4,6 +4,8 @@ tool-result cap (pure; stored memory always stays whole).
 The window is policy as data (`MemoryWindow`, a field of the service spec that
 `begin_turn` records in history). The rules, in order:
 
+- a tool call's arguments longer than the window's result cap are sent as
+  a note of their size (valid JSON);
 - a tool result longer than its tool's cap (and than a quarter of the token
   window) is cut, with a visible marker that
   says how much was left out and how to get more (the full result stays in
@@ -97,6 +99,31 @@ def cap_tool_results(messages: Sequence[ChatMessage],
             capped = cap_text(m.content, cap_for(name), name)
             if capped is not m.content:
                 m = m.model_copy(update={"content": capped})
+        out.append(m)
+    return out
+
+
+def cut_arguments(arguments: str, max_bytes: int) -> str:
+    """A call's arguments as sent: whole when they fit in `max_bytes`, else a
+    JSON object saying what was left out (still valid JSON, so the request is
+    one the endpoint accepts; the call ran with them in full, and memory and
+    the ledger keep them)."""
+    size = len(arguments.encode("utf-8"))
+    if size <= max_bytes:
+        return arguments
+    return json.dumps({"_cut": f"{size:,} bytes of arguments were left out of this request "
+                               "to fit the model's context; the call ran with them in full"})
+
+
+def cap_tool_arguments(messages: Sequence[ChatMessage], max_bytes: int) -> list[ChatMessage]:
+    """Tool-call arguments over `max_bytes` cut (cut_arguments); the rest unchanged."""
+    out = []
+    for m in messages:
+        if m.role == "assistant" and any(len(c.arguments) > max_bytes // 4
+                                         for c in m.tool_calls):
+            calls = [c.model_copy(update={"arguments": cut_arguments(c.arguments, max_bytes)})
+                     for c in m.tool_calls]
+            m = m.model_copy(update={"tool_calls": calls})
         out.append(m)
     return out
 
