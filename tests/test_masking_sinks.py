@@ -215,3 +215,55 @@ async def test_hostile_spellings_are_masked_on_failing_paths_too(
     leaks = {(sink, seed) for sink, text in sinks.items() for seed in seeds if seed in text}
     assert leaks == set(), sorted(leaks)
     assert "APPROVAL_REFUSED" in audit and "***@" in audit
+
+
+async def test_a_database_error_quoting_an_address_reaches_no_sink(
+        client: Client, task_queue: str, db: Database, fake_llm: FakeLLM) -> None:
+    """A tool's database refuses a value and its error quotes it (PostgreSQL:
+    `Key (v)=(...) already exists`): the log gets the driver's text, masked;
+    the audit log, memory, the ledger, the result and the history get the
+    error's category only — on both databases. (The log is read through the
+    filter every handler of a Turnstile process gets: its driver text is
+    there, the address masked.)"""
+    from tests.support.services import make_service
+    from turnstile.engine.contract import CallStatus
+
+    from turnstile.runtime.log_masking import MaskingFilter
+
+    seed = "zq7dberr@example.com"
+    fake_llm.script(tool_reply(("c1", "registerTwice", {"value": seed})), text_reply("sorry"))
+    records = Records()
+    records.addFilter(MaskingFilter())  # as worker.py's logging setup does on every handler
+    root = logging.getLogger()
+    old_level = root.level
+    root.addHandler(records)
+    root.setLevel(logging.INFO)
+    try:
+        async with running_worker(client, task_queue, db.url, [make_service()],
+                                  llm_url=fake_llm.url) as turns:
+            handle = await turns.start("register it")
+            result = await handle.result()
+            history = (await handle.fetch_history()).to_json()
+    finally:
+        root.removeHandler(records)
+        root.setLevel(old_level)
+    [call] = result.tool_calls
+    assert call.status == CallStatus.FAILED
+    with db.connect() as conn:
+        rows = {t: json.dumps(conn.fetchall(f"SELECT * FROM {t}"), default=str)  # noqa: S608
+                for t in ("tool_execution_log", "chat_message", "tool_call_ledger")}
+    # The seed is in the call's own arguments (model output: memory, ledger,
+    # history); every error text about it carries the category, not the value.
+    errors = [line for line in records.lines if "attempt 1 failed" in line]
+    leaked = [line for line in errors if seed in line]
+    assert errors and leaked == [], "\n".join(
+        line[max(0, line.index(seed) - 300):line.index(seed) + 50] for line in leaked)
+    audit_errors = json.loads(rows["tool_execution_log"])
+    assert all(seed not in (r["error_message"] or "") for r in audit_errors)
+    assert all(seed not in (r["input_params"] or "") for r in audit_errors)
+    tool_results = [r for r in json.loads(rows["chat_message"]) if r["role"] == "tool"]
+    assert tool_results and all(seed not in (r["content"] or "") for r in tool_results)
+    assert seed not in result.model_dump_json()  # its arguments there are masked too
+    failures = [e for e in json.loads(history)["events"]
+                if "activityTaskFailedEventAttributes" in e]
+    assert failures and all(seed not in json.dumps(e) for e in failures)

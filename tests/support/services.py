@@ -73,6 +73,18 @@ def alwaysFails(reason: str = "backend down") -> dict:  # noqa: N802
     raise ToolExecutionError(reason)
 
 
+@tool(retry=RetrySpec(maximum_attempts=2, initial_interval_seconds=0.1))
+def registerTwice(ctx: ToolContext, value: str) -> dict:  # noqa: N802
+    """Insert `value` twice under a unique key: the database refuses the second
+    with an error that quotes the value (PostgreSQL's DETAIL does)."""
+    with ctx.db.connect() as conn:
+        conn.execute("CREATE TABLE IF NOT EXISTS test_unique (v TEXT PRIMARY KEY)")
+    with ctx.db.connect() as conn:
+        conn.execute("INSERT INTO test_unique (v) VALUES (:v)", {"v": value})
+        conn.execute("INSERT INTO test_unique (v) VALUES (:v)", {"v": value})
+    return {"registered": value}
+
+
 @tool(retry=RetrySpec(maximum_attempts=5, initial_interval_seconds=0.1))
 def refuses(reason: str = "address refused for good") -> dict:
     """Fails with an error that retrying cannot fix."""
@@ -252,7 +264,7 @@ def make_service(name: str = "test", *, breakers: dict | None = None,
         tools=ToolRegistry([add, slowWrite, slowUpsert, alwaysFails, refuses, echo, unlock,
                             reserve, slowUndoReserve, stickyReserve, mustSucceed, sendMoney,
                             sendMoneySlowly, bigResult, journaledWrite, journaledReserve,
-                            slowBook]),
+                            slowBook, registerTwice]),
         loop=LoopPolicy(**loop, breakers=BreakerPolicy(**(breakers or {}))),  # type: ignore[arg-type]
         providers=[ToolProvider("secrets", ToolRegistry([secret]), _offer_secret)],
     )

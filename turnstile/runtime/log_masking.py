@@ -49,6 +49,8 @@ class MaskingFilter(logging.Filter):
         masked = mask_text(message)
         if masked != message or record.args:
             record.msg, record.args = masked, None
+        if hasattr(record, "message"):  # formatted already by a handler before this one
+            record.message = masked
         if record.exc_info and not record.exc_text:
             record.exc_text = mask_text(logging.Formatter().formatException(record.exc_info))
         elif record.exc_text:
