@@ -227,7 +227,6 @@ async def test_a_database_error_quoting_an_address_reaches_no_sink(
     there, the address masked.)"""
     from tests.support.services import make_service
     from turnstile.engine.contract import CallStatus
-
     from turnstile.runtime.log_masking import MaskingFilter
 
     seed = "zq7dberr@example.com"
