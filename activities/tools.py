@@ -291,16 +291,13 @@ class ToolActivities:
             activity.heartbeat()
         if running.cancelled() or running.exception() is not None:
             tx.release()
-            error = "cancelled with the turn; the tool then failed"
-            await asyncio.to_thread(self.rt.ledger.attempt_failed, turn_workflow_id(),
-                                    req.call.id, error, req.execution_chain, claim)
+            await self._attempt_failed(req, "cancelled with the turn; the tool then failed",
+                                       claim)
             return
         result = running.result()
         if isinstance(result, ToolResult) and result.is_error:
             tx.release()
-            await asyncio.to_thread(self.rt.ledger.attempt_failed, turn_workflow_id(),
-                                    req.call.id, result_to_text(result), req.execution_chain,
-                                    claim)
+            await self._attempt_failed(req, result_to_text(result), claim)
             return
         wf_id, text = turn_workflow_id(), result_to_text(result)
         state = result.state if isinstance(result, ToolResult) else None
@@ -316,11 +313,8 @@ class ToolActivities:
 
     async def _attempt_failed(self, req: ToolExecInput, error: str, claim: int) -> None:
         """The attempt ended cleanly without a result: a retry may run it again."""
-        wf_id, call, chain = turn_workflow_id(), req.call, req.execution_chain
-        await asyncio.to_thread(self.rt.ledger.attempt_failed, wf_id, call.id, error, chain,
-                                claim)
-        await asyncio.to_thread(self.rt.audit.finished, workflow_id=wf_id, call_id=call.id,
-                                status=AuditStatus.FAILED, error=error, chain=chain)
+        await asyncio.to_thread(self.rt.journal.attempt_failed, turn_workflow_id(),
+                                req.execution_chain, req.call.id, error, claim)
 
     async def _interrupted(self, req: ToolExecInput, claim: int, error: str) -> ToolOutcome:
         text = INTERRUPTED_TEXT.format(name=req.call.name)

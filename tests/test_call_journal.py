@@ -64,3 +64,28 @@ def test_finish_writes_every_fact_or_none(db: Database) -> None:
     assert row["execution_id"] == execution_id(wf, "call_0", "run-1") == f"{wf}/run-1/call_0"
     assert row["status"] == "COMPLETED" and row["execution_chain"] == "run-1"
     assert ToolLedger(db).result(wf, "call_0", "run-1") == '{"taskId": "t"}'
+
+
+def test_a_failed_attempt_is_one_ending_in_one_transaction(
+        db: Database, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ledger lets a retry claim the call and the audit row says why —
+    together or not at all (they used to be two transactions of the activity)."""
+    wf = f"wf-{uuid.uuid4().hex[:8]}"
+    j = journal(db)
+    entry = j.ledger.begin(wf, "call_0", "sendMoney", rerun_lost=False, chain="run-1")
+    j.audit.started(workflow_id=wf, call_id="call_0", conversation_id="c", user_id="alice",
+                    tool_name="sendMoney", arguments="{}", chain="run-1")
+    claim = entry.attempts
+
+    def broken(**_: object) -> None:
+        raise RuntimeError("the audit write failed")
+
+    monkeypatch.setattr(j.audit, "finished", broken)
+    with pytest.raises(RuntimeError):
+        j.attempt_failed(wf, "run-1", "call_0", "backend down", claim)
+    assert ToolLedger(db).status(wf, "call_0", "run-1") == "STARTED"  # rolled back with it
+    monkeypatch.undo()
+    j.attempt_failed(wf, "run-1", "call_0", "backend down", claim)
+    assert ToolLedger(db).status(wf, "call_0", "run-1") == "ATTEMPT_FAILED"
+    [row] = AuditLog(db).rows(wf)
+    assert (row["status"], row["error_message"]) == ("FAILED", "backend down")

@@ -219,6 +219,16 @@ class CallJournal:
                                   e.chain or None,
                                   run_id=writer.run_id if writer is not None else None)
 
+    def attempt_failed(self, workflow_id: str, chain: str, call_id: str, error: str,
+                       attempt: int) -> None:
+        """An attempt that ended without a result (the tool raised): the ledger
+        lets a retry claim the call again and the audit row says why, in one
+        transaction. Only while `attempt` still holds the claim."""
+        with self.db.connect() as conn:
+            self.ledger.attempt_failed(workflow_id, call_id, error, chain, attempt, conn=conn)
+            self.audit.finished(workflow_id=workflow_id, call_id=call_id,
+                                status=AuditStatus.FAILED, error=error, chain=chain, conn=conn)
+
     def compensated(self, u: Undone, tx: Transaction | None = None) -> None:
         """What memory and the audit log say after an undo, in one transaction
         with the undo's own writes (`tx`, then committed) if it made any."""

@@ -151,10 +151,11 @@ class ToolLedger:
                                     f"claimed it from attempt {attempt}")
 
     def attempt_failed(self, workflow_id: str, call_id: str, error: str,
-                       chain: str = "", attempt: int | None = None) -> None:
+                       chain: str = "", attempt: int | None = None,
+                       conn: Connection | None = None) -> None:
         """The tool raised: the attempt ended cleanly, so a retry may run it again."""
         fence = "" if attempt is None else " AND attempts = :n"
-        with self.db.connect() as conn:
+        with self.db.joined(conn) as conn:
             conn.execute(
                 "UPDATE tool_call_ledger SET status = 'ATTEMPT_FAILED', result = :error, "
                 "finished_at = :now WHERE workflow_id = :wf AND execution_chain = :chain "
