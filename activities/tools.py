@@ -230,7 +230,7 @@ class ToolActivities:
             result = await with_heartbeat(work, tool.spec.heartbeat_seconds, hand_back=True)
         except asyncio.CancelledError:
             if tool.runs_in_thread:
-                await self._landed_after_cancel(req, running, claim, tx)
+                await self._landed_after_cancel(req, tool, running, claim, tx)
             raise
         except WorkerShutdown:
             tx.release()  # the tool's writes, if any, roll back (its thread's, once it ends)
@@ -277,15 +277,23 @@ class ToolActivities:
         return await self._finish(req, text, CallStatus.COMPLETED, False, state,
                                   audit=AuditStatus.COMPLETED, attempt=claim, tx=tx)
 
-    async def _landed_after_cancel(self, req: ToolExecInput, running: asyncio.Future[Any],
-                                   claim: int, tx: Transaction) -> None:
+    async def _landed_after_cancel(self, req: ToolExecInput, tool: Tool,
+                                   running: asyncio.Future[Any], claim: int,
+                                   tx: Transaction) -> None:
         """The turn was cancelled while a tool's thread ran. The effect lands
         (or not) whatever the cancel says, and the cancel path undoes what the
         ledger says landed (activities.saga waits for this claim): so the
         thread is waited for, heartbeating, and what it did is recorded —
         ledger and audit, in the tool's transaction; memory gets the cancel
         path's words, then the undo's."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + tool.spec.start_to_close_seconds  # a hung thread: give up
         while not running.done():
+            if loop.time() > deadline:
+                log.warning("tool %s (%s) still runs %.0f s after the turn was cancelled: "
+                            "its effect stays unknown", req.call.name, req.call.id,
+                            tool.spec.start_to_close_seconds)
+                return
             with contextlib.suppress(asyncio.CancelledError):
                 await asyncio.wait({running}, timeout=1.0)
             activity.heartbeat()

@@ -70,7 +70,7 @@ class JsonFormatter(logging.Formatter):
         if span.is_valid:
             line["trace_id"] = format(span.trace_id, "032x")
             line["span_id"] = format(span.span_id, "016x")
-        line.update(_fields.get() or {})
+        line.update({k: mask_text(v) for k, v in (_fields.get() or {}).items()})
         for key in ("temporal_workflow", "temporal_activity"):  # the SDK's extras
             extra = getattr(record, key, None)
             if isinstance(extra, dict):
