@@ -44,8 +44,6 @@ from turnstile.runtime.config import Settings
 
 log = logging.getLogger(__name__)
 
-DEFAULT_DEPLOYMENT = "turnstile"
-MAKE_CURRENT_CHOICES = ("first", "always", "never")
 # Temporal's search attribute naming the version a pinned workflow runs on.
 VERSION_ATTRIBUTE = "TemporalWorkerDeploymentVersion"
 
