@@ -1,0 +1,81 @@
+"""What `starter.py` prints: pending approvals, results and tables. Pure
+formatting, no I/O but the program's own standard output."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from turnstile.engine.contract import PendingApproval, TurnResult
+
+
+def out(text: str = "") -> None:
+    """CLI output (this is the program's interface, not a log)."""
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+
+
+def signal_command(workflow_id: str, p: PendingApproval, reviewer: str,
+                   name: str = "approve") -> str:
+    """A command a reviewer can paste: every value shell-quoted, so a hostile
+    call id or workflow id is data, never shell code."""
+    payload = json.dumps({"tool_call_id": p.tool_call_id, "reviewer": reviewer})
+    return shlex.join(["temporal", "workflow", "signal", "--workflow-id", workflow_id,
+                       "--name", name, "--input", payload])
+
+
+def describe_pending(p: PendingApproval) -> list[str]:
+    """What a reviewer must see: the fields that matter first, then every
+    argument in full (never cut off), then the notes."""
+    checked = "validated" if p.validated else "NOT validated yet"
+    lines = [f"  waiting for approval of {p.tool_name} (call {p.tool_call_id!r}, "
+             f"arguments {checked}, deadline {p.deadline})"]
+    for field, value in p.highlights.items():
+        lines.append(f"    >> {field}: {json.dumps(value, ensure_ascii=False)}")
+    lines.append("    arguments: " + json.dumps(p.arguments, ensure_ascii=False, indent=2)
+                 .replace("\n", "\n    "))
+    lines += [f"    !! {note}" for note in p.notes]
+    return lines
+
+
+def result_lines(result: TurnResult, web_ui: str) -> list[str]:
+    lines = ["", f"status: {result.status.value}   round trips: {result.round_trips}   "
+             f"provider: {result.provider}"]
+    for c in result.tool_calls:
+        flag = " (error)" if c.is_error else ""
+        lines.append(f"  tool {c.name} [{c.status.value}]{flag} "
+                     f"{json.dumps(c.arguments)[:160]}")
+    if result.error:
+        lines.append(f"error: {result.error.type}: {result.error.message}")
+    return [*lines, "", f"answer:\n{result.answer}", "", f"Web UI: {web_ui}"]
+
+
+def table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str], *,
+          numeric: frozenset[str] = frozenset(), width: int = 60,
+          total: bool = False) -> list[str]:
+    """An aligned table: a header, a line a row (cells cut at `width`; numbers
+    right-aligned with thousands separators) and, with `total`, a line
+    summing the numeric columns."""
+    def cell(col: str, value: Any) -> str:
+        if col in numeric:
+            return f"{value:,}"
+        return str(value if value is not None else "")[:width]
+
+    lines = [[cell(col, r[col]) for col in columns] for r in rows]
+    if total:
+        lines.append([cell(col, sum(r[col] for r in rows)) if col in numeric
+                      else ("total" if i == 0 else "") for i, col in enumerate(columns)])
+    widths = [max(len(col), *(len(line[i]) for line in lines)) for i, col in enumerate(columns)]
+
+    def row(cells: Sequence[str]) -> str:
+        return "  ".join(v.rjust(w) if col in numeric else v.ljust(w)
+                         for col, v, w in zip(columns, cells, widths, strict=True)).rstrip()
+
+    return [row(columns), *(row(line) for line in lines)]
+
+
+def json_lines(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    return [json.dumps(dict(r), default=str) for r in rows]
