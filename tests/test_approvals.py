@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import uuid
 from typing import Any
@@ -14,6 +13,7 @@ from temporalio.client import Client, WorkflowUpdateFailedError
 from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.services import make_service, side_effects
 from tests.support.turns import running_worker, wait_pending
+from tests.support.waiting import wait_until
 from turnstile.engine.contract import (
     ApprovalDecision,
     ApproveSignal,
@@ -40,6 +40,15 @@ def decisions(db: Database, wf_id: str) -> list[dict[str, Any]]:
 
 
 PAY = tool_reply(("p1", "sendMoneySlowly", {"to": "bob@example.com", "amount": 10}))
+
+
+async def listed(client: Client, query: str) -> list[str]:
+    """The ids a visibility query finds, once it finds any (visibility is
+    eventually consistent)."""
+    async def ids() -> list[str]:
+        return [w.id async for w in client.list_workflows(query)]
+
+    return await wait_until(ids, timeout=10, interval=0.1, what=query)
 
 
 async def test_approve_runs_the_call_and_is_audited(client: Client, task_queue: str, tmp_path,
@@ -102,8 +111,12 @@ async def test_unknown_and_early_signals_are_refused(client: Client, task_queue:
         await handle.signal("approve", ApproveSignal(tool_call_id="p1", reviewer="eager"))
         await wait_pending(handle)
         await handle.signal("approve", ApproveSignal(tool_call_id="nope", reviewer="carol"))
-        await asyncio.sleep(0.3)
-        progress = await handle.query("status", result_type=TurnProgress)
+
+        async def both_refused() -> TurnProgress | None:
+            progress = await handle.query("status", result_type=TurnProgress)
+            return progress if len(progress.refused_signals) >= 2 else None
+
+        progress = await wait_until(both_refused, what="both signals refused")
         assert progress.step == "awaiting_approval"  # neither signal released the call
         assert len(progress.refused_signals) == 2
         assert "'eager'" in progress.refused_signals[0] and "'nope'" in progress.refused_signals[1]
@@ -164,12 +177,7 @@ async def test_waiting_turns_are_findable(client: Client, task_queue: str, tmp_p
         await wait_pending(handle)
         query = ('TurnstilePendingApprovals > 0 AND TurnstileConversation = "c-find" '
                  f'AND WorkflowId = "{handle.id}"')
-        found: list[str] = []
-        for _ in range(100):  # visibility is eventually consistent
-            found = [w.id async for w in client.list_workflows(query)]
-            if found:
-                break
-            await asyncio.sleep(0.1)
+        found = await listed(client, query)
         assert found == [handle.id]
         desc = await handle.describe()
         # Search attributes are set; the memo only stands in where they are not registered.
@@ -192,13 +200,12 @@ async def test_a_decision_in_the_deadlines_activation_stands(
                               llm_url=fake_llm.url) as turns:
         handle = await turns.start("pay bob")
         await wait_pending(handle)
-    for _ in range(100):  # the 2 s deadline fires while no worker runs the turn
+
+    async def deadline_fired() -> bool:  # the 2 s deadline fires while no worker runs the turn
         history = await handle.fetch_history()
-        if any(e.event_type == EventType.EVENT_TYPE_TIMER_FIRED for e in history.events):
-            break
-        await asyncio.sleep(0.1)
-    else:
-        raise AssertionError("the approval deadline did not fire")
+        return any(e.event_type == EventType.EVENT_TYPE_TIMER_FIRED for e in history.events)
+
+    await wait_until(deadline_fired, what="the approval deadline fired")
     await handle.signal("approve", ApproveSignal(tool_call_id="m1", reviewer="carol"))
     async with running_worker(client, queue, db_url(tmp_path), [make_service()],
                               llm_url=fake_llm.url) as turns:
@@ -258,12 +265,7 @@ async def test_a_running_turn_is_found_by_conversation_user_and_service(
         handle = await turns.start("hello", user=user, conversation=conversation)
         query = (f"TurnstileUser = '{user}' AND TurnstileConversation = '{conversation}' "
                  "AND TurnstileService = 'test' AND ExecutionStatus = 'Running'")
-        found: list[str] = []
-        for _ in range(100):  # visibility is eventually consistent
-            found = [w.id async for w in client.list_workflows(query)]
-            if found:
-                break
-            await asyncio.sleep(0.1)
+        found = await listed(client, query)
         answering.set()
         result = await handle.result()
     assert found == [handle.id]

@@ -9,8 +9,9 @@ from temporalio.client import Client
 
 from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.services import make_service
-from tests.support.turns import running_worker
-from turnstile.engine.contract import PendingApproval, TurnStatus
+from tests.support.turns import running_worker, wait_pending
+from tests.support.waiting import wait_until
+from turnstile.engine.contract import TurnStatus
 from turnstile.stores.memory import MemoryStore
 
 
@@ -23,7 +24,8 @@ async def test_second_turn_waits_for_the_first(client: Client, task_queue: str, 
     async with running_worker(client, task_queue, f"sqlite:///{tmp_path}/t.db",
                               [make_service()], llm_url=fake_llm.url) as turns:
         first = await turns.start("first", conversation="c-shared")
-        await asyncio.sleep(0.3)
+        # The first turn holds the conversation once it has asked the model.
+        await wait_until(lambda: fake_llm.requests, what="the first turn's model call")
         second = await turns.start("second", conversation="c-shared")
         r1, r2 = await asyncio.gather(first.result(), second.result())
         stored = MemoryStore(turns.rt.db).messages("c-shared")
@@ -49,10 +51,7 @@ async def test_lock_of_a_terminated_turn_is_taken_over(client: Client, task_queu
     async with running_worker(client, task_queue, f"sqlite:///{tmp_path}/t.db",
                               [make_service()], llm_url=fake_llm.url) as turns:
         stuck = await turns.start("pay", conversation="c-stuck")
-        for _ in range(100):
-            if await stuck.query("pending_approvals", result_type=list[PendingApproval]):
-                break
-            await asyncio.sleep(0.05)
+        await wait_pending(stuck)
         await stuck.terminate("operator gave up")  # ends without releasing the lock
         result = await asyncio.wait_for(turns.run("next", conversation="c-stuck"), 30)
     assert result.status == TurnStatus.COMPLETED and result.answer == "after"

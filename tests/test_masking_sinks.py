@@ -15,7 +15,6 @@ masked.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 import logging
@@ -32,6 +31,7 @@ from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.processes import free_port
 from tests.support.temporal_server import DevServer
 from tests.support.turns import running_worker, wait_pending
+from tests.support.waiting import wait_until
 from turnstile.engine.activity_io import CALL_MODEL, EXECUTE_TOOL, REVIEW_CALL
 from turnstile.engine.contract import ApproveSignal, TurnStatus
 from turnstile.runtime.config import Settings
@@ -108,7 +108,8 @@ async def test_the_address_is_nowhere_it_should_not_be(
                 result = await handle.result()
                 sent = deliver_due(db, Settings.from_env({"DATABASE_URL": db.url, **env}),
                                    SenderConfig())
-            await asyncio.sleep(0.2)  # the SMTP server's log line
+            await wait_until(lambda: any("stored mail" in line for line in records.lines),
+                             what="the SMTP server's log line")
         [delivered] = read_mailbox(tmp_path / "mail")
     finally:
         root.removeHandler(records)

@@ -13,6 +13,7 @@ import pytest
 from mcp.types import ToolAnnotations
 
 from tests.support.mcp_fixtures import Effects, HttpServer, stdio_server
+from tests.support.waiting import wait_until
 from turnstile.engine.errors import ConfigurationError, ToolArgumentError
 from turnstile.runtime.config import Settings
 from turnstile.runtime.mcp import MCPServer, MCPToolPolicy, MCPToolset, parse_mcp_servers
@@ -80,6 +81,7 @@ async def call(ts: MCPToolset, name: str, raw: str) -> object:
     return await t.invoke(None, t.parse_arguments(raw))  # type: ignore[arg-type]
 
 
+
 async def test_listing_becomes_tool_specs_with_hint_policy(toolset: MCPToolset) -> None:
     await toolset.refresh()
     specs = {t.name: t.spec for t in toolset.catalogue}
@@ -143,7 +145,7 @@ async def test_session_reused_across_calls_and_reopened_after_the_server_dies(
     assert await call(toolset, "whoami", "{}") == pid
     assert toolset.connection.opened == 1
     os.kill(int(str(pid)), signal.SIGKILL)
-    await asyncio.sleep(0.5)
+    await wait_until(lambda: not toolset.connection.open, what="the session saw its server die")
     new_pid = await call(toolset, "whoami", "{}")
     assert new_pid != pid and toolset.connection.opened == 2
 
@@ -158,11 +160,8 @@ async def test_server_dying_mid_call(toolset: MCPToolset, effects: Effects, name
     args = '{"key": "a", "seconds": 5}' if name == "slow_lookup" else \
         '{"record_id": 1, "seconds": 5}'
     running = asyncio.create_task(call(toolset, name, args))
-    for _ in range(100):
-        if effects.runs(name):
-            break
-        await asyncio.sleep(0.05)
-    os.kill(effects.runs(name)[0]["pid"], signal.SIGKILL)
+    runs = await wait_until(lambda: effects.runs(name), what=f"{name} started")
+    os.kill(runs[0]["pid"], signal.SIGKILL)
     with pytest.raises(raised, match="session closed|cut off"):
         await asyncio.wait_for(running, 10)
 

@@ -5,7 +5,6 @@ history (activity summaries), the audit rows and what the servers really ran."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
@@ -20,11 +19,11 @@ from temporalio.worker import Replayer
 from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.mcp_fixtures import Effects, HttpServer, stdio_server
 from tests.support.services import echo
-from tests.support.turns import running_worker
+from tests.support.turns import running_worker, wait_pending
+from tests.support.waiting import wait_until
 from turnstile.engine.contract import (
     ApproveSignal,
     CallStatus,
-    PendingApproval,
     RejectSignal,
     TurnProgress,
     TurnStatus,
@@ -148,11 +147,8 @@ async def test_destructive_and_unhinted_tools_wait_for_approval(
     async with running_worker(client, task_queue, db_url(tmp_path), [mcp_service(server)],
                               llm_url=fake_llm.url) as turns:
         handle = await turns.start("clean up")
-        for _ in range(200):
-            pending = await handle.query("pending_approvals", result_type=list[PendingApproval])
-            if len(pending) == 3 and effects.runs("lookup"):
-                break
-            await asyncio.sleep(0.05)
+        pending = await wait_pending(handle, 3)
+        await wait_until(lambda: effects.runs("lookup"), what="the read-only call ran")
         assert sorted(p.tool_name for p in pending) == ["add_note", "delete_record", "mystery"]
         assert effects.runs("lookup")  # the read-only call did not wait
         assert not effects.runs("delete_record")
@@ -257,7 +253,8 @@ async def test_one_session_serves_many_turns_and_is_reopened_after_the_server_di
             pids.append(int(tool_messages(fake_llm.requests[-1])[f"w{i}"]))
             if i == 0:
                 os.kill(pids[0], signal.SIGKILL)  # the server dies between turns
-                await asyncio.sleep(0.3)
+                await wait_until(lambda: not connections.get(server).open,
+                                 what="the session saw its server die")
         opened = connections.get(server).opened
     assert pids[1] != pids[0] and pids[2] == pids[1]
     assert opened == 2

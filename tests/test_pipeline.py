@@ -20,6 +20,7 @@ from tests.support.pipeline_services import (
     pipeline_service,
 )
 from tests.support.turns import running_worker
+from tests.support.waiting import wait_until
 from turnstile.engine import attributes as attr
 from turnstile.engine.contract import CallStatus, TurnStatus
 from turnstile.engine.pipeline_spec import PipelinePolicy
@@ -224,20 +225,32 @@ async def test_moderation_flag_compensates_and_ends_moderated(
 
 async def test_moderation_verdict_in_hand_stops_tools(
         client: Client, task_queue: str, tmp_path, fake_llm: FakeLLM) -> None:
-    import time
+    import asyncio
 
     from tests.support.fake_llm import tool_reply
 
-    def slow_tool_call(_request: dict[str, Any]) -> dict[str, Any]:
-        time.sleep(1.0)  # the keyword moderator answers long before this
+    loop = asyncio.get_running_loop()
+    turn: list[WorkflowHandle] = []
+
+    async def moderated() -> bool:
+        if not turn:  # the test has not yet been handed the turn it started
+            return False
+        return ("completed", "turnstile.moderate") in await activity_timeline(turn[0])
+
+    def tool_call_after_the_verdict(_request: dict[str, Any]) -> dict[str, Any]:
+        # The model answers once the moderation activity has completed, so the
+        # verdict is in the turn's hands when the tool call arrives.
+        asyncio.run_coroutine_threadsafe(
+            wait_until(moderated, what="the moderation verdict"), loop).result(15)
         return tool_reply(("r1", "reserve", {"item": "knife"}))
 
-    fake_llm.script(slow_tool_call)
+    fake_llm.script(tool_call_after_the_verdict)
     service = pipeline_service(moderator=KeywordModerator())
     async with running_worker(client, task_queue, db_url(tmp_path), [service],
                               llm_url=fake_llm.url) as turns:
         handle = await turns.start("how do I make a bomb", service="pipeline",
                                    conversation="c-bomb")
+        turn.append(handle)
         result = await handle.result()
         stored = MemoryStore(turns.rt.db).messages("c-bomb")
     assert result.status == TurnStatus.MODERATED

@@ -8,7 +8,6 @@ PostgreSQL; then the claim rules themselves, on both databases."""
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import json
 import uuid
@@ -24,6 +23,7 @@ from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.resets import lock_of, reset_to, task_after
 from tests.support.services import make_service, side_effects
 from tests.support.turns import running_worker, wait_pending
+from tests.support.waiting import wait_until
 from tests.test_execution_chain import _first_task_completed
 from tests.test_exit_paths import stored_pairing
 from turnstile.engine import attributes as attr
@@ -98,7 +98,12 @@ async def test_reset_after_a_tool_call_takes_another_path(
         assert await holder_gone(client, Holder(base.id, first_run, None))
         # Another turn of the conversation waits for the reset run.
         other = await turns.start("and then?", conversation=conv)
-        await asyncio.sleep(1.0)
+
+        async def busy() -> bool:  # told the conversation is busy, once at least
+            events = (await other.query("status"))["events"]
+            return any(e["step"] == "conversation_busy" for e in events)
+
+        await wait_until(busy, what="the other turn found the conversation busy")
         other_waits = (await other.query("status"))["step"] == "load_memory" and len(
             fake_llm.requests) == 5
         await after.signal("approve", ApproveSignal(tool_call_id=pending.tool_call_id,

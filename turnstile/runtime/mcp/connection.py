@@ -86,11 +86,16 @@ class MCPConnection:
             if self._owner is asyncio.current_task():  # not a session already replaced
                 self._client = None
 
+    @property
+    def open(self) -> bool:
+        """A session is open and has not seen its transport close."""
+        return (self._client is not None and self._owner is not None
+                and not self._owner.done() and not _transport_closed(self._client))
+
     async def client(self) -> Client:
         """The open session, opened (or reopened) if needed."""
         async with self._lock:
-            if (self._client is not None and self._owner is not None
-                    and not self._owner.done() and not _transport_closed(self._client)):
+            if self._client is not None and self.open:
                 return self._client
             await self._drop()
             loop = asyncio.get_running_loop()
