@@ -3,6 +3,8 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+# Test processes (pytest-xdist): each starts its own Temporal dev server.
+TEST_WORKERS ?= 2
 DEMO_MESSAGE ?= Find customers whose sales last week exceeded 50,000 and email ops@example.com to follow up
 
 .PHONY: install bench-install run up down inbox test test-fast lint bench clean
@@ -32,7 +34,7 @@ run: up
 test: install
 	$(BIN)/ruff check .
 	$(BIN)/mypy
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS)
 
 # The approvals inbox on http://127.0.0.1:8234 (against the running stack).
 inbox: install
@@ -41,7 +43,7 @@ inbox: install
 # The fast tier: no Temporal server, no PostgreSQL (tests/support/tiers.py).
 test-fast: install
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not live and not pg"
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) -m "not live and not pg"
 
 lint: install
 	$(BIN)/ruff check .
