@@ -288,7 +288,7 @@ class Connection:
 
     def insert_new(self, table: sa.Table, values: Params) -> bool:
         """INSERT ... ON CONFLICT (primary key) DO NOTHING; True when the row
-        was inserted (RETURNING, not rowcount: psycopg reports none for it)."""
+        was inserted (RETURNING says so, on either engine)."""
         key = list(table.primary_key.columns)
         stmt = self._insert(table, values).on_conflict_do_nothing(index_elements=key)
         return self.sa.execute(stmt.returning(key[0])).first() is not None
