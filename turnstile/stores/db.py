@@ -121,6 +121,8 @@ _engines_lock = threading.Lock()
 
 
 def _sqlite_setup(dbapi_conn: Any, _record: Any) -> None:
+    # PRAGMAs (and BEGIN IMMEDIATE below) have no SQLAlchemy expression: they
+    # go to the driver as text.
     cur = dbapi_conn.cursor()
     cur.execute("PRAGMA journal_mode=WAL")
     cur.execute("PRAGMA synchronous=NORMAL")

@@ -15,8 +15,7 @@ change them through its functions (a reset run's supersession: `remove`).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
@@ -139,6 +138,18 @@ def lower_answered_through(conn: Connection, conversation_id: str, seq: int) -> 
                  .values(answered_through=seq - 1))
 
 
+def answered_through(conn: Connection, conversation_id: str) -> int | None:
+    """Every tool call at a slot up to this one has its result (None: not known)."""
+    return conn.scalar(sa.select(cv.answered_through)
+                       .where(cv.conversation_id == conversation_id), int)
+
+
+def mark_answered_through(conn: Connection, conversation_id: str, seq: int) -> None:
+    """Every call through `seq` has its result now (the orphan repair)."""
+    conn.execute(sa.update(conversation).where(cv.conversation_id == conversation_id)
+                 .values(answered_through=seq))
+
+
 def rows_at(conn: Connection, conversation_id: str, seqs: Sequence[int]) -> list[MessageRow]:
     """The rows at `seqs`, in `seq` order."""
     return conn.rows(sa.select(chat_message).where(
@@ -210,15 +221,6 @@ class MemoryStore:
             system_prompt=system,
         )
 
-    @contextmanager
-    def _in(self, conn: Connection | None) -> Iterator[Connection]:
-        """`conn` (the caller's transaction), or a transaction of our own."""
-        if conn is not None:
-            yield conn
-        else:
-            with self.db.connect() as own:
-                yield own
-
     def messages(self, conversation_id: str, workflow_id: str | None = None,
                  conn: Connection | None = None) -> list[ChatMessage]:
         """The conversation as a model should read it: the latest system
@@ -226,7 +228,7 @@ class MemoryStore:
         images. Answers the output guardrails discarded are left out; a user
         message stored without its retrieved text (retrieval memory
         "original") gets that text back for the turn `workflow_id` only."""
-        with self._in(conn) as conn:
+        with self.db.joined(conn) as conn:
             rows = conn.rows(sa.select(chat_message).where(m.conversation_id == conversation_id)
                              .order_by(m.seq), MessageRow)
             parts = read_parts(conn, conversation_id)
@@ -242,7 +244,7 @@ class MemoryStore:
         call and its results; the newest user message is always read."""
         mine = m.conversation_id == conversation_id
         newest_first = sa.select(chat_message).order_by(m.seq.desc())
-        with self._in(conn) as conn:
+        with self.db.joined(conn) as conn:
             system = conn.rows(newest_first.where(mine, m.role == "system").limit(1), MessageRow)
             # The newest page, then ranges of slots below it: a range of the
             # primary key is planned well everywhere (PostgreSQL, with stale
@@ -287,7 +289,7 @@ class MemoryStore:
     def get(self, conversation_id: str, seq: int, conn: Connection | None = None
             ) -> tuple[ChatMessage, str | None, str | None] | None:
         """The message at `seq`, the turn and the run that wrote it."""
-        with self._in(conn) as conn:
+        with self.db.joined(conn) as conn:
             row = conn.row(sa.select(chat_message).where(_slot(conversation_id, seq)), MessageRow)
         return None if row is None else (row.message(), row.workflow_id, row.run_id)
 
