@@ -63,14 +63,18 @@ class ToolResultRow:
                 and not a.get(attr.EFFECT_MAY_REMAIN))
 
 
-class AuditRow(NamedTuple):
+class _Audited(NamedTuple):
+    """What the check reads of a `tool_execution_log` row."""
+
     execution_id: str
     conversation_id: str
     tool_name: str
     status: str
 
 
-class LedgerStatus(NamedTuple):
+class _Ledgered(NamedTuple):
+    """What the check reads of a `tool_call_ledger` row."""
+
     workflow_id: str
     execution_chain: str
     tool_call_id: str
@@ -87,9 +91,9 @@ def _messages(conn: Connection, conversation_id: str | None) -> list[MessageRow]
                      .order_by(m.conversation_id, m.seq), MessageRow)
 
 
-def _audit_rows(conn: Connection, *where: sa.ColumnElement[bool]) -> list[AuditRow]:
+def _audit_rows(conn: Connection, *where: sa.ColumnElement[bool]) -> list[_Audited]:
     return conn.rows(sa.select(log.execution_id, log.conversation_id, log.tool_name, log.status)
-                     .where(*where).order_by(log.start_time), AuditRow)
+                     .where(*where).order_by(log.start_time), _Audited)
 
 
 def _unanswered(rows: list[MessageRow]) -> list[tuple[str | None, ToolCall]]:
@@ -160,7 +164,7 @@ def disagreements(db: Database, conversation_id: str | None = None,
         ledger = {(r.workflow_id, r.execution_chain, r.tool_call_id): r.status
                   for r in conn.rows(sa.select(ledger_c.workflow_id, ledger_c.execution_chain,
                                                ledger_c.tool_call_id, ledger_c.status),
-                                     LedgerStatus)}
+                                     _Ledgered)}
         audit = {r.execution_id: r
                  for r in _audit_rows(conn, *_of(log.conversation_id, conversation_id))}
     by_conv: dict[str, list[MessageRow]] = {}
