@@ -250,7 +250,7 @@ async def usage(args: argparse.Namespace, ctx: Context) -> int:
         sys.stderr.write(f"starter.py usage: {exc}\n")
         return 2
     try:
-        rows = await asyncio.to_thread(u.summary, ctx.db(), f)
+        rows = [r._asdict() for r in await asyncio.to_thread(u.summary, ctx.db(), f)]
     finally:
         dispose_engines()
     if args.json:

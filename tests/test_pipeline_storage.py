@@ -54,10 +54,10 @@ def test_stream_buffer_is_coalesced_and_bounded(db: Database,
 
     asyncio.run(write())
     rows = read_stream(db, "wf-s")
-    first = [r for r in rows if r["response_seq"] == 3]
-    assert "".join(r["text"] for r in first) == "Hello, world" and first[-1]["done"] == 1
+    first = [r for r in rows if r.response_seq == 3]
+    assert "".join(r.text for r in first) == "Hello, world" and first[-1].done == 1
     assert len(first) <= 2  # coalesced, not one row per delta
-    capped = [r for r in rows if r["response_seq"] == 5]
-    assert len(capped) == streaming.MAX_CHUNKS and capped[-1]["text"].endswith("…")
-    assert capped[-1]["done"] == 1
-    assert read_stream(db, "wf-s", (3, 1, first[-1]["chunk"]))[0]["response_seq"] == 5
+    capped = [r for r in rows if r.response_seq == 5]
+    assert len(capped) == streaming.MAX_CHUNKS and capped[-1].text.endswith("…")
+    assert capped[-1].done == 1
+    assert read_stream(db, "wf-s", (3, 1, first[-1].chunk))[0].response_seq == 5

@@ -36,7 +36,7 @@ async def test_partial_text_is_readable_while_the_turn_runs(
         partial = ""
         while not partial:  # text shows up before the turn is over
             rows = read_stream(turns.rt.db, handle.id)
-            partial = "".join(r["text"] for r in rows if r["response_seq"] > 2)
+            partial = "".join(r.text for r in rows if r.response_seq > 2)
             await asyncio.sleep(0.05)
         progress = await handle.query("status", result_type=TurnProgress)
         assert progress.step not in ("completed", "failed")
@@ -49,9 +49,9 @@ async def test_partial_text_is_readable_while_the_turn_runs(
     # The tool call was assembled from its streamed pieces (arguments split in two).
     assert [(c.name, c.arguments) for c in result.tool_calls] == [("add", {"a": 2, "b": 3})]
     assert all(r["stream"] is True for r in fake_llm.requests)
-    final = "".join(r["text"] for r in rows if r["response_seq"] == rows[-1]["response_seq"])
-    assert final == ANSWER and rows[-1]["done"] == 1
-    assert sum(1 for r in rows if r["response_seq"] == rows[-1]["response_seq"]) > 1
+    final = "".join(r.text for r in rows if r.response_seq == rows[-1].response_seq)
+    assert final == ANSWER and rows[-1].done == 1
+    assert sum(1 for r in rows if r.response_seq == rows[-1].response_seq) > 1
     # History carries the answer as without streaming (the model activity's
     # result and the turn's result), never the pieces.
     raw = b"".join(e.SerializeToString() for e in history.events)
@@ -84,8 +84,8 @@ async def test_provider_without_streaming_writes_one_chunk(
         result = await handle.result()
         rows = read_stream(turns.rt.db, handle.id)
     assert result.status == TurnStatus.COMPLETED
-    assert [r["text"] for r in rows] == [result.answer, ""]  # the text, then "done"
-    assert [r["done"] for r in rows] == [0, 1]
+    assert [r.text for r in rows] == [result.answer, ""]  # the text, then "done"
+    assert [r.done for r in rows] == [0, 1]
 
 
 async def test_without_streaming_nothing_is_buffered(client: Client, task_queue: str, tmp_path,

@@ -168,9 +168,8 @@ class TurnHandle:
 
                 rows = await asyncio.to_thread(read_stream, stream_db, self.id, position)
                 for row in rows:
-                    position = (int(row["response_seq"]), int(row["attempt"]),
-                                int(row["chunk"]))
-                    yield TurnEvent(step="answer_text", detail=str(row["text"]))
+                    position = row.position
+                    yield TurnEvent(step="answer_text", detail=row.text)
             try:
                 progress = await self.status()
             except RPCError:  # no workflow task has run yet: nothing to say

@@ -19,6 +19,10 @@
   read-only transaction.
 - A connection that cannot be opened is a `DatabaseUnavailable` whose message
   is a short category; the driver's text (host, role, SQL) goes to the log only.
+- Statements are Core expressions on those tables; rows come back as the
+  caller's own types (`Connection.rows(stmt, SomeRow)`: a NamedTuple or
+  dataclass whose fields are the selected columns' labels). `fetchall` and
+  `fetchone` (dicts) remain for code not moved yet.
 """
 
 from __future__ import annotations
@@ -26,15 +30,18 @@ from __future__ import annotations
 import logging
 import sqlite3
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 from urllib.parse import quote, urlparse, urlunparse
 
 import sqlalchemy as sa
 from sqlalchemy import event, exc
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import CursorResult, Engine
 
 from turnstile.engine.errors import DatabaseUnavailable
@@ -50,6 +57,32 @@ metadata = sa.MetaData()
 # A yes/no column as v0.1 made it: BOOLEAN on PostgreSQL, INTEGER 0/1 on SQLite.
 Flag = sa.Integer().with_variant(sa.Boolean(), "postgresql")
 FLAG_FALSE = sa.false()  # its server default: FALSE / 0
+
+
+
+def text_columns(*names: str, nullable: bool = False) -> list[sa.Column[str]]:
+    """Plain TEXT columns (NOT NULL unless `nullable`), in the order named."""
+    return [sa.Column(name, sa.Text, nullable=nullable) for name in names]
+
+
+def stored_time(moment: datetime) -> str:
+    """`moment` as the stores write times: ISO-8601 UTC text of one width
+    (milliseconds), so that text order is time order."""
+    return moment.astimezone(UTC).isoformat(timespec="milliseconds")
+
+
+@dataclass(frozen=True)
+class TimeWindow:
+    """From `since` (included) until `until` (excluded); None: open."""
+
+    since: datetime | None = None
+    until: datetime | None = None
+
+    def on(self, column: sa.ColumnElement[str]) -> list[sa.ColumnElement[bool]]:
+        """The window as conditions on a column of stored times."""
+        out = [] if self.since is None else [column >= stored_time(self.since)]
+        return out if self.until is None else [*out, column < stored_time(self.until)]
+
 
 # The SELECT-only role of the read-only connection on PostgreSQL.
 READER_ROLE = "turnstile_reader"
@@ -88,6 +121,8 @@ _engines_lock = threading.Lock()
 
 
 def _sqlite_setup(dbapi_conn: Any, _record: Any) -> None:
+    # PRAGMAs (and BEGIN IMMEDIATE below) have no SQLAlchemy expression: they
+    # go to the driver as text.
     cur = dbapi_conn.cursor()
     cur.execute("PRAGMA journal_mode=WAL")
     cur.execute("PRAGMA synchronous=NORMAL")
@@ -178,6 +213,7 @@ def _text(sql: str) -> sa.TextClause:
 
 Statement = str | sa.Executable
 Params = Mapping[str, Any]
+T = TypeVar("T")
 
 
 class RowsRead:
@@ -199,7 +235,8 @@ rows_read = RowsRead()
 class Connection:
     """One connection in one transaction. SQL is a Core statement, or text
     with named parameters (`:name`, SQLAlchemy's `text()`: SQLAlchemy renders
-    them in the driver's style); rows come back as dicts."""
+    them in the driver's style). Rows come back as the caller's types
+    (`rows`, `row`, `scalars`, `scalar`), or as dicts (`fetchall`, `fetchone`)."""
 
     def __init__(self, sa_conn: sa.Connection, dialect: Dialect) -> None:
         self.sa = sa_conn
@@ -219,6 +256,54 @@ class Connection:
         if rows:
             stmt = _text(sql) if isinstance(sql, str) else sql
             self.sa.execute(stmt, [dict(r) for r in rows])
+
+    def rows(self, stmt: sa.Executable, into: Callable[..., T]) -> list[T]:
+        """Every row, each as `into(**columns)` (a NamedTuple or dataclass
+        whose fields are the selected columns' names)."""
+        rows = [into(**r) for r in self.sa.execute(stmt).mappings()]
+        rows_read.add(len(rows))
+        return rows
+
+    def row(self, stmt: sa.Executable, into: Callable[..., T]) -> T | None:
+        """The first row as `into(**columns)`, or None."""
+        row = self.sa.execute(stmt).mappings().first()
+        rows_read.add(row is not None)
+        return None if row is None else into(**row)
+
+    def scalars(self, stmt: sa.Executable, into: Callable[[Any], T]) -> list[T]:
+        """The first column of every row, each as `into(value)` (e.g. `int`)."""
+        values = [into(v) for v in self.sa.execute(stmt).scalars()]
+        rows_read.add(len(values))
+        return values
+
+    def scalar(self, stmt: sa.Executable, into: Callable[[Any], T]) -> T | None:
+        """The first column of the first row as `into(value)`; None when there
+        is no row or the value is NULL."""
+        row = self.sa.execute(stmt).first()
+        rows_read.add(row is not None)
+        return None if row is None or row[0] is None else into(row[0])
+
+    def _insert(self, table: sa.Table, values: Params) -> postgresql.Insert | sqlite.Insert:
+        """INSERT of the dialect, whose ON CONFLICT clauses differ by engine."""
+        make = postgresql.insert if self.dialect == "postgresql" else sqlite.insert
+        return make(table).values(dict(values))
+
+    def insert_new(self, table: sa.Table, values: Params) -> bool:
+        """INSERT ... ON CONFLICT (primary key) DO NOTHING; True when the row
+        was inserted (RETURNING says so, on either engine)."""
+        key = list(table.primary_key.columns)
+        stmt = self._insert(table, values).on_conflict_do_nothing(index_elements=key)
+        return self.sa.execute(stmt.returning(key[0])).first() is not None
+
+    def upsert(self, table: sa.Table, values: Params) -> None:
+        """INSERT, or on a primary key taken, UPDATE the row's other columns
+        to `values`."""
+        key = list(table.primary_key.columns)
+        names = {col.name for col in key}
+        stmt = self._insert(table, values)
+        stmt = stmt.on_conflict_do_update(
+            index_elements=key, set_={k: stmt.excluded[k] for k in values if k not in names})
+        self.sa.execute(stmt)
 
     def fetchall(self, sql: Statement, params: Params | None = None) -> list[dict[str, Any]]:
         rows = [dict(r) for r in self.execute(sql, params).mappings()]

@@ -13,6 +13,9 @@ The lock is held by the turn — workflow id and execution chain (Temporal's
 reset run of the turn keeps the lock and takes its run's place, while
 "has the holder ended?" asks whether the chain still has a running run.
 Locks taken before migration 0006 have no chain and are held by their run.
+
+This module is the one writer of `conversation_lock`: a reset run's claim
+(turnstile.stores.runs) takes the lock through `hold` and `take_over_in`.
 """
 
 from __future__ import annotations
@@ -21,17 +24,16 @@ from dataclasses import dataclass
 
 import sqlalchemy as sa
 
-from turnstile.stores.db import Connection, Database, metadata
+from turnstile.stores.db import Connection, Database, metadata, text_columns
 from turnstile.stores.memory import now_iso
 
 conversation_lock = sa.Table(
     "conversation_lock", metadata,
     sa.Column("conversation_id", sa.Text, primary_key=True),
-    sa.Column("workflow_id", sa.Text, nullable=False),
-    sa.Column("run_id", sa.Text, nullable=False),
-    sa.Column("acquired_at", sa.Text, nullable=False),
+    *text_columns("workflow_id", "run_id", "acquired_at"),
     sa.Column("execution_chain", sa.Text),  # the holding turn's chain (0006)
 )
+lk = conversation_lock.c
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,60 @@ class Holder:
         return (self.workflow_id == other.workflow_id and self.chain is not None
                 and self.chain == other.chain)
 
+    def runs_as(self, other: Holder) -> bool:
+        """The same run of the same turn?"""
+        return (self.workflow_id, self.run_id) == (other.workflow_id, other.run_id)
+
+
+@dataclass(frozen=True)
+class Lock:
+    """A `conversation_lock` row: the conversation and its holder."""
+
+    conversation_id: str
+    workflow_id: str
+    run_id: str
+    chain: str | None
+
+    @property
+    def holder(self) -> Holder:
+        return Holder(self.workflow_id, self.run_id, self.chain)
+
+
+def locks(conn: Connection, conversation_id: str | None = None) -> list[Lock]:
+    """The locks held (of `conversation_id` only, when given)."""
+    stmt = sa.select(lk.conversation_id, lk.workflow_id, lk.run_id,
+                     lk.execution_chain.label("chain"))
+    if conversation_id is not None:
+        stmt = stmt.where(lk.conversation_id == conversation_id)
+    return conn.rows(stmt, Lock)
+
+
+def holder(conn: Connection, conversation_id: str) -> Holder | None:
+    """Who holds the conversation's lock now (None: nobody)."""
+    held = locks(conn, conversation_id)
+    return held[0].holder if held else None
+
+
+def hold(conn: Connection, conversation_id: str, me: Holder) -> Holder | None:
+    """Take the lock if it is free, in the caller's transaction. None when
+    `me` holds it now; otherwise the current holder."""
+    conn.insert_new(conversation_lock, {"conversation_id": conversation_id,
+                                        "workflow_id": me.workflow_id, "run_id": me.run_id,
+                                        "acquired_at": now_iso(), "execution_chain": me.chain})
+    now = holder(conn, conversation_id)
+    return None if now is None or now.runs_as(me) else now
+
+
+def take_over_in(conn: Connection, conversation_id: str, stale: Holder, me: Holder) -> bool:
+    """`take_over` in the caller's transaction."""
+    cur = conn.execute(
+        sa.update(conversation_lock)
+        .where(lk.conversation_id == conversation_id, lk.workflow_id == stale.workflow_id,
+               lk.run_id == stale.run_id)
+        .values(workflow_id=me.workflow_id, run_id=me.run_id, execution_chain=me.chain,
+                acquired_at=now_iso()))
+    return bool(cur.rowcount == 1)
+
 
 class ConversationLocks:
     def __init__(self, db: Database) -> None:
@@ -53,39 +109,19 @@ class ConversationLocks:
     def acquire(self, conversation_id: str, me: Holder) -> Holder | None:
         """None when `me` holds the lock now; otherwise the current holder."""
         with self.db.connect() as conn:
-            conn.execute(
-                "INSERT INTO conversation_lock (conversation_id, workflow_id, run_id, "
-                "acquired_at, execution_chain) VALUES (:c, :wf, :run, :now, :chain) "
-                "ON CONFLICT (conversation_id) DO NOTHING",
-                {"c": conversation_id, "wf": me.workflow_id, "run": me.run_id, "now": now_iso(),
-                 "chain": me.chain})
-            row = conn.fetchone("SELECT workflow_id, run_id, execution_chain "
-                                "FROM conversation_lock WHERE conversation_id = :c",
-                                {"c": conversation_id})
-        holder = Holder(row["workflow_id"], row["run_id"], row["execution_chain"]) if row \
-            else None
-        if holder is None or (holder.workflow_id, holder.run_id) == (me.workflow_id, me.run_id):
-            return None
-        return holder
+            return hold(conn, conversation_id, me)
 
     def take_over(self, conversation_id: str, stale: Holder, me: Holder) -> bool:
         """Take the lock from `stale` (compare-and-set on its run): a holder that
         ended, or an earlier run of my own turn (a reset run takes its place)."""
         with self.db.connect() as conn:
-            cur = conn.execute(
-                "UPDATE conversation_lock SET workflow_id = :wf, run_id = :run, "
-                "execution_chain = :chain, acquired_at = :now "
-                "WHERE conversation_id = :c AND workflow_id = :stale_wf AND run_id = :stale_run",
-                {"wf": me.workflow_id, "run": me.run_id, "chain": me.chain, "now": now_iso(),
-                 "c": conversation_id, "stale_wf": stale.workflow_id,
-                 "stale_run": stale.run_id})
-            return bool(cur.rowcount == 1)
+            return take_over_in(conn, conversation_id, stale, me)
 
     def release(self, conversation_id: str, me: Holder, conn: Connection | None = None) -> None:
         """Only the run that holds the lock now releases it (a run a reset
         replaced never releases its successor's lock). In `conn`'s transaction
         when given."""
         with self.db.joined(conn) as conn:
-            conn.execute("DELETE FROM conversation_lock WHERE conversation_id = :c "
-                         "AND workflow_id = :wf AND run_id = :run",
-                         {"c": conversation_id, "wf": me.workflow_id, "run": me.run_id})
+            conn.execute(sa.delete(conversation_lock).where(
+                lk.conversation_id == conversation_id, lk.workflow_id == me.workflow_id,
+                lk.run_id == me.run_id))

@@ -6,28 +6,39 @@ write names the slot (`seq`) the workflow assigned, so a retried activity
 rewrites the same slot instead of appending twice: an insert that finds its
 slot taken by the same turn is a no-op, one that finds another writer there is
 a `MemoryConflictError`.
+
+This module is the one writer of `conversation` and `chat_message` (the
+images of a message: turnstile.stores.message_parts); others read them, and
+change them through its functions (a reset run's supersession: `remove`).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import sqlalchemy as sa
 
 from turnstile.engine import attributes as attr
 from turnstile.engine.activity_io import MemorySnapshot
 from turnstile.engine.errors import ConversationOwnershipError, MemoryConflictError
-from turnstile.engine.messages import ChatMessage, ToolCall
-from turnstile.stores.db import FLAG_FALSE, Connection, Database, Flag, metadata
-from turnstile.stores.message_parts import read_parts, write_parts
+from turnstile.engine.messages import Attachment, ChatMessage, Role, ToolCall
+from turnstile.stores.db import (
+    FLAG_FALSE,
+    Connection,
+    Database,
+    Flag,
+    metadata,
+    stored_time,
+    text_columns,
+)
+from turnstile.stores.message_parts import delete_parts, read_parts, write_parts
 
 
 def now_iso() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds")
+    return stored_time(datetime.now(UTC))
 
 
 conversation = sa.Table(
@@ -44,16 +55,21 @@ conversation = sa.Table(
 # by a partial index (its WHERE is the query's, word for word).
 STATEFUL = "role = 'tool' AND attributes LIKE '%\"turnstile.state\"%'"
 
+
+def message_columns() -> list[sa.Column[Any]]:
+    """The columns of a stored message, in chat_message and (kept for the
+    record) superseded_message."""
+    return [sa.Column("role", sa.Text, nullable=False),
+            *text_columns("content", "tool_calls", "tool_call_id", nullable=True),
+            sa.Column("is_error", Flag, nullable=False, server_default=FLAG_FALSE),
+            sa.Column("attributes", sa.Text)]
+
+
 chat_message = sa.Table(
     "chat_message", metadata,
     sa.Column("conversation_id", sa.Text, primary_key=True),
     sa.Column("seq", sa.BigInteger, primary_key=True, autoincrement=False),
-    sa.Column("role", sa.Text, nullable=False),
-    sa.Column("content", sa.Text),
-    sa.Column("tool_calls", sa.Text),
-    sa.Column("tool_call_id", sa.Text),
-    sa.Column("is_error", Flag, nullable=False, server_default=FLAG_FALSE),
-    sa.Column("attributes", sa.Text),
+    *message_columns(),
     sa.Column("created_at", sa.Text),
     sa.Column("workflow_id", sa.Text),
     sa.Column("execution_chain", sa.Text),  # the writing turn's chain (migration 0005)
@@ -65,41 +81,107 @@ chat_message = sa.Table(
     sa.Index("chat_message_state", "conversation_id", "seq",
              sqlite_where=sa.text(STATEFUL), postgresql_where=sa.text(STATEFUL)),
 )
+m = chat_message.c
+cv = conversation.c
 
-def _row_to_message(row: dict[str, Any]) -> ChatMessage:
-    calls = json.loads(row["tool_calls"]) if row.get("tool_calls") else []
-    return ChatMessage(
-        role=row["role"],
-        content=row.get("content"),
-        tool_calls=[ToolCall.model_validate(c) for c in calls],
-        tool_call_id=row.get("tool_call_id"),
-        is_error=bool(row.get("is_error") or False),
-        attributes=json.loads(row["attributes"]) if row.get("attributes") else {},
-    )
+
+def load_attributes(text: str | None) -> dict[str, Any]:
+    """A stored `attributes` column (JSON text or NULL) as a dict."""
+    return json.loads(text) if text else {}
+
+
+class MessageRow(NamedTuple):
+    """A `chat_message` row as stored (`sa.select(chat_message)`)."""
+
+    conversation_id: str
+    seq: int
+    role: Role  # as stored; ChatMessage validates it
+    content: str | None = None
+    tool_calls: str | None = None  # JSON list of ToolCall
+    tool_call_id: str | None = None
+    is_error: int = 0  # INTEGER 0/1 on SQLite, BOOLEAN on PostgreSQL
+    attributes: str | None = None  # JSON object
+    created_at: str | None = None
+    workflow_id: str | None = None
+    execution_chain: str | None = None
+    run_id: str | None = None
+
+    def message(self) -> ChatMessage:
+        calls = json.loads(self.tool_calls) if self.tool_calls else []
+        return ChatMessage(role=self.role, content=self.content,
+                           tool_calls=[ToolCall.model_validate(c) for c in calls],
+                           tool_call_id=self.tool_call_id, is_error=bool(self.is_error),
+                           attributes=load_attributes(self.attributes))
+
+
+class SlotWriter(NamedTuple):
+    """Who wrote a memory slot (NULL in rows other programs wrote)."""
+
+    workflow_id: str | None = None
+    run_id: str | None = None
+
+
+class SlotAttributes(NamedTuple):
+    seq: int
+    attributes: str | None
+
+
+def _slot(conversation_id: str, seq: int) -> sa.ColumnElement[bool]:
+    return sa.and_(m.conversation_id == conversation_id, m.seq == seq)
 
 
 def lower_answered_through(conn: Connection, conversation_id: str, seq: int) -> None:
     """A row written or removed at `seq`: the repair must read from there again
     (`conversation.answered_through`, turnstile.stores.journal)."""
-    conn.execute("UPDATE conversation SET answered_through = :s WHERE conversation_id = :c "
-                 "AND answered_through >= :s", {"c": conversation_id, "s": seq - 1})
+    conn.execute(sa.update(conversation)
+                 .where(cv.conversation_id == conversation_id, cv.answered_through >= seq - 1)
+                 .values(answered_through=seq - 1))
 
 
-def _assembled(rows: list[dict[str, Any]], parts: dict[int, list[Any]],
+def answered_through(conn: Connection, conversation_id: str) -> int | None:
+    """Every tool call at a slot up to this one has its result (None: not known)."""
+    return conn.scalar(sa.select(cv.answered_through)
+                       .where(cv.conversation_id == conversation_id), int)
+
+
+def mark_answered_through(conn: Connection, conversation_id: str, seq: int) -> None:
+    """Every call through `seq` has its result now (the orphan repair)."""
+    conn.execute(sa.update(conversation).where(cv.conversation_id == conversation_id)
+                 .values(answered_through=seq))
+
+
+def rows_at(conn: Connection, conversation_id: str, seqs: Sequence[int]) -> list[MessageRow]:
+    """The rows at `seqs`, in `seq` order."""
+    return conn.rows(sa.select(chat_message).where(
+        m.conversation_id == conversation_id, m.seq.in_(seqs)).order_by(m.seq), MessageRow)
+
+
+def remove(conn: Connection, conversation_id: str, seqs: Sequence[int]) -> None:
+    """Take the rows at `seqs`, with their images, out of memory (a reset run
+    superseded them; turnstile.stores.runs keeps them for the record)."""
+    if not seqs:
+        return
+    delete_parts(conn, conversation_id, seqs)
+    conn.execute(sa.delete(chat_message).where(m.conversation_id == conversation_id,
+                                               m.seq.in_(seqs)))
+    lower_answered_through(conn, conversation_id, min(seqs))
+
+
+def _assembled(rows: list[MessageRow], parts: dict[int, list[Attachment]],
                workflow_id: str | None) -> list[ChatMessage]:
     """Rows in `seq` order as a model reads them (see `MemoryStore.messages`)."""
     msgs = []
     for r in rows:
-        m = _row_to_message(r)
-        if m.attributes.get(attr.DISCARDED):
+        msg = r.message()
+        if msg.attributes.get(attr.DISCARDED):
             continue
-        augmented = m.attributes.get(attr.AUGMENTED_USER_MESSAGE)
-        if augmented and workflow_id is not None and r.get("workflow_id") == workflow_id:
-            m.content = augmented
-        m.parts = parts.get(int(r["seq"]), [])
-        msgs.append(m)
-    systems = [m for m in msgs if m.role == "system"]
-    return systems[-1:] + [m for m in msgs if m.role != "system"]
+        augmented = msg.attributes.get(attr.AUGMENTED_USER_MESSAGE)
+        if augmented and workflow_id is not None and r.workflow_id == workflow_id:
+            msg.content = augmented
+        msg.parts = parts.get(int(r.seq), [])
+        msgs.append(msg)
+    systems = [msg for msg in msgs if msg.role == "system"]
+    return systems[-1:] + [msg for msg in msgs if msg.role != "system"]
 
 
 class MemoryStore:
@@ -109,15 +191,11 @@ class MemoryStore:
     # -- ownership ----------------------------------------------------------
     def bind(self, conn: Connection, conversation_id: str, user_id: str) -> None:
         """Bind a new conversation to its user; refuse anyone else's turn on it."""
-        conn.execute(
-            "INSERT INTO conversation (conversation_id, user_id, created_at)"
-            " VALUES (:conversation_id, :user_id, :now) ON CONFLICT (conversation_id) DO NOTHING",
-            {"conversation_id": conversation_id, "user_id": user_id, "now": now_iso()},
-        )
-        owner = conn.fetchone(
-            "SELECT user_id FROM conversation WHERE conversation_id = :c", {"c": conversation_id}
-        )
-        if owner is None or owner["user_id"] != user_id:
+        conn.insert_new(conversation, {"conversation_id": conversation_id, "user_id": user_id,
+                                       "created_at": now_iso()})
+        owner = conn.scalar(sa.select(cv.user_id).where(cv.conversation_id == conversation_id),
+                            str)
+        if owner != user_id:
             raise ConversationOwnershipError(
                 f"conversation {conversation_id!r} belongs to another user; "
                 "start a new conversation id"
@@ -130,32 +208,18 @@ class MemoryStore:
 
     def snapshot(self, conversation_id: str, user_id: str,
                  conn: Connection | None = None) -> MemorySnapshot:
+        mine = m.conversation_id == conversation_id
         with self.db.joined(conn) as conn:
             self.bind(conn, conversation_id, user_id)
-            stats = conn.fetchone(  # MAX over the primary key: one index probe
-                "SELECT MAX(seq) AS last FROM chat_message WHERE conversation_id = :c",
-                {"c": conversation_id},
-            ) or {"last": None}
-            system = conn.fetchone(
-                "SELECT content FROM chat_message WHERE conversation_id = :c AND role = 'system' "
-                "ORDER BY seq DESC LIMIT 1",
-                {"c": conversation_id},
-            )
-        last = stats["last"]
+            # MAX over the primary key: one index probe
+            last = conn.scalar(sa.select(sa.func.max(m.seq)).where(mine), int)
+            system = conn.scalar(sa.select(m.content).where(mine, m.role == "system")
+                                 .order_by(m.seq.desc()).limit(1), str)
         return MemorySnapshot(
-            next_seq=0 if last is None else int(last) + 1,
-            message_count=0 if last is None else int(last) + 1,  # slots used
-            system_prompt=system["content"] if system else None,
+            next_seq=0 if last is None else last + 1,
+            message_count=0 if last is None else last + 1,  # slots used
+            system_prompt=system,
         )
-
-    @contextmanager
-    def _in(self, conn: Connection | None) -> Iterator[Connection]:
-        """`conn` (the caller's transaction), or a transaction of our own."""
-        if conn is not None:
-            yield conn
-        else:
-            with self.db.connect() as own:
-                yield own
 
     def messages(self, conversation_id: str, workflow_id: str | None = None,
                  conn: Connection | None = None) -> list[ChatMessage]:
@@ -164,11 +228,9 @@ class MemoryStore:
         images. Answers the output guardrails discarded are left out; a user
         message stored without its retrieved text (retrieval memory
         "original") gets that text back for the turn `workflow_id` only."""
-        with self._in(conn) as conn:
-            rows = conn.fetchall(
-                "SELECT * FROM chat_message WHERE conversation_id = :c ORDER BY seq",
-                {"c": conversation_id},
-            )
+        with self.db.joined(conn) as conn:
+            rows = conn.rows(sa.select(chat_message).where(m.conversation_id == conversation_id)
+                             .order_by(m.seq), MessageRow)
             parts = read_parts(conn, conversation_id)
         return _assembled(rows, parts, workflow_id)
 
@@ -180,31 +242,26 @@ class MemoryStore:
         before the oldest page (then `messages()` would give the same window),
         or the conversation's start. A page never ends inside a group of a
         call and its results; the newest user message is always read."""
-        with self._in(conn) as conn:
-            system = conn.fetchall(
-                "SELECT * FROM chat_message WHERE conversation_id = :c AND role = 'system' "
-                "ORDER BY seq DESC LIMIT 1", {"c": conversation_id})
+        mine = m.conversation_id == conversation_id
+        newest_first = sa.select(chat_message).order_by(m.seq.desc())
+        with self.db.joined(conn) as conn:
+            system = conn.rows(newest_first.where(mine, m.role == "system").limit(1), MessageRow)
             # The newest page, then ranges of slots below it: a range of the
             # primary key is planned well everywhere (PostgreSQL, with stale
             # statistics, read "seq < b ORDER BY seq DESC LIMIT n" by a bitmap
             # scan of the whole conversation).
-            rows = conn.fetchall(
-                "SELECT * FROM chat_message WHERE conversation_id = :c AND role <> 'system' "
-                "ORDER BY seq DESC LIMIT :n", {"c": conversation_id, "n": first_page})
-            low = int(rows[-1]["seq"]) if len(rows) == first_page else 0
+            others = newest_first.where(mine, m.role != "system")
+            rows = conn.rows(others.limit(first_page), MessageRow)
+            low = int(rows[-1].seq) if len(rows) == first_page else 0
             page = first_page * 4
             while low > 0:  # 0: the conversation's start was read
-                oldest = rows[-1]
-                if (oldest["role"] != "tool" and any(r["role"] == "user" for r in rows)
+                if (rows[-1].role != "tool" and any(r.role == "user" for r in rows)
                         and enough(_assembled(system + rows[::-1], {}, workflow_id))):
                     break
                 start = max(0, low - page)
-                rows.extend(conn.fetchall(
-                    "SELECT * FROM chat_message WHERE conversation_id = :c AND seq >= :lo "
-                    "AND seq < :hi AND role <> 'system' ORDER BY seq DESC",
-                    {"c": conversation_id, "lo": start, "hi": low}))
+                rows.extend(conn.rows(others.where(m.seq >= start, m.seq < low), MessageRow))
                 low, page = start, page * 4
-            since = int(rows[-1]["seq"]) if rows else 0
+            since = int(rows[-1].seq) if rows else 0
             parts = read_parts(conn, conversation_id, since=since)
         return _assembled(system + rows[::-1], parts, workflow_id)
 
@@ -214,13 +271,17 @@ class MemoryStore:
         results that carry state (index chat_message_state)."""
         merged: dict[str, Any] = {}
         with self.db.connect() as conn:
-            # SQLite without statistics prefers chat_message_role (all tool results).
-            hint = " INDEXED BY chat_message_state" if conn.dialect == "sqlite" else ""
-            rows = conn.fetchall(
-                f"SELECT attributes FROM chat_message{hint} WHERE conversation_id = :c "
-                f"AND {STATEFUL} ORDER BY seq", {"c": conversation_id})
-        for r in rows:
-            attrs = json.loads(r["attributes"]) if r["attributes"] else {}
+            # SQLite without statistics prefers chat_message_role (all tool
+            # results); SQLAlchemy renders no index hint for SQLite, so that
+            # FROM is text (and the columns are named without their table).
+            source = (sa.text("chat_message INDEXED BY chat_message_state")
+                      if conn.dialect == "sqlite" else chat_message)
+            found = conn.scalars(
+                sa.select(sa.column("attributes")).select_from(source)
+                .where(sa.column("conversation_id") == conversation_id, sa.text(STATEFUL))
+                .order_by(sa.column("seq")), str)
+        for text in found:
+            attrs = load_attributes(text)
             if not attrs.get(attr.ROLLED_BACK) and not attrs.get(attr.DISCARDED):
                 merged.update(attrs.get(attr.STATE) or {})
         return merged
@@ -228,13 +289,9 @@ class MemoryStore:
     def get(self, conversation_id: str, seq: int, conn: Connection | None = None
             ) -> tuple[ChatMessage, str | None, str | None] | None:
         """The message at `seq`, the turn and the run that wrote it."""
-        with self._in(conn) as conn:
-            row = conn.fetchone(
-                "SELECT * FROM chat_message WHERE conversation_id = :c AND seq = :seq",
-                {"c": conversation_id, "seq": seq},
-            )
-        return None if row is None else (_row_to_message(row), row.get("workflow_id"),
-                                         row.get("run_id"))
+        with self.db.joined(conn) as conn:
+            row = conn.row(sa.select(chat_message).where(_slot(conversation_id, seq)), MessageRow)
+        return None if row is None else (row.message(), row.workflow_id, row.run_id)
 
     # -- writes -------------------------------------------------------------
     def put(
@@ -258,49 +315,38 @@ class MemoryStore:
     ) -> None:
         """`append` inside the caller's transaction. `run_id`: the writing run
         (a run-aware writer claims its slots first: turnstile.stores.runs)."""
-        for offset, m in enumerate(messages):
+        for offset, msg in enumerate(messages):
             seq = start_seq + offset
-            cur = conn.execute(
-                "INSERT INTO chat_message (conversation_id, seq, role, content, tool_calls, "
-                "tool_call_id, is_error, attributes, created_at, workflow_id, "
-                "execution_chain, run_id) "
-                "VALUES (:conversation_id, :seq, :role, :content, :tool_calls, "
-                ":tool_call_id, :is_error, :attributes, :created_at, :workflow_id, "
-                ":execution_chain, :run_id) "
-                "ON CONFLICT (conversation_id, seq) DO NOTHING",
-                {
-                    "conversation_id": conversation_id,
-                    "seq": seq,
-                    "role": m.role,
-                    "content": m.content,
-                    "tool_calls": (json.dumps([c.model_dump() for c in m.tool_calls])
-                                   if m.tool_calls else None),
-                    "tool_call_id": m.tool_call_id,
-                    "is_error": m.is_error,
-                    "attributes": json.dumps(m.attributes) if m.attributes else None,
-                    "created_at": now_iso(),
-                    "workflow_id": workflow_id,
-                    "execution_chain": chain,
-                    "run_id": run_id,
-                },
-            )
-            if cur.rowcount == 1 and m.parts:
-                write_parts(conn, conversation_id, seq, m.parts)
-            if cur.rowcount == 0:
-                owner = conn.fetchone(
-                    "SELECT workflow_id, run_id FROM chat_message "
-                    "WHERE conversation_id = :c AND seq = :seq",
-                    {"c": conversation_id, "seq": seq},
+            inserted = conn.insert_new(chat_message, {
+                "conversation_id": conversation_id,
+                "seq": seq,
+                "role": msg.role,
+                "content": msg.content,
+                "tool_calls": (json.dumps([c.model_dump() for c in msg.tool_calls])
+                               if msg.tool_calls else None),
+                "tool_call_id": msg.tool_call_id,
+                "is_error": msg.is_error,
+                "attributes": json.dumps(msg.attributes) if msg.attributes else None,
+                "created_at": now_iso(),
+                "workflow_id": workflow_id,
+                "execution_chain": chain,
+                "run_id": run_id,
+            })
+            if inserted:
+                if msg.parts:
+                    write_parts(conn, conversation_id, seq, msg.parts)
+                continue
+            owner = conn.row(sa.select(m.workflow_id, m.run_id)
+                             .where(_slot(conversation_id, seq)), SlotWriter)
+            # The same turn's retry is a no-op; another turn's row, or
+            # another run's that no claim superseded, is a conflict.
+            if owner is None or owner.workflow_id != workflow_id or (
+                    run_id and owner.run_id and owner.run_id != run_id):
+                raise MemoryConflictError(
+                    f"message slot {seq} of conversation {conversation_id!r} was "
+                    "written by another writer; turns of one conversation must not "
+                    "interleave"
                 )
-                # The same turn's retry is a no-op; another turn's row, or
-                # another run's that no claim superseded, is a conflict.
-                if owner is None or owner["workflow_id"] != workflow_id or (
-                        run_id and owner["run_id"] and owner["run_id"] != run_id):
-                    raise MemoryConflictError(
-                        f"message slot {seq} of conversation {conversation_id!r} was "
-                        "written by another writer; turns of one conversation must not "
-                        "interleave"
-                    )
         if messages:
             lower_answered_through(conn, conversation_id, start_seq)
 
@@ -308,16 +354,17 @@ class MemoryStore:
         """Mark an answer the model must never be sent again (output guardrail
         retry); the row stays for the record. Idempotent."""
         with self.db.connect() as conn:
-            row = conn.fetchone(
-                "SELECT attributes FROM chat_message WHERE conversation_id = :c AND seq = :seq",
-                {"c": conversation_id, "seq": seq})
-            if row is None:
-                return
-            attrs = json.loads(row["attributes"]) if row["attributes"] else {}
-            attrs[attr.DISCARDED] = reason
-            conn.execute(
-                "UPDATE chat_message SET attributes = :a WHERE conversation_id = :c AND seq = :seq",
-                {"a": json.dumps(attrs), "c": conversation_id, "seq": seq})
+            row = conn.row(sa.select(m.seq, m.attributes).where(_slot(conversation_id, seq)),
+                           SlotAttributes)
+            if row is not None:
+                self._set_attributes(conn, conversation_id, row, {attr.DISCARDED: reason})
+
+    @staticmethod
+    def _set_attributes(conn: Connection, conversation_id: str, row: SlotAttributes,
+                        extra: dict[str, Any], **values: Any) -> None:
+        attrs = load_attributes(row.attributes) | extra
+        conn.execute(sa.update(chat_message).where(_slot(conversation_id, row.seq))
+                     .values(attributes=json.dumps(attrs), **values))
 
     def rewrite_tool_result(
         self,
@@ -334,21 +381,15 @@ class MemoryStore:
         `workflow_id`, only the result that turn (and execution chain) wrote:
         provider call ids repeat across turns, a rollback never touches another
         turn's result."""
-        query = ("SELECT seq, attributes FROM chat_message WHERE conversation_id = :c "
-                 "AND tool_call_id = :call AND role = 'tool'")
-        params: dict[str, Any] = {"c": conversation_id, "call": tool_call_id}
+        query = sa.select(m.seq, m.attributes).where(
+            m.conversation_id == conversation_id, m.tool_call_id == tool_call_id,
+            m.role == "tool")
         if workflow_id is not None:
-            query += " AND workflow_id = :wf AND COALESCE(execution_chain, '') = :chain"
-            params.update(wf=workflow_id, chain=chain)
+            query = query.where(m.workflow_id == workflow_id,
+                                sa.func.coalesce(m.execution_chain, "") == chain)
         with self.db.joined(conn) as conn:
-            rows = conn.fetchall(query, params)
+            rows = conn.rows(query, SlotAttributes)
             for row in rows:
-                attrs = json.loads(row["attributes"]) if row["attributes"] else {}
-                attrs.update(extra_attributes)
-                conn.execute(
-                    "UPDATE chat_message SET content = :content, is_error = :is_error, "
-                    "attributes = :a WHERE conversation_id = :c AND seq = :seq",
-                    {"content": content, "is_error": True, "a": json.dumps(attrs),
-                     "c": conversation_id, "seq": row["seq"]},
-                )
+                self._set_attributes(conn, conversation_id, row, extra_attributes,
+                                     content=content, is_error=True)
             return len(rows)

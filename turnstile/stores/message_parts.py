@@ -3,17 +3,19 @@
 `chat_message` stays exactly as docs/contract.md describes it (a row inserted by
 another program is still a valid message); a message's images live in
 `chat_message_part`, keyed by the message's (conversation_id, seq), and are
-joined back when memory is read.
+joined back when memory is read. This module is the table's one writer.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
+from typing import NamedTuple
 
 import sqlalchemy as sa
 
 from turnstile.engine.messages import Attachment
-from turnstile.stores.db import Connection, metadata
+from turnstile.stores.db import Connection, metadata, text_columns
 
 chat_message_part = sa.Table(
     "chat_message_part", metadata,
@@ -21,33 +23,54 @@ chat_message_part = sa.Table(
     sa.Column("seq", sa.BigInteger, primary_key=True, autoincrement=False),
     sa.Column("idx", sa.Integer, primary_key=True, autoincrement=False),
     sa.Column("type", sa.Text, nullable=False),
-    sa.Column("url", sa.Text),
-    sa.Column("data", sa.Text),
-    sa.Column("mime_type", sa.Text),
+    *text_columns("url", "data", "mime_type", nullable=True),
 )
+p = chat_message_part.c
+
+
+class PartRow(NamedTuple):
+    """A `chat_message_part` row of one message (`seq`: which message)."""
+
+    seq: int
+    idx: int
+    type: str
+    url: str | None
+    data: str | None
+    mime_type: str | None
+
+    def attachment(self) -> Attachment:
+        return Attachment(type=self.type, url=self.url, data=self.data, mime_type=self.mime_type)
 
 
 def write_parts(conn: Connection, conversation_id: str, seq: int,
                 parts: list[Attachment]) -> None:
     """Idempotent: a retried memory write finds its parts already there."""
-    for idx, p in enumerate(parts):
-        conn.execute(
-            "INSERT INTO chat_message_part (conversation_id, seq, idx, type, url, data, "
-            "mime_type) VALUES (:c, :seq, :idx, :type, :url, :data, :mime_type) "
-            "ON CONFLICT (conversation_id, seq, idx) DO NOTHING",
-            {"c": conversation_id, "seq": seq, "idx": idx, "type": p.type, "url": p.url,
-             "data": p.data, "mime_type": p.mime_type})
+    for idx, part in enumerate(parts):
+        conn.insert_new(chat_message_part, {
+            "conversation_id": conversation_id, "seq": seq, "idx": idx, "type": part.type,
+            "url": part.url, "data": part.data, "mime_type": part.mime_type})
+
+
+def part_rows(conn: Connection, conversation_id: str, since: int = 0,
+              only: int | None = None) -> list[PartRow]:
+    """The parts of the messages at `since` and after (or of the one at
+    `only`), in order."""
+    where = p.seq >= since if only is None else p.seq == only
+    return conn.rows(sa.select(p.seq, p.idx, p.type, p.url, p.data, p.mime_type)
+                     .where(p.conversation_id == conversation_id, where)
+                     .order_by(p.seq, p.idx), PartRow)
 
 
 def read_parts(conn: Connection, conversation_id: str,
                since: int = 0) -> dict[int, list[Attachment]]:
     """Images of the messages at `since` and after."""
-    rows = conn.fetchall(
-        "SELECT seq, type, url, data, mime_type FROM chat_message_part "
-        "WHERE conversation_id = :c AND seq >= :since ORDER BY seq, idx",
-        {"c": conversation_id, "since": since})
     out: dict[int, list[Attachment]] = defaultdict(list)
-    for r in rows:
-        out[int(r["seq"])].append(Attachment(type=r["type"], url=r["url"], data=r["data"],
-                                             mime_type=r["mime_type"]))
+    for r in part_rows(conn, conversation_id, since):
+        out[int(r.seq)].append(r.attachment())
     return out
+
+
+def delete_parts(conn: Connection, conversation_id: str, seqs: Sequence[int]) -> None:
+    """Remove the parts of the messages at `seqs` (turnstile.stores.memory.remove)."""
+    conn.execute(sa.delete(chat_message_part).where(p.conversation_id == conversation_id,
+                                                    p.seq.in_(seqs)))

@@ -10,6 +10,8 @@ deletes blobs that no running or retained workflow references.
 
 Tool results never need this: they go to chat memory, and history keeps a
 bounded preview (see activities/tools.py).
+
+This module is the one writer of `payload_blob` and `payload_ref`.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import hashlib
 import logging
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
+from typing import NamedTuple
 
 import sqlalchemy as sa
 from temporalio.api.common.v1 import Payload
@@ -60,6 +63,13 @@ payload_ref = sa.Table(
     sa.Column("key", sa.Text, primary_key=True),
     sa.Column("workflow_id", sa.Text, primary_key=True),
 )
+blob = payload_blob.c
+ref = payload_ref.c
+
+
+class Blob(NamedTuple):
+    key: str
+    data: bytes  # bytes from either driver (BLOB / BYTEA)
 
 
 def _owner(context: StorageDriverStoreContext) -> str:
@@ -93,11 +103,9 @@ class DatabasePayloadDriver(StorageDriver):
     def _write(self, keys: list[str], blobs: list[bytes], owner: str) -> None:
         with self.db.connect() as conn:
             for key, data in zip(keys, blobs, strict=True):
-                conn.execute("INSERT INTO payload_blob (key, data, size, created_at) "
-                             "VALUES (:key, :data, :size, :now) ON CONFLICT (key) DO NOTHING",
-                             {"key": key, "data": data, "size": len(data), "now": now_iso()})
-                conn.execute("INSERT INTO payload_ref (key, workflow_id) VALUES (:key, :wf) "
-                             "ON CONFLICT (key, workflow_id) DO NOTHING", {"key": key, "wf": owner})
+                conn.insert_new(payload_blob, {"key": key, "data": data, "size": len(data),
+                                               "created_at": now_iso()})
+                conn.insert_new(payload_ref, {"key": key, "workflow_id": owner})
 
     async def retrieve(self, context: StorageDriverRetrieveContext,
                        claims: Sequence[StorageDriverClaim]) -> list[Payload]:
@@ -115,12 +123,9 @@ class DatabasePayloadDriver(StorageDriver):
 
     def _read(self, keys: list[str]) -> dict[str, bytes]:
         with self.db.connect() as conn:
-            found = {}
-            for key in set(keys):
-                row = conn.fetchone("SELECT data FROM payload_blob WHERE key = :k", {"k": key})
-                if row is not None:
-                    found[key] = bytes(row["data"])
-            return found
+            found = conn.rows(sa.select(blob.key, blob.data).where(blob.key.in_(set(keys))),
+                              Blob)
+        return {b.key: bytes(b.data) for b in found}
 
 
 def data_converter(db: Database, base: DataConverter,
@@ -137,8 +142,7 @@ async def sweep(db: Database, client: Client, grace: timedelta = timedelta(hours
     older than `grace` go (the grace covers a payload stored by a client
     whose workflow start is still in flight)."""
     with db.connect() as conn:
-        owners = [r["workflow_id"] for r in
-                  conn.fetchall("SELECT DISTINCT workflow_id FROM payload_ref")]
+        owners = conn.scalars(sa.select(ref.workflow_id).distinct(), str)
     gone = []
     for wf_id in owners:
         if wf_id == "?":
@@ -153,9 +157,9 @@ async def sweep(db: Database, client: Client, grace: timedelta = timedelta(hours
     cutoff = (datetime.now(UTC) - grace).isoformat(timespec="milliseconds")
     with db.connect() as conn:
         for wf_id in gone:
-            conn.execute("DELETE FROM payload_ref WHERE workflow_id = :wf", {"wf": wf_id})
-        cur = conn.execute("DELETE FROM payload_blob WHERE created_at < :cutoff AND key NOT IN "
-                           "(SELECT key FROM payload_ref)", {"cutoff": cutoff})
+            conn.execute(sa.delete(payload_ref).where(ref.workflow_id == wf_id))
+        cur = conn.execute(sa.delete(payload_blob).where(
+            blob.created_at < cutoff, blob.key.not_in(sa.select(ref.key))))
         deleted = int(cur.rowcount)
     log.info("payload sweep: %d workflow(s) released, %d blob(s) deleted", len(gone), deleted)
     return deleted

@@ -11,6 +11,9 @@ brought in line with them (insert changed, delete removed, by content hash)
 the first time a worker process retrieves for a service. Retrieval runs in
 the `turnstile.retrieve` activity; the workflow only merges the snippets into
 the user message.
+
+This module is the one writer of `retrieval_document` (and, on SQLite, of
+`retrieval_fts`).
 """
 
 from __future__ import annotations
@@ -20,12 +23,13 @@ import re
 import threading
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import NamedTuple
 
 import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import TSQUERY, TSVECTOR
 
 from turnstile.engine.activity_io import Snippet
-from turnstile.stores.db import Connection, Database, metadata
+from turnstile.stores.db import Connection, Database, metadata, text_columns
 from turnstile.stores.memory import now_iso
 
 
@@ -60,11 +64,30 @@ retrieval_document = sa.Table(
     "retrieval_document", metadata,
     sa.Column("service", sa.Text, primary_key=True),
     sa.Column("doc_id", sa.Text, primary_key=True),
-    sa.Column("title", sa.Text, nullable=False),
-    sa.Column("body", sa.Text, nullable=False),
-    sa.Column("content_hash", sa.Text, nullable=False),
-    sa.Column("updated_at", sa.Text, nullable=False),
+    *text_columns("title", "body", "content_hash", "updated_at"),
 )
+doc_c = retrieval_document.c
+# Not on `metadata`: the migrations make them, each engine its own way.
+retrieval_fts = sa.table("retrieval_fts", *(sa.column(n, sa.Text)
+                                            for n in ("service", "doc_id", "title", "body")))
+fts = retrieval_fts.c
+tsv = sa.column("tsv", TSVECTOR)  # retrieval_document's, on PostgreSQL
+
+
+class Indexed(NamedTuple):
+    doc_id: str
+    content_hash: str
+
+
+class Hit(NamedTuple):
+    doc_id: str
+    title: str
+    body: str
+    score: float
+
+    def snippet(self) -> Snippet:
+        return Snippet(doc_id=self.doc_id, title=self.title, text=self.body,
+                       score=round(float(self.score), 6))
 
 
 _STOP = frozenset(
@@ -95,9 +118,8 @@ class DocumentIndex:
         wanted = {d.id: d for d in documents}
         changed = 0
         with self.db.connect() as conn:
-            have = {r["doc_id"]: r["content_hash"] for r in conn.fetchall(
-                "SELECT doc_id, content_hash FROM retrieval_document WHERE service = :s",
-                {"s": service})}
+            have = dict(conn.rows(sa.select(doc_c.doc_id, doc_c.content_hash)
+                                  .where(doc_c.service == service), Indexed))
             for doc in documents:
                 if have.get(doc.id) != doc.content_hash():
                     self._write(conn, service, doc)
@@ -108,58 +130,56 @@ class DocumentIndex:
         return changed
 
     def _write(self, conn: Connection, service: str, doc: Document) -> None:
-        conn.execute(
-            "INSERT INTO retrieval_document (service, doc_id, title, body, content_hash, "
-            "updated_at) VALUES (:s, :doc, :title, :body, :hash, :now) "
-            "ON CONFLICT (service, doc_id) DO UPDATE "
-            "SET title = excluded.title, body = excluded.body, "
-            "content_hash = excluded.content_hash, updated_at = excluded.updated_at",
-            {"s": service, "doc": doc.id, "title": doc.title, "body": doc.text,
-             "hash": doc.content_hash(), "now": now_iso()})
+        conn.upsert(retrieval_document, {
+            "service": service, "doc_id": doc.id, "title": doc.title, "body": doc.text,
+            "content_hash": doc.content_hash(), "updated_at": now_iso()})
         if conn.dialect == "sqlite":
-            conn.execute("DELETE FROM retrieval_fts WHERE service = :s AND doc_id = :doc",
-                         {"s": service, "doc": doc.id})
-            conn.execute("INSERT INTO retrieval_fts (service, doc_id, title, body) "
-                         "VALUES (:s, :doc, :title, :body)",
-                         {"s": service, "doc": doc.id, "title": doc.title, "body": doc.text})
+            self._delete_fts(conn, service, doc.id)
+            conn.execute(sa.insert(retrieval_fts).values(
+                service=service, doc_id=doc.id, title=doc.title, body=doc.text))
 
     def _delete(self, conn: Connection, service: str, doc_id: str) -> None:
-        conn.execute("DELETE FROM retrieval_document WHERE service = :s AND doc_id = :doc",
-                     {"s": service, "doc": doc_id})
+        conn.execute(sa.delete(retrieval_document).where(doc_c.service == service,
+                                                         doc_c.doc_id == doc_id))
         if conn.dialect == "sqlite":
-            conn.execute("DELETE FROM retrieval_fts WHERE service = :s AND doc_id = :doc",
-                         {"s": service, "doc": doc_id})
+            self._delete_fts(conn, service, doc_id)
+
+    @staticmethod
+    def _delete_fts(conn: Connection, service: str, doc_id: str) -> None:
+        conn.execute(sa.delete(retrieval_fts).where(fts.service == service,
+                                                    fts.doc_id == doc_id))
 
     def search(self, service: str, query: str, top_k: int) -> list[Snippet]:
         terms = query_terms(query)
         if not terms or top_k <= 0:
             return []
         with self.db.connect() as conn:
-            rows = (self._search_pg(conn, service, " ".join(terms), top_k)
-                    if conn.dialect == "postgresql"
-                    else self._search_sqlite(conn, service, terms, top_k))
-        return [Snippet(doc_id=r["doc_id"], title=r["title"], text=r["body"],
-                        score=round(float(r["score"]), 6)) for r in rows]
+            stmt = (self._search_pg(service, " ".join(terms)) if conn.dialect == "postgresql"
+                    else self._search_sqlite(service, terms))
+            hits = conn.rows(stmt.limit(top_k), Hit)
+        return [h.snippet() for h in hits]
 
     @staticmethod
-    def _search_sqlite(conn: Connection, service: str, terms: list[str],
-                       top_k: int) -> list[dict[str, Any]]:
+    def _search_sqlite(service: str, terms: list[str]) -> sa.Select[tuple[str, str, str, float]]:
         # Each term quoted: user text can never be read as FTS5 query syntax.
         match = " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
-        return conn.fetchall(
-            "SELECT doc_id, title, body, -bm25(retrieval_fts, 0.0, 0.0, 2.0, 1.0) AS score "
-            "FROM retrieval_fts WHERE retrieval_fts MATCH :match AND service = :s "
-            "ORDER BY score DESC, doc_id LIMIT :k", {"match": match, "s": service, "k": top_k})
+        table = sa.literal_column("retrieval_fts", sa.Text)  # FTS5's column named as its table
+        score = (-sa.func.bm25(table, 0.0, 0.0, 2.0, 1.0)).label("score")
+        return (sa.select(fts.doc_id, fts.title, fts.body, score)
+                .where(table.bool_op("MATCH")(match), fts.service == service)
+                .order_by(score.desc(), fts.doc_id))
 
     @staticmethod
-    def _search_pg(conn: Connection, service: str, text: str,
-                   top_k: int) -> list[dict[str, Any]]:
-        return conn.fetchall(
-            "SELECT doc_id, title, body, ts_rank(tsv, query.q) AS score "
-            "FROM retrieval_document CROSS JOIN (SELECT replace(plainto_tsquery('english', "
-            ":words)::text, '&', '|')::tsquery AS q) AS query "
-            "WHERE service = :s AND tsv @@ query.q ORDER BY score DESC, doc_id LIMIT :k",
-            {"words": text, "s": service, "k": top_k})
+    def _search_pg(service: str, text: str) -> sa.Select[tuple[str, str, str, float]]:
+        # plainto_tsquery's terms are AND-ed; OR them instead.
+        anded = sa.cast(sa.func.plainto_tsquery("english", text), sa.Text)
+        query = sa.select(sa.cast(sa.func.replace(anded, "&", "|"), TSQUERY).label("q")) \
+            .subquery("query")
+        score = sa.func.ts_rank(tsv, query.c.q).label("score")
+        return (sa.select(doc_c.doc_id, doc_c.title, doc_c.body, score)
+                .select_from(retrieval_document.join(query, sa.true()))  # one row: q
+                .where(doc_c.service == service, tsv.bool_op("@@")(query.c.q))
+                .order_by(score.desc(), doc_c.doc_id))
 
 
 class FullTextRetriever:

@@ -36,47 +36,51 @@ A reset run that would take back messages later turns built on (rows of
 another turn after the first superseded slot) is refused (`ResetConflict`).
 Rows without a run id (written before migration 0006, or by other programs)
 are never superseded.
+
+The claim takes the lock through turnstile.stores.lock and removes superseded
+rows through turnstile.stores.memory (their writers); this module declares
+`superseded_message` and writes the rows it moves there.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
 
 import sqlalchemy as sa
 
 from turnstile.engine import attributes as attr
 from turnstile.engine.errors import MemoryConflictError, ResetConflict, TurnstileError
 from turnstile.engine.messages import ChatMessage
-from turnstile.stores.db import FLAG_FALSE, Connection, Database, Flag, metadata
-from turnstile.stores.memory import MemoryStore, lower_answered_through, now_iso
+from turnstile.stores import memory
+from turnstile.stores.db import Connection, Database, metadata, text_columns
+from turnstile.stores.lock import Holder, hold, holder, take_over_in
+from turnstile.stores.memory import (
+    MemoryStore,
+    SlotWriter,
+    chat_message,
+    load_attributes,
+    message_columns,
+    now_iso,
+)
+from turnstile.stores.message_parts import part_rows
 
 superseded_message = sa.Table(
     "superseded_message", metadata,
     sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
     sa.Column("conversation_id", sa.Text, nullable=False),
     sa.Column("seq", sa.BigInteger, nullable=False),  # the slot it had in chat_message
-    sa.Column("role", sa.Text, nullable=False),
-    sa.Column("content", sa.Text),
-    sa.Column("tool_calls", sa.Text),
-    sa.Column("tool_call_id", sa.Text),
-    sa.Column("is_error", Flag, nullable=False, server_default=FLAG_FALSE),
-    sa.Column("attributes", sa.Text),
+    *message_columns(),
     sa.Column("parts", sa.Text),  # its chat_message_part rows, as a JSON list
-    sa.Column("created_at", sa.Text),
-    sa.Column("workflow_id", sa.Text),
-    sa.Column("execution_chain", sa.Text),
-    sa.Column("run_id", sa.Text),  # the run that wrote it
+    # created_at, and the turn and run that wrote it
+    *text_columns("created_at", "workflow_id", "execution_chain", "run_id", nullable=True),
     sa.Column("superseded_by", sa.Text, nullable=False),  # the run that took its slot
     sa.Column("superseded_at", sa.Text, nullable=False),
     # When what became of its tool calls was recorded (turnstile.stores.superseded).
     sa.Column("settled_at", sa.Text),
     sa.Index("superseded_message_conversation", "conversation_id", "seq"),
 )
-
-_COLUMNS = ("conversation_id", "seq", "role", "content", "tool_calls", "tool_call_id",
-            "is_error", "attributes", "created_at", "workflow_id", "execution_chain", "run_id")
+m = chat_message.c
 
 
 class RunUnconfirmed(TurnstileError):
@@ -97,24 +101,21 @@ class Writer:
 def _stale(conn: Connection, conv: str, w: Writer, slots: range,
            horizon: int | None) -> list[int]:
     """Slots holding rows of another run of the writer's turn that it replaces."""
-    where = []
-    params: dict[str, Any] = {"c": conv, "wf": w.workflow_id, "chain": w.chain, "run": w.run_id}
     # `seq + 0`, and no ORDER BY: the rows are found through the writer's index
     # (the turn's own rows), never by walking the conversation's primary key
     # from the horizon (SQLite chose that: O(conversation) per write).
+    seq = m.seq + sa.literal_column("0")
+    where = []
     if horizon is not None:
-        where.append("seq + 0 >= :h")
-        params["h"] = horizon
+        where.append(seq >= horizon)
     if len(slots):
-        where.append("seq + 0 BETWEEN :lo AND :hi")
-        params.update(lo=slots[0], hi=slots[-1])
+        where.append(seq.between(slots[0], slots[-1]))
     if not where:
         return []
-    rows = conn.fetchall(
-        "SELECT seq FROM chat_message WHERE conversation_id = :c AND workflow_id = :wf "
-        "AND COALESCE(execution_chain, '') = :chain AND run_id IS NOT NULL AND run_id <> :run "
-        f"AND ({' OR '.join(where)})", params)
-    return sorted(int(r["seq"]) for r in rows)
+    return sorted(conn.scalars(sa.select(m.seq).where(
+        m.conversation_id == conv, m.workflow_id == w.workflow_id,
+        sa.func.coalesce(m.execution_chain, "") == w.chain, m.run_id.is_not(None),
+        m.run_id != w.run_id, sa.or_(*where)), int))
 
 
 def claim(conn: Connection, conv: str, w: Writer, slots: range = range(0),
@@ -122,30 +123,29 @@ def claim(conn: Connection, conv: str, w: Writer, slots: range = range(0),
     """Make `w`'s run the one writing `conv` now (see the module's doc), in the
     caller's transaction. Returns the slots whose rows it superseded.
     Raises RunUnconfirmed, MemoryConflictError, ResetConflict."""
-    lock = conn.fetchone("SELECT workflow_id, run_id FROM conversation_lock "
-                         "WHERE conversation_id = :c", {"c": conv})
+    lock = holder(conn, conv)
     stale = _stale(conn, conv, w, slots, horizon)
-    if lock is not None and lock["workflow_id"] != w.workflow_id:
-        holder = lock["workflow_id"]
+    if lock is not None and lock.workflow_id != w.workflow_id:
         if stale:
-            raise ResetConflict(f"conversation {conv!r} is held by turn {holder}: this reset "
-                                f"run of {w.workflow_id} cannot take its messages back")
-        raise MemoryConflictError(f"conversation {conv!r} is held by turn {holder}; turns of "
-                                  "one conversation must not interleave")
-    mine = lock is not None and lock["run_id"] == w.run_id
+            raise ResetConflict(f"conversation {conv!r} is held by turn {lock.workflow_id}: "
+                                f"this reset run of {w.workflow_id} cannot take its messages "
+                                "back")
+        raise MemoryConflictError(f"conversation {conv!r} is held by turn {lock.workflow_id}; "
+                                  "turns of one conversation must not interleave")
+    mine = lock is not None and lock.run_id == w.run_id
     if (stale or not mine) and not w.confirmed:
         raise RunUnconfirmed(f"run {w.run_id} of {w.workflow_id} would take an earlier "
                              "run's place in the conversation")
     if stale:
-        later = conn.fetchone(
-            "SELECT workflow_id FROM chat_message WHERE conversation_id = :c AND seq > :s "
-            "AND NOT (COALESCE(workflow_id, '') = :wf AND COALESCE(execution_chain, '') = "
-            ":chain) ORDER BY seq LIMIT 1",
-            {"c": conv, "s": stale[0], "wf": w.workflow_id, "chain": w.chain})
+        later = conn.row(sa.select(m.workflow_id).where(
+            m.conversation_id == conv, m.seq > stale[0],
+            sa.not_(sa.and_(sa.func.coalesce(m.workflow_id, "") == w.workflow_id,
+                            sa.func.coalesce(m.execution_chain, "") == w.chain)))
+            .order_by(m.seq).limit(1), SlotWriter)
         if later is not None:
             raise ResetConflict(
                 f"conversation {conv!r} went on after turn {w.workflow_id} (turn "
-                f"{later['workflow_id']} wrote after it): a reset of {w.workflow_id} cannot "
+                f"{later.workflow_id} wrote after it): a reset of {w.workflow_id} cannot "
                 "take those messages back; reset the latest turn or start a new one")
         _move(conn, conv, stale, w.run_id)
     if not mine:
@@ -153,55 +153,36 @@ def claim(conn: Connection, conv: str, w: Writer, slots: range = range(0),
     return stale
 
 
-def _hold(conn: Connection, conv: str, w: Writer, lock: dict[str, Any] | None) -> None:
+def _hold(conn: Connection, conv: str, w: Writer, lock: Holder | None) -> None:
     """The confirmed current run of the turn takes the lock: from an earlier
     run of its turn, or free."""
-    params = {"c": conv, "wf": w.workflow_id, "run": w.run_id, "chain": w.chain or None,
-              "now": now_iso()}
+    me = Holder(w.workflow_id, w.run_id, w.chain or None)
     if lock is None:
-        conn.execute("INSERT INTO conversation_lock (conversation_id, workflow_id, run_id, "
-                     "acquired_at, execution_chain) VALUES (:c, :wf, :run, :now, :chain) "
-                     "ON CONFLICT (conversation_id) DO NOTHING", params)
+        hold(conn, conv, me)
     else:
-        conn.execute("UPDATE conversation_lock SET run_id = :run, execution_chain = :chain, "
-                     "acquired_at = :now WHERE conversation_id = :c AND workflow_id = :wf "
-                     "AND run_id = :old", {**params, "old": lock["run_id"]})
-    held = conn.fetchone("SELECT workflow_id, run_id FROM conversation_lock "
-                         "WHERE conversation_id = :c", {"c": conv})
-    if held is None or (held["workflow_id"], held["run_id"]) != (w.workflow_id, w.run_id):
+        take_over_in(conn, conv, lock, me)
+    held = holder(conn, conv)
+    if held is None or not held.runs_as(me):
         raise MemoryConflictError(f"conversation {conv!r} was taken by turn "
-                                  f"{held['workflow_id'] if held else '?'} meanwhile")
+                                  f"{held.workflow_id if held else '?'} meanwhile")
 
 
 def _move(conn: Connection, conv: str, seqs: list[int], by: str) -> None:
     """Supersede the rows at `seqs`: copy them (and their images) into
     `superseded_message`, then remove them from memory."""
     now = now_iso()
-    for seq in seqs:
-        row = conn.fetchone("SELECT * FROM chat_message WHERE conversation_id = :c "
-                            "AND seq = :s", {"c": conv, "s": seq})
-        if row is None:
-            continue
-        parts = conn.fetchall("SELECT idx, type, url, data, mime_type FROM chat_message_part "
-                              "WHERE conversation_id = :c AND seq = :s ORDER BY idx",
-                              {"c": conv, "s": seq})
-        attrs = json.loads(row["attributes"]) if row["attributes"] else {}
+    for row in memory.rows_at(conn, conv, seqs):
+        parts = [{"idx": p.idx, "type": p.type, "url": p.url, "data": p.data,
+                  "mime_type": p.mime_type} for p in part_rows(conn, conv, only=row.seq)]
         # Only tool calls and results have effects to look at (superseded.settle).
-        open_ = (row["role"] == "tool" or (row["role"] == "assistant" and row["tool_calls"]
-                                            and not attrs.get(attr.DISCARDED)))
-        conn.execute(
-            f"INSERT INTO superseded_message ({', '.join(_COLUMNS)}, parts, superseded_by, "
-            f"superseded_at, settled_at) VALUES ({', '.join(':' + c for c in _COLUMNS)}, "
-            ":parts, :by, :now, :settled)",
-            {**{c: row[c] for c in _COLUMNS}, "is_error": bool(row["is_error"]),
-             "parts": json.dumps(parts) if parts else None, "by": by, "now": now,
-             "settled": None if open_ else now})
-        conn.execute("DELETE FROM chat_message_part WHERE conversation_id = :c AND seq = :s",
-                     {"c": conv, "s": seq})
-        conn.execute("DELETE FROM chat_message WHERE conversation_id = :c AND seq = :s",
-                     {"c": conv, "s": seq})
-    if seqs:
-        lower_answered_through(conn, conv, min(seqs))
+        open_ = row.role == "tool" or (row.role == "assistant" and bool(row.tool_calls)
+                                       and not load_attributes(row.attributes).get(
+                                           attr.DISCARDED))
+        conn.execute(sa.insert(superseded_message).values(
+            {**row._asdict(), "is_error": bool(row.is_error),
+             "parts": json.dumps(parts) if parts else None, "superseded_by": by,
+             "superseded_at": now, "settled_at": None if open_ else now}))
+    memory.remove(conn, conv, seqs)
 
 
 def write(db: Database, conv: str, start_seq: int, messages: list[ChatMessage],

@@ -40,6 +40,7 @@ V0_1_TABLES = frozenset({
 })
 _ADVISORY_LOCK = 7262010  # the key v0.1 used for its schema lock
 _lock = threading.Lock()
+pg_roles = sa.table("pg_roles", sa.column("rolname", sa.Text))  # PostgreSQL's catalogue
 
 
 class SchemaError(ConfigurationError):
@@ -92,7 +93,7 @@ def upgrade(db: Database, revision: str = "head") -> str | None:
     with _lock, engine.connect() as conn:
         with conn.begin():
             if db.dialect == "postgresql":
-                conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": _ADVISORY_LOCK})
+                conn.execute(sa.select(sa.func.pg_advisory_xact_lock(_ADVISORY_LOCK)))
             _stamp_v0_1(conn)
             config = alembic_config()
             config.attributes["connection"] = conn
@@ -136,6 +137,26 @@ def reader_role(db: Database) -> str:
     return READER_ROLE
 
 
+def _role_exists(conn: sa.Connection, role: str) -> bool:
+    return conn.execute(sa.select(pg_roles.c.rolname).where(pg_roles.c.rolname == role)) \
+        .first() is not None
+
+
+def _grant(conn: sa.Connection, role: str, grants: list[str]) -> None:
+    """USAGE on the current schema, then `grants`, each on its own: one the
+    migrating user may not give is logged and the others still apply.
+    GRANT has no SQLAlchemy expression: the statements are text, with every
+    name quoted by the dialect."""
+    quote = conn.dialect.identifier_preparer.quote
+    schema = quote(conn.execute(sa.select(sa.func.current_schema())).scalar_one())
+    for stmt in [f"GRANT USAGE ON SCHEMA {schema} TO {quote(role)}", *grants]:
+        try:
+            with conn.begin_nested():
+                conn.execute(sa.text(stmt))
+        except sa.exc.ProgrammingError as err:  # insufficient_privilege
+            log.warning("cannot %s: %s", stmt, err.orig)
+
+
 def _grant_reader(conn: sa.Connection, role: str) -> None:
     """SELECT for the read-only role on the tables marked `info={"reader": True}`
     (the sales app marks its sales tables), and nothing else. Re-applied on
@@ -143,23 +164,14 @@ def _grant_reader(conn: sa.Connection, role: str) -> None:
     table added by a later revision, gets its privilege. A missing role or a
     user who may not grant is logged, not fatal: the query tool then reports
     the failure."""
-    if conn.execute(sa.text("SELECT 1 FROM pg_roles WHERE rolname = :r"), {"r": role}).first() \
-            is None:
+    if not _role_exists(conn, role):
         log.warning("read-only role %r does not exist: the sales query tool cannot connect "
                     "until it does (see deploy/postgres/init-turnstile.sh)", role)
         return
     quote = conn.dialect.identifier_preparer.quote
     present = set(sa.inspect(conn).get_table_names())
     tables = [t.name for t in metadata.sorted_tables if t.info.get("reader") and t.name in present]
-    statements = ["GRANT USAGE ON SCHEMA " + quote(
-        conn.execute(sa.text("SELECT current_schema()")).scalar_one()) + f" TO {quote(role)}"]
-    statements += [f"GRANT SELECT ON {quote(t)} TO {quote(role)}" for t in tables]
-    for stmt in statements:
-        try:
-            with conn.begin_nested():
-                conn.execute(sa.text(stmt))
-        except sa.exc.ProgrammingError as err:  # insufficient_privilege
-            log.warning("cannot %s: %s", stmt, err.orig)
+    _grant(conn, role, [f"GRANT SELECT ON {quote(t)} TO {quote(role)}" for t in tables])
 
 
 def ensure_schema(db: Database) -> None:
@@ -176,7 +188,6 @@ def _grant_tool_roles(conn: sa.Connection) -> None:
     as the application (turnstile.sales.access)."""
     quote = conn.dialect.identifier_preparer.quote
     present = set(sa.inspect(conn).get_table_names())
-    schema = quote(conn.execute(sa.text("SELECT current_schema()")).scalar_one())
     wanted: dict[str, list[str]] = {}
     for table in metadata.sorted_tables:
         if table.name not in present:
@@ -185,15 +196,8 @@ def _grant_tool_roles(conn: sa.Connection) -> None:
             wanted.setdefault(role, []).append(
                 f"GRANT {privileges} ON {quote(table.name)} TO {quote(role)}")
     for role, grants in wanted.items():
-        exists = conn.execute(sa.text("SELECT 1 FROM pg_roles WHERE rolname = :r"),
-                              {"r": role}).first()
-        if exists is None:
+        if not _role_exists(conn, role):
             log.warning("tool role %r does not exist: its tools are refused until it does "
                         "(see deploy/postgres/init-turnstile.sh)", role)
             continue
-        for stmt in [f"GRANT USAGE ON SCHEMA {schema} TO {quote(role)}", *grants]:
-            try:
-                with conn.begin_nested():
-                    conn.execute(sa.text(stmt))
-            except sa.exc.ProgrammingError as err:  # insufficient_privilege
-                log.warning("cannot %s: %s", stmt, err.orig)
+        _grant(conn, role, grants)

@@ -9,6 +9,8 @@ Bounded: chunks are coalesced (>= FLUSH_CHARS or every FLUSH_SECONDS), at most
 MAX_CHUNKS per model response attempt (then a final "…" chunk and nothing
 more), and rows older than RETENTION_SECONDS are deleted whenever a new
 stream opens. A retried attempt streams again under its own `attempt`.
+
+This module is the one writer of `turn_stream`.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import NamedTuple
 
 import sqlalchemy as sa
 
@@ -41,6 +43,21 @@ turn_stream = sa.Table(
     sa.Column("created_at", sa.Text, nullable=False),
     sa.Index("turn_stream_created", "created_at"),
 )
+ts = turn_stream.c
+
+
+class StreamChunk(NamedTuple):
+    """One row of a turn's stream, as `read_stream` returns it."""
+
+    response_seq: int
+    attempt: int
+    chunk: int
+    text: str
+    done: int  # 1 on the last chunk of a response attempt
+
+    @property
+    def position(self) -> tuple[int, int, int]:
+        return (self.response_seq, self.attempt, self.chunk)
 
 
 class StreamWriter:
@@ -55,12 +72,9 @@ class StreamWriter:
 
     def _insert(self, text: str, done: bool) -> None:
         with self.db.connect() as conn:
-            conn.execute(
-                "INSERT INTO turn_stream (workflow_id, response_seq, attempt, chunk, text, done, "
-                "created_at) VALUES (:wf, :response_seq, :attempt, :chunk, :text, :done, :now) "
-                "ON CONFLICT (workflow_id, response_seq, attempt, chunk) DO NOTHING",
-                {"wf": self.key[0], "response_seq": self.key[1], "attempt": self.key[2],
-                 "chunk": self.chunk, "text": text, "done": int(done), "now": now_iso()})
+            conn.insert_new(turn_stream, {
+                "workflow_id": self.key[0], "response_seq": self.key[1], "attempt": self.key[2],
+                "chunk": self.chunk, "text": text, "done": int(done), "created_at": now_iso()})
         self.chunk += 1
 
     async def open(self) -> None:
@@ -71,7 +85,7 @@ class StreamWriter:
 
     def _prune(self, cutoff: str) -> None:
         with self.db.connect() as conn:
-            conn.execute("DELETE FROM turn_stream WHERE created_at < :cutoff", {"cutoff": cutoff})
+            conn.execute(sa.delete(turn_stream).where(ts.created_at < cutoff))
 
     async def add(self, text: str) -> None:
         if self.truncated or not text:
@@ -95,16 +109,15 @@ class StreamWriter:
 
 
 def read_stream(db: Database, workflow_id: str,
-                after: tuple[int, int, int] = (-1, 0, -1)) -> list[dict[str, Any]]:
+                after: tuple[int, int, int] = (-1, 0, -1)) -> list[StreamChunk]:
     """Rows after position `after` = (response_seq, attempt, chunk), in order."""
     s, a, c = after
+    later = sa.or_(ts.response_seq > s, sa.and_(ts.response_seq == s, sa.or_(
+        ts.attempt > a, sa.and_(ts.attempt == a, ts.chunk > c))))
     with db.connect() as conn:
-        return conn.fetchall(
-            "SELECT response_seq, attempt, chunk, text, done FROM turn_stream "
-            "WHERE workflow_id = :wf AND (response_seq > :s OR (response_seq = :s AND "
-            "(attempt > :a OR (attempt = :a AND chunk > :c)))) "
-            "ORDER BY response_seq, attempt, chunk",
-            {"wf": workflow_id, "s": s, "a": a, "c": c})
+        return conn.rows(sa.select(ts.response_seq, ts.attempt, ts.chunk, ts.text, ts.done)
+                         .where(ts.workflow_id == workflow_id, later)
+                         .order_by(ts.response_seq, ts.attempt, ts.chunk), StreamChunk)
 
 
 async def follow_stream(db: Database, workflow_id: str, running: Callable[[], Awaitable[bool]],
@@ -117,12 +130,12 @@ async def follow_stream(db: Database, workflow_id: str, running: Callable[[], Aw
         alive = await running()
         rows = await asyncio.to_thread(read_stream, db, workflow_id, pos)
         for r in rows:
-            if pos[0] >= 0 and r["response_seq"] != pos[0]:
+            if pos[0] >= 0 and r.response_seq != pos[0]:
                 write("\n")
-            elif r["response_seq"] == pos[0] and r["attempt"] != pos[1]:
+            elif r.response_seq == pos[0] and r.attempt != pos[1]:
                 write("\n[model request retried]\n")
-            write(r["text"])
-            pos = (int(r["response_seq"]), int(r["attempt"]), int(r["chunk"]))
+            write(r.text)
+            pos = r.position
             seen += 1
         if not alive and not rows:
             return seen

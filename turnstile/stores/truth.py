@@ -16,18 +16,26 @@ are not disagreements: `notes` lists them for a person to look at."""
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
+
+import sqlalchemy as sa
 
 from turnstile.engine import attributes as attr
 from turnstile.engine.contract import AuditStatus, CallStatus
+from turnstile.engine.messages import ToolCall
 from turnstile.stores import superseded
-from turnstile.stores.audit import execution_id
-from turnstile.stores.db import Database
+from turnstile.stores.audit import execution_id, tool_execution_log
+from turnstile.stores.db import Connection, Database
 from turnstile.stores.journal import open_calls
-from turnstile.stores.lock import Holder
+from turnstile.stores.ledger import tool_call_ledger
+from turnstile.stores.lock import Holder, locks
+from turnstile.stores.memory import MessageRow, chat_message, load_attributes
+
+m = chat_message.c
+log = tool_execution_log.c
+ledger_c = tool_call_ledger.c
 
 
 @dataclass(frozen=True)
@@ -55,27 +63,55 @@ class ToolResultRow:
                 and not a.get(attr.EFFECT_MAY_REMAIN))
 
 
-def _where(conversation_id: str | None) -> tuple[str, dict[str, Any]]:
-    if conversation_id is None:
-        return "", {}
-    return " AND conversation_id = :c", {"c": conversation_id}
+class _Audited(NamedTuple):
+    """What the check reads of a `tool_execution_log` row."""
+
+    execution_id: str
+    conversation_id: str
+    tool_name: str
+    status: str
+
+
+class _Ledgered(NamedTuple):
+    """What the check reads of a `tool_call_ledger` row."""
+
+    workflow_id: str
+    execution_chain: str
+    tool_call_id: str
+    status: str
+
+
+def _of(column: sa.ColumnElement[Any], conversation_id: str | None) -> list[sa.ColumnElement[bool]]:
+    """The condition "of this conversation" (none: of every conversation)."""
+    return [] if conversation_id is None else [column == conversation_id]
+
+
+def _messages(conn: Connection, conversation_id: str | None) -> list[MessageRow]:
+    return conn.rows(sa.select(chat_message).where(*_of(m.conversation_id, conversation_id))
+                     .order_by(m.conversation_id, m.seq), MessageRow)
+
+
+def _audit_rows(conn: Connection, *where: sa.ColumnElement[bool]) -> list[_Audited]:
+    return conn.rows(sa.select(log.execution_id, log.conversation_id, log.tool_name, log.status)
+                     .where(*where).order_by(log.start_time), _Audited)
+
+
+def _unanswered(rows: list[MessageRow]) -> list[tuple[str | None, ToolCall]]:
+    """(turn, call) of every call in `rows` (one conversation) left without a
+    result (turnstile.stores.journal.open_calls, which reads rows as dicts)."""
+    return [(owner["workflow_id"], c)
+            for owner, calls, _ in open_calls([r._asdict() for r in rows]) for c in calls]
 
 
 def busy_conversations(db: Database) -> set[str]:
     with db.connect() as conn:
-        return {r["conversation_id"] for r in conn.fetchall(
-            "SELECT conversation_id FROM conversation_lock")}
+        return {lock.conversation_id for lock in locks(conn)}
 
 
 def lock_holders(db: Database, conversation_id: str | None = None) -> dict[str, Holder]:
     """Each locked conversation's holder (turnstile.stores.lock)."""
-    where, params = _where(conversation_id)
     with db.connect() as conn:
-        return {r["conversation_id"]: Holder(r["workflow_id"], r["run_id"],
-                                             r["execution_chain"])
-                for r in conn.fetchall("SELECT conversation_id, workflow_id, run_id, "
-                                       "execution_chain FROM conversation_lock WHERE 1 = 1"
-                                       + where, params)}
+        return {lock.conversation_id: lock.holder for lock in locks(conn, conversation_id)}
 
 
 @dataclass(frozen=True)
@@ -91,31 +127,27 @@ class AwaitingRepair:
 
 
 def awaiting_repair(db: Database, conversation_id: str) -> AwaitingRepair:
-    params = {"c": conversation_id}
     with db.connect() as conn:
-        rows = conn.fetchall("SELECT * FROM chat_message WHERE conversation_id = :c "
-                             "ORDER BY seq", params)
-        audit = conn.fetchall("SELECT execution_id, tool_name FROM tool_execution_log "
-                              "WHERE conversation_id = :c AND status = :s ORDER BY start_time",
-                              {**params, "s": AuditStatus.INITIATED.value})
+        rows = _messages(conn, conversation_id)
+        audit = _audit_rows(conn, log.conversation_id == conversation_id,
+                            log.status == AuditStatus.INITIATED.value)
     return AwaitingRepair(
-        calls=[f"{c.id} ({c.name}) of turn {owner['workflow_id']}"
-               for owner, calls, _ in open_calls(rows) for c in calls],
-        audit_rows=[f"{r['execution_id']} ({r['tool_name']})" for r in audit])
+        calls=[f"{c.id} ({c.name}) of turn {wf}" for wf, c in _unanswered(rows)],
+        audit_rows=[f"{r.execution_id} ({r.tool_name})" for r in audit])
 
 
 def tool_results(db: Database, conversation_id: str | None) -> list[ToolResultRow]:
-    where, params = _where(conversation_id)
     with db.connect() as conn:
-        rows = conn.fetchall("SELECT conversation_id, workflow_id, execution_chain, "
-                             "tool_call_id, attributes FROM chat_message WHERE role = 'tool'"
-                             + where + " ORDER BY conversation_id, seq", params)
+        rows = conn.rows(sa.select(m.conversation_id, m.seq, m.role, m.workflow_id,
+                                   m.execution_chain, m.tool_call_id, m.attributes)
+                         .where(m.role == "tool", *_of(m.conversation_id, conversation_id))
+                         .order_by(m.conversation_id, m.seq), MessageRow)
     out = []
     for r in rows:
-        a = json.loads(r["attributes"]) if r["attributes"] else {}
+        a = load_attributes(r.attributes)
         out.append(ToolResultRow(
-            conversation_id=r["conversation_id"], workflow_id=r["workflow_id"] or "",
-            chain=r["execution_chain"] or "", call_id=r["tool_call_id"] or "",
+            conversation_id=r.conversation_id, workflow_id=r.workflow_id or "",
+            chain=r.execution_chain or "", call_id=r.tool_call_id or "",
             tool_name=str(a.get(attr.TOOL_NAME, "")), outcome=str(a.get(attr.OUTCOME, "")),
             attributes=a))
     return out
@@ -127,26 +159,23 @@ def disagreements(db: Database, conversation_id: str | None = None,
     outside the conversations in `busy` (default: every locked one)."""
     busy = busy_conversations(db) if busy is None else busy
     found: list[str] = []
-    where, params = _where(conversation_id)
     with db.connect() as conn:
-        messages = conn.fetchall("SELECT * FROM chat_message WHERE 1 = 1" + where
-                                 + " ORDER BY conversation_id, seq", params)
-        ledger = {(r["workflow_id"], r["execution_chain"], r["tool_call_id"]): r["status"]
-                  for r in conn.fetchall("SELECT workflow_id, execution_chain, tool_call_id, "
-                                         "status FROM tool_call_ledger")}
-        audit = {r["execution_id"]: r for r in conn.fetchall(
-            "SELECT execution_id, conversation_id, tool_name, status FROM tool_execution_log"
-            " WHERE 1 = 1" + where, params)}
-    by_conv: dict[str, list[dict[str, Any]]] = {}
-    for m in messages:
-        by_conv.setdefault(m["conversation_id"], []).append(m)
+        messages = _messages(conn, conversation_id)
+        ledger = {(r.workflow_id, r.execution_chain, r.tool_call_id): r.status
+                  for r in conn.rows(sa.select(ledger_c.workflow_id, ledger_c.execution_chain,
+                                               ledger_c.tool_call_id, ledger_c.status),
+                                     _Ledgered)}
+        audit = {r.execution_id: r
+                 for r in _audit_rows(conn, *_of(log.conversation_id, conversation_id))}
+    by_conv: dict[str, list[MessageRow]] = {}
+    for msg in messages:
+        by_conv.setdefault(msg.conversation_id, []).append(msg)
     for conv, rows in by_conv.items():
         if conv in busy:
             continue
-        for owner, calls, _ in open_calls(rows):
-            for c in calls:
-                found.append(f"conversation {conv}: call {c.id} ({c.name}) of turn "
-                             f"{owner['workflow_id']} has no result in memory")
+        for wf, c in _unanswered(rows):
+            found.append(f"conversation {conv}: call {c.id} ({c.name}) of turn "
+                         f"{wf} has no result in memory")
     results = [r for r in tool_results(db, conversation_id) if r.conversation_id not in busy]
     twice = Counter((r.conversation_id, r.workflow_id, r.chain, r.call_id) for r in results)
     for (conv, wf, _, call), n in twice.items():
@@ -160,14 +189,14 @@ def disagreements(db: Database, conversation_id: str | None = None,
                          "has no completed row")
         row = audit.get(r.key)
         if r.attributes.get(attr.ROLLED_BACK) and (
-                row is None or row["status"] != AuditStatus.ROLLED_BACK.value):
+                row is None or row.status != AuditStatus.ROLLED_BACK.value):
             found.append(f"conversation {r.conversation_id}: memory says call {r.call_id} "
                          f"({r.tool_name}) was rolled back; the audit log says "
-                         f"{row['status'] if row else 'nothing'}")
+                         f"{row.status if row else 'nothing'}")
     for key, row in audit.items():
-        if row["status"] == AuditStatus.INITIATED.value and row["conversation_id"] not in busy:
-            found.append(f"conversation {row['conversation_id']}: audit row {key} "
-                         f"({row['tool_name']}) was left open (INITIATED)")
+        if row.status == AuditStatus.INITIATED.value and row.conversation_id not in busy:
+            found.append(f"conversation {row.conversation_id}: audit row {key} "
+                         f"({row.tool_name}) was left open (INITIATED)")
     found += [line for line, flagged in _superseded(db, conversation_id, busy) if not flagged]
     return found
 

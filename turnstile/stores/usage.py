@@ -15,18 +15,26 @@ through the index `model_usage_user_time (user_id, recorded_at)`.
 
 `recorded_at` is ISO-8601 UTC text of one width, as every time the stores
 write (turnstile.stores.memory.now_iso), so a window is a text range.
+
+This module is the one writer of `model_usage`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 
-from turnstile.stores.db import Connection, Database, metadata
+from turnstile.stores.db import (
+    Connection,
+    Database,
+    TimeWindow,
+    metadata,
+    stored_time as stored_time,  # `recorded_at`'s form
+    text_columns,
+)
 from turnstile.stores.memory import now_iso
 
 model_usage = sa.Table(
@@ -35,10 +43,7 @@ model_usage = sa.Table(
     sa.Column("workflow_id", sa.Text, nullable=False),
     sa.Column("run_id", sa.Text, nullable=False),
     sa.Column("call_seq", sa.BigInteger, nullable=False),  # the answer's memory slot
-    sa.Column("conversation_id", sa.Text, nullable=False),
-    sa.Column("user_id", sa.Text, nullable=False),
-    sa.Column("service", sa.Text, nullable=False),
-    sa.Column("model", sa.Text, nullable=False),
+    *text_columns("conversation_id", "user_id", "service", "model"),
     sa.Column("prompt_tokens", sa.Integer, nullable=False),
     sa.Column("completion_tokens", sa.Integer, nullable=False),
     sa.Column("recorded_at", sa.Text, nullable=False),
@@ -80,19 +85,7 @@ def record(conn: Connection, call: ModelCall, recorded_at: str | None = None) ->
         "completion_tokens": max(0, int(call.completion_tokens)),
         "recorded_at": recorded_at or now_iso(),
     }
-    if conn.dialect == "postgresql":
-        stmt: sa.Insert = postgresql.insert(model_usage).values(values).on_conflict_do_nothing(
-            index_elements=[c.usage_key])
-    else:
-        stmt = sqlite.insert(model_usage).values(values).on_conflict_do_nothing(
-            index_elements=[c.usage_key])
-    # RETURNING, not rowcount: psycopg reports none for this statement.
-    return conn.execute(stmt.returning(c.usage_key)).first() is not None
-
-
-def stored_time(moment: datetime) -> str:
-    """`moment` in the stored form of `recorded_at` (comparable as text)."""
-    return moment.astimezone(UTC).isoformat(timespec="milliseconds")
+    return conn.insert_new(model_usage, values)
 
 
 def utc_midnight(now: datetime | None = None) -> datetime:
@@ -106,35 +99,44 @@ def tokens_since(conn: Connection, user_id: str, since: datetime) -> int:
     total = sa.func.coalesce(sa.func.sum(c.prompt_tokens + c.completion_tokens), 0)
     stmt = sa.select(total.label("tokens")).where(
         c.user_id == user_id, c.recorded_at >= stored_time(since))
-    row = conn.fetchone(stmt)
-    return int(row["tokens"]) if row is not None else 0
+    return conn.scalar(stmt, int) or 0
 
 
 @dataclass(frozen=True)
-class UsageFilter:
-    since: datetime | None = None
-    until: datetime | None = None
+class UsageFilter(TimeWindow):
+    """Which model calls `summary` sums: a time window, a user, a service."""
+
     user: str | None = None
     service: str | None = None
 
     def where(self) -> list[sa.ColumnElement[bool]]:
-        conditions: list[sa.ColumnElement[bool]] = []
-        if self.since is not None:
-            conditions.append(c.recorded_at >= stored_time(self.since))
-        if self.until is not None:
-            conditions.append(c.recorded_at < stored_time(self.until))
-        if self.user:
-            conditions.append(c.user_id == self.user)
-        if self.service:
-            conditions.append(c.service == self.service)
-        return conditions
+        named = ((c.user_id, self.user), (c.service, self.service))
+        return self.on(c.recorded_at) + [column == value for column, value in named if value]
 
 
-SUMMARY_COLUMNS = ("user_id", "service", "model", "turns", "model_calls", "prompt_tokens",
-                   "completion_tokens")
+class UsageTotal(NamedTuple):
+    """One line of `summary`."""
+
+    user_id: str
+    service: str
+    model: str
+    turns: int
+    model_calls: int
+    prompt_tokens: int
+    completion_tokens: int
+
+    @classmethod
+    def of(cls, user_id: str, service: str, model: str, turns: Any, model_calls: Any,
+           prompt_tokens: Any, completion_tokens: Any) -> UsageTotal:
+        """A row as the engine returns it: SUM is NUMERIC or BIGINT by engine."""
+        return cls(user_id, service, model, int(turns or 0), int(model_calls or 0),
+                   int(prompt_tokens or 0), int(completion_tokens or 0))
 
 
-def summary(db: Database, f: UsageFilter) -> list[dict[str, Any]]:
+SUMMARY_COLUMNS = UsageTotal._fields
+
+
+def summary(db: Database, f: UsageFilter) -> list[UsageTotal]:
     """Per (user, service, model) matching `f`: turns (distinct workflow
     ids), model calls, prompt and completion tokens; most tokens first."""
     prompt = sa.func.sum(c.prompt_tokens)
@@ -147,8 +149,4 @@ def summary(db: Database, f: UsageFilter) -> list[dict[str, Any]]:
             .group_by(c.user_id, c.service, c.model)
             .order_by((prompt + completion).desc(), c.user_id, c.service, c.model))
     with db.connect() as conn:
-        rows = conn.fetchall(stmt)
-    for r in rows:  # SUM is NUMERIC/BIGINT by engine: plain ints either way
-        for key in ("turns", "model_calls", "prompt_tokens", "completion_tokens"):
-            r[key] = int(r[key] or 0)
-    return rows
+        return conn.rows(stmt, UsageTotal.of)
