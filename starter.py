@@ -1,5 +1,6 @@
 """Start and follow turns from a terminal.
 
+    python starter.py up|down                (the dev stack: what `make up` / `make down` run)
     python starter.py seed [--rows N]
     python starter.py run "<message>" [--conversation ID] [--user ID] [--service S]
     python starter.py status|pending WORKFLOW_ID
@@ -38,9 +39,16 @@ from turnstile.engine.contract import (
     TurnResult,
 )
 from turnstile.runtime import log_masking
+from turnstile.runtime.apps import App, tables_of
 from turnstile.runtime.client import TemporalUnreachable, connect, web_ui_url
 from turnstile.runtime.config import Settings
+from turnstile.sales.app import build_sales_app
 from turnstile.stores.schema import upgrade
+
+
+def apps() -> list[App]:
+    """The apps the dev stack runs and `seed` migrates for: the reference app."""
+    return [build_sales_app()]
 
 
 def out(text: str = "") -> None:
@@ -245,6 +253,8 @@ async def main(argv: list[str] | None = None, client: Client | None = None) -> i
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="cmd", required=True)
+    for name in ("up", "down"):
+        sub.add_parser(name, help=f"`make {name}`: the dev stack (turnstile.runtime.devstack)")
     p_seed = sub.add_parser("seed", help="create the schema and fill sales_record")
     p_seed.add_argument("--rows", type=int, default=5000)
     p_run = sub.add_parser("run", help="start a turn and follow it")
@@ -303,6 +313,12 @@ async def main(argv: list[str] | None = None, client: Client | None = None) -> i
     args = parser.parse_args(argv)
     settings = Settings.from_env()
 
+    if args.cmd in ("up", "down"):
+        from turnstile.runtime import devstack
+
+        await asyncio.to_thread(devstack.main, [args.cmd], apps())
+        return 0
+
     if args.cmd == "inbox":
         from turnstile.inbox.app import serve
 
@@ -347,7 +363,7 @@ async def main(argv: list[str] | None = None, client: Client | None = None) -> i
         from turnstile.stores.db import Database
 
         db = Database(settings.database_url, readonly_url=settings.database_readonly_url)
-        upgrade(db)
+        upgrade(db, tables=tables_of(apps()))
         n = seed(db, rows=args.rows)
         out(f"seeded {n} sales records into {db.dialect} ({settings.database_url})")
         return 0
