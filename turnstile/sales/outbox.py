@@ -83,9 +83,11 @@ class EmailTask:
     possibly_sent: bool
 
     @classmethod
-    def from_row(cls, row: dict[str, Any]) -> EmailTask:
-        fields = {**row, "status": EmailStatus(row["status"])}
-        fields["possibly_sent"] = bool(row["possibly_sent"])  # 0/1 on SQLite
+    def from_row(cls, row: sa.Row[Any]) -> EmailTask:
+        """The task of an `email_task` row (every column, as `select(email_task)`)."""
+        fields = dict(row._mapping)
+        fields["status"] = EmailStatus(fields["status"])
+        fields["possibly_sent"] = bool(fields["possibly_sent"])  # 0/1 on SQLite
         return cls(**fields)
 
 
@@ -115,7 +117,7 @@ def _is_due(now: str) -> sa.ColumnElement[bool]:
 
 
 def _get(conn: Connection, task_id: str) -> EmailTask | None:
-    row = conn.fetchone(sa.select(t).where(t.c.task_id == task_id))
+    row = conn.execute(sa.select(t).where(t.c.task_id == task_id)).first()
     return EmailTask.from_row(row) if row else None
 
 
@@ -175,7 +177,7 @@ def by_key_in(conn: Connection, idempotency_key: str) -> EmailTask | None:
 
 
 def _by_key(conn: Connection, idempotency_key: str) -> EmailTask | None:
-    row = conn.fetchone(sa.select(t).where(t.c.idempotency_key == idempotency_key))
+    row = conn.execute(sa.select(t).where(t.c.idempotency_key == idempotency_key)).first()
     return EmailTask.from_row(row) if row else None
 
 
@@ -231,8 +233,8 @@ def requeue_in(conn: Connection, task_id: str, *,
 def due(db: Database, limit: int, *, now: datetime | None = None) -> list[EmailTask]:
     """Tasks a sender may claim now: QUEUED, or FAILED whose retry time came."""
     with tool_connection(db, SENDER_ROLE) as conn:
-        rows = conn.fetchall(sa.select(t).where(_is_due(_stamp(now)))
-                             .order_by(t.c.created_at, t.c.task_id).limit(limit))
+        rows = conn.execute(sa.select(t).where(_is_due(_stamp(now)))
+                            .order_by(t.c.created_at, t.c.task_id).limit(limit)).all()
     return [EmailTask.from_row(r) for r in rows]
 
 
@@ -270,7 +272,7 @@ def claim_due(db: Database, sender_id: str, limit: int, *,
         .returning(*t.c)
     )
     with tool_connection(db, SENDER_ROLE) as conn:
-        rows = [dict(r) for r in conn.execute(stmt).mappings()]
+        rows = conn.execute(stmt).all()
     tasks = [EmailTask.from_row(r) for r in rows]
     return sorted(tasks, key=lambda task: (task.created_at, task.task_id))
 
