@@ -154,8 +154,8 @@ def _grant_reader(conn: sa.Connection, role: str, tables: Iterable[sa.Table]) ->
     the failure."""
     if conn.execute(sa.text("SELECT 1 FROM pg_roles WHERE rolname = :r"), {"r": role}).first() \
             is None:
-        log.warning("read-only role %r does not exist: the sales query tool cannot connect "
-                    "until it does (see deploy/postgres/init-turnstile.sh)", role)
+        log.warning("read-only role %r does not exist: the read-only connection cannot "
+                    "connect until it does (see deploy/postgres/init-turnstile.sh)", role)
         return
     quote = conn.dialect.identifier_preparer.quote
     present = set(sa.inspect(conn).get_table_names())
@@ -182,7 +182,7 @@ def _grant_tool_roles(conn: sa.Connection, tables: Iterable[sa.Table]) -> None:
     A role that does not exist (the migrating user may not create roles and
     the operator has not) is logged: its tools are then refused with
     ToolRoleUnavailable unless TURNSTILE_ALLOW_UNPRIVILEGED_TOOLS lets them run
-    as the application (turnstile.sales.access)."""
+    as the application (the app's tool roles: e.g. turnstile.sales.access)."""
     quote = conn.dialect.identifier_preparer.quote
     present = set(sa.inspect(conn).get_table_names())
     schema = quote(conn.execute(sa.text("SELECT current_schema()")).scalar_one())
