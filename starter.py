@@ -42,13 +42,15 @@ from turnstile.runtime import log_masking
 from turnstile.runtime.apps import App, tables_of
 from turnstile.runtime.client import TemporalUnreachable, connect, web_ui_url
 from turnstile.runtime.config import Settings
-from turnstile.sales.app import build_sales_app
 from turnstile.stores.schema import upgrade
 
 
 def apps() -> list[App]:
-    """The apps the dev stack runs and `seed` migrates for: the reference app."""
-    return [build_sales_app()]
+    """The apps the worker serves (worker.py): the dev stack runs their dev
+    services, `seed` migrates with their tables."""
+    from worker import apps as served
+
+    return served()
 
 
 def out(text: str = "") -> None:
