@@ -22,10 +22,10 @@ bench-install: install
 	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
 
 up: install
-	$(BIN)/python -m turnstile.runtime.devstack up
+	$(BIN)/python starter.py up
 
 down:
-	@if [ -x $(BIN)/python ]; then $(BIN)/python -m turnstile.runtime.devstack down; fi
+	@if [ -x $(BIN)/python ]; then $(BIN)/python starter.py down; fi
 
 run: up
 	$(BIN)/python starter.py seed

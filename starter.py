@@ -1,5 +1,6 @@
 """Start and follow turns from a terminal.
 
+    python starter.py up|down                (the dev stack: what `make up` / `make down` run)
     python starter.py seed [--rows N]
     python starter.py run "<message>" [--conversation ID] [--user ID] [--service S]
     python starter.py status|pending WORKFLOW_ID
@@ -45,12 +46,21 @@ from turnstile.client import (
 )
 from turnstile.engine.contract import TurnInput, TurnResult
 from turnstile.runtime import log_masking
+from turnstile.runtime.apps import App, tables_of
 from turnstile.runtime.client import TemporalUnreachable, connect, web_ui_url
 from turnstile.runtime.config import Settings
 from turnstile.stores.db import Database, dispose_engines
 from turnstile.stores.schema import upgrade
 
 __all__ = ["COMMANDS", "main", "signal_command"]
+
+
+def apps() -> list[App]:
+    """The apps the worker serves (worker.py): the dev stack runs their dev
+    services, `seed` migrates with their tables."""
+    from worker import apps as served
+
+    return served()
 
 
 @dataclass
@@ -192,7 +202,7 @@ async def seed(args: argparse.Namespace, ctx: Context) -> int:
     from turnstile.sales.seed import seed as seed_sales
 
     db = ctx.db()
-    upgrade(db)
+    upgrade(db, tables=tables_of(apps()))
     n = seed_sales(db, rows=args.rows)
     out(f"seeded {n} sales records into {db.dialect} ({ctx.settings.database_url})")
     return 0
@@ -282,6 +292,14 @@ async def check(args: argparse.Namespace, ctx: Context) -> int:
     return report.exit_code
 
 
+async def stack(args: argparse.Namespace, ctx: Context) -> int:
+    """`make up` / `make down`: the dev stack with the apps' dev services."""
+    from turnstile.runtime import devstack
+
+    await asyncio.to_thread(devstack.main, [args.cmd], apps())
+    return 0
+
+
 async def inbox(args: argparse.Namespace, ctx: Context) -> int:
     from turnstile.inbox.app import serve
 
@@ -290,6 +308,7 @@ async def inbox(args: argparse.Namespace, ctx: Context) -> int:
 
 
 COMMANDS: dict[str, Command] = {
+    "up": stack, "down": stack,
     "seed": seed, "run": run, "status": status, "pending": pending, "stream": stream,
     "approve": approve, "reject": approve, "inbox": inbox, "audit": audit, "usage": usage,
     "check": check,
@@ -300,6 +319,8 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
+    for name in ("up", "down"):
+        sub.add_parser(name, help=f"`make {name}`: the dev stack (turnstile.runtime.devstack)")
     sub.add_parser("seed", help="create the schema and fill sales_record").add_argument(
         "--rows", type=int, default=5000)
     p_run = sub.add_parser("run", help="start a turn and follow it")

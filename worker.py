@@ -19,7 +19,9 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 from activities import Runtime, all_activities
 from activities.data_errors import DataErrors
 from activities.log_context import LogContext
+from turnstile.providers import build_provider
 from turnstile.runtime import log_masking
+from turnstile.runtime.apps import App, demo_scripts_of, services_of, tables_of
 from turnstile.runtime.client import connect, metrics_runtime
 from turnstile.runtime.config import Settings
 from turnstile.runtime.mcp import connections as mcp_connections
@@ -28,7 +30,7 @@ from turnstile.runtime.search_attributes import ensure_search_attributes
 from turnstile.runtime.tracing import interceptors as tracing_interceptors, setup_tracing
 from turnstile.runtime.upgrade import older_turns, refusal
 from turnstile.runtime.versioning import deployment_of, settle_current
-from turnstile.sales.service import build_sales_service  # the reference app (+ its tables)
+from turnstile.sales.app import build_sales_app
 from turnstile.stores.schema import upgrade
 from workflows import AgentTurn
 from workflows.agent_turn import FAILS_THE_TURN
@@ -95,6 +97,12 @@ def build_worker(client: Client, rt: Runtime, **overrides: object) -> Worker:
     return Worker(client, **options)  # type: ignore[arg-type]
 
 
+def apps() -> list[App]:
+    """The apps this worker serves: the reference app (services from
+    TURNSTILE_PLUGINS join them, turnstile.runtime.plugins)."""
+    return [build_sales_app()]
+
+
 async def run(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     group = parser.add_mutually_exclusive_group()
@@ -106,7 +114,9 @@ async def run(argv: list[str] | None = None) -> None:
     setup_tracing(settings, "turnstile-worker")
     loop = asyncio.get_running_loop()
     reserve_threads(loop)
-    rt = Runtime.build(settings, load_services(settings, [build_sales_service()]))
+    served = apps()
+    rt = Runtime.build(settings, load_services(settings, services_of(served)),
+                       build_provider(settings, demo_scripts_of(served)))
     client = None
     runtime = metrics_runtime(settings)  # the Prometheus endpoint, when a port is set
     if runtime is not None:
@@ -121,7 +131,9 @@ async def run(argv: list[str] | None = None) -> None:
             if older:
                 log.error("%s", refusal(older, settings.temporal_namespace))
                 raise SystemExit(EXIT_OLDER_TURNS)
-    upgrade(rt.db)  # migrate to the newest schema (a v0.1 database is stamped first)
+    # Migrate to the newest schema (a v0.1 database is stamped first), then
+    # grant what the apps' tables name.
+    upgrade(rt.db, tables=tables_of(served))
     stop = threading.Event()
     done = asyncio.Event()
 

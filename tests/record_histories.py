@@ -32,7 +32,7 @@ from tests.support.services import make_service
 from tests.support.temporal_server import DevServer, connect
 from tests.support.turns import Turns, running_worker
 from turnstile.engine.contract import ApproveSignal, PendingApproval, RejectSignal
-from turnstile.providers import DemoPlanner
+from turnstile.sales.planner import demo_planner
 from turnstile.sales.seed import seed
 from turnstile.sales.service import build_sales_service
 from turnstile.stores.db import Database
@@ -104,7 +104,7 @@ async def main() -> None:
             return h
 
         await scenario(client, fake, tmp, "demo", [build_sales_service()],
-                       DemoPlanner(today=lambda: TODAY), demo)
+                       demo_planner(today=lambda: TODAY), demo)
 
         async def rejected(turns: Turns) -> WorkflowHandle:
             fake.script(tool_reply(("p1", "sendMoneySlowly", {"to": "bob", "amount": 3})),

@@ -16,8 +16,8 @@ from temporalio.client import Client
 
 from tests.support.temporal_server import DevServer
 from tests.support.turns import running_worker
-from turnstile.providers import DemoPlanner
 from turnstile.runtime.devstack import temporal_binary
+from turnstile.sales.planner import demo_planner
 from turnstile.sales.seed import seed
 from turnstile.sales.service import build_sales_service
 from turnstile.stores.db import Database
@@ -49,7 +49,7 @@ async def test_readme_cli_flow(client: Client, temporal_server: DevServer, task_
     seed(db, rows=2000, today=TODAY)
     wf = f"turn-cli-{task_queue}"
     async with running_worker(client, task_queue, url, [build_sales_service()],
-                              provider=DemoPlanner(today=lambda: TODAY)):
+                              provider=demo_planner(today=lambda: TODAY)):
         turn = {"conversation_id": f"c-{task_queue}", "user_id": "alice", "message": MESSAGE}
         await temporal(temporal_server, "workflow", "start", "--task-queue", task_queue,
                        "--type", "AgentTurn", "--workflow-id", wf, "--input", json.dumps(turn))
@@ -114,7 +114,7 @@ async def test_starter_status_and_pending(client: Client, temporal_server: DevSe
 
     wf = f"turn-starter-{task_queue}"
     async with running_worker(client, task_queue, url, [build_sales_service()],
-                              provider=DemoPlanner(today=lambda: TODAY)):
+                              provider=demo_planner(today=lambda: TODAY)):
         out = await starter("run", MESSAGE, "--workflow-id", wf, "--no-follow")
         assert f"started {wf}" in out and "/namespaces/default/workflows/" in out
         pending: list = []

@@ -25,7 +25,7 @@ from tests.support.turns import running_worker
 from tests.test_compose import COMPOSE, environment_of
 from tests.test_sales_turns import DEMO, TODAY, approve_when_asked
 from turnstile.engine.contract import CallStatus, TurnStatus
-from turnstile.providers import DemoPlanner
+from turnstile.sales.planner import demo_planner
 from turnstile.sales.schema import EMAIL_ROLE, FOLLOWUP_ROLE, SENDER_ROLE
 from turnstile.sales.seed import BIG_CUSTOMERS, seed
 from turnstile.sales.service import build_sales_service
@@ -101,7 +101,7 @@ async def test_demo_turn_with_the_compose_roles(compose_roles: dict[str, str], c
     env = {"SMTP_PORT": str(port), "SMTP_HOST": "127.0.0.1", "DATABASE_READONLY_URL": reader_url}
     with LocalSmtpServer(tmp_path / "mail", port=port):
         async with running_worker(client, task_queue, app_url, [build_sales_service()],
-                                  provider=DemoPlanner(today=lambda: TODAY), env=env) as turns:
+                                  provider=demo_planner(today=lambda: TODAY), env=env) as turns:
             handle = await turns.start(DEMO, service="sales-assistant", conversation="c-compose")
             await approve_when_asked(handle, "ops-lead")
             result = await handle.result()

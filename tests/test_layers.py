@@ -1,9 +1,11 @@
-"""The package tree's four layers, checked by walking the imports.
+"""The package tree's five layers, checked by walking the imports.
 
-app (turnstile.sales) -> runtime (turnstile.runtime, turnstile.providers)
--> stores (turnstile.stores) -> engine (turnstile.engine): a module may import
-its own layer or a lower one, never a higher one; `workflows/` imports only
-the engine; no module imports one that (transitively) imports it back.
+app (turnstile.sales) -> activities (activities/) -> runtime
+(turnstile.runtime, turnstile.providers) -> stores (turnstile.stores) ->
+engine (turnstile.engine): a module may import its own layer or a lower one,
+never a higher one; `workflows/` imports only the engine; no module imports
+one that (transitively) imports it back; the app is handed to the runtime
+by worker.py, starter.py and `python -m turnstile.db` only.
 """
 
 from __future__ import annotations
@@ -14,7 +16,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 LAYER = {"turnstile.engine": 0, "turnstile.stores": 1, "turnstile.runtime": 2,
-         "turnstile.providers": 2, "turnstile.sales": 3}
+         "turnstile.providers": 2, "activities": 3, "turnstile.sales": 4}
+APP = "turnstile.sales"
+# The programs that pass the app on (the operator CLI `turnstile.db` in its
+# `__main__` block), and the app's own package.
+WIRING = {"worker", "starter", "turnstile.db"}
 
 
 def _module_name(path: Path) -> str:
@@ -29,6 +35,8 @@ def _modules() -> dict[str, Path]:
     for top in ("turnstile", "workflows", "activities"):
         for path in (ROOT / top).rglob("*.py"):
             found[_module_name(path)] = path
+    for script in ("worker.py", "starter.py"):
+        found[_module_name(ROOT / script)] = ROOT / script
     return found
 
 
@@ -97,10 +105,20 @@ def test_no_import_cycles() -> None:
     assert cycles == []
 
 
+def test_only_the_programs_wire_the_app() -> None:
+    """Nothing below the app finds it by importing it; worker.py, starter.py
+    and the operator CLI hand it over (turnstile.runtime.apps.App)."""
+    importers = {m for m, ts in GRAPH.items() if not (m == APP or m.startswith(APP + "."))
+                 and any(t == APP or t.startswith(APP + ".") for t in ts)}
+    assert importers == WIRING
+
+
 def test_the_walker_sees_imports() -> None:
     # Guard against a walker that finds nothing and so passes vacuously.
     assert "turnstile.engine.messages" in GRAPH["turnstile.stores.memory"]
-    assert _layer("turnstile.sales.tools") == 3
+    assert "activities.data_errors" in GRAPH["worker"]
+    assert _layer("turnstile.sales.tools") == 4
+    assert _layer("activities.tools") == 3
 
 
 def test_the_runtime_finds_the_repository() -> None:

@@ -27,18 +27,19 @@ from tests.support.processes import free_port
 from tests.support.turns import running_worker
 from tests.test_sales_turns import DEMO, TODAY, approve_when_asked
 from turnstile.engine.contract import TurnStatus
-from turnstile.providers import DemoPlanner
+from turnstile.sales.app import build_sales_app
+from turnstile.sales.planner import demo_planner
 from turnstile.sales.seed import _rows, last_week
 from turnstile.sales.service import build_sales_service
 from turnstile.sales.smtp_server import LocalSmtpServer
 from turnstile.stores.db import Database, engine_for, metadata
 from turnstile.stores.memory import MemoryStore
 from turnstile.stores.schema import (
-    V0_1_TABLES,
     SchemaError,
     current,
     head_revision,
     upgrade,
+    v0_1_tables,
 )
 
 DATA = Path(__file__).parent / "data"
@@ -192,7 +193,7 @@ async def test_v0_1_database_upgrades_and_runs_a_turn(fresh_url: str, client: Cl
     env = {"SMTP_PORT": str(port), "SMTP_HOST": "127.0.0.1"}
     with LocalSmtpServer(tmp_path / "mail", port=port):
         async with running_worker(client, task_queue, fresh_url, [build_sales_service()],
-                                  provider=DemoPlanner(today=lambda: TODAY), env=env) as turns:
+                                  provider=demo_planner(today=lambda: TODAY), env=env) as turns:
             handle = await turns.start(DEMO, service="sales-assistant", conversation="c-old")
             await approve_when_asked(handle, "ops-lead")
             result = await handle.result()
@@ -283,7 +284,7 @@ def test_partial_schema_is_refused_not_guessed(tmp_path: Path) -> None:
     with pytest.raises(SchemaError, match="not made by Turnstile v0.1"):
         upgrade(db)
     assert current(db) is None
-    assert "chat_message" in V0_1_TABLES
+    assert "chat_message" in v0_1_tables()
 
 
 def test_operator_commands(tmp_path: Path) -> None:
@@ -319,18 +320,21 @@ def test_declared_tables_match_the_migrated_schema(fresh_url: str) -> None:
     """The `sa.Table` declarations (stores + sales app) and the migrations
     agree: Alembic's autogenerate finds nothing to change, but the parts each
     engine does its own way and the declarations leave out."""
-    # Every owner of tables, so all of them are declared on `metadata`.
-    for owner in ("turnstile.sales.schema", "turnstile.stores.audit", "turnstile.stores.lock",
+    # Every owner of stores tables, so all of them are declared on `metadata`;
+    # the app's tables are on its own MetaData, handed over in its App.
+    for owner in ("turnstile.stores.audit", "turnstile.stores.lock",
                   "turnstile.stores.ledger", "turnstile.stores.memory",
                   "turnstile.stores.message_parts", "turnstile.stores.payload_store",
                   "turnstile.stores.retrieval_index", "turnstile.stores.runs",
                   "turnstile.stores.streaming", "turnstile.stores.usage"):
         importlib.import_module(owner)
+    app_metadata = {table.metadata for table in build_sales_app().tables}
+    declared = [metadata, *app_metadata]  # Alembic compares a sequence of MetaData too
     db = Database(fresh_url)
     upgrade(db)
     with engine_for(db.url).connect() as conn:
         diffs = compare_metadata(MigrationContext.configure(conn, opts={"compare_type": True}),
-                                 metadata)
+                                 declared)
 
     def expected(diff: Any) -> bool:
         if isinstance(diff, list):  # column changes come in lists

@@ -279,14 +279,14 @@ async def test_sales_assistant_retrieves_its_policies(client: Client, task_queue
                                                       tmp_path) -> None:
     from datetime import date
 
-    from turnstile.providers import DemoPlanner
+    from turnstile.sales.planner import demo_planner
     from turnstile.sales.seed import seed
     from turnstile.sales.service import build_sales_service
 
     today = date(2026, 11, 25)
     ask = "Find customers whose sales last week exceeded 50,000"
     async with running_worker(client, task_queue, db_url(tmp_path), [build_sales_service()],
-                              provider=DemoPlanner(today=lambda: today)) as turns:
+                              provider=demo_planner(today=lambda: today)) as turns:
         seed(turns.rt.db, rows=500, today=today)
         result = await turns.run(ask, service="sales-assistant", conversation="c-sales")
         stored = MemoryStore(turns.rt.db).messages("c-sales")

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from aiosmtpd.controller import Controller
 
+from tests.support.waiting import wait_until_sync
 from turnstile.runtime.config import Settings
 from turnstile.sales import outbox
 from turnstile.sales.outbox import EmailStatus, EmailTask
@@ -23,6 +24,29 @@ from turnstile.stores.db import Database
 pytest_plugins = ["tests.support.databases"]
 
 FAST = {"retry_delays": (0.05, 0.1), "smtp_timeout_seconds": 5.0}
+
+
+class FakeClock:
+    """A clock the test moves by hand: the sender's backoff and stale cut-off
+    are read from it, so no test waits them out."""
+
+    def __init__(self) -> None:
+        self.moment = datetime.now(UTC)
+
+    def now(self) -> datetime:
+        return self.moment
+
+    def advance(self, seconds: float) -> None:
+        self.moment += timedelta(seconds=seconds)
+
+    def sleep(self, seconds: float, until: threading.Event | None = None) -> bool:
+        self.advance(seconds)
+        return until is not None and until.is_set()
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
 
 
 @pytest.fixture
@@ -63,13 +87,6 @@ def received_ids(mailbox: Path) -> Counter[str]:
     return Counter(str(m["Message-ID"]) for m in read_mailbox(mailbox))
 
 
-def wait_until(check: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.02)
-
-
 def test_delivers_queued_mail_and_marks_it_sent(db: Database, settings: Settings,
                                                 smtp: LocalSmtpServer, mailbox: Path) -> None:
     tasks = queue(db, 3)
@@ -86,11 +103,9 @@ def test_delivers_queued_mail_and_marks_it_sent(db: Database, settings: Settings
     assert task is not None and task.attempts == 1 and task.sent_at is not None
 
 
-def test_smtp_outage_retries_then_delivers_each_mail_once(db: Database, settings: Settings,
-                                                          mailbox: Path, port: int) -> None:
-    # The second delay must outlast the failing pass and the server's restart
-    # on a loaded machine (0.5 s did not, once, under a full suite).
-    config = SenderConfig(retry_delays=(0.05, 3.0), smtp_timeout_seconds=5.0)
+def test_smtp_outage_retries_then_delivers_each_mail_once(
+        db: Database, settings: Settings, mailbox: Path, port: int, clock: FakeClock) -> None:
+    config = SenderConfig(retry_delays=(1.0, 5.0), smtp_timeout_seconds=5.0, clock=clock)
     with LocalSmtpServer(mailbox, port=port):
         sent_before = queue(db, 2, "before")
         assert deliver_due(db, settings, config) == 2
@@ -100,12 +115,15 @@ def test_smtp_outage_retries_then_delivers_each_mail_once(db: Database, settings
     assert statuses(db, tasks) == [EmailStatus.FAILED] * 5
     failed = outbox.get(db, tasks[0].task_id)
     assert failed is not None and failed.attempts == 1 and "connect" in (failed.last_error or "")
-    time.sleep(0.06)
+    assert deliver_due(db, settings, config) == 0  # not due before its first delay (1 s)
+    assert all(t and t.attempts == 1 for t in (outbox.get(db, t.task_id) for t in tasks))
+    clock.advance(1.0)
     assert deliver_due(db, settings, config) == 0  # second attempt: still down
     assert all(t and t.attempts == 2 for t in (outbox.get(db, t.task_id) for t in tasks))
     with LocalSmtpServer(mailbox, port=port):  # back, same port
-        assert deliver_due(db, settings, config) == 0  # not due yet (3 s)
-        time.sleep(3.0)
+        clock.advance(4.9)
+        assert deliver_due(db, settings, config) == 0  # not due yet (5 s)
+        clock.advance(0.1)
         assert deliver_due(db, settings, config) == 5
     assert statuses(db, tasks) == [EmailStatus.SENT] * 5
     ids = received_ids(mailbox)
@@ -113,14 +131,16 @@ def test_smtp_outage_retries_then_delivers_each_mail_once(db: Database, settings
     assert set(ids.values()) == {1}  # none duplicated
 
 
-def test_a_task_that_keeps_failing_ends_dead(db: Database, settings: Settings) -> None:
+def test_a_task_that_keeps_failing_ends_dead(db: Database, settings: Settings,
+                                             clock: FakeClock) -> None:
     (task,) = queue(db, 1)  # no SMTP server at all
-    config = SenderConfig(**FAST)
-    for expected in (EmailStatus.FAILED, EmailStatus.FAILED, EmailStatus.DEAD):
-        time.sleep(0.11)
+    config = SenderConfig(clock=clock)  # the real delays: 1 s, then 5 s
+    for wait, expected in ((0.0, EmailStatus.FAILED), (1.0, EmailStatus.FAILED),
+                           (5.0, EmailStatus.DEAD)):
+        clock.advance(wait)
         deliver_due(db, settings, config)
         assert statuses(db, [task]) == [expected]
-    time.sleep(0.2)
+    clock.advance(3600)
     deliver_due(db, settings, config)
     dead = outbox.get(db, task.task_id)
     assert dead is not None and dead.status == EmailStatus.DEAD and dead.attempts == 3
@@ -155,17 +175,17 @@ def test_permanent_refusal_is_dead_at_once(db: Database, settings: Settings, por
 
 
 def test_unknown_outcome_is_parked_not_resent(db: Database, settings: Settings, port: int,
-                                              mailbox: Path) -> None:
+                                              mailbox: Path, clock: FakeClock) -> None:
     controller = Controller(_SlowAnswer(mailbox), hostname="127.0.0.1", port=port)
     controller.start()
     try:
         (task,) = queue(db, 1)
-        config = SenderConfig(retry_delays=(0.01, 0.01), smtp_timeout_seconds=0.3)
+        config = SenderConfig(smtp_timeout_seconds=0.3, clock=clock)
         assert deliver_due(db, settings, config) == 0
         parked = outbox.get(db, task.task_id)
         assert parked is not None and parked.status == EmailStatus.FAILED and parked.possibly_sent
         assert (parked.last_error or "").startswith("possibly sent")
-        time.sleep(0.05)
+        clock.advance(3600)  # long past every retry delay
         assert deliver_due(db, settings, config) == 0  # never retried on its own
     finally:
         controller.stop()
@@ -173,13 +193,16 @@ def test_unknown_outcome_is_parked_not_resent(db: Database, settings: Settings, 
 
 
 def test_crashed_sender_leaves_possibly_sent_task(db: Database, settings: Settings,
-                                                  smtp: LocalSmtpServer, mailbox: Path) -> None:
+                                                  smtp: LocalSmtpServer, mailbox: Path,
+                                                  clock: FakeClock) -> None:
     (task,) = queue(db, 1)
-    assert outbox.claim(db, task, "crashed-sender")  # claimed, then the process died
-    config = SenderConfig(stale_after_seconds=0.05, **FAST)
+    # claimed, then the process died
+    assert outbox.claim(db, task, "crashed-sender", now=clock.now())
+    config = SenderConfig(stale_after_seconds=300.0, clock=clock)
+    clock.advance(299)
     assert deliver_due(db, settings, config) == 0  # too fresh: maybe still in flight
     assert statuses(db, [task]) == [EmailStatus.SENDING]
-    time.sleep(0.1)
+    clock.advance(2)
     assert deliver_due(db, settings, config) == 0
     parked = outbox.get(db, task.task_id)
     assert parked is not None and parked.status == EmailStatus.FAILED and parked.possibly_sent
@@ -219,7 +242,8 @@ def test_run_sender_loop_delivers_and_stops(db: Database, settings: Settings,
     thread.start()
     try:
         tasks = queue(db, 2)
-        wait_until(lambda: statuses(db, tasks) == [EmailStatus.SENT] * 2)
+        wait_until_sync(lambda: statuses(db, tasks) == [EmailStatus.SENT] * 2,
+                        what="both tasks SENT")
     finally:
         stop.set()
         thread.join(5)

@@ -14,10 +14,10 @@ from tests.support.processes import free_port
 from tests.support.turns import running_worker
 from turnstile.engine.contract import ApproveSignal, CallStatus, PendingApproval, TurnStatus
 from turnstile.engine.specs import LoopPolicy
-from turnstile.providers import DemoPlanner
 from turnstile.runtime.config import Settings
 from turnstile.sales import outbox
 from turnstile.sales.outbox import EmailStatus
+from turnstile.sales.planner import demo_planner
 from turnstile.sales.seed import seed
 from turnstile.sales.sender import SenderConfig, deliver_due
 from turnstile.sales.service import build_sales_service
@@ -62,7 +62,7 @@ async def test_demo_turn_end_to_end(client: Client, task_queue: str, tmp_path,
     env = {"SMTP_PORT": str(port), "SMTP_HOST": "127.0.0.1"}
     with LocalSmtpServer(tmp_path / "mail", port=port):
         async with running_worker(client, task_queue, url, [build_sales_service()],
-                                  provider=DemoPlanner(today=lambda: TODAY), env=env) as turns:
+                                  provider=demo_planner(today=lambda: TODAY), env=env) as turns:
             handle = await turns.start(DEMO, service="sales-assistant", conversation="c-demo")
             [pending] = await approve_when_asked(handle, "ops-lead")
             result = await handle.result()

@@ -4,7 +4,6 @@ SENT exactly once, or is reported as possibly sent (never silently twice)."""
 from __future__ import annotations
 
 import asyncio
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -12,6 +11,7 @@ from typing import Any
 from aiosmtpd.controller import Controller
 
 from tests.support.processes import free_port
+from tests.support.waiting import wait_until_sync
 from tests.support.worker_process import WorkerProcess
 from turnstile.sales import outbox
 from turnstile.sales.outbox import EmailStatus
@@ -50,20 +50,17 @@ def test_sender_killed_mid_batch(tmp_path: Path) -> None:
     try:
         first = WorkerProcess(tmp_path / "sender1.log", env, ("--sender-only",),
                               ready_marker=b"e-mail sender running").start()
-        deadline = time.monotonic() + 30
-        while len(read_mailbox(mailbox)) < 5:  # mid-batch: some sent, most not
-            assert time.monotonic() < deadline, "the sender never delivered"
-            time.sleep(0.05)
+        # mid-batch: some sent, most not
+        wait_until_sync(lambda: len(read_mailbox(mailbox)) >= 5, timeout=30,
+                        what="the sender delivering 5 mails")
         first.kill()
         killed_at = Counter(t.status for t in (outbox.get(db, i) for i in ids) if t)
         assert killed_at[EmailStatus.SENT] < 30  # the kill really interrupted the batch
         second = WorkerProcess(tmp_path / "sender2.log", env, ("--sender-only",),
                                ready_marker=b"e-mail sender running").start()
         try:
-            deadline = time.monotonic() + 60
-            while not settled(db, ids):
-                assert time.monotonic() < deadline, "tasks not settled after restart"
-                time.sleep(0.1)
+            wait_until_sync(lambda: settled(db, ids), timeout=60, interval=0.1,
+                            what="every task settled after the restart")
         finally:
             second.stop()
     finally:

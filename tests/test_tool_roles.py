@@ -23,7 +23,7 @@ import sqlalchemy as sa
 from turnstile.engine.errors import ToolArgumentError
 from turnstile.runtime.tools import Tool, ToolContext
 from turnstile.sales.access import set_query_window
-from turnstile.sales.schema import EMAIL_ROLE, FOLLOWUP_ROLE, SENDER_ROLE, utc_text
+from turnstile.sales.schema import EMAIL_ROLE, FOLLOWUP_ROLE, SENDER_ROLE, TABLES, utc_text
 from turnstile.sales.tools import createEmailTask, createFollowUpTask, querySalesData
 from turnstile.stores.db import Database, Transaction, dispose_engines, reader_url
 from turnstile.stores.schema import upgrade
@@ -48,7 +48,7 @@ def pg(postgres_database_factory: Any) -> Iterator[Database]:
     """A database of its own: the window and the revokes below stay in it."""
     with postgres_database_factory() as url:
         db = Database(url)
-        upgrade(db)
+        upgrade(db, tables=TABLES)
         with db.connect() as conn:
             conn.executemany(
                 "INSERT INTO sales_record VALUES (:id, :c, :c, 'x@example.com', 900000, :t)",
@@ -274,7 +274,7 @@ def app_without_email_role(postgres_database_factory: Any) -> Iterator[Database]
         with psycopg.connect(ADMIN_URL, autocommit=True) as admin:
             admin.execute(f'REVOKE {EMAIL_ROLE} FROM "{app}"')  # type: ignore[arg-type]
         db = Database(url)
-        upgrade(db)  # as the application, as its worker does
+        upgrade(db, tables=TABLES)  # as the application, as its worker does
         try:
             yield db
         finally:

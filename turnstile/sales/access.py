@@ -86,16 +86,19 @@ class QueryTooLong(ToolExecutionError):
     error_type = "QueryTooLong"
 
 
+_pg_roles = sa.table("pg_roles", sa.column("rolname"), sa.column("oid"))
+
+
 def _role_usable(conn: Connection, role: str) -> bool:
     key = (str(conn.sa.engine.url), role)
     with _usable_lock:
         known = _usable.get(key)
     if known is not None:
         return known
-    row = conn.fetchone(
-        "SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = :r"
-        " AND pg_has_role(current_user, oid, 'MEMBER')) AS ok", {"r": role})
-    usable = bool(row and row["ok"])
+    roles = _pg_roles.c
+    usable = bool(conn.execute(sa.select(sa.exists().where(
+        roles.rolname == role,
+        sa.func.pg_has_role(sa.func.current_user(), roles.oid, "MEMBER")))).scalar_one())
     if not usable and unprivileged_allowed():
         log.error("database role %r is missing or not granted to the application: the tools "
                   "that should run as it run as the application, as "
@@ -126,12 +129,16 @@ def as_role(conn: Connection, role: str | None, *,
         yield conn
         return
     quote = conn.sa.dialect.identifier_preparer.quote
+    # Role switches are PostgreSQL statements SQLAlchemy has no construct for.
     conn.execute(f"SET LOCAL ROLE {quote(role)}")
     yield conn
     # Only after success: a failed statement aborted the transaction, whose
     # rollback ends the SET LOCAL anyway.
     if reset:
         conn.execute("RESET ROLE")
+
+
+_TIMEOUT = "statement_timeout"
 
 
 @contextmanager
@@ -143,9 +150,10 @@ def statement_timeout(conn: Connection, seconds: float, *,
     if conn.dialect == "postgresql":
         from psycopg.errors import QueryCanceled
 
-        before = conn.fetchone("SELECT current_setting('statement_timeout') AS v") \
+        before = conn.execute(sa.select(sa.func.current_setting(_TIMEOUT))).scalar_one() \
             if restore else None
-        # SET takes no bind parameters; the value is an int we computed.
+        # SET takes no bind parameters (and has no Core construct); the value
+        # is an int we computed.
         conn.execute(f"SET LOCAL statement_timeout = {max(1, int(seconds * 1000))}")
         try:
             yield
@@ -155,7 +163,7 @@ def statement_timeout(conn: Connection, seconds: float, *,
             raise
         # Only after success: a failed statement's savepoint rollback undoes the SET.
         if before is not None:
-            conn.execute("SELECT set_config('statement_timeout', :v, true)", before)
+            conn.execute(sa.select(sa.func.set_config(_TIMEOUT, before, sa.true())))
         return
     deadline = time.monotonic() + seconds
     # The handler runs every N SQLite VM instructions; non-zero aborts the query.

@@ -27,9 +27,9 @@ def table_approvers(ctx: ApproverContext) -> Mapping[str, Iterable[str]]:
     """The resolver of the reference service: rows of `approver` by tool."""
     db: Database = ctx.db
     with db.connect() as conn:
-        rows = conn.fetchall(sa.select(approver.c.tool, approver.c.reviewer)
-                             .where(approver.c.service == ctx.service))
+        rows = conn.sa.execute(sa.select(approver.c.tool, approver.c.reviewer)
+                               .where(approver.c.service == ctx.service)).all()
     out: dict[str, list[str]] = {}
-    for row in rows:
-        out.setdefault(row["tool"], []).append(row["reviewer"])
+    for tool, reviewer in rows:
+        out.setdefault(str(tool), []).append(str(reviewer))
     return out

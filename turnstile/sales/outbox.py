@@ -83,9 +83,11 @@ class EmailTask:
     possibly_sent: bool
 
     @classmethod
-    def from_row(cls, row: dict[str, Any]) -> EmailTask:
-        fields = {**row, "status": EmailStatus(row["status"])}
-        fields["possibly_sent"] = bool(row["possibly_sent"])  # 0/1 on SQLite
+    def from_row(cls, row: sa.Row[Any]) -> EmailTask:
+        """The task of an `email_task` row (every column, as `select(email_task)`)."""
+        fields = dict(row._mapping)
+        fields["status"] = EmailStatus(fields["status"])
+        fields["possibly_sent"] = bool(fields["possibly_sent"])  # 0/1 on SQLite
         return cls(**fields)
 
 
@@ -93,8 +95,13 @@ def message_id_for(task_id: str) -> str:
     return f"<{task_id}@turnstile.local>"
 
 
-def _after(seconds: float) -> str:
-    return utc_text(datetime.now(UTC) + timedelta(seconds=seconds))
+def _stamp(now: datetime | None) -> str:
+    """`now` (the sender's clock), or the real time, in the stored form."""
+    return now_text() if now is None else utc_text(now)
+
+
+def _after(seconds: float, now: datetime | None) -> str:
+    return utc_text((now or datetime.now(UTC)) + timedelta(seconds=seconds))
 
 
 t = email_task
@@ -110,7 +117,7 @@ def _is_due(now: str) -> sa.ColumnElement[bool]:
 
 
 def _get(conn: Connection, task_id: str) -> EmailTask | None:
-    row = conn.fetchone(sa.select(t).where(t.c.task_id == task_id))
+    row = conn.execute(sa.select(t).where(t.c.task_id == task_id)).first()
     return EmailTask.from_row(row) if row else None
 
 
@@ -170,7 +177,7 @@ def by_key_in(conn: Connection, idempotency_key: str) -> EmailTask | None:
 
 
 def _by_key(conn: Connection, idempotency_key: str) -> EmailTask | None:
-    row = conn.fetchone(sa.select(t).where(t.c.idempotency_key == idempotency_key))
+    row = conn.execute(sa.select(t).where(t.c.idempotency_key == idempotency_key)).first()
     return EmailTask.from_row(row) if row else None
 
 
@@ -223,50 +230,54 @@ def requeue_in(conn: Connection, task_id: str, *,
         return cur.rowcount == 1, _get(conn, task_id)
 
 
-def due(db: Database, limit: int) -> list[EmailTask]:
+def due(db: Database, limit: int, *, now: datetime | None = None) -> list[EmailTask]:
     """Tasks a sender may claim now: QUEUED, or FAILED whose retry time came."""
     with tool_connection(db, SENDER_ROLE) as conn:
-        rows = conn.fetchall(sa.select(t).where(_is_due(now_text()))
-                             .order_by(t.c.created_at, t.c.task_id).limit(limit))
+        rows = conn.execute(sa.select(t).where(_is_due(_stamp(now)))
+                            .order_by(t.c.created_at, t.c.task_id).limit(limit)).all()
     return [EmailTask.from_row(r) for r in rows]
 
 
-def claim(db: Database, task: EmailTask, sender_id: str) -> bool:
+def claim(db: Database, task: EmailTask, sender_id: str, *,
+          now: datetime | None = None) -> bool:
     """Compare-and-set QUEUED/FAILED -> SENDING; False if another sender won."""
-    now = now_text()
+    stamp = _stamp(now)
     with tool_connection(db, SENDER_ROLE) as conn:
         cur = conn.execute(
             sa.update(t)
             .where(t.c.task_id == task.task_id, t.c.status == task.status.value,
                    t.c.attempts == task.attempts)
             .values(status=EmailStatus.SENDING.value, attempts=t.c.attempts + 1,
-                    claimed_by=sender_id, claimed_at=now, next_attempt_at=None, updated_at=now))
+                    claimed_by=sender_id, claimed_at=stamp, next_attempt_at=None,
+                    updated_at=stamp))
         return cur.rowcount == 1
 
 
-def claim_due(db: Database, sender_id: str, limit: int) -> list[EmailTask]:
+def claim_due(db: Database, sender_id: str, limit: int, *,
+              now: datetime | None = None) -> list[EmailTask]:
     """Claim up to `limit` due tasks in one transaction (QUEUED/FAILED ->
     SENDING, attempts + 1, claimed by `sender_id`), oldest first. On
     PostgreSQL rows another sender is claiming are skipped (SKIP LOCKED); the
     due condition is checked again on every row the UPDATE changes, so no
     task is claimed twice."""
-    now = now_text()
-    is_due = _is_due(now)
+    stamp = _stamp(now)
+    is_due = _is_due(stamp)
     pick = (sa.select(t.c.task_id).where(is_due).order_by(t.c.created_at, t.c.task_id)
             .limit(limit).with_for_update(skip_locked=True))
     stmt = (
         sa.update(t).where(t.c.task_id.in_(pick), is_due)
         .values(status=EmailStatus.SENDING.value, attempts=t.c.attempts + 1,
-                claimed_by=sender_id, claimed_at=now, next_attempt_at=None, updated_at=now)
+                claimed_by=sender_id, claimed_at=stamp, next_attempt_at=None,
+                updated_at=stamp)
         .returning(*t.c)
     )
     with tool_connection(db, SENDER_ROLE) as conn:
-        rows = [dict(r) for r in conn.execute(stmt).mappings()]
+        rows = conn.execute(stmt).all()
     tasks = [EmailTask.from_row(r) for r in rows]
     return sorted(tasks, key=lambda task: (task.created_at, task.task_id))
 
 
-def release(db: Database, task: EmailTask) -> bool:
+def release(db: Database, task: EmailTask, *, now: datetime | None = None) -> bool:
     """Give back a claim whose message was never handed to SMTP (the sender is
     stopping): SENDING -> QUEUED, the attempt not counted."""
     with tool_connection(db, SENDER_ROLE) as conn:
@@ -275,20 +286,21 @@ def release(db: Database, task: EmailTask) -> bool:
             .where(t.c.task_id == task.task_id, t.c.status == EmailStatus.SENDING.value,
                    t.c.claimed_by == task.claimed_by, t.c.attempts == task.attempts)
             .values(status=EmailStatus.QUEUED.value, attempts=t.c.attempts - 1,
-                    claimed_by=None, claimed_at=None, updated_at=now_text()))
+                    claimed_by=None, claimed_at=None, updated_at=_stamp(now)))
         return cur.rowcount == 1
 
 
-def mark_sent(db: Database, task_id: str, sender_id: str, attempt: int) -> bool:
+def mark_sent(db: Database, task_id: str, sender_id: str, attempt: int, *,
+              now: datetime | None = None) -> bool:
     # Only the claim token: if stale recovery or a cancel changed the status
     # while we were sending, the truth is still that the server accepted it.
-    now = now_text()
+    stamp = _stamp(now)
     with tool_connection(db, SENDER_ROLE) as conn:
         cur = conn.execute(
             sa.update(t)
             .where(t.c.task_id == task_id, t.c.claimed_by == sender_id, t.c.attempts == attempt)
-            .values(status=EmailStatus.SENT.value, sent_at=now, updated_at=now, last_error=None,
-                    possibly_sent=False))
+            .values(status=EmailStatus.SENT.value, sent_at=stamp, updated_at=stamp,
+                    last_error=None, possibly_sent=False))
         return cur.rowcount == 1
 
 
@@ -301,6 +313,7 @@ def mark_failed(
     *,
     retry_after: float | None,
     possibly_sent: bool = False,
+    now: datetime | None = None,
 ) -> EmailStatus | None:
     """SENDING -> FAILED, due again after `retry_after` s; DEAD when
     `retry_after` is None; FAILED and parked when `possibly_sent`. Returns the
@@ -311,20 +324,21 @@ def mark_failed(
     elif retry_after is None:
         status, next_at = EmailStatus.DEAD, None
     else:
-        status, next_at = EmailStatus.FAILED, _after(retry_after)
+        status, next_at = EmailStatus.FAILED, _after(retry_after, now)
     with tool_connection(db, SENDER_ROLE) as conn:
         cur = conn.execute(
             sa.update(t)
             .where(t.c.task_id == task_id, t.c.claimed_by == sender_id, t.c.attempts == attempt,
                    t.c.status.in_([EmailStatus.SENDING.value, EmailStatus.FAILED.value]))
             .values(status=status.value, last_error=error[:2000], next_attempt_at=next_at,
-                    possibly_sent=possibly_sent, updated_at=now_text()))
+                    possibly_sent=possibly_sent, updated_at=_stamp(now)))
         return status if cur.rowcount == 1 else None
 
 
-def recover_stale(db: Database, older_than_seconds: float) -> int:
+def recover_stale(db: Database, older_than_seconds: float, *,
+                  now: datetime | None = None) -> int:
     """SENDING for too long (its sender died) -> FAILED + possibly_sent."""
-    cutoff = _after(-older_than_seconds)
+    cutoff = _after(-older_than_seconds, now)
     with tool_connection(db, SENDER_ROLE) as conn:
         cur = conn.execute(
             sa.update(t)
@@ -333,5 +347,5 @@ def recover_stale(db: Database, older_than_seconds: float) -> int:
                     last_error=f"{POSSIBLY_SENT}: the sender stopped while delivering; the SMTP "
                     "server may have accepted it. Not retried automatically: check the "
                     "recipient's mailbox for the Message-ID first",
-                    updated_at=now_text()))
+                    updated_at=_stamp(now)))
         return cur.rowcount

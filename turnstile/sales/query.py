@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from datetime import date
 from decimal import ROUND_FLOOR, Decimal
-from typing import Annotated, Any
+from typing import Annotated, Any, NamedTuple
 
 import sqlalchemy as sa
 from pydantic import BaseModel, BeforeValidator, Field
@@ -146,6 +146,18 @@ def _aggregate_statement() -> sa.Select[Any]:
     )
 
 
+class _CustomerTotal(NamedTuple):
+    """A row of the aggregate statement."""
+
+    customer_id: str
+    customer_name: str
+    customer_email: str
+    total_cents: int
+    order_count: int
+    last_order: str
+    matching: int
+
+
 def _orders_statement() -> sa.Select[Any]:
     t = sales_daily_total
     return sa.select(sa.func.coalesce(sa.func.sum(t.c.order_count), 0).label("n")).where(
@@ -172,22 +184,21 @@ def run_sales_query(
     threshold = floor_cents(min_amount)
     with statement_timeout(conn, timeout_seconds):
         statement, period = aggregate_sql(start_day, end_day)
-        rows = conn.fetchall(statement,
-                             {**period, "threshold": threshold, "limit": FULL_LIST_LIMIT + 1})
+        rows = [_CustomerTotal._make(r) for r in conn.execute(
+            statement, {**period, "threshold": threshold, "limit": FULL_LIST_LIMIT + 1})]
         orders_in_period = None
         if not rows:
-            found = conn.fetchone(_ORDERS, period)
-            orders_in_period = int(found["n"]) if found else 0
-    total = int(rows[0]["matching"]) if rows else 0
+            orders_in_period = int(conn.execute(_ORDERS, period).scalar_one())
+    total = int(rows[0].matching) if rows else 0
     shown = rows if total <= FULL_LIST_LIMIT else rows[:TRUNCATED_LIMIT]
     records = [
         SalesRecord(
-            customerId=r["customer_id"],
-            customerName=r["customer_name"],
-            customerEmail=r["customer_email"],
-            totalAmount=format_cents(int(r["total_cents"])),
-            orderCount=int(r["order_count"]),
-            lastOrderDate=str(r["last_order"])[:10],
+            customerId=r.customer_id,
+            customerName=r.customer_name,
+            customerEmail=r.customer_email,
+            totalAmount=format_cents(int(r.total_cents)),
+            orderCount=int(r.order_count),
+            lastOrderDate=str(r.last_order)[:10],
         )
         for r in shown
     ]

@@ -15,8 +15,12 @@ latest time of that customer's orders that day. Triggers on `sales_record` keep
 it exact (an insert adds to its row; a delete or update recomputes the rows it
 touched from `sales_record`), so the one-week query reads ~7 x customers rows
 instead of every order of the week. The tables and triggers are made by the
-migrations (turnstile/migrations); `rollup_rebuild_sql` serves the bulk
+migrations (turnstile/migrations); `rollup_rebuild` serves the bulk
 loader (`seed`), which sets the triggers aside while it loads.
+
+The tables are declared on the app's own `metadata` and handed to the
+runtime in the app (`TABLES`; turnstile.sales.app), with the privileges
+their `info` names; nothing finds them by importing this module.
 """
 
 from __future__ import annotations
@@ -25,7 +29,10 @@ from datetime import UTC, date, datetime, time
 
 import sqlalchemy as sa
 
-from turnstile.stores.db import Flag, metadata
+from turnstile.stores.db import Flag
+
+# The sales app's tables (the stores declare theirs on turnstile.stores.db.metadata).
+metadata = sa.MetaData()
 
 SALES_INDEX = "sales_record_time_amount_idx"
 
@@ -33,9 +40,6 @@ SALES_INDEX = "sales_record_time_amount_idx"
 FOLLOWUP_ROLE = "turnstile_followup"
 EMAIL_ROLE = "turnstile_email"
 SENDER_ROLE = "turnstile_sender"
-SALES_INDEX_DDL = (
-    f"CREATE INDEX IF NOT EXISTS {SALES_INDEX} ON sales_record (create_time, amount_cents)"
-)
 
 # Timestamps: fixed-width ISO text; "C" collation on PostgreSQL (byte order).
 Ts = sa.Text().with_variant(sa.Text(collation="C"), "postgresql")
@@ -50,9 +54,10 @@ sales_record = sa.Table(
     sa.Column("amount_cents", sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
               sa.CheckConstraint("amount_cents >= 0"), nullable=False),
     sa.Column("create_time", Ts, nullable=False),
-    sa.Index(SALES_INDEX, "create_time", "amount_cents"),
-    info={"reader": True},  # the read-only role may SELECT it (stores.schema)
+    info={"reader": True},  # the read-only role may SELECT it (turnstile.runtime.apps)
 )
+# The bulk loader drops and rebuilds it around a load (turnstile.sales.seed).
+sales_index = sa.Index(SALES_INDEX, sales_record.c.create_time, sales_record.c.amount_cents)
 
 # Who may decide approvals of the service's calls (turnstile.sales.approvers;
 # migration 0003). `tool` is a tool name, or "*" for every tool.
@@ -118,6 +123,10 @@ email_task = sa.Table(
 )
 
 
+# What the app hands the runtime (turnstile.sales.app).
+TABLES = (sales_record, approver, sales_daily_total, follow_up_task, email_task)
+
+
 def utc_text(moment: datetime) -> str:
     """The stored form of a timestamp (naive datetimes are taken as UTC)."""
     if moment.tzinfo is None:
@@ -135,18 +144,15 @@ def now_text() -> str:
     return utc_text(datetime.now(UTC))
 
 
-ROLLUP_COLUMNS = ("day, customer_id, customer_name, customer_email, total_cents, "
-                  "order_count, last_time")
-
-
-def rollup_rebuild_sql() -> str:
+def rollup_rebuild() -> sa.Insert:
     """Recompute every `sales_daily_total` row from `sales_record` (after a bulk
     load with the triggers set aside; the table must be empty)."""
-    return (
-        f"INSERT INTO sales_daily_total ({ROLLUP_COLUMNS}) "
-        "SELECT substr(create_time, 1, 10), customer_id, MAX(customer_name), "
-        "MAX(customer_email), SUM(amount_cents), COUNT(*), MAX(create_time) "
-        "FROM sales_record GROUP BY substr(create_time, 1, 10), customer_id"
-    )
-
-
+    r = sales_record.c
+    day = sa.func.substr(r.create_time, 1, 10)
+    return sa.insert(sales_daily_total).from_select(
+        ["day", "customer_id", "customer_name", "customer_email", "total_cents", "order_count",
+         "last_time"],
+        sa.select(day, r.customer_id, sa.func.max(r.customer_name),
+                  sa.func.max(r.customer_email), sa.func.sum(r.amount_cents), sa.func.count(),
+                  sa.func.max(r.create_time))
+        .group_by(day, r.customer_id))

@@ -23,8 +23,15 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 
 import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import REGCLASS
 
-from turnstile.sales.schema import SALES_INDEX, SALES_INDEX_DDL, rollup_rebuild_sql
+from turnstile.sales.schema import (
+    TABLES,
+    rollup_rebuild,
+    sales_daily_total,
+    sales_index,
+    sales_record,
+)
 from turnstile.stores.db import Connection, Database
 from turnstile.stores.schema import upgrade
 
@@ -149,21 +156,33 @@ def _insert_sqlite(conn: Connection, rows: int, today: date) -> None:
         conn.sa.exec_driver_sql(sql, batch)
 
 
+# The catalogs that list triggers.
+_pg_trigger = sa.table("pg_trigger", sa.column("oid"), sa.column("tgname"),
+                       sa.column("tgrelid"), sa.column("tgisinternal"))
+_sqlite_master = sa.table("sqlite_master", sa.column("name"), sa.column("sql"),
+                          sa.column("type"), sa.column("tbl_name"))
+
+
 def _take_rollup_triggers(conn: Connection) -> list[str]:
     """Drop the triggers on `sales_record`; return the DDL that recreates them."""
+    quote = conn.sa.dialect.identifier_preparer.quote
     if conn.dialect == "postgresql":
-        found = conn.fetchall(
-            "SELECT tgname AS name, pg_get_triggerdef(oid) AS ddl FROM pg_trigger "
-            "WHERE tgrelid = 'sales_record'::regclass AND NOT tgisinternal")
-        for t in found:
-            conn.execute(f'DROP TRIGGER "{t["name"]}" ON sales_record')
+        pg = _pg_trigger.c
+        found = conn.sa.execute(
+            sa.select(pg.tgname, sa.func.pg_get_triggerdef(pg.oid))
+            .where(pg.tgrelid == sa.cast(sa.literal(sales_record.name), REGCLASS),
+                   sa.not_(pg.tgisinternal))).all()
+        drop = "DROP TRIGGER {} ON " + quote(sales_record.name)
     else:
-        found = conn.fetchall(
-            "SELECT name, sql AS ddl FROM sqlite_master "
-            "WHERE type = 'trigger' AND tbl_name = 'sales_record'")
-        for t in found:
-            conn.execute(f'DROP TRIGGER "{t["name"]}"')
-    return [t["ddl"] for t in found]
+        lite = _sqlite_master.c
+        found = conn.sa.execute(
+            sa.select(lite.name, lite.sql)
+            .where(lite.type == "trigger", lite.tbl_name == sales_record.name)).all()
+        drop = "DROP TRIGGER {}"
+    # DDL: no SQLAlchemy construct drops a trigger.
+    for name, _ddl in found:
+        conn.execute(drop.format(quote(str(name))))
+    return [str(ddl) for _name, ddl in found]
 
 
 def seed(db: Database, rows: int = 100_000, today: date | None = None) -> int:
@@ -173,7 +192,7 @@ def seed(db: Database, rows: int = 100_000, today: date | None = None) -> int:
     if rows < 0:
         raise ValueError("rows must be >= 0")
     today = today or datetime.now(UTC).date()
-    upgrade(db)
+    upgrade(db, tables=TABLES)
     with db.connect() as conn:
         # One transaction: readers see the old data or the new, never a mix.
         # Building the index and the per-day rollup once after the load is
@@ -181,19 +200,21 @@ def seed(db: Database, rows: int = 100_000, today: date | None = None) -> int:
         # rollup's triggers are set aside meanwhile (exactly as the
         # migrations made them) and put back before the commit.
         triggers = _take_rollup_triggers(conn)
-        conn.execute("DELETE FROM sales_daily_total")
-        wipe = "TRUNCATE" if db.dialect == "postgresql" else "DELETE FROM"
-        conn.execute(f"{wipe} sales_record")
-        conn.execute(f"DROP INDEX IF EXISTS {SALES_INDEX}")
+        conn.execute(sa.delete(sales_daily_total))
+        if db.dialect == "postgresql":
+            conn.execute("TRUNCATE sales_record")  # no Core construct; far faster than DELETE
+        else:
+            conn.execute(sa.delete(sales_record))
+        conn.execute(sa.schema.DropIndex(sales_index, if_exists=True))
         if db.dialect == "postgresql":
             _copy_postgres(conn, rows, today)
         else:
             _insert_sqlite(conn, rows, today)
-        conn.execute(SALES_INDEX_DDL)
-        conn.execute(rollup_rebuild_sql())
+        conn.execute(sa.schema.CreateIndex(sales_index, if_not_exists=True))
+        conn.execute(rollup_rebuild())
         for ddl in triggers:
             conn.execute(sa.text(ddl))
-        conn.execute("ANALYZE sales_record")
-        conn.execute("ANALYZE sales_daily_total")
+        for table in (sales_record, sales_daily_total):  # no Core construct for ANALYZE
+            conn.execute(f"ANALYZE {table.name}")
     log.info("seeded %d sales_record rows (%d days before %s)", rows, PERIOD_DAYS, today)
     return rows

@@ -11,7 +11,10 @@ Delivery is at most once per task: a task is claimed (compare-and-set) before
 any byte goes to SMTP, and a task whose outcome is unknown is parked as
 "possibly sent" instead of being retried (outbox docstring). Failures before
 the message data went out are retried after `retry_delays` (1 s, then 5 s);
-the third failure, or a permanent 5xx answer, ends in DEAD.
+the third failure, or a permanent 5xx answer, ends in DEAD. Every time it
+stamps (claims, retry times, stale cut-offs, the Date header) and every wait
+between passes comes from `SenderConfig.clock` (turnstile.sales.clock; the
+real clock unless a test hands its own).
 
 A task that ends DEAD raises a flag, so nobody has to poll the table for it:
 an error-level log line and the OpenTelemetry counter `turnstile.email.dead`
@@ -30,7 +33,6 @@ import socket
 import threading
 import uuid
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from email.message import EmailMessage
 from email.utils import format_datetime
 from types import TracebackType
@@ -41,6 +43,7 @@ from opentelemetry import metrics
 from turnstile.engine.masking import mask_text
 from turnstile.runtime.config import Settings
 from turnstile.sales import outbox
+from turnstile.sales.clock import SYSTEM_CLOCK, Clock
 from turnstile.sales.outbox import EmailTask
 from turnstile.stores.db import Database
 
@@ -69,6 +72,8 @@ class SenderConfig:
     meter_provider: metrics.MeterProvider | None = field(default=None, compare=False)
     # The worker's Prometheus endpoint (Temporal's runtime meter): `turnstile_mails_dead`.
     metric_meter: Any = field(default=None, compare=False)
+    # What "now" is and how the loop waits (tests move a fake one by hand).
+    clock: Clock = field(default=SYSTEM_CLOCK, compare=False)
 
     @property
     def max_attempts(self) -> int:
@@ -82,12 +87,12 @@ class DeliveryError(Exception):
         self.possibly_sent = possibly_sent
 
 
-def build_message(task: EmailTask, from_addr: str) -> EmailMessage:
+def build_message(task: EmailTask, from_addr: str, clock: Clock = SYSTEM_CLOCK) -> EmailMessage:
     msg = EmailMessage()
     msg["From"] = from_addr
     msg["To"] = task.recipient
     msg["Subject"] = task.subject
-    msg["Date"] = format_datetime(datetime.now(UTC))
+    msg["Date"] = format_datetime(clock.now())
     # Fixed per task and recorded before the first attempt: a duplicate after
     # an uncertain outcome is recognisable as the same message.
     msg["Message-ID"] = task.message_id
@@ -175,14 +180,15 @@ def deliver_due(db: Database, settings: Settings, config: SenderConfig | None = 
     number of messages the SMTP server accepted in this pass. Claims not yet
     sent when `stop` is set or the pass fails are given back."""
     config = config or SenderConfig()
-    recovered = outbox.recover_stale(db, config.stale_after_seconds)
+    clock = config.clock
+    recovered = outbox.recover_stale(db, config.stale_after_seconds, now=clock.now())
     if recovered:
         log.warning("%d e-mail task(s) were stuck in SENDING: marked possibly sent", recovered)
     delivered = claimed = 0
     with SmtpSession(settings.smtp_host, settings.smtp_port, config.smtp_timeout_seconds) as smtp:
         while claimed < config.batch_size and not (stop and stop.is_set()):
             limit = min(config.claim_batch, config.batch_size - claimed)
-            tasks = outbox.claim_due(db, config.sender_id, limit)
+            tasks = outbox.claim_due(db, config.sender_id, limit, now=clock.now())
             claimed += len(tasks)
             pending = list(tasks)
             try:
@@ -192,7 +198,7 @@ def deliver_due(db: Database, settings: Settings, config: SenderConfig | None = 
                     pending.pop(0)
             finally:
                 for task in pending:  # never handed to SMTP
-                    outbox.release(db, task)
+                    outbox.release(db, task, now=clock.now())
             if len(tasks) < limit:
                 break  # nothing more is due
     return delivered
@@ -202,7 +208,7 @@ def _deliver_one(db: Database, smtp: SmtpSession, task: EmailTask, config: Sende
     attempt = task.attempts  # the claim counted it
     try:
         try:
-            msg = build_message(task, config.from_addr)
+            msg = build_message(task, config.from_addr, config.clock)
         except ValueError as exc:  # a header the e-mail library refuses: never sendable
             raise DeliveryError(f"cannot build the message: {exc}", permanent=True) from exc
         smtp.send(msg, config.from_addr, task.recipient)
@@ -214,7 +220,7 @@ def _deliver_one(db: Database, smtp: SmtpSession, task: EmailTask, config: Sende
             error = f"{outbox.POSSIBLY_SENT}: {error}; not retried automatically"
         status = outbox.mark_failed(
             db, task.task_id, config.sender_id, attempt, error,
-            retry_after=retry_after, possibly_sent=exc.possibly_sent,
+            retry_after=retry_after, possibly_sent=exc.possibly_sent, now=config.clock.now(),
         )
         if status is outbox.EmailStatus.DEAD:
             _raise_dead_flag(task, attempt, error, config,
@@ -223,7 +229,8 @@ def _deliver_one(db: Database, smtp: SmtpSession, task: EmailTask, config: Sende
             log.warning("e-mail task %s attempt %d -> %s: %s", task.task_id, attempt, status,
                         mask_text(error))
         return False
-    if not outbox.mark_sent(db, task.task_id, config.sender_id, attempt):
+    if not outbox.mark_sent(db, task.task_id, config.sender_id, attempt,
+                            now=config.clock.now()):
         log.warning("e-mail task %s was sent but its claim had changed", task.task_id)
     log.info("e-mail task %s sent to %s (attempt %d)", task.task_id, mask_text(task.recipient),
              attempt)
@@ -267,5 +274,5 @@ def run_sender(
             # timeout...): the rows keep the state, the next pass resumes.
             log.exception("e-mail sender pass failed; retrying in %.1f s", poll_interval)
         if not busy:
-            stop_event.wait(poll_interval)
+            config.clock.sleep(poll_interval, stop_event)
     log.info("e-mail sender %s stopped", config.sender_id)

@@ -22,6 +22,7 @@ from typing import Annotated, Any
 
 import sqlalchemy as sa
 from pydantic import AfterValidator, BaseModel, Field
+from sqlalchemy.dialects import postgresql, sqlite
 
 from turnstile.engine.errors import ToolArgumentError
 from turnstile.runtime.config import Settings
@@ -30,8 +31,9 @@ from turnstile.sales import outbox
 from turnstile.sales.access import tool_connection, tool_transaction
 from turnstile.sales.outbox import EmailStatus, EmailTask
 from turnstile.sales.query import IsoDate, Money, SalesQueryResult, run_sales_query
-from turnstile.sales.schema import FOLLOWUP_ROLE, now_text, sales_daily_total
+from turnstile.sales.schema import FOLLOWUP_ROLE, follow_up_task, now_text, sales_daily_total
 from turnstile.sales.sender import SenderConfig
+from turnstile.stores.db import Dialect
 
 # No "%" (or "!") in the local part: relaying syntax the allow-list would misread.
 _EMAIL = re.compile(r"[A-Za-z0-9._+-]+@[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}")
@@ -155,11 +157,8 @@ def createFollowUpTask(
         # The per-day rollup has a row for every customer with a sale, keyed by
         # (day, customer): a few thousand rows, not every order.
         daily = sales_daily_total.c
-        known = {
-            r["customer_id"]
-            for r in conn.fetchall(sa.select(daily.customer_id).distinct()
-                                   .where(daily.customer_id.in_(ids)))
-        }
+        known = {str(c) for c in conn.execute(
+            sa.select(daily.customer_id).distinct().where(daily.customer_id.in_(ids))).scalars()}
     unknown = [c for c in ids if c not in known]
     if unknown:
         raise ToolArgumentError(
@@ -168,42 +167,42 @@ def createFollowUpTask(
         )
     key = ctx.idempotency_key
     now = now_text()
+    f = follow_up_task.c
     with tool_transaction(ctx, FOLLOWUP_ROLE) as conn:
         conn.executemany(
-            "INSERT INTO follow_up_task (customer_id, assignee, note, status, created_by_call,"
-            " created_at) VALUES (:customer, :assignee, :note, 'OPEN', :key, :now)"
-            " ON CONFLICT (created_by_call, customer_id) DO NOTHING",
-            [{"customer": c, "assignee": assignee, "note": note, "key": key, "now": now}
-             for c in ids],
+            _insert_new_follow_ups(conn.dialect),
+            [{"customer_id": c, "assignee": assignee, "note": note, "status": "OPEN",
+              "created_by_call": key, "created_at": now} for c in ids],
         )
-        rows = conn.fetchall(
-            "SELECT id, customer_id, status FROM follow_up_task WHERE created_by_call = :key"
-            " ORDER BY id",
-            {"key": key},
-        )
-    tasks = [
-        FollowUpTask(id=r["id"], customerId=r["customer_id"], status=r["status"]) for r in rows
-    ]
+        rows = conn.sa.execute(sa.select(f.id, f.customer_id, f.status)
+                               .where(f.created_by_call == key).order_by(f.id)).all()
+    tasks = [FollowUpTask(id=int(task_id), customerId=str(customer), status=str(status))
+             for task_id, customer, status in rows]
     return FollowUpResult(
         createdByCall=key, assignee=assignee, createdCount=len(tasks), followUpTasks=tasks
     )
 
 
+def _insert_new_follow_ups(dialect: Dialect) -> sa.Insert:
+    """INSERT of follow-up rows that skips the ones this call already made."""
+    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    return insert(follow_up_task).on_conflict_do_nothing(
+        index_elements=["created_by_call", "customer_id"])
+
+
 @createFollowUpTask.compensation
 def cancel_follow_up_tasks(ctx: ToolContext, arguments: Any, result: Any) -> str:
     key = _field(result, "createdByCall") or ctx.idempotency_key
+    f = follow_up_task.c
     with tool_transaction(ctx, FOLLOWUP_ROLE) as conn:
-        cur = conn.execute(
-            "UPDATE follow_up_task SET status = 'CANCELLED'"
-            " WHERE created_by_call = :key AND status <> 'CANCELLED'",
-            {"key": key},
-        )
-        total = conn.fetchone(
-            "SELECT COUNT(*) AS n FROM follow_up_task WHERE created_by_call = :key", {"key": key}
-        )
+        cur = conn.execute(sa.update(follow_up_task)
+                           .where(f.created_by_call == key, f.status != "CANCELLED")
+                           .values(status="CANCELLED"))
+        total = conn.execute(sa.select(sa.func.count()).select_from(follow_up_task)
+                             .where(f.created_by_call == key)).scalar_one()
     return (
         f"cancelled {cur.rowcount} follow-up task(s) created by call {key} "
-        f"({int(total['n']) if total else 0} in total, all CANCELLED now)"
+        f"({int(total)} in total, all CANCELLED now)"
     )
 
 

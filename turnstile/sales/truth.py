@@ -7,11 +7,15 @@ rules out)."""
 
 from __future__ import annotations
 
+import sqlalchemy as sa
+
 from turnstile.engine import attributes as attr
 from turnstile.sales.outbox import EmailStatus
+from turnstile.sales.schema import email_task, follow_up_task
 from turnstile.stores import truth
-from turnstile.stores.audit import execution_id
+from turnstile.stores.audit import execution_id, tool_execution_log
 from turnstile.stores.db import Database
+from turnstile.stores.ledger import tool_call_ledger
 
 
 def disagreements(db: Database, conversation_id: str | None = None,
@@ -22,10 +26,11 @@ def disagreements(db: Database, conversation_id: str | None = None,
     found = truth.disagreements(db, conversation_id, busy)
     with db.connect() as conn:
         follow_ups: dict[str, list[str]] = {}
-        for f in conn.fetchall("SELECT created_by_call, status FROM follow_up_task"):
-            follow_ups.setdefault(f["created_by_call"], []).append(f["status"])
-        mails = {m["idempotency_key"]: m["status"] for m in conn.fetchall(
-            "SELECT idempotency_key, status FROM email_task")}
+        for call, status in conn.sa.execute(
+                sa.select(follow_up_task.c.created_by_call, follow_up_task.c.status)):
+            follow_ups.setdefault(str(call), []).append(str(status))
+        mails = {str(key): str(status) for key, status in conn.sa.execute(
+            sa.select(email_task.c.idempotency_key, email_task.c.status))}
     found += _unrecorded(db, conversation_id, busy, {
         "follow_up_task": set(follow_ups), "email_task": set(mails)})
     for r in truth.tool_results(db, conversation_id):
@@ -55,13 +60,13 @@ def _unrecorded(db: Database, conversation_id: str | None, busy: set[str],
     """World rows made by a turn's call (keyed by its idempotency key) whose
     ledger row is not COMPLETED. Rows whose key no ledger row has were made
     outside a turn (a tool called directly) and are left alone."""
+    led, log = tool_call_ledger.c, tool_execution_log.c
     with db.connect() as conn:
-        ledger = {execution_id(r["workflow_id"], r["tool_call_id"], r["execution_chain"]):
-                  r["status"] for r in conn.fetchall(
-                      "SELECT workflow_id, execution_chain, tool_call_id, status "
-                      "FROM tool_call_ledger")}
-        conversation = {r["execution_id"]: r["conversation_id"] for r in conn.fetchall(
-            "SELECT execution_id, conversation_id FROM tool_execution_log")}
+        ledger = {execution_id(workflow, call, chain): str(status)
+                  for workflow, chain, call, status in conn.sa.execute(sa.select(
+                      led.workflow_id, led.execution_chain, led.tool_call_id, led.status))}
+        conversation = {str(execution): str(conv) for execution, conv in conn.sa.execute(
+            sa.select(log.execution_id, log.conversation_id))}
     found = []
     for table, keys in effects.items():
         for key in sorted(keys):

@@ -5,8 +5,8 @@
   documented forms (`sqlite:///ABSOLUTE/PATH`, `postgresql://USER@HOST:PORT/DB`)
   and the project picks the driver: the standard library's `sqlite3`, or
   psycopg 3 (`postgresql+psycopg://`).
-- Every table is declared once, as a `Table` on `metadata`, by the module that
-  owns it (the stores here; the sales app under turnstile.sales). The schema in
+- Every table is declared once, as a `Table`, by the module that owns it (the
+  stores on `metadata` here; an app on its own, handed over in its App). The schema in
   a database is made by the Alembic migrations of `turnstile_migrations`, never
   by `create_all`.
 - SQLite connections are set up by a connect event: WAL, synchronous=NORMAL,
@@ -50,7 +50,7 @@ log = logging.getLogger(__name__)
 
 Dialect = Literal["sqlite", "postgresql"]
 
-# Every table of every component. Owners add theirs at import time
+# Every table of the stores. Owners add theirs at import time
 # (`sa.Table("name", metadata, ...)`); nothing here imports an owner.
 metadata = sa.MetaData()
 

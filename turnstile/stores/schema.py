@@ -1,11 +1,13 @@
 """The database schema is made and changed only by the Alembic migrations in
 `turnstile/migrations` (shipped inside the package).
 
-`upgrade(db)` brings a database to the newest revision; the worker and
-`starter.py seed` call it on start, operators run `python -m turnstile.db
-upgrade`. Several processes may call it at once: on PostgreSQL an advisory
-lock, on SQLite an immediate write transaction, lets one of them migrate while
-the others wait and then find nothing to do.
+`upgrade(db, tables=...)` brings a database to the newest revision and
+(PostgreSQL) re-applies the privileges the apps' tables name (`tables`, from
+turnstile.runtime.apps.App); the worker and `starter.py seed` call it on
+start, operators run `python -m turnstile.db upgrade`. Several processes may
+call it at once: on PostgreSQL an advisory lock, on SQLite an immediate write
+transaction, lets one of them migrate while the others wait and then find
+nothing to do.
 
 A database made by v0.1 (its tables, no `alembic_version`) is recognised and
 stamped at revision 0001 (exactly v0.1's schema) before the later revisions
@@ -16,6 +18,8 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Iterable
+from functools import cache
 from importlib import resources
 from urllib.parse import unquote, urlparse
 
@@ -31,13 +35,6 @@ from turnstile.stores.db import READER_ROLE, Database, engine_for, metadata
 log = logging.getLogger(__name__)
 
 V0_1_REVISION = "0001"
-# Every table v0.1.0's ensure_schema created (retrieval_fts on SQLite only).
-V0_1_TABLES = frozenset({
-    "chat_message_part", "conversation", "chat_message", "tool_call_ledger",
-    "tool_execution_log", "approval_decision", "conversation_lock", "payload_blob",
-    "payload_ref", "retrieval_document", "sales_record", "follow_up_task", "email_task",
-    "turn_stream",
-})
 _ADVISORY_LOCK = 7262010  # the key v0.1 used for its schema lock
 _lock = threading.Lock()
 pg_roles = sa.table("pg_roles", sa.column("rolname", sa.Text))  # PostgreSQL's catalogue
@@ -84,9 +81,11 @@ def current(db: Database) -> str | None:
         return MigrationContext.configure(conn).get_current_revision()
 
 
-def upgrade(db: Database, revision: str = "head") -> str | None:
+def upgrade(db: Database, revision: str = "head", *,
+            tables: Iterable[sa.Table] = ()) -> str | None:
     """Migrate `db` to `revision` (newest by default); returns the revision
-    it is at afterwards."""
+    it is at afterwards. `tables`: the apps' tables, whose privileges
+    (`info`) are granted afterwards."""
     if db.dialect == "sqlite":
         db.path.parent.mkdir(parents=True, exist_ok=True)
     engine = _migration_engine(db)
@@ -99,22 +98,32 @@ def upgrade(db: Database, revision: str = "head") -> str | None:
             config.attributes["connection"] = conn
             command.upgrade(config, revision)
             if db.dialect == "postgresql":
-                _grant_reader(conn, reader_role(db))
-                _grant_tool_roles(conn)
+                granted = [*metadata.sorted_tables, *tables]
+                _grant_reader(conn, reader_role(db), granted)
+                _grant_tool_roles(conn, granted)
         now = MigrationContext.configure(conn).get_current_revision()
     if engine is not engine_for(db.url):
         engine.dispose()
     return now
 
 
+@cache
+def v0_1_tables() -> frozenset[str]:
+    """Every table v0.1.0's ensure_schema created: what revision 0001 makes."""
+    v0_1 = ScriptDirectory.from_config(alembic_config()).get_revision(V0_1_REVISION)
+    assert v0_1 is not None
+    return frozenset(v0_1.module.V0_1_TABLES)
+
+
 def _stamp_v0_1(conn: sa.Connection) -> None:
     tables = set(sa.inspect(conn).get_table_names())
     if "alembic_version" in tables:
         return
-    present = tables & V0_1_TABLES
+    expected = v0_1_tables()
+    present = tables & expected
     if not present:
         return  # an empty database: revision 0001 creates everything
-    missing = V0_1_TABLES - present
+    missing = expected - present
     if missing:
         raise SchemaError(
             f"the database has some of Turnstile's tables but not {sorted(missing)} and no "
@@ -157,39 +166,39 @@ def _grant(conn: sa.Connection, role: str, grants: list[str]) -> None:
             log.warning("cannot %s: %s", stmt, err.orig)
 
 
-def _grant_reader(conn: sa.Connection, role: str) -> None:
-    """SELECT for the read-only role on the tables marked `info={"reader": True}`
-    (the sales app marks its sales tables), and nothing else. Re-applied on
+def _grant_reader(conn: sa.Connection, role: str, tables: Iterable[sa.Table]) -> None:
+    """SELECT for the read-only role on the `tables` marked `info={"reader": True}`
+    (an app marks its own), and nothing else. Re-applied on
     every upgrade (GRANT is idempotent), so a role made after the tables, or a
     table added by a later revision, gets its privilege. A missing role or a
     user who may not grant is logged, not fatal: the query tool then reports
     the failure."""
     if not _role_exists(conn, role):
-        log.warning("read-only role %r does not exist: the sales query tool cannot connect "
-                    "until it does (see deploy/postgres/init-turnstile.sh)", role)
+        log.warning("read-only role %r does not exist: the read-only connection cannot "
+                    "connect until it does (see deploy/postgres/init-turnstile.sh)", role)
         return
     quote = conn.dialect.identifier_preparer.quote
     present = set(sa.inspect(conn).get_table_names())
-    tables = [t.name for t in metadata.sorted_tables if t.info.get("reader") and t.name in present]
-    _grant(conn, role, [f"GRANT SELECT ON {quote(t)} TO {quote(role)}" for t in tables])
+    readable = [t.name for t in tables if t.info.get("reader") and t.name in present]
+    _grant(conn, role, [f"GRANT SELECT ON {quote(t)} TO {quote(role)}" for t in readable])
 
 
-def ensure_schema(db: Database) -> None:
+def ensure_schema(db: Database, *, tables: Iterable[sa.Table] = ()) -> None:
     """Bring the database to the newest schema (kept for existing callers)."""
-    upgrade(db)
+    upgrade(db, tables=tables)
 
 
-def _grant_tool_roles(conn: sa.Connection) -> None:
-    """The privileges of the tool roles, from each table's `info["grants"]`
+def _grant_tool_roles(conn: sa.Connection, tables: Iterable[sa.Table]) -> None:
+    """The privileges of the tool roles, from each of `tables`' `info["grants"]`
     ({role: "SELECT, INSERT"}), re-applied on every upgrade like the reader's.
     A role that does not exist (the migrating user may not create roles and
     the operator has not) is logged: its tools are then refused with
     ToolRoleUnavailable unless TURNSTILE_ALLOW_UNPRIVILEGED_TOOLS lets them run
-    as the application (turnstile.sales.access)."""
+    as the application (the app's tool roles: e.g. turnstile.sales.access)."""
     quote = conn.dialect.identifier_preparer.quote
     present = set(sa.inspect(conn).get_table_names())
     wanted: dict[str, list[str]] = {}
-    for table in metadata.sorted_tables:
+    for table in tables:
         if table.name not in present:
             continue
         for role, privileges in table.info.get("grants", {}).items():

@@ -18,6 +18,14 @@ branch_labels = None
 depends_on = None
 
 READER_ROLE = "turnstile_reader"
+# Every table this revision makes (retrieval_fts on SQLite only): a database
+# holding them and no alembic_version is v0.1's (turnstile.stores.schema).
+V0_1_TABLES = frozenset({
+    "chat_message_part", "conversation", "chat_message", "tool_call_ledger",
+    "tool_execution_log", "approval_decision", "conversation_lock", "payload_blob",
+    "payload_ref", "retrieval_document", "sales_record", "follow_up_task", "email_task",
+    "turn_stream",
+})
 
 # v0.1's column types: TEXT COLLATE "C" timestamps and BOOLEAN flags on
 # PostgreSQL; TEXT and INTEGER on SQLite.
