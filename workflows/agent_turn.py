@@ -409,7 +409,7 @@ class AgentTurn:
             events = self.steps.take_events()  # "turn completed" rides with the release
             try:
                 await self.s.local(
-                    io.release_conversation, io.LoadMemoryInput(
+                    io.release_conversation, io.ReleaseInput(
                         conversation_id=turn.conversation_id, user_id=turn.user_id,
                         execution_chain=self.s.chain, next_seq=self.s.seq, events=events),
                     "release_conversation", TurnStatus.FAILED)
