@@ -22,6 +22,7 @@ from turnstile.engine.activity_io import (
     AppendMessagesInput,
     LoadMemoryInput,
     MemorySnapshot,
+    ReleaseInput,
 )
 from turnstile.engine.errors import (
     ConversationBusy,
@@ -135,7 +136,7 @@ class MemoryActivities:
                                f"{holder.workflow_id}; this turn waits until it ends")
 
     @activity.defn(name=RELEASE_CONVERSATION)
-    async def release_conversation(self, req: LoadMemoryInput) -> None:
+    async def release_conversation(self, req: ReleaseInput) -> None:
         """The turn's run ends: what an earlier run of the turn wrote beyond
         this run's last slot is superseded, what became of the superseded
         calls is recorded, then the lock is let go."""
@@ -143,7 +144,7 @@ class MemoryActivities:
         if req.events:  # the "turn completed" event, once the conversation is free
             await deliver(self.rt, req.events)
 
-    async def _release(self, req: LoadMemoryInput) -> None:
+    async def _release(self, req: ReleaseInput) -> None:
         info = activity.info()
         conv = req.conversation_id
         holder = Holder(info.workflow_id or "", info.workflow_run_id or "")
@@ -160,7 +161,7 @@ class MemoryActivities:
                 raise application_error(exc, non_retryable=False) from exc
         await asyncio.to_thread(locks.release, conv, holder)
 
-    def _sweep(self, req: LoadMemoryInput, w: runs.Writer, locks: ConversationLocks,
+    def _sweep(self, req: ReleaseInput, w: runs.Writer, locks: ConversationLocks,
                holder: Holder) -> None:
         """Supersede, settle, then let go of the lock (one thread hop, one
         transaction)."""

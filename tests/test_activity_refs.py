@@ -64,3 +64,21 @@ def test_tool_outcome_status_is_the_enum_on_both_sides() -> None:
         '"preview": "x"}')
     assert out.status is CallStatus.INVALID_ARGUMENTS
     assert out.model_dump(mode="json")["status"] == "invalid_arguments"
+
+
+def test_release_reads_the_payload_it_sent_as_load_memory_input() -> None:
+    # Until release_conversation had its own type it sent LoadMemoryInput with
+    # the release's fields: such a payload (a release in flight across an
+    # upgrade) reads into ReleaseInput, and ReleaseInput sends the same JSON.
+    sent = {"conversation_id": "c", "user_id": "u", "execution_chain": "run-1",
+            "next_seq": 7, "events": [{"kind": "turn_completed", "event_id": "w/r/turn_completed",
+                                       "workflow_id": "w", "run_id": "r", "conversation_id": "c",
+                                       "user_id": "u", "service": "s", "at": "2026-01-01T00:00:00",
+                                       "status": "completed"}]}
+    release = io.ReleaseInput.model_validate(sent)
+    assert (release.next_seq, release.execution_chain) == (7, "run-1")
+    assert [e.kind for e in release.events] == ["turn_completed"]
+    assert release.model_dump(mode="json").keys() == sent.keys()
+    # A load_memory payload carrying the release's fields (null, []) still reads.
+    load = io.LoadMemoryInput.model_validate({**sent, "next_seq": None, "events": []})
+    assert load == io.LoadMemoryInput(conversation_id="c", user_id="u", execution_chain="run-1")

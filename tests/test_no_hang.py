@@ -27,7 +27,7 @@ from worker import build_worker
 
 
 @activity.defn(name=io.RELEASE_CONVERSATION)
-def broken_release(req: io.LoadMemoryInput) -> None:
+def broken_release(req: io.ReleaseInput) -> None:
     raise ApplicationError("the lock table refuses writes", non_retryable=True)
 
 

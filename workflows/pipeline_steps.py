@@ -1,5 +1,7 @@
-"""The pipeline's steps around the tool loop (docs/pipeline.md):
-2, 3, 4-9, 11 and 15-17. `AgentTurn` calls them in the documented order.
+"""The pipeline's steps around the tool loop (docs/pipeline.md): 2-9
+(`prepare`, in the documented order) and 11 (moderation), with the events
+of steps 4 and 17 (workflows/turn_events.py) and steps 15-16
+(workflows/answer_steps.py) in their own rooms.
 
 Deterministic code only: each step decides from the service spec (recorded
 in history by `begin_turn`) and schedules the activity that runs the
@@ -9,45 +11,40 @@ service's component. A service without the component schedules nothing.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from datetime import datetime
-from typing import Any, Literal
+from typing import Any
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from turnstile.engine import activity_io as io, attributes as attr
-    from turnstile.engine.contract import TurnInput, TurnResult, TurnStatus
+    from turnstile.engine import activity_io as io
+    from turnstile.engine.contract import TurnInput, TurnPhase, TurnStatus
     from turnstile.engine.errors import (
         InputGuardrailFailed,
         InputGuardrailFatal,
         ModerationFlagged,
         ModerationUnavailable,
-        OutputGuardrailFailed,
-        OutputGuardrailFatal,
-        OutputGuardrailRetriesExhausted,
-        OutputParseError,
         TurnstileError,
     )
-    from turnstile.engine.events import TurnCompleted, TurnStarted
-    from turnstile.engine.messages import ChatMessage
-    from turnstile.engine.output_format import format_instructions, parse_reask
+    from turnstile.engine.output_format import format_instructions
     from turnstile.engine.specs import ServiceSpec
     from turnstile.engine.turn_rules import render_template
     from turnstile.engine.user_message import UserMessage, checked_attachments
-    from turnstile.engine.versions import EVENTS_RIDE_ALONG
+    from workflows.answer_steps import AnswerSteps
     from workflows.state import TurnState, TurnStopped, failure_reason
-    from workflows.tool_options import event_options, pipeline_local_options, pipeline_options
+    from workflows.tool_options import pipeline_local_options, pipeline_options
+    from workflows.turn_events import TurnEvents, turn_ids
 
 
 @dataclass(frozen=True)
-class Reask:
-    """Ask the model again (steps 15/16): `retry` with the same messages
-    (the refused answer is discarded), else with `text` as a new user message."""
+class Prepared:
+    """Steps 2-9 done: the system message as rendered (and transformed), the
+    user message as the model gets it, and how the model is asked."""
 
-    kind: Literal["retry", "reprompt", "parse"]
-    text: str
-    source: str  # recorded on the message (attribute turnstile.reprompt)
+    system: str
+    user: UserMessage
+    stream: bool  # step 8, decided once per turn
+    response_format: dict[str, Any] | None  # step 9
 
 
 class PipelineSteps:
@@ -56,21 +53,14 @@ class PipelineSteps:
         self.pipe = spec.pipeline
         self.policy = spec.pipeline.policy
         self.moderation: workflow.ActivityHandle[io.ModerationResult] | None = None
-        self.started_at: datetime | None = None
-        self.reasks = 0
-        self.parse_failures = 0
-        self.user: UserMessage | None = None
-        self.published: list[tuple[str, workflow.ActivityHandle[list[str]]]] = []
-        # Events waiting for the next bookkeeping activity to carry them.
-        self.pending: list[TurnStarted | TurnCompleted] = []
+        self.events = TurnEvents(state, turn, spec)  # steps 4 and 17
+        self.answer = AnswerSteps(state, turn, spec)  # steps 15 and 16
         # Revision 2: the variables sent to begin_turn, and what it ran of steps 4-5.
         self.variables: dict[str, Any] | None = None
         self.opened: io.Opened | None = None
 
     def _ids(self) -> dict[str, str]:
-        t = self.turn
-        return {"conversation_id": t.conversation_id, "user_id": t.user_id,
-                "service": t.service}
+        return turn_ids(self.turn)
 
     def _variables(self) -> dict[str, Any]:
         """Built-ins (from the workflow clock: deterministic), then the turn's own;
@@ -87,10 +77,26 @@ class PipelineSteps:
         """What begin_turn needs for steps 4 and 5 (the spec is not known yet:
         begin_turn decides whether the service lets it run them)."""
         return io.TurnOpening(variables=self._variables(), raw_message=self.turn.message,
-                              events=[TurnStarted(**self._event_ids("turn_started"))])
+                              events=[self.events.started_event()])
 
     def take_opened(self, opening: io.TurnOpening, opened: io.Opened) -> None:
         self.variables, self.opened = opening.variables, opened
+
+    async def prepare(self) -> Prepared:
+        """Steps 2-9: the messages the model is asked with, and how."""
+        self.s.step = TurnPhase.PREPARE
+        system = await self.system_message()  # 2. system message (+ transformer)
+        user = self.user_message()  # 3. user message from its template
+        # 4-5 (begin_turn ran them when it could: then nothing is scheduled here)
+        # 4. "turn started" event (delivered while the turn goes on)
+        self.events.turn_started(self.opened is not None and self.opened.events_delivered)
+        user = await self.retrieval(user)  # 5. retrieval: the user message only
+        user = self.attachments(user)  # 6. multimodal parts
+        await self.input_guardrails(user)  # 7. input guardrails see the final message
+        stream = self.streaming()  # 8. streaming, once per turn
+        user, response_format = self.output_format(user)  # 9. output format
+        self.answer.user = user
+        return Prepared(system, user, stream, response_format)
 
     @staticmethod
     def _render(template: str, variables: dict[str, Any]) -> str:
@@ -116,75 +122,10 @@ class PipelineSteps:
         text = self._render(self.spec.user_template, self._variables())
         return UserMessage(raw=self.turn.message, text=text, unaugmented=text)
 
-    # -- 4 / 17. events -------------------------------------------------------------
-    # An event rides with the bookkeeping next to it: "turn started" (step 4)
-    # with retrieval (step 5), delivered before the retriever runs; "turn
-    # completed" (17) with the conversation's release, delivered once it is
-    # released. With no such activity to carry it, an event is a local
-    # activity of its own, started, not awaited: it goes out while the turn
-    # goes on and is collected before the turn returns. A listener never
-    # changes the turn's outcome.
-    def _publish(self, event: TurnStarted | TurnCompleted) -> None:
-        if not self.policy.events:
-            return
-        # Turns begun before revision 1 publish each event as a local activity
-        # of its own, and replay so.
-        if self.s.revision >= EVENTS_RIDE_ALONG:
-            self.pending.append(event)
-        else:
-            self._start_publish(event)
-
-    def _start_publish(self, event: TurnStarted | TurnCompleted) -> None:
-        self.published.append((event.kind, workflow.start_local_activity(
-            io.PUBLISH_EVENT, event, result_type=list[str], **event_options())))
-
-    def take_events(self) -> list[TurnStarted | TurnCompleted]:
-        """The events for the bookkeeping activity about to run to deliver."""
-        pending, self.pending = self.pending, []
-        return pending
-
-    def publish_pending(self) -> None:
-        """Events no bookkeeping activity carried (no retriever; no lock to
-        release, or its release failed): a local activity each."""
-        for event in self.take_events():
-            self._start_publish(event)
-
-    async def events_delivered(self) -> None:
-        """Wait for the events started so far (a failed delivery is logged)."""
-        published, self.published = self.published, []
-        for kind, handle in published:
-            try:
-                await handle
-            except (ActivityError, ApplicationError) as exc:
-                workflow.logger.warning("%s not delivered: %s", kind, failure_reason(exc))
-
-    def _event_ids(self, kind: str) -> dict[str, Any]:
-        info = workflow.info()
-        return {"event_id": f"{info.workflow_id}/{info.run_id}/{kind}",
-                "workflow_id": info.workflow_id, "run_id": info.run_id, **self._ids(),
-                "at": workflow.now().isoformat()}
-
-    def turn_started(self) -> None:
-        self.started_at = workflow.now()
-        self.s.event("turn_started",
-                     f"conversation {self.turn.conversation_id}, user {self.turn.user_id}")
-        if self.opened is not None and self.opened.events_delivered:
-            return  # begin_turn delivered it
-        self._publish(TurnStarted(**self._event_ids("turn_started")))
-
-    def turn_completed(self, result: TurnResult | None,
-                       status: TurnStatus) -> None:
-        elapsed = (workflow.now() - self.started_at).total_seconds() if self.started_at else 0.0
-        s = self.s
-        self._publish(TurnCompleted(
-            **self._event_ids("turn_completed"), status=status, round_trips=s.round_trips,
-            tool_calls=len(s.calls), usage=s.usage, duration_seconds=elapsed,
-            error_type=result.error.type if result and result.error else None))
-
     # -- 5. retrieval augmentation -----------------------------------------------------
     async def retrieval(self, user: UserMessage) -> UserMessage:
         if not self.pipe.retriever:
-            self.publish_pending()
+            self.events.publish_pending()
             return user
         got = self.opened.retrieved if self.opened is not None else None
         if got is None:  # begin_turn did not retrieve: a local activity of its own
@@ -204,7 +145,7 @@ class PipelineSteps:
             io.retrieve, io.RetrieveInput(**self._ids(), query=user.text, raw_message=user.raw,
                                           top_k=self.policy.retrieval_top_k,
                                           max_chars=self.policy.retrieval_max_chars,
-                                          events=self.take_events()),
+                                          events=self.events.take()),
             f"retrieve ({self.pipe.retriever})", TurnStatus.FAILED,
             options=pipeline_local_options())
 
@@ -284,7 +225,7 @@ class PipelineSteps:
             message = self.policy.moderation_message.replace("{categories}", categories)
             self.s.event("moderation", f"flagged: {categories}")
             if wait:  # the answer to a flagged message is not kept as said
-                await self.discard_answer("moderation")
+                await self.answer.discard_answer("moderation")
             raise TurnStopped(TurnStatus.MODERATED, ModerationFlagged(
                 f"{result.source} flagged the message: {categories}"), answer=message)
         self.s.event("moderation", f"passed ({result.source})")
@@ -292,72 +233,3 @@ class PipelineSteps:
     def cancel_moderation(self) -> None:
         if self.moderation is not None and not self.moderation.done():
             self.moderation.cancel()
-
-    # -- 15. output guardrails -----------------------------------------------------------------
-    async def output_guardrails(self, answer: str) -> Reask | None:
-        if not self.pipe.output_guardrails:
-            return None
-        user = self.user
-        verdict = await self.s.activity(
-            io.output_guardrails, io.OutputGuardrailsInput(
-                **self._ids(), answer=answer, user_message=user.text if user else "",
-                raw_message=self.turn.message, attempt=self.reasks),
-            "output guardrails", TurnStatus.FAILED, options=pipeline_options())
-        s = self.s
-        if verdict.outcome == "pass":
-            s.event("output_guardrails", "passed")
-            return None
-        s.event("output_guardrails", f"{verdict.outcome} ({verdict.guardrail})")
-        source = f"output_guardrail:{verdict.guardrail}"
-        if verdict.outcome in ("fail", "fatal"):
-            await self.discard_answer(source)
-            refused = OutputGuardrailFatal if verdict.outcome == "fatal" else OutputGuardrailFailed
-            raise TurnStopped(TurnStatus.FAILED, refused(f"{verdict.guardrail}: {verdict.message}"),
-                              answer=verdict.message, compensate=verdict.outcome == "fatal")
-        limit = self.policy.max_output_guardrail_reasks
-        if self.reasks >= limit:
-            await self.discard_answer(source)
-            raise TurnStopped(TurnStatus.FAILED, OutputGuardrailRetriesExhausted(
-                f"{verdict.guardrail} still refused the answer after {limit} "
-                f"re-ask(s): {verdict.message}"), answer=verdict.message, compensate=False)
-        self.reasks += 1
-        mode: Literal["retry", "reprompt"] = "retry" if verdict.outcome == "retry" else "reprompt"
-        return Reask(mode, verdict.guidance or verdict.message, source)
-
-    # -- 16. parse to the return type ----------------------------------------------------------
-    async def parse(self, answer: str) -> tuple[Reask | None, Any]:
-        out = self.pipe.output
-        if out is None:
-            return None, answer
-        parsed = await self.s.activity(
-            io.parse_output, io.ParseOutputInput(service=self.turn.service, answer=answer),
-            f"parse {out.type_name}", TurnStatus.FAILED,
-            options=pipeline_options())
-        if parsed.ok:
-            self.s.event("parse", f"{out.type_name} ok")
-            return None, parsed.value
-        self.s.event("parse", f"{out.type_name} failed: {parsed.error[:160]}")
-        if self.parse_failures >= self.policy.max_parse_retries:
-            raise TurnStopped(TurnStatus.FAILED, OutputParseError(
-                f"the answer is not a valid {out.type_name} after "
-                f"{self.parse_failures} re-ask(s): {parsed.error}"))
-        self.parse_failures += 1
-        return Reask("parse", parse_reask(out.type_name, parsed.error), "parse_error"), None
-
-    async def reask(self, r: Reask) -> None:
-        """Prepare memory for asking the model again."""
-        if r.kind == "retry":
-            await self.discard_answer(r.source)
-            return
-        # Stored by the next model call, before it asks.
-        self.s.defer([ChatMessage(role="user", content=r.text,
-                                  attributes={attr.REPROMPT: r.source})])
-
-    async def discard_answer(self, reason: str) -> None:
-        """The refused answer is never sent to the model again, nor kept as said."""
-        seq = self.s.answer_seq
-        if seq is None:
-            return
-        await self.s.local(io.discard_message, io.DiscardInput(
-            conversation_id=self.turn.conversation_id, seq=seq, reason=reason),
-            "discard answer", TurnStatus.FAILED)

@@ -31,6 +31,15 @@ class LocalActivityOptions(TypedDict, total=False):
     retry_policy: RetryPolicy
 
 
+def as_local(options: ActivityOptions) -> LocalActivityOptions:
+    """The same timeouts and retries for a local activity (which has no heartbeat)."""
+    local = LocalActivityOptions(start_to_close_timeout=options["start_to_close_timeout"],
+                                 retry_policy=options["retry_policy"])
+    if "schedule_to_close_timeout" in options:
+        local["schedule_to_close_timeout"] = options["schedule_to_close_timeout"]
+    return local
+
+
 def memory_options() -> ActivityOptions:
     # A database outage is waited out (bounded), never turned into lost work.
     return {
@@ -46,12 +55,7 @@ def bookkeeping_options() -> LocalActivityOptions:
     release) runs as local activities: one marker each in history, no task
     round trip through the server. A database outage is waited out the same
     way as memory_options (bounded); waits longer than a minute become timers."""
-    return {
-        "start_to_close_timeout": timedelta(seconds=30),
-        "schedule_to_close_timeout": timedelta(hours=1),
-        "retry_policy": RetryPolicy(initial_interval=timedelta(seconds=1),
-                                    maximum_interval=timedelta(seconds=30)),
-    }
+    return as_local(memory_options())
 
 
 # Activities that may wait on a remote catalogue (MCP sessions and listings:
@@ -117,12 +121,7 @@ def pipeline_options() -> ActivityOptions:
 
 def pipeline_local_options() -> LocalActivityOptions:
     """pipeline_options for a component run as a local activity (the retriever)."""
-    return {
-        "start_to_close_timeout": timedelta(seconds=60),
-        "retry_policy": RetryPolicy(initial_interval=timedelta(seconds=1),
-                                    maximum_interval=timedelta(seconds=10),
-                                    maximum_attempts=3),
-    }
+    return as_local(pipeline_options())
 
 
 def event_options() -> LocalActivityOptions:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, CancelledError
@@ -25,18 +24,14 @@ with workflow.unsafe.imports_passed_through():
         ApprovalDecision,
         AuditStatus,
         CallStatus,
-        PendingApproval,
         ToolCallRecord,
         TurnInput,
-        TurnPhase,
         TurnStatus,
     )
     from turnstile.engine.masking import mask_json_text
     from turnstile.engine.messages import ChatMessage, ToolCall
-    from turnstile.engine.specs import ServiceSpec, ToolSpec
-    from turnstile.engine.turn_rules import parsed_arguments
-    from turnstile.engine.versions import DECISION_BEATS_DEADLINE
-    from workflows import turn_metrics as metrics
+    from turnstile.engine.specs import ServiceSpec
+    from workflows.approval_wait import await_decision
     from workflows.state import TurnState, TurnStopped, failure_reason
     from workflows.tool_options import listing_options, tool_options
 
@@ -138,7 +133,7 @@ class ToolRound:
                 self.s.argument_errors[call.name] = count + 1
                 self._settle(rec, seq, call, rules.after_validation(reviewed.error, count, loop))
                 return
-            approval = await self._approval(call, rec, tool, reviewed)
+            approval = await await_decision(self.s, call, tool, reviewed)
         if approval is not None:
             rejected = rules.after_review(call.name, approval, loop)
             if rejected is not None:
@@ -198,48 +193,6 @@ class ToolRound:
             io.review_call, io.ReviewCallInput(service=self.turn.service, call=call),
             f"review {call.name}", TurnStatus.FAILED, options=listing_options())
         return reviewed
-
-    async def _approval(self, call: ToolCall, rec: ToolCallRecord, tool: ToolSpec,
-                        reviewed: io.ReviewedCall | None) -> ApprovalDecision:
-        s = self.s
-        now = workflow.now()
-        timeout = timedelta(seconds=tool.approval_timeout_seconds)
-        # The reviewer sees the call's full arguments (the record keeps them masked).
-        arguments = parsed_arguments(call.arguments)
-        highlights = ({f: arguments[f] for f in tool.review_fields if f in arguments}
-                      if isinstance(arguments, dict) else {})
-        s.pending[call.id] = PendingApproval(
-            tool_call_id=call.id, tool_name=call.name, arguments=arguments,
-            highlights=highlights, notes=reviewed.notes if reviewed else [],
-            validated=reviewed is not None,
-            requested_at=now.isoformat(), deadline=(now + timeout).isoformat())
-        s.step = TurnPhase.AWAITING_APPROVAL
-        s.event("awaiting_approval", f"{call.name} call {call.id}")
-        metrics.approval_requested(call.name)
-        await s.publish()
-        try:
-            await workflow.wait_condition(lambda: call.id in s.decisions, timeout=timeout)
-        except TimeoutError:
-            # A decision that came in the deadline's own activation stands.
-            if call.id in s.decisions and workflow.patched(DECISION_BEATS_DEADLINE):
-                pass
-            else:
-                s.decisions[call.id] = ApprovalDecision(
-                    tool_call_id=call.id, tool_name=call.name, approved=False,
-                    reviewer="deadline",
-                    note=f"no decision within {tool.approval_timeout_seconds:g} s",
-                    decided_at=workflow.now().isoformat())
-        finally:
-            s.pending.pop(call.id, None)
-        decision = s.decisions[call.id]
-        decision.tool_name = call.name
-        verdict = "approved" if decision.approved else "rejected"
-        s.event("approval", f"{call.name} {verdict} by {decision.reviewer}")
-        metrics.approval_decided(call.name, "deadline" if decision.reviewer == "deadline"
-                                 and not decision.approved else verdict, now)
-        s.step = TurnPhase.TOOLS
-        await s.publish()
-        return decision
 
 
 def bounded_arguments(arguments: str, limit: int = 4000) -> str:

@@ -23,6 +23,17 @@ class TransformedSystem(BaseModel):
     system_message: str
 
 
+class Snippet(BaseModel):
+    doc_id: str
+    title: str
+    text: str
+    score: float = 0.0
+
+
+class Retrieved(BaseModel):
+    snippets: list[Snippet] = Field(default_factory=list)
+
+
 class RetrieveInput(BaseModel):
     conversation_id: str
     user_id: str

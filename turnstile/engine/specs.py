@@ -18,6 +18,15 @@ from turnstile.engine.memory_window import MemoryWindow
 from turnstile.engine.pipeline_spec import PipelineSpec
 
 
+def recorded(spec: BaseModel) -> dict[str, Any]:
+    """A spec as history records it: the fields that differ from their
+    defaults (a service's spec is mostly defaults). Reading it back fills
+    the defaults of the code that reads it, so a default of these models is
+    part of the turn's version (turnstile.engine.versions; pinned by
+    tests/test_versions.py)."""
+    return spec.model_dump(mode="json", exclude_defaults=True)
+
+
 class RetrySpec(BaseModel):
     """Temporal retry policy of one tool's activity."""
 

@@ -1,0 +1,70 @@
+"""Wire types of the tools' activities: execute_tool, review_call and the
+saga's compensate_tool and record_compensation_failure. Re-exported by
+turnstile.engine.activity_io, where their names and references live."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from turnstile.engine.contract import ApprovalDecision, CallStatus, RollbackCause
+from turnstile.engine.messages import ToolCall
+
+
+class ToolExecInput(BaseModel):
+    conversation_id: str
+    user_id: str
+    service: str
+    call: ToolCall
+    result_seq: int  # where the tool-result message is stored
+    approval: ApprovalDecision | None = None  # recorded with the execution
+    # The turn's execution chain (workflow.info().first_execution_run_id; ""
+    # in turns recorded before execution chains): scopes ledger, audit, idempotency and
+    # approval keys, because provider call ids repeat.
+    execution_chain: str = ""
+
+
+class ReviewCallInput(BaseModel):
+    service: str
+    call: ToolCall
+
+
+class ReviewedCall(BaseModel):
+    """A call checked before a reviewer is asked: valid (with notes for the
+    reviewer), or the argument error the model gets instead. It carries no
+    argument values: the workflow shows the call's own arguments, so this
+    result adds no personal data to history."""
+
+    valid: bool
+    notes: list[str] = Field(default_factory=list)  # e.g. "external recipient: to at x.org"
+    error: str = ""  # when not valid: what the model must fix
+
+
+class ToolOutcome(BaseModel):
+    call_id: str
+    name: str
+    status: CallStatus
+    is_error: bool
+    preview: str  # bounded; the full result is in memory
+
+
+class CompensateInput(BaseModel):
+    conversation_id: str
+    user_id: str
+    service: str
+    call: ToolCall
+    cause: RollbackCause  # why the turn is rolled back
+    execution_chain: str = ""  # the turn's execution chain (see ToolExecInput)
+
+
+class CompensateResult(BaseModel):
+    call_id: str
+    description: str
+    undone: bool = True  # False: the effect could not be removed and remains
+
+
+class CompensationFailure(BaseModel):
+    conversation_id: str
+    call: ToolCall
+    cause: RollbackCause
+    error: str
+    execution_chain: str = ""  # the turn's execution chain (see ToolExecInput)

@@ -1,0 +1,143 @@
+"""Steps 12-14 (docs/pipeline.md): the model and tool loop. Ask the model
+(with the tools dynamic providers add); run the tools it asks for, a round at
+a time, until it answers; the breakers, the round-trip cap and moderation
+stop it. Deterministic code only.
+"""
+
+from __future__ import annotations
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from turnstile.engine import activity_io as io, endings
+    from turnstile.engine.breakers import Breakers
+    from turnstile.engine.contract import CallStatus, TurnInput, TurnPhase, TurnStatus
+    from turnstile.engine.errors import AnswerTruncated, ContentFiltered
+    from turnstile.engine.masking import mask_text
+    from turnstile.engine.messages import ChatMessage, ToolCall
+    from turnstile.engine.specs import ServiceSpec
+    from turnstile.engine.tool_round_rules import round_stop
+    from turnstile.engine.turn_rules import FinalAnswer, RunTools, next_step
+    from workflows.pipeline_steps import PipelineSteps, Prepared
+    from workflows.state import TurnState, TurnStopped
+    from workflows.tool_options import listing_options, model_options
+    from workflows.tool_round import RoundWrites, ToolRound
+
+
+class ModelLoop:
+    def __init__(self, state: TurnState, turn: TurnInput, spec: ServiceSpec,
+                 steps: PipelineSteps, prepared: Prepared) -> None:
+        self.s, self.turn, self.spec, self.steps = state, turn, spec, steps
+        self.stream = prepared.stream
+        self.response_format = prepared.response_format
+        # One set of breakers per turn: a re-ask (steps 15/16) does not reset them.
+        self.breakers = Breakers(spec.loop.breakers)
+        self.round: ToolRound | None = None  # the tool round under way
+
+    async def run(self) -> str:
+        """Until the model answers: its answer."""
+        s, spec = self.s, self.spec
+        while True:
+            if spec.dynamic_tools:
+                await self._resolve_tools()
+            response = await self._honest_ending(await self._call_model())
+            step = next_step(response.message)
+            if isinstance(step, FinalAnswer):
+                s.event("answer", mask_text(step.text[:400])[:160])
+                return step.text
+            assert isinstance(step, RunTools)
+            try:
+                await self.steps.check_moderation(wait=False)  # a flagged input runs no tools
+            except TurnStopped as stop:
+                await self._record_unrun(step.calls, str(stop))
+                raise
+            s.round_trips += 1
+            limit = round_stop(s.round_trips, [c.name for c in step.calls], spec.loop,
+                               self.breakers)
+            if limit is not None:
+                await self._record_unrun(step.calls, str(limit))
+                raise TurnStopped(TurnStatus.FAILED, limit)
+            s.step = TurnPhase.TOOLS
+            self.round = ToolRound(s, self.turn, spec, self.breakers)
+            await self.round.run(step.calls, s.alloc(len(step.calls)))
+            self.round = None
+
+    async def _honest_ending(self, response: io.ModelCallResult) -> io.ModelCallResult:
+        """Only a natural stop is a complete answer (turnstile.engine.endings).
+        The extra activities run only on the path that needs them."""
+        ends = endings.ending(response.finish_reason)
+        if ends is endings.Ending.FILTERED:
+            return await self._filtered()
+        if ends is not endings.Ending.LENGTH or response.message.tool_calls:
+            return response  # cut tool arguments fail validation and go back to the model
+        self.s.event("truncated", "answer cut at the length limit; asking to continue")
+        more = await self._call_model(continuation=True)
+        text = (response.message.content or "") + (more.message.content or "")
+        ends = endings.ending(more.finish_reason)
+        if ends is endings.Ending.FILTERED:
+            return await self._filtered()
+        if ends is endings.Ending.LENGTH:
+            raise TurnStopped(TurnStatus.TRUNCATED, AnswerTruncated(endings.TRUNCATED_MESSAGE),
+                              answer=text, compensate=False)
+        message = ChatMessage(role="assistant", content=text)
+        return more.model_copy(update={"message": message, "usage": response.usage + more.usage})
+
+    async def _filtered(self) -> io.ModelCallResult:
+        self.s.event("moderation", "the provider's content filter withheld the answer")
+        await self.steps.answer.discard_answer("content_filter")
+        raise TurnStopped(TurnStatus.MODERATED, ContentFiltered(endings.FILTERED_MESSAGE),
+                          answer=endings.FILTERED_MESSAGE)
+
+    async def _record_unrun(self, calls: list[ToolCall], reason: str) -> None:
+        """The calls a breaker, the cap or moderation stopped still get results (memory
+        never keeps a tool call without its result) and audit rows."""
+        s = self.s
+        base = s.alloc(len(calls))
+        writes = RoundWrites()
+        for i, call in enumerate(calls):
+            s.finish(s.new_call(call), CallStatus.FAILED, reason)
+            writes.settle(base + i, call, CallStatus.FAILED, f"not run: {reason}")
+        await s.append([m for _, m in writes.messages], seq=base, audit=writes.audit)
+
+    async def _resolve_tools(self) -> None:
+        """Step 12: dynamic providers may add tools, never remove one."""
+        s, turn, spec = self.s, self.turn, self.spec
+        resolved = await s.activity(
+            io.resolve_tools, io.ResolveToolsInput(
+                conversation_id=turn.conversation_id, user_id=turn.user_id,
+                service=turn.service, known=s.tool_names),
+            "resolve_tools", TurnStatus.FAILED, options=listing_options())
+        for note in resolved.unavailable:
+            s.event("tools_unavailable", note)
+        for t in resolved.added:
+            if t.name not in s.tool_names:
+                spec.tools.append(t)
+                s.tool_names.append(t.name)
+                s.event("tools_added", t.name)
+
+    async def _call_model(self, continuation: bool = False) -> io.ModelCallResult:
+        s, turn, spec = self.s, self.turn, self.spec
+        s.step = TurnPhase.MODEL_CALL
+        prelude, prelude_seq = s.take_prelude()
+        s.answer_seq = s.alloc(1)
+        summary = f"model round {s.round_trips + 1}" + (" continuation" if continuation else "")
+        result = await s.activity(
+            io.call_model,
+            io.ModelCallInput(conversation_id=turn.conversation_id, service=turn.service,
+                              execution_chain=s.chain,
+                              tool_names=[] if continuation else list(s.tool_names),
+                              response_seq=s.answer_seq, round=s.round_trips,
+                              taken_call_ids=[c.id for c in s.calls], stream=self.stream,
+                              response_format=self.response_format, window=spec.memory,
+                              continuation=continuation, prelude=prelude,
+                              prelude_seq=prelude_seq, user_id=turn.user_id,
+                              known_policies=[t.name for t in spec.tools]),
+            summary, TurnStatus.FAILED, options=model_options(spec.loop))
+        for t in result.tools:  # policies of tools this turn calls for the first time
+            if spec.tool(t.name) is None:
+                spec.tools.append(t)
+        s.usage = s.usage + result.usage
+        s.provider = result.provider
+        calls = ", ".join(c.name for c in result.message.tool_calls)
+        s.event("model_call", f"asked for {calls}" if calls else "answered")
+        return result
