@@ -5,6 +5,10 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 # Test processes (pytest-xdist): each starts its own Temporal dev server.
 TEST_WORKERS ?= 2
+# Tests spawn many Python processes (workers, CLIs, MCP servers): with
+# bytecode written once (to __pycache__/, ignored by git) none of them
+# compiles the project again, even where the environment says not to write it.
+TEST_ENV := PYTHONDONTWRITEBYTECODE=
 DEMO_MESSAGE ?= Find customers whose sales last week exceeded 50,000 and email ops@example.com to follow up
 
 .PHONY: install bench-install run up down inbox test test-fast lint bench clean
@@ -34,7 +38,7 @@ run: up
 test: install
 	$(BIN)/ruff check .
 	$(BIN)/mypy
-	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS)
+	$(TEST_ENV) $(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS)
 
 # The approvals inbox on http://127.0.0.1:8234 (against the running stack).
 inbox: install
@@ -43,7 +47,7 @@ inbox: install
 # The fast tier: no Temporal server, no PostgreSQL (tests/support/tiers.py).
 test-fast: install
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) -m "not live and not pg"
+	$(TEST_ENV) $(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) -m "not live and not pg"
 
 lint: install
 	$(BIN)/ruff check .
