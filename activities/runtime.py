@@ -16,7 +16,6 @@ from turnstile.providers import ModelProvider, build_provider
 from turnstile.runtime.config import Settings
 from turnstile.runtime.event_bus import EventBus
 from turnstile.runtime.services import ServiceRegistry
-from turnstile.stores.audit import AuditLog
 from turnstile.stores.db import Database
 from turnstile.stores.journal import CallJournal
 from turnstile.stores.ledger import ToolLedger
@@ -30,8 +29,7 @@ class Runtime:
     services: ServiceRegistry
     provider: ModelProvider
     memory: MemoryStore
-    ledger: ToolLedger
-    audit: AuditLog
+    ledger: ToolLedger  # reads; the journal writes the call facts
     journal: CallJournal
     search_attributes: bool = False  # set by the worker after checking the namespace
     events: EventBus = field(default_factory=EventBus)  # listeners of TurnStarted/Completed
@@ -44,17 +42,15 @@ class Runtime:
         provider: ModelProvider | None = None,
     ) -> Runtime:
         db = Database(settings.database_url, readonly_url=settings.database_readonly_url)
-        memory, ledger = MemoryStore(db), ToolLedger(db)
-        audit = AuditLog(db, enabled=settings.audit)
+        memory = MemoryStore(db)
         return cls(
             settings=settings,
             db=db,
             services=services,
             provider=provider or build_provider(settings),
             memory=memory,
-            ledger=ledger,
-            audit=audit,
-            journal=CallJournal(db, memory, ledger, audit),
+            ledger=ToolLedger(db),
+            journal=CallJournal(db, memory, audit_enabled=settings.audit),
         )
 
 
