@@ -21,6 +21,7 @@ import os
 import shlex
 import sys
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from temporalio.client import Client
@@ -172,6 +173,7 @@ def audit_command(db: Any, args: argparse.Namespace) -> int:
     except ValueError as exc:
         sys.stderr.write(f"starter.py audit: {exc}\n")
         return 2
+    rows: Sequence[q.Answer]
     if args.top:
         rows = q.top_callers(db, f, over=args.over, limit=args.limit)
         columns = ["user_id", "tool_name", "calls"]
@@ -185,12 +187,12 @@ def audit_command(db: Any, args: argparse.Namespace) -> int:
     window = f"since {q.stored_time(f.since)}" if f.since else "all time"
     if args.json:
         for r in rows:
-            out(json.dumps(r, default=str))
+            out(json.dumps(r._asdict(), default=str))
         return 0
     out(f"{len(rows)} row(s), {window}")
     if rows:
-        cells = [[str(r[col] if r[col] is not None else "")[:60] for col in columns]
-                 for r in rows]
+        cells = [[str(getattr(r, col) if getattr(r, col) is not None else "")[:60]
+                  for col in columns] for r in rows]
         widths = [max(len(col), *(len(line[i]) for line in cells))
                   for i, col in enumerate(columns)]
         out("  ".join(col.ljust(w) for col, w in zip(columns, widths, strict=True)))

@@ -14,7 +14,7 @@ from temporalio import activity
 
 from activities.pipeline import deliver
 from activities.runs import as_current_run, holder_gone, run_is_current
-from activities.runtime import Runtime, application_error, turn_workflow_id
+from activities.runtime import Activities, application_error, turn_workflow_id
 from turnstile.engine.activity_io import (
     APPEND_MESSAGES,
     LOAD_MEMORY,
@@ -40,10 +40,7 @@ log = logging.getLogger("turnstile.activities")
 REFUSED = (ConversationOwnershipError, MemoryConflictError, ResetConflict, RunSuperseded)
 
 
-class MemoryActivities:
-    def __init__(self, rt: Runtime) -> None:
-        self.rt = rt
-
+class MemoryActivities(Activities):
     @activity.defn(name=LOAD_MEMORY)
     async def load_memory(self, req: LoadMemoryInput) -> MemorySnapshot:
         """Step 1 when the conversation was busy at begin_turn: retried by the

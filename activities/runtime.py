@@ -11,11 +11,17 @@ from typing import TypeVar
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from turnstile.engine.errors import NotInWorkflow, TurnstileError
+from turnstile.engine.errors import (
+    ConfigurationError,
+    MCPServerUnavailable,
+    NotInWorkflow,
+    TurnstileError,
+)
 from turnstile.providers import ModelProvider, build_provider
 from turnstile.runtime.config import Settings
 from turnstile.runtime.event_bus import EventBus
-from turnstile.runtime.services import ServiceRegistry
+from turnstile.runtime.services import Service, ServiceRegistry
+from turnstile.runtime.tools import Tool
 from turnstile.stores.db import Database
 from turnstile.stores.journal import CallJournal
 from turnstile.stores.ledger import ToolLedger
@@ -52,6 +58,13 @@ class Runtime:
             ledger=ToolLedger(db),
             journal=CallJournal(db, memory, audit_enabled=settings.audit),
         )
+
+
+class Activities:
+    """A group of the worker's activities, run against its Runtime."""
+
+    def __init__(self, rt: Runtime) -> None:
+        self.rt = rt
 
 
 def application_error(exc: TurnstileError, *, non_retryable: bool) -> ApplicationError:
@@ -114,6 +127,20 @@ async def with_heartbeat(work: Awaitable[T], heartbeat_seconds: float | None = N
         beater.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await beater
+
+
+async def find_tool(service: Service, name: str,
+                    heartbeat_seconds: float | None = None) -> Tool | None:
+    """The service's tool `name`, or None. An MCP tool this worker has not
+    listed yet (e.g. after a restart) is listed first, heartbeating: opening
+    sessions may outlast a heartbeat timeout. A configuration error fails the
+    activity for good; an MCP server that cannot be reached, this attempt."""
+    try:
+        return await with_heartbeat(service.find_tool(name), heartbeat_seconds)
+    except ConfigurationError as exc:
+        raise application_error(exc, non_retryable=True) from exc
+    except MCPServerUnavailable as exc:
+        raise application_error(exc, non_retryable=False) from exc
 
 
 def model_name(rt: Runtime) -> str | None:

@@ -31,9 +31,10 @@ from temporalio.exceptions import ApplicationError
 
 from activities.runs import as_current_run
 from activities.runtime import (
-    Runtime,
+    Activities,
     WorkerShutdown,
     application_error,
+    find_tool,
     turn_workflow_id,
     with_heartbeat,
 )
@@ -42,9 +43,7 @@ from turnstile.engine.contract import AuditStatus, CallStatus
 from turnstile.engine.errors import (
     CallNotRecorded,
     CallTakenOver,
-    ConfigurationError,
     DatabaseUnavailable,
-    MCPServerUnavailable,
     MemoryConflictError,
     ResetConflict,
     RunSuperseded,
@@ -88,10 +87,7 @@ def rerunnable(tool: Tool) -> bool:
     return tool.spec.idempotent or tool.spec.transactional
 
 
-class ToolActivities:
-    def __init__(self, rt: Runtime) -> None:
-        self.rt = rt
-
+class ToolActivities(Activities):
     @activity.defn(name=EXECUTE_TOOL)
     async def execute_tool(self, req: ToolExecInput) -> ToolOutcome:
         try:
@@ -164,15 +160,7 @@ class ToolActivities:
     async def _execute(self, req: ToolExecInput) -> ToolOutcome:
         wf_id, call, chain = turn_workflow_id(), req.call, req.execution_chain
         service = self.rt.services.get(req.service)
-        try:
-            # An MCP tool this worker has not listed yet (e.g. after a restart) is
-            # listed first; a server that cannot be reached fails the attempt.
-            # Heartbeating meanwhile: opening sessions may outlast the tool's heartbeat timeout.
-            tool = await with_heartbeat(service.find_tool(call.name), LISTING_HEARTBEAT_SECONDS)
-        except ConfigurationError as exc:
-            raise application_error(exc, non_retryable=True) from exc
-        except MCPServerUnavailable as exc:
-            raise application_error(exc, non_retryable=False) from exc
+        tool = await find_tool(service, call.name, LISTING_HEARTBEAT_SECONDS)
         if tool is None:  # the workflow checks names first; a stale spec can still get here
             text = f"Tool {call.name!r} does not exist."
             return await self._finish(req, text, CallStatus.UNKNOWN_TOOL, True, error=text)
