@@ -117,3 +117,14 @@ def test_a_failed_attempt_is_one_ending_in_one_transaction(
     again = j.begin(Start(workflow_id=wf, chain="run-1", conversation_id="c", user_id="alice",
                           call=ToolCall(id="call_0", name="sendMoney")), rerun_lost=False)
     assert again.fresh and again.attempts == claim + 1  # a retry may claim it
+
+
+def test_with_the_audit_off_the_other_facts_are_still_written(db: Database) -> None:
+    """TURNSTILE_AUDIT=off: no audit row, but the ledger, the decision and the
+    result message are written as ever."""
+    wf, conv = f"wf-{uuid.uuid4().hex[:8]}", f"c-{uuid.uuid4().hex[:8]}"
+    j = CallJournal(db, MemoryStore(db), audit_enabled=False)
+    MemoryStore(db).check_owner(conv, "alice")
+    j.finish(ending(wf, conv, 1, begin(j, wf, conv)))
+    assert facts(db, wf) == {"tool_call_ledger": 1, "tool_execution_log": 0,
+                             "approval_decision": 1, "chat_message": 1}

@@ -97,9 +97,8 @@ class AuditRow:
 class AuditLog:
     """Reads of the audit log (the call journal writes it)."""
 
-    def __init__(self, db: Database, enabled: bool = True) -> None:
+    def __init__(self, db: Database) -> None:
         self.db = db
-        self.enabled = enabled
 
     def rows(self, workflow_id: str) -> list[AuditRow]:
         t = tool_execution_log

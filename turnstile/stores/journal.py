@@ -41,6 +41,7 @@ The endings, each one transaction:
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -134,6 +135,8 @@ def _execution(key: CallKey, conversation_id: str, user_id: str, call: ToolCall,
 
 
 class CallJournal:
+    """The one writer of the call facts (see the module's doc)."""
+
     def __init__(self, db: Database, memory: MemoryStore, audit_enabled: bool = True) -> None:
         self.db, self.memory = db, memory
         self.audit_enabled = audit_enabled  # TURNSTILE_AUDIT: decisions are kept either way
@@ -207,7 +210,7 @@ class CallJournal:
         writes memory, then the undo of what the ledger says landed)."""
         self._in(tx, lambda conn: self._ended(conn, e))
 
-    def _in(self, tx: Transaction | None, record: Any) -> None:
+    def _in(self, tx: Transaction | None, record: Callable[[Connection], None]) -> None:
         """`record(conn)` in `tx` (then committed) if the tool used it, else
         in a transaction of its own."""
         if tx is not None and tx.used:
@@ -294,16 +297,16 @@ class CallJournal:
     def settle_own_superseded(self, conn: Connection, conversation_id: str,
                               writer: Writer) -> list[tuple[SupersededCall, Effect]]:
         """As the run `writer` ends: what became of its turn's superseded calls."""
-        return self._settle(conn, writer.run_id, superseded.unsettled(
-            conn, conversation_id, writer.workflow_id, writer.chain, own=True))
+        return self._settle(conn, writer.run_id, superseded.unsettled_of_turn(
+            conn, conversation_id, writer.workflow_id, writer.chain))
 
     def settle_others_superseded(self, conn: Connection, conversation_id: str,
                                  workflow_id: str,
                                  chain: str) -> list[tuple[SupersededCall, Effect]]:
         """As the turn (`workflow_id`, `chain`) loads memory holding the lock:
         what became of every other turn's superseded calls (their runs have ended)."""
-        return self._settle(conn, workflow_id, superseded.unsettled(
-            conn, conversation_id, workflow_id, chain, own=False))
+        return self._settle(conn, workflow_id, superseded.unsettled_of_other_turns(
+            conn, conversation_id, workflow_id, chain))
 
     def _settle(self, conn: Connection, by: str,
                 rows: list[superseded.SupersededRow]) -> list[tuple[SupersededCall, Effect]]:

@@ -203,13 +203,18 @@ def all_calls(conn: Connection, conversation_id: str | None = None) -> list[Supe
     return _calls(_rows(conn, *where))
 
 
-def unsettled(conn: Connection, conversation_id: str, workflow_id: str, chain: str, *,
-              own: bool) -> list[SupersededRow]:
-    """The rows not settled yet of the turn (workflow_id, chain) (`own`), or
-    of every other turn."""
-    turn = _turn(workflow_id, chain)
+def unsettled_of_turn(conn: Connection, conversation_id: str, workflow_id: str,
+                      chain: str) -> list[SupersededRow]:
+    """The rows of the turn (workflow_id, chain) not settled yet."""
     return _rows(conn, t.conversation_id == conversation_id, t.settled_at.is_(None),
-                 turn if own else sa.not_(turn))
+                 _turn(workflow_id, chain))
+
+
+def unsettled_of_other_turns(conn: Connection, conversation_id: str, workflow_id: str,
+                             chain: str) -> list[SupersededRow]:
+    """The rows of every turn but (workflow_id, chain) not settled yet."""
+    return _rows(conn, t.conversation_id == conversation_id, t.settled_at.is_(None),
+                 sa.not_(_turn(workflow_id, chain)))
 
 
 def settle(conn: Connection, rows: list[SupersededRow],
