@@ -24,7 +24,7 @@ import logging
 import os
 import sys
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from temporalio.client import Client
@@ -222,20 +222,22 @@ async def audit(args: argparse.Namespace, ctx: Context) -> int:
         sys.stderr.write(f"starter.py audit: {exc}\n")
         return 2
     db = ctx.db()
+    answers: Sequence[q.Answer]
     try:
         if args.top:
-            rows = await asyncio.to_thread(q.top_callers, db, f, over=args.over,
+            answers = await asyncio.to_thread(q.top_callers, db, f, over=args.over,
                                            limit=args.limit)
             columns = ["user_id", "tool_name", "calls"]
         elif args.failures:
-            rows = await asyncio.to_thread(q.failures_by_category, db, f)
+            answers = await asyncio.to_thread(q.failures_by_category, db, f)
             columns = ["category", "failures", "tools", "latest"]
         else:
-            rows = await asyncio.to_thread(q.calls, db, f, limit=args.limit)
+            answers = await asyncio.to_thread(q.calls, db, f, limit=args.limit)
             columns = ["start_time", "user_id", "tool_name", "status", "workflow_id",
                        "error_message"]
     finally:
         dispose_engines()
+    rows = [a._asdict() for a in answers]
     if args.json:
         lines = json_lines(rows)
     else:

@@ -14,7 +14,7 @@ from temporalio import activity
 
 from activities.pipeline import deliver
 from activities.runs import as_current_run, holder_gone, run_is_current
-from activities.runtime import Runtime, application_error, turn_workflow_id
+from activities.runtime import Activities, application_error, turn_workflow_id
 from turnstile.engine.activity_io import (
     APPEND_MESSAGES,
     LOAD_MEMORY,
@@ -33,7 +33,6 @@ from turnstile.engine.errors import (
     RunSuperseded,
 )
 from turnstile.stores import runs, superseded
-from turnstile.stores.db import Connection
 from turnstile.stores.lock import ConversationLocks, Holder
 
 log = logging.getLogger("turnstile.activities")
@@ -42,10 +41,7 @@ log = logging.getLogger("turnstile.activities")
 REFUSED = (ConversationOwnershipError, MemoryConflictError, ResetConflict, RunSuperseded)
 
 
-class MemoryActivities:
-    def __init__(self, rt: Runtime) -> None:
-        self.rt = rt
-
+class MemoryActivities(Activities):
     @activity.defn(name=LOAD_MEMORY)
     async def load_memory(self, req: LoadMemoryInput) -> MemorySnapshot:
         """Step 1 when the conversation was busy at begin_turn: retried by the
@@ -87,22 +83,13 @@ class MemoryActivities:
         with self.rt.db.connect() as conn:  # one transaction
             if w is not None:
                 runs.write(self.rt.db, conv, 0, [], w, 0, conn)
-            self._settle(conv, wf_id, wf_id, chain, False, conn)
+            for sc, effect in self.rt.journal.settle_others_superseded(conn, conv, wf_id, chain):
+                _flag(conv, sc, effect)
             repairs = self.rt.journal.repair_orphans(conv, wf_id, conn)
             snapshot = self.rt.memory.snapshot(conv, user_id, conn)
         snapshot.repaired = [f"{r.call_id} ({r.tool_name}) of turn {r.workflow_id}: "
                              f"{r.outcome.value}" for r in repairs]
         return snapshot
-
-    def _settle(self, conv: str, by: str, wf_id: str, chain: str, mine: bool,
-                conn: Connection | None = None) -> None:
-        with self.rt.db.joined(conn) as conn:
-            for sc, effect in superseded.settle(conn, conv, by, wf_id, chain, mine=mine,
-                                                audit=self.rt.audit.enabled):
-                if effect in (superseded.Effect.REMAINS, superseded.Effect.UNKNOWN):
-                    log.warning("conversation %s: call %s (%s) of turn %s was superseded by "
-                                "reset run %s: %s", conv, sc.call.id, sc.call.name,
-                                sc.workflow_id, sc.superseded_by, superseded.DETAIL[effect])
 
     def _owner_and_lock(self, conversation_id: str, user_id: str, locks: ConversationLocks,
                         me: Holder) -> Holder | None:
@@ -168,7 +155,9 @@ class MemoryActivities:
         with self.rt.db.connect() as conn:
             runs.write(self.rt.db, req.conversation_id, req.next_seq or 0, [], w, req.next_seq,
                        conn)
-            self._settle(req.conversation_id, w.run_id, w.workflow_id, w.chain, True, conn)
+            for sc, effect in self.rt.journal.settle_own_superseded(conn, req.conversation_id,
+                                                                    w):
+                _flag(req.conversation_id, sc, effect)
             locks.release(req.conversation_id, holder, conn)
 
     @activity.defn(name=APPEND_MESSAGES)
@@ -195,14 +184,13 @@ class MemoryActivities:
             self.rt.memory.append_in(conn, req.conversation_id, req.start_seq,
                                      req.messages, wf_id, chain or None,
                                      run_id=w.run_id if w is not None else None)
-            for e in req.audit:
-                self.rt.audit.settled(
-                    workflow_id=wf_id, call_id=e.call_id,
-                    conversation_id=req.conversation_id, user_id=req.user_id,
-                    tool_name=e.tool_name, arguments=e.arguments, status=e.status,
-                    error=e.error, chain=chain, conn=conn)
-            for d in req.decisions:
-                self.rt.audit.decision(workflow_id=wf_id, tool_name=d.tool_name,
-                                       tool_call_id=d.tool_call_id, approved=d.approved,
-                                       reviewer=d.reviewer, note=d.note,
-                                       decided_at=d.decided_at, chain=chain, conn=conn)
+            self.rt.journal.settled(conn, wf_id, chain, req.conversation_id, req.user_id,
+                                    req.audit, req.decisions)
+
+
+def _flag(conv: str, sc: superseded.SupersededCall, effect: superseded.Effect) -> None:
+    """An effect of a superseded call that remains (or may) is a warning."""
+    if effect in (superseded.Effect.REMAINS, superseded.Effect.UNKNOWN):
+        log.warning("conversation %s: call %s (%s) of turn %s was superseded by reset run "
+                    "%s: %s", conv, sc.call.id, sc.call.name, sc.workflow_id,
+                    sc.superseded_by, superseded.DETAIL[effect])

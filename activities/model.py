@@ -16,7 +16,7 @@ from activities.model_request import RequestShape, build_request, read_window
 from activities.model_stream import request_model
 from activities.runs import as_current_run
 from activities.runtime import (
-    Runtime,
+    Activities,
     application_error,
     model_name,
     turn_workflow_id,
@@ -63,10 +63,7 @@ def model_metrics(service: str, model: str, seconds: float, tokens_in: int,
     tokens.add(max(0, int(tokens_out)), {**attrs, "direction": "out"})
 
 
-class ModelActivities:
-    def __init__(self, rt: Runtime) -> None:
-        self.rt = rt
-
+class ModelActivities(Activities):
     @activity.defn(name=CALL_MODEL)
     async def call_model(self, req: ModelCallInput) -> ModelCallResult:
         # Heartbeating while the model answers (streamed or not): a worker lost

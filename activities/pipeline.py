@@ -11,11 +11,12 @@ then ends the turn with that type.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.runtime import Runtime, application_error
+from activities.runtime import Activities, Runtime, application_error
 from turnstile.engine import activity_io as io
 from turnstile.engine.callables import invoke
 from turnstile.engine.errors import (
@@ -31,6 +32,8 @@ from turnstile.engine.output_format import parse_answer
 from turnstile.engine.pipeline_spec import GuardrailVerdict
 from turnstile.runtime.guardrails import (
     AttachmentInfo,
+    Guardrail,
+    GuardrailContext,
     GuardrailError,
     InputGuardrailContext,
     OutputGuardrailContext,
@@ -75,10 +78,7 @@ async def retrieve_snippets(rt: Runtime, service: Service, req: io.RetrieveInput
     return io.Retrieved(snippets=within_budget(snippets, req.max_chars))
 
 
-class PipelineActivities:
-    def __init__(self, rt: Runtime) -> None:
-        self.rt = rt
-
+class PipelineActivities(Activities):
     def _service(self, name: str) -> Service:
         return self.rt.services.get(name)
 
@@ -115,28 +115,19 @@ class PipelineActivities:
 
     @activity.defn(name=io.INPUT_GUARDRAILS)
     async def input_guardrails(self, req: io.InputGuardrailsInput) -> GuardrailVerdict:
-        service = self._service(req.service)
-        ctx = InputGuardrailContext(
+        return await _verdict(self._service(req.service).input_guardrails, InputGuardrailContext(
             conversation_id=req.conversation_id, user_id=req.user_id, service=req.service,
             message=req.message, raw_message=req.raw_message, variables=req.variables,
             attachments=[AttachmentInfo(type=a.type, mime_type=a.mime_type, url=a.url,
-                                        chars=a.chars) for a in req.attachments])
-        try:
-            return await run_chain(service.input_guardrails, ctx)
-        except GuardrailError as exc:
-            raise application_error(exc, non_retryable=False) from exc
+                                        chars=a.chars) for a in req.attachments]))
 
     @activity.defn(name=io.OUTPUT_GUARDRAILS)
     async def output_guardrails(self, req: io.OutputGuardrailsInput) -> GuardrailVerdict:
-        service = self._service(req.service)
         ctx = OutputGuardrailContext(
-            conversation_id=req.conversation_id, user_id=req.user_id, service=req.service,
             answer=req.answer, user_message=req.user_message, raw_message=req.raw_message,
+            conversation_id=req.conversation_id, user_id=req.user_id, service=req.service,
             attempt=req.attempt)
-        try:
-            return await run_chain(service.output_guardrails, ctx)
-        except GuardrailError as exc:
-            raise application_error(exc, non_retryable=False) from exc
+        return await _verdict(self._service(req.service).output_guardrails, ctx)
 
     @activity.defn(name=io.MODERATE)
     async def moderate(self, req: io.ModerateInput) -> io.ModerationResult:
@@ -176,3 +167,12 @@ class PipelineActivities:
     def publish_event(self, event: TurnEventRecord) -> list[str]:
         """Returns the errors of listeners that failed (logged, never raised)."""
         return self.rt.events.publish(event)
+
+
+async def _verdict(chain: Sequence[Guardrail], ctx: GuardrailContext) -> GuardrailVerdict:
+    """A guardrail chain's verdict; a guardrail that raised fails the attempt
+    (retried)."""
+    try:
+        return await run_chain(chain, ctx)
+    except GuardrailError as exc:
+        raise application_error(exc, non_retryable=False) from exc

@@ -10,30 +10,19 @@ from __future__ import annotations
 
 from temporalio import activity
 
-from activities.runtime import Runtime, application_error, with_heartbeat
+from activities.runtime import Activities, application_error, find_tool
 from turnstile.engine.activity_io import REVIEW_CALL, ReviewCallInput, ReviewedCall
-from turnstile.engine.errors import (
-    ConfigurationError,
-    MCPServerUnavailable,
-    ToolArgumentError,
-    UnknownServiceError,
-)
+from turnstile.engine.errors import ToolArgumentError, UnknownServiceError
 
 
-class ReviewActivities:
-    def __init__(self, rt: Runtime) -> None:
-        self.rt = rt
-
+class ReviewActivities(Activities):
     @activity.defn(name=REVIEW_CALL)
     async def review_call(self, req: ReviewCallInput) -> ReviewedCall:
         try:
             service = self.rt.services.get(req.service)
-            # An MCP tool this worker has not listed yet is listed first.
-            tool = await with_heartbeat(service.find_tool(req.call.name))
-        except (UnknownServiceError, ConfigurationError) as exc:
+        except UnknownServiceError as exc:
             raise application_error(exc, non_retryable=True) from exc
-        except MCPServerUnavailable as exc:
-            raise application_error(exc, non_retryable=False) from exc
+        tool = await find_tool(service, req.call.name)
         if tool is None:
             return ReviewedCall(valid=False, error=f"Tool {req.call.name!r} does not exist.")
         try:

@@ -11,12 +11,17 @@ from typing import TypeVar
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from turnstile.engine.errors import NotInWorkflow, TurnstileError
+from turnstile.engine.errors import (
+    ConfigurationError,
+    MCPServerUnavailable,
+    NotInWorkflow,
+    TurnstileError,
+)
 from turnstile.providers import ModelProvider, build_provider
 from turnstile.runtime.config import Settings
 from turnstile.runtime.event_bus import EventBus
-from turnstile.runtime.services import ServiceRegistry
-from turnstile.stores.audit import AuditLog
+from turnstile.runtime.services import Service, ServiceRegistry
+from turnstile.runtime.tools import Tool
 from turnstile.stores.db import Database
 from turnstile.stores.journal import CallJournal
 from turnstile.stores.ledger import ToolLedger
@@ -30,8 +35,7 @@ class Runtime:
     services: ServiceRegistry
     provider: ModelProvider
     memory: MemoryStore
-    ledger: ToolLedger
-    audit: AuditLog
+    ledger: ToolLedger  # reads; the journal writes the call facts
     journal: CallJournal
     search_attributes: bool = False  # set by the worker after checking the namespace
     events: EventBus = field(default_factory=EventBus)  # listeners of TurnStarted/Completed
@@ -44,18 +48,23 @@ class Runtime:
         provider: ModelProvider | None = None,
     ) -> Runtime:
         db = Database(settings.database_url, readonly_url=settings.database_readonly_url)
-        memory, ledger = MemoryStore(db), ToolLedger(db)
-        audit = AuditLog(db, enabled=settings.audit)
+        memory = MemoryStore(db)
         return cls(
             settings=settings,
             db=db,
             services=services,
             provider=provider or build_provider(settings),
             memory=memory,
-            ledger=ledger,
-            audit=audit,
-            journal=CallJournal(db, memory, ledger, audit),
+            ledger=ToolLedger(db),
+            journal=CallJournal(db, memory, audit_enabled=settings.audit),
         )
+
+
+class Activities:
+    """A group of the worker's activities, run against its Runtime."""
+
+    def __init__(self, rt: Runtime) -> None:
+        self.rt = rt
 
 
 def application_error(exc: TurnstileError, *, non_retryable: bool) -> ApplicationError:
@@ -118,6 +127,20 @@ async def with_heartbeat(work: Awaitable[T], heartbeat_seconds: float | None = N
         beater.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await beater
+
+
+async def find_tool(service: Service, name: str,
+                    heartbeat_seconds: float | None = None) -> Tool | None:
+    """The service's tool `name`, or None. An MCP tool this worker has not
+    listed yet (e.g. after a restart) is listed first, heartbeating: opening
+    sessions may outlast a heartbeat timeout. A configuration error fails the
+    activity for good; an MCP server that cannot be reached, this attempt."""
+    try:
+        return await with_heartbeat(service.find_tool(name), heartbeat_seconds)
+    except ConfigurationError as exc:
+        raise application_error(exc, non_retryable=True) from exc
+    except MCPServerUnavailable as exc:
+        raise application_error(exc, non_retryable=False) from exc
 
 
 def model_name(rt: Runtime) -> str | None:

@@ -20,7 +20,12 @@ from typing import Any
 
 from temporalio import activity
 
-from activities.runtime import Runtime, application_error, turn_workflow_id, with_heartbeat
+from activities.runtime import (
+    Activities,
+    application_error,
+    turn_workflow_id,
+    with_heartbeat,
+)
 from turnstile.engine import attributes as attr
 from turnstile.engine.activity_io import (
     COMPENSATE_TOOL,
@@ -35,6 +40,7 @@ from turnstile.engine.masking import mask_text
 from turnstile.runtime.tools import ToolContext, Undo, result_to_text
 from turnstile.stores.db import Transaction
 from turnstile.stores.journal import Undone
+from turnstile.stores.ledger import LedgerStatus
 
 log = logging.getLogger(__name__)
 
@@ -51,10 +57,7 @@ def rolled_back_text(name: str, cause: RollbackCause, description: str) -> str:
             f"{UNDO_MARK}{description}")
 
 
-class SagaActivities:
-    def __init__(self, rt: Runtime) -> None:
-        self.rt = rt
-
+class SagaActivities(Activities):
     @activity.defn(name=COMPENSATE_TOOL)
     async def compensate_tool(self, req: CompensateInput) -> CompensateResult:
         wf_id, call = turn_workflow_id(), req.call
@@ -98,7 +101,8 @@ class SagaActivities:
         whose worker was lost never ends —, heartbeating."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + bound
-        while await asyncio.to_thread(self.rt.ledger.status, wf_id, call_id, chain) == "STARTED":
+        while await asyncio.to_thread(self.rt.ledger.status, wf_id, call_id,
+                                              chain) is LedgerStatus.STARTED:
             if loop.time() > deadline:
                 log.warning("call %s is still claimed by an attempt after %.0f s: undoing "
                             "without its result", call_id, bound)

@@ -9,7 +9,7 @@ import logging
 
 from temporalio import activity
 
-from activities.runtime import Runtime, application_error, model_name, with_heartbeat
+from activities.runtime import Activities, application_error, model_name, with_heartbeat
 from turnstile.engine.activity_io import (
     RESOLVE_TOOLS,
     ResolvedTools,
@@ -32,10 +32,7 @@ log = logging.getLogger("turnstile.activities")
 PROVIDER_ATTEMPTS = 3
 
 
-class ServiceActivities:
-    def __init__(self, rt: Runtime) -> None:
-        self.rt = rt
-
+class ServiceActivities(Activities):
     def describe(self, name: str) -> ServiceSpec:
         """The service's spec as this worker runs it (policies, tools, pipeline
         flags, approvers, search attributes). Blocking: the approvers may be

@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from dataclasses import replace
 from typing import Any
 
 from pydantic import BaseModel
@@ -32,28 +31,25 @@ from temporalio.exceptions import ApplicationError
 
 from activities.runs import as_current_run
 from activities.runtime import (
-    Runtime,
+    Activities,
     WorkerShutdown,
     application_error,
+    find_tool,
     turn_workflow_id,
     with_heartbeat,
 )
-from turnstile.engine import attributes as attr
 from turnstile.engine.activity_io import EXECUTE_TOOL, ToolExecInput, ToolOutcome
 from turnstile.engine.contract import AuditStatus, CallStatus
 from turnstile.engine.errors import (
     CallNotRecorded,
     CallTakenOver,
-    ConfigurationError,
     DatabaseUnavailable,
-    MCPServerUnavailable,
     MemoryConflictError,
     ResetConflict,
     RunSuperseded,
     ToolArgumentError,
 )
 from turnstile.engine.masking import mask_json_text
-from turnstile.engine.messages import ChatMessage
 from turnstile.runtime.tools import (
     Tool,
     ToolContext,
@@ -63,6 +59,7 @@ from turnstile.runtime.tools import (
     result_to_text,
 )
 from turnstile.runtime.tracing import record_tool_outcome, tool_span
+from turnstile.stores.call_key import CallKey
 from turnstile.stores.db import Transaction, error_category
 from turnstile.stores.journal import Ending, Start
 from turnstile.stores.ledger import LedgerStatus
@@ -85,23 +82,12 @@ def _preview(text: str) -> str:
     return text if len(text) <= PREVIEW_CHARS else text[: PREVIEW_CHARS - 1] + "…"
 
 
-def tool_message(call_id: str, name: str, text: str, status: CallStatus, is_error: bool,
-                 wf_id: str) -> ChatMessage:
-    return ChatMessage(
-        role="tool", content=text, tool_call_id=call_id, is_error=is_error,
-        attributes={attr.TOOL_NAME: name, attr.OUTCOME: status.value, attr.WORKFLOW_ID: wf_id},
-    )
-
-
 def rerunnable(tool: Tool) -> bool:
     """May a call whose attempt vanished mid-run be run again?"""
     return tool.spec.idempotent or tool.spec.transactional
 
 
-class ToolActivities:
-    def __init__(self, rt: Runtime) -> None:
-        self.rt = rt
-
+class ToolActivities(Activities):
     @activity.defn(name=EXECUTE_TOOL)
     async def execute_tool(self, req: ToolExecInput) -> ToolOutcome:
         try:
@@ -119,22 +105,15 @@ class ToolActivities:
     async def _finish(self, req: ToolExecInput, text: str, status: CallStatus,
                       is_error: bool, state: dict[str, Any] | None = None, *,
                       audit: AuditStatus = AuditStatus.FAILED, error: str | None = None,
-                      ledger: bool = True, attempt: int | None = None,
+                      attempt: int | None = None,
                       tx: Transaction | None = None) -> ToolOutcome:
-        """Record how the call ended — ledger, audit row, approval decision,
-        result message — in one transaction (turnstile.stores.journal): `tx`
-        when the tool wrote its effect there."""
-        wf_id = turn_workflow_id()
-        msg = tool_message(req.call.id, req.call.name, text, status, is_error, wf_id)
-        if state:
-            msg.attributes[attr.STATE] = state
-        ending = Ending(
-            workflow_id=wf_id, chain=req.execution_chain, conversation_id=req.conversation_id,
-            user_id=req.user_id, call=req.call, seq=req.result_seq, message=msg,
-            audit_status=audit, audit_error=error, decision=req.approval, ledger=ledger,
-            state=state, attempt=attempt)
+        """Record how the call ended — ledger (when `attempt` is this
+        attempt's claim), audit row, approval decision, result message — in
+        one transaction (turnstile.stores.journal): `tx` when the tool wrote
+        its effect there."""
         try:
-            await self._record(ending, tx)
+            await self._record(self._ending(req, text, status, is_error, state, audit=audit,
+                                            error=error, attempt=attempt), tx)
         except (DatabaseUnavailable, MemoryConflictError, CallTakenOver, ResetConflict,
                 RunSuperseded):
             raise
@@ -150,6 +129,17 @@ class ToolActivities:
         return ToolOutcome(call_id=req.call.id, name=req.call.name, status=status,
                            is_error=is_error, preview=_preview(text))
 
+    @staticmethod
+    def _ending(req: ToolExecInput, text: str, status: CallStatus, is_error: bool,
+                state: dict[str, Any] | None, *, audit: AuditStatus, error: str | None,
+                attempt: int | None) -> Ending:
+        return Ending(
+            workflow_id=turn_workflow_id(), chain=req.execution_chain,
+            conversation_id=req.conversation_id, user_id=req.user_id, call=req.call,
+            seq=req.result_seq, outcome=status, text=text, is_error=is_error,
+            audit_status=audit, audit_error=error, decision=req.approval, state=state,
+            attempt=attempt)
+
     async def _record(self, ending: Ending, tx: Transaction | None) -> None:
         """The journal's `finish` as this activity's run (activities.runs): the
         result's slot is claimed in the same transaction."""
@@ -164,31 +154,22 @@ class ToolActivities:
             # elsewhere is recorded (ledger, audit) so the reset run reuses it
             # instead of running the call again. Its memory is not this run's.
             if tx is None or not tx.used:
-                await asyncio.to_thread(self.rt.journal.finish, replace(ending, remember=False))
+                await asyncio.to_thread(self.rt.journal.landed, ending)
             raise
 
     async def _execute(self, req: ToolExecInput) -> ToolOutcome:
         wf_id, call, chain = turn_workflow_id(), req.call, req.execution_chain
         service = self.rt.services.get(req.service)
-        try:
-            # An MCP tool this worker has not listed yet (e.g. after a restart) is
-            # listed first; a server that cannot be reached fails the attempt.
-            # Heartbeating meanwhile: opening sessions may outlast the tool's heartbeat timeout.
-            tool = await with_heartbeat(service.find_tool(call.name), LISTING_HEARTBEAT_SECONDS)
-        except ConfigurationError as exc:
-            raise application_error(exc, non_retryable=True) from exc
-        except MCPServerUnavailable as exc:
-            raise application_error(exc, non_retryable=False) from exc
+        tool = await find_tool(service, call.name, LISTING_HEARTBEAT_SECONDS)
         if tool is None:  # the workflow checks names first; a stale spec can still get here
             text = f"Tool {call.name!r} does not exist."
-            return await self._finish(req, text, CallStatus.UNKNOWN_TOOL, True, error=text,
-                                      ledger=False)
+            return await self._finish(req, text, CallStatus.UNKNOWN_TOOL, True, error=text)
         try:
             args = tool.parse_arguments(call.arguments)
             tool.check_outbound(args, service.outbound)
         except ToolArgumentError as exc:
             return await self._finish(req, str(exc), CallStatus.INVALID_ARGUMENTS, True,
-                                      error=str(exc), ledger=False)
+                                      error=str(exc))
 
         entry = await asyncio.to_thread(
             self.rt.journal.begin, Start(workflow_id=wf_id, chain=chain,
@@ -202,7 +183,7 @@ class ToolActivities:
             return await self._finish(
                 req, entry.result or "", status, entry.is_error, entry.state,
                 audit=AuditStatus.FAILED if entry.is_error else AuditStatus.COMPLETED,
-                error=(entry.result or "")[:500] if entry.is_error else None, ledger=False)
+                error=(entry.result or "")[:500] if entry.is_error else None)
         if not entry.fresh:
             return await self._interrupted(req, entry.attempts, "its worker was lost mid-run")
         tx = self.rt.journal.transaction()
@@ -307,22 +288,17 @@ class ToolActivities:
             tx.release()
             await self._attempt_failed(req, result_to_text(result), claim)
             return
-        wf_id, text = turn_workflow_id(), result_to_text(result)
         state = result.state if isinstance(result, ToolResult) else None
-        msg = tool_message(req.call.id, req.call.name, text, CallStatus.COMPLETED, False, wf_id)
-        ending = Ending(
-            workflow_id=wf_id, chain=req.execution_chain, conversation_id=req.conversation_id,
-            user_id=req.user_id, call=req.call, seq=req.result_seq, message=msg,
-            audit_status=AuditStatus.COMPLETED, decision=req.approval, state=state,
-            attempt=claim, remember=False)
-        await asyncio.to_thread(self.rt.journal.finish, ending, tx)
+        ending = self._ending(req, result_to_text(result), CallStatus.COMPLETED, False, state,
+                              audit=AuditStatus.COMPLETED, error=None, attempt=claim)
+        await asyncio.to_thread(self.rt.journal.landed, ending, tx)
         log.info("tool %s (%s) ended after the turn was cancelled: its effect is recorded "
                  "for the undo", req.call.name, req.call.id)
 
     async def _attempt_failed(self, req: ToolExecInput, error: str, claim: int) -> None:
         """The attempt ended cleanly without a result: a retry may run it again."""
-        await asyncio.to_thread(self.rt.journal.attempt_failed, turn_workflow_id(),
-                                req.execution_chain, req.call.id, error, claim)
+        key = CallKey(turn_workflow_id(), req.execution_chain, req.call.id)
+        await asyncio.to_thread(self.rt.journal.attempt_failed, key, error, claim)
 
     async def _interrupted(self, req: ToolExecInput, claim: int, error: str) -> ToolOutcome:
         text = INTERRUPTED_TEXT.format(name=req.call.name)

@@ -61,21 +61,21 @@ def audited(db: Database) -> Database:
 def test_top_callers_over_a_threshold_in_a_window(audited: Database) -> None:
     hour = q.AuditFilter(since=NOW - timedelta(hours=1))
     top = q.top_callers(audited, hour, over=100)
-    assert [(r["user_id"], r["tool_name"], r["calls"]) for r in top] == [
+    assert [(r.user_id, r.tool_name, r.calls) for r in top] == [
         ("alice", "querySalesData", 120), ("alice", "createEmailTask", 101)]
     one_tool = q.top_callers(audited, q.AuditFilter(since=NOW - timedelta(hours=1),
                                                     tool="querySalesData"), over=30)
-    assert [(r["user_id"], r["calls"]) for r in one_tool] == [("alice", 120), ("bob", 40)]
+    assert [(r.user_id, r.calls) for r in one_tool] == [("alice", 120), ("bob", 40)]
     four_hours = q.top_callers(audited, q.AuditFilter(since=NOW - timedelta(hours=4)), over=130)
-    assert [(r["user_id"], r["calls"]) for r in four_hours] == [("mallory", 500)]
+    assert [(r.user_id, r.calls) for r in four_hours] == [("mallory", 500)]
 
 
 def test_failures_by_category(audited: Database) -> None:
     hour = q.AuditFilter(since=NOW - timedelta(hours=1))
-    found = {r["category"]: r["failures"] for r in q.failures_by_category(audited, hour)}
+    found = {r.category: r.failures for r in q.failures_by_category(audited, hour)}
     assert found == {category: 1 for _, _, category in ERRORS}
     day = q.failures_by_category(audited, q.AuditFilter(since=NOW - timedelta(days=1)))
-    assert {r["category"]: r["failures"] for r in day}["database unavailable"] == 2
+    assert {r.category: r.failures for r in day}["database unavailable"] == 2
     assert q.failures_by_category(audited, q.AuditFilter(status="COMPLETED")) == []
 
 
@@ -83,9 +83,9 @@ def test_filters_compose(audited: Database) -> None:
     hour = NOW - timedelta(hours=1)
     assert len(q.calls(audited, q.AuditFilter(since=hour, user="bob"), limit=1000)) == 40
     failed = q.calls(audited, q.AuditFilter(status="failed", user="carol"), limit=1000)
-    assert len(failed) == 8 and {r["status"] for r in failed} == {"FAILED"}
+    assert len(failed) == 8 and {r.status for r in failed} == {"FAILED"}
     newest = q.calls(audited, q.AuditFilter(tool="createFollowUpTask"), limit=3)
-    assert [r["start_time"] for r in newest] == sorted((r["start_time"] for r in newest),
+    assert [r.start_time for r in newest] == sorted((r.start_time for r in newest),
                                                        reverse=True)
     assert len(q.calls(audited, q.AuditFilter(since=hour, tool="querySalesData",
                                               user="mallory"))) == 0

@@ -10,27 +10,34 @@ import pytest
 
 from turnstile.engine import attributes as attr
 from turnstile.engine.contract import ApprovalDecision, AuditStatus, CallStatus
-from turnstile.engine.errors import MemoryConflictError
+from turnstile.engine.errors import CallTakenOver, MemoryConflictError
 from turnstile.engine.messages import ChatMessage, ToolCall
+from turnstile.stores import journal_writes
 from turnstile.stores.audit import AuditLog, execution_id
+from turnstile.stores.call_key import CallKey
 from turnstile.stores.db import Database
-from turnstile.stores.journal import CallJournal, Ending
+from turnstile.stores.journal import CallJournal, Ending, Start
 from turnstile.stores.ledger import ToolLedger
 from turnstile.stores.memory import MemoryStore
 
+CALL = ToolCall(id="call_0", name="createEmailTask", arguments='{"to": "ops@example.com"}')
+
 
 def journal(db: Database) -> CallJournal:
-    return CallJournal(db, MemoryStore(db), ToolLedger(db), AuditLog(db))
+    return CallJournal(db, MemoryStore(db))
 
 
-def ending(wf: str, conv: str, seq: int) -> Ending:
-    call = ToolCall(id="call_0", name="createEmailTask", arguments='{"to": "ops@example.com"}')
-    message = ChatMessage(role="tool", content='{"taskId": "t"}', tool_call_id="call_0",
-                          attributes={attr.TOOL_NAME: call.name,
-                                      attr.OUTCOME: CallStatus.COMPLETED.value})
+def begin(j: CallJournal, wf: str, conv: str = "c", call: ToolCall = CALL) -> int:
+    """The attempt's claim (ledger STARTED, audit INITIATED)."""
+    return j.begin(Start(workflow_id=wf, chain="run-1", conversation_id=conv, user_id="alice",
+                         call=call), rerun_lost=False).attempts
+
+
+def ending(wf: str, conv: str, seq: int, attempt: int) -> Ending:
     return Ending(workflow_id=wf, chain="run-1", conversation_id=conv, user_id="alice",
-                  call=call, seq=seq, message=message, audit_status=AuditStatus.COMPLETED,
-                  decision=ApprovalDecision(tool_call_id="call_0", tool_name=call.name,
+                  call=CALL, seq=seq, outcome=CallStatus.COMPLETED, text='{"taskId": "t"}',
+                  is_error=False, audit_status=AuditStatus.COMPLETED, attempt=attempt,
+                  decision=ApprovalDecision(tool_call_id="call_0", tool_name=CALL.name,
                                             approved=True, reviewer="bob", note="",
                                             decided_at="2026-12-01T00:00:00+00:00"))
 
@@ -47,23 +54,43 @@ def test_finish_writes_every_fact_or_none(db: Database) -> None:
     wf, conv = f"wf-{uuid.uuid4().hex[:8]}", f"c-{uuid.uuid4().hex[:8]}"
     j = journal(db)
     MemoryStore(db).check_owner(conv, "alice")
-    j.ledger.begin(wf, "call_0", "createEmailTask", rerun_lost=False, chain="run-1")
+    claim = begin(j, wf, conv)
     # The slot is taken by another turn: nothing of this ending may be written.
     MemoryStore(db).put(conv, 5, ChatMessage(role="user", content="x"), "other-turn")
     with pytest.raises(MemoryConflictError):
-        j.finish(ending(wf, conv, 5))
-    assert facts(db, wf) == {"tool_call_ledger": 1, "tool_execution_log": 0,
+        j.finish(ending(wf, conv, 5, claim))
+    assert facts(db, wf) == {"tool_call_ledger": 1, "tool_execution_log": 1,
                              "approval_decision": 0, "chat_message": 0}
     assert ToolLedger(db).result(wf, "call_0", "run-1") is None  # still STARTED
+    assert [r.status for r in AuditLog(db).rows(wf)] == ["INITIATED"]
 
-    j.finish(ending(wf, conv, 6))
-    j.finish(ending(wf, conv, 6))  # a retried attempt rewrites the same facts
+    j.finish(ending(wf, conv, 6, claim))
+    j.landed(ending(wf, conv, 6, None))  # facts recorded again: the same facts
     assert facts(db, wf) == {"tool_call_ledger": 1, "tool_execution_log": 1,
                              "approval_decision": 1, "chat_message": 1}
     [row] = AuditLog(db).rows(wf)
-    assert row["execution_id"] == execution_id(wf, "call_0", "run-1") == f"{wf}/run-1/call_0"
-    assert row["status"] == "COMPLETED" and row["execution_chain"] == "run-1"
+    assert row.execution_id == execution_id(wf, "call_0", "run-1") == f"{wf}/run-1/call_0"
+    assert row.status == "COMPLETED" and row.execution_chain == "run-1"
     assert ToolLedger(db).result(wf, "call_0", "run-1") == '{"taskId": "t"}'
+    [result] = [m for m in MemoryStore(db).messages(conv) if m.role == "tool"]
+    assert result.attributes[attr.OUTCOME] == "completed" and not result.is_error
+
+
+def test_an_ending_whose_claim_was_taken_records_nothing(db: Database) -> None:
+    """Compare-and-set: once a later attempt claimed the call, the earlier
+    attempt's ending is refused (CallTakenOver) and rolls back whole."""
+    wf, conv = f"wf-{uuid.uuid4().hex[:8]}", f"c-{uuid.uuid4().hex[:8]}"
+    j = journal(db)
+    MemoryStore(db).check_owner(conv, "alice")
+    first = begin(j, wf, conv)
+    second = j.begin(Start(workflow_id=wf, chain="run-1", conversation_id=conv,
+                           user_id="alice", call=CALL), rerun_lost=True)
+    assert second.fresh and second.attempts == first + 1
+    with pytest.raises(CallTakenOver):
+        j.finish(ending(wf, conv, 1, first))
+    assert facts(db, wf)["chat_message"] == 0
+    j.finish(ending(wf, conv, 1, second.attempts))
+    assert ToolLedger(db).status(wf, "call_0", "run-1") == "COMPLETED"
 
 
 def test_a_failed_attempt_is_one_ending_in_one_transaction(
@@ -72,20 +99,32 @@ def test_a_failed_attempt_is_one_ending_in_one_transaction(
     together or not at all (they used to be two transactions of the activity)."""
     wf = f"wf-{uuid.uuid4().hex[:8]}"
     j = journal(db)
-    entry = j.ledger.begin(wf, "call_0", "sendMoney", rerun_lost=False, chain="run-1")
-    j.audit.started(workflow_id=wf, call_id="call_0", conversation_id="c", user_id="alice",
-                    tool_name="sendMoney", arguments="{}", chain="run-1")
-    claim = entry.attempts
+    claim = begin(j, wf, call=ToolCall(id="call_0", name="sendMoney"))
+    key = CallKey(wf, "run-1", "call_0")
 
-    def broken(**_: object) -> None:
+    def broken(*_: object) -> None:
         raise RuntimeError("the audit write failed")
 
-    monkeypatch.setattr(j.audit, "finished", broken)
+    monkeypatch.setattr(journal_writes, "close_audit", broken)
     with pytest.raises(RuntimeError):
-        j.attempt_failed(wf, "run-1", "call_0", "backend down", claim)
+        j.attempt_failed(key, "backend down", claim)
     assert ToolLedger(db).status(wf, "call_0", "run-1") == "STARTED"  # rolled back with it
     monkeypatch.undo()
-    j.attempt_failed(wf, "run-1", "call_0", "backend down", claim)
+    j.attempt_failed(key, "backend down", claim)
     assert ToolLedger(db).status(wf, "call_0", "run-1") == "ATTEMPT_FAILED"
     [row] = AuditLog(db).rows(wf)
-    assert (row["status"], row["error_message"]) == ("FAILED", "backend down")
+    assert (row.status, row.error_message) == ("FAILED", "backend down")
+    again = j.begin(Start(workflow_id=wf, chain="run-1", conversation_id="c", user_id="alice",
+                          call=ToolCall(id="call_0", name="sendMoney")), rerun_lost=False)
+    assert again.fresh and again.attempts == claim + 1  # a retry may claim it
+
+
+def test_with_the_audit_off_the_other_facts_are_still_written(db: Database) -> None:
+    """TURNSTILE_AUDIT=off: no audit row, but the ledger, the decision and the
+    result message are written as ever."""
+    wf, conv = f"wf-{uuid.uuid4().hex[:8]}", f"c-{uuid.uuid4().hex[:8]}"
+    j = CallJournal(db, MemoryStore(db), audit_enabled=False)
+    MemoryStore(db).check_owner(conv, "alice")
+    j.finish(ending(wf, conv, 1, begin(j, wf, conv)))
+    assert facts(db, wf) == {"tool_call_ledger": 1, "tool_execution_log": 0,
+                             "approval_decision": 1, "chat_message": 1}

@@ -48,7 +48,7 @@ async def test_unreachable_reader_is_a_category_not_driver_text(
     remembered = next(m.content for m in MemoryStore(db).messages(conversation)
                       if m.role == "tool")
     [row] = AuditLog(db).rows(handle.id)
-    for text in (tool_text, remembered or "", row["error_message"]):
+    for text in (tool_text, remembered or "", row.error_message):
         assert "database unavailable" in text and "tried 3 time(s)" in text, text
         assert role not in text and str(parsed.hostname) not in text, text
     # The operator still gets the detail.

@@ -135,5 +135,5 @@ async def test_worker_killed_during_compensation(crash: Crash, fake_llm: FakeLLM
     assert result.status == TurnStatus.ROLLED_BACK
     assert result.tool_calls[0].status == CallStatus.ROLLED_BACK
     assert [e["note"] for e in side_effects(db, wf_id)] == ["CANCELLED"]
-    assert [r["status"] for r in AuditLog(db).rows(wf_id) if r["tool_name"] == "slowUndoReserve"] \
+    assert [r.status for r in AuditLog(db).rows(wf_id) if r.tool_name == "slowUndoReserve"] \
         == ["ROLLED_BACK"]

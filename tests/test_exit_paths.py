@@ -106,7 +106,7 @@ async def test_terminate_leaves_a_hole_the_next_turn_repairs(
         result = await nxt.result()
         violations = stored_pairing(db, conv)
         [pay] = result_of(db, conv, "call_1")
-        audit = [r for r in AuditLog(db).rows(stuck.id) if r["tool_name"] == "sendMoneySlowly"]
+        audit = [r for r in AuditLog(db).rows(stuck.id) if r.tool_name == "sendMoneySlowly"]
         events = await nxt.query("status")
         truth = disagreements(db, conv)
     assert truth == []
@@ -115,7 +115,7 @@ async def test_terminate_leaves_a_hole_the_next_turn_repairs(
     assert violations == []
     assert pay.is_error and "may or may not have taken effect" in (pay.content or "")
     assert pay.attributes[attr.REPAIRED]["by"] == nxt.id
-    assert [(r["status"], "repaired by " + nxt.id in (r["error_message"] or ""))
+    assert [(r.status, "repaired by " + nxt.id in (r.error_message or ""))
             for r in audit] == [("FAILED", True)]
     assert any(e["step"] == "memory_repaired" and "call_1" in e["detail"]
                for e in events["events"])

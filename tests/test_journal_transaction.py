@@ -20,7 +20,6 @@ from temporalio.client import Client
 
 from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.turns import running_worker
-from turnstile.engine import attributes as attr
 from turnstile.engine.activity_io import EXECUTE_TOOL
 from turnstile.engine.contract import AuditStatus, CallStatus, TurnStatus
 from turnstile.engine.errors import CallTakenOver, MemoryConflictError
@@ -34,7 +33,6 @@ from turnstile.sales.tools import createFollowUpTask
 from turnstile.stores.audit import AuditLog, execution_id
 from turnstile.stores.db import Database, Transaction, TransactionEnded
 from turnstile.stores.journal import CallJournal, Ending, Start
-from turnstile.stores.ledger import ToolLedger
 from turnstile.stores.memory import MemoryStore
 
 ARGS = {"customerIds": ["C0001"], "assignee": "ops@example.com", "note": "call them"}
@@ -55,7 +53,7 @@ class Attempt:
 
     def __init__(self, db: Database, wf: str, conv: str) -> None:
         self.db, self.wf, self.conv = db, wf, conv
-        self.journal = CallJournal(db, MemoryStore(db), ToolLedger(db), AuditLog(db))
+        self.journal = CallJournal(db, MemoryStore(db))
         self.call = ToolCall(id="call_0", name="createFollowUpTask", arguments=json.dumps(ARGS))
         MemoryStore(db).check_owner(conv, "alice")
         self.claim = self.journal.begin(
@@ -71,14 +69,12 @@ class Attempt:
             ctx, createFollowUpTask.parse_arguments(self.call.arguments)))
 
     def finish(self, text: str, seq: int) -> None:
-        message = ChatMessage(role="tool", content=text, tool_call_id=self.call.id,
-                              attributes={attr.TOOL_NAME: self.call.name,
-                                          attr.OUTCOME: CallStatus.COMPLETED.value})
         try:
             self.journal.finish(Ending(
                 workflow_id=self.wf, chain="run-1", conversation_id=self.conv,
-                user_id="alice", call=self.call, seq=seq, message=message,
-                audit_status=AuditStatus.COMPLETED, attempt=self.claim), self.tx)
+                user_id="alice", call=self.call, seq=seq, outcome=CallStatus.COMPLETED,
+                text=text, is_error=False, audit_status=AuditStatus.COMPLETED,
+                attempt=self.claim), self.tx)
         finally:
             self.tx.release()
 
@@ -269,5 +265,5 @@ async def test_a_turn_whose_record_fails_leaves_no_follow_up(
         ledger = conn.fetchone("SELECT status, attempts FROM tool_call_ledger "
                                "WHERE workflow_id = :wf", {"wf": handle.id})
     assert ledger == {"status": "STARTED", "attempts": attempts}
-    assert [r["status"] for r in AuditLog(sales_db).rows(handle.id)] == ["FAILED"]
+    assert [r.status for r in AuditLog(sales_db).rows(handle.id)] == ["FAILED"]
     assert truth.disagreements(sales_db, conv) == []

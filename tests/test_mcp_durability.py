@@ -114,8 +114,8 @@ async def test_destructive_call_is_reported_interrupted_never_rerun(
     assert len(effects.runs("delete_record")) == 1
     assert "may or may not have taken effect" in tool_result(fake_llm, "k2")
     audit = AuditLog(Database(env["DATABASE_URL"])).rows(wf_id)
-    assert [(r["tool_name"], r["status"]) for r in audit] == [("delete_record", "FAILED")]
-    assert audit[0]["error_message"].startswith("interrupted; effect unknown")
+    assert [(r.tool_name, r.status) for r in audit] == [("delete_record", "FAILED")]
+    assert audit[0].error_message.startswith("interrupted; effect unknown")
 
 
 async def test_mcp_server_time_from_the_package_index(

@@ -92,7 +92,7 @@ async def test_stdio_tools_join_the_turn_named_audited_and_replayable(
         ("mcp inventory/lookup", 1), ("echo", 1), ("mcp inventory/lookup", 1)]
     assert len(await activities(handle, "turnstile.resolve_tools")) == 3  # before each round
     # Audited like any tool, masking included.
-    rows = {r["tool_name"] + ":" + r["input_params"]: r["status"] for r in audit}
+    rows = {r.tool_name + ":" + r.input_params: r.status for r in audit}
     assert rows == {'lookup:{"key": "b***@example.com"}': "COMPLETED",
                     'echo:{"text": "hi"}': "COMPLETED", 'lookup:{"key": "k2"}': "COMPLETED"}
     assert [r["key"] for r in effects.runs("lookup")] == ["bob@example.com", "k2"]
@@ -129,7 +129,7 @@ async def test_argument_errors_and_is_error_results_go_back_to_the_model(
     assert len(effects.runs("explode")) == 1
     assert [a for _, a in await activities(handle, "turnstile.execute_tool")] == [1, 1, 1]
     # a1 and a2 ran concurrently in one round: their audit rows may start in either order.
-    rows = [(r["tool_name"], r["status"]) for r in audit]
+    rows = [(r.tool_name, r.status) for r in audit]
     assert sorted(rows[:2]) == [("explode", "FAILED"), ("lookup", "FAILED")]
     assert rows[2:] == [("lookup", "COMPLETED")]
 

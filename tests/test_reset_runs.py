@@ -28,13 +28,13 @@ from tests.test_execution_chain import _first_task_completed
 from tests.test_exit_paths import stored_pairing
 from turnstile.engine import attributes as attr
 from turnstile.engine.activity_io import EXECUTE_TOOL
-from turnstile.engine.contract import ApproveSignal, AuditStatus, TurnStatus
+from turnstile.engine.contract import ApproveSignal, AuditStatus, CallStatus, TurnStatus
 from turnstile.engine.errors import MemoryConflictError, ResetConflict, RunSuperseded
 from turnstile.engine.messages import Attachment, ChatMessage, ToolCall
 from turnstile.stores.audit import AuditLog
 from turnstile.stores.db import Database, Transaction
 from turnstile.stores.journal import CallJournal, Ending
-from turnstile.stores.ledger import ToolLedger
+from turnstile.stores.ledger import LedgerRow, LedgerStatus
 from turnstile.stores.lock import Holder
 from turnstile.stores.memory import MemoryStore
 from turnstile.stores.runs import RunUnconfirmed, Writer, write
@@ -165,10 +165,10 @@ async def test_reset_after_a_tool_call_takes_another_path(
     assert sorted((e["tool"], e["note"]) for e in side_effects(db, base.id)) == [
         ("reserve", "chairs"), ("reserve", "table"), ("sendMoney", "bob:5"),
         ("slowUpsert", "lamp")]
-    superseded_rows = [(r["tool_name"], r["execution_id"]) for r in audit
-                       if r["status"] == "SUPERSEDED"]
+    superseded_rows = [(r.tool_name, r.execution_id) for r in audit
+                       if r.status == "SUPERSEDED"]
     assert superseded_rows == [("slowUpsert", f"{base.id}/{first_run}/call_2/superseded")]
-    assert all(r["status"] != "INITIATED" for r in audit)
+    assert all(r.status != "INITIATED" for r in audit)
 
     # The truth check agrees and tells a person about the remaining effect.
     assert truth == [] and check == 0
@@ -280,7 +280,7 @@ def test_a_claim_to_confirm_keeps_the_journal_transaction(db: Database) -> None:
     call = ToolCall(id="c1", name="journaledWrite")
     write(db, conv, 0, [_msg("hi"), ChatMessage(role="assistant", tool_calls=[call])], A)
     write(db, conv, 2, [_msg("a's result", "tool")], A)  # written after the reset point
-    journal = CallJournal(db, MemoryStore(db), ToolLedger(db), AuditLog(db))
+    journal = CallJournal(db, MemoryStore(db))
     with db.connect() as conn:
         conn.execute("CREATE TABLE IF NOT EXISTS test_side_effect ("
                      "call_key TEXT NOT NULL, tool TEXT NOT NULL, note TEXT)")
@@ -291,8 +291,9 @@ def test_a_claim_to_confirm_keeps_the_journal_transaction(db: Database) -> None:
             conn.execute("INSERT INTO test_side_effect (call_key, tool, note) VALUES "
                          "(:k, 'journaledWrite', :run)", {"k": conv, "run": run})
         return tx, Ending(workflow_id=WF, chain=CHAIN, conversation_id=conv, user_id="alice",
-                          call=call, seq=2, message=_msg(f"{run}'s result", "tool"),
-                          audit_status=AuditStatus.COMPLETED, ledger=False)
+                          call=call, seq=2, outcome=CallStatus.COMPLETED,
+                          text=f"{run}'s result", is_error=False,
+                          audit_status=AuditStatus.COMPLETED)
 
     tx, ending = attempt("run-b")
     with pytest.raises(RunUnconfirmed):
@@ -344,19 +345,23 @@ def test_a_reset_the_conversation_moved_on_from_is_refused(db: Database) -> None
     assert superseded_messages(db, conv) == []
 
 
+def _ledger(status: str, outcome: str | None, is_error: bool = False) -> LedgerRow:
+    return LedgerRow(tool_name="t", status=LedgerStatus(status), attempts=1,
+                     outcome=outcome and CallStatus(outcome), is_error=is_error)
+
+
 @pytest.mark.parametrize("ledger,live,effect", [
-    ({"status": "COMPLETED", "outcome": "completed", "is_error": 0}, None, Effect.REMAINS),
-    ({"status": "COMPLETED", "outcome": "completed", "is_error": 0},
-     {attr.OUTCOME: "completed"}, Effect.MADE_AGAIN),
+    (_ledger("COMPLETED", "completed"), None, Effect.REMAINS),
+    (_ledger("COMPLETED", "completed"), {attr.OUTCOME: "completed"}, Effect.MADE_AGAIN),
     # Made again, but rejected this time: the first run's effect still remains.
-    ({"status": "COMPLETED", "outcome": "completed", "is_error": 0},
-     {attr.OUTCOME: "rejected"}, Effect.REMAINS),
-    ({"status": "STARTED", "outcome": None, "is_error": 0}, None, Effect.UNKNOWN),
-    ({"status": "COMPLETED", "outcome": "failed", "is_error": 1}, None, Effect.NONE),
+    (_ledger("COMPLETED", "completed"), {attr.OUTCOME: "rejected"}, Effect.REMAINS),
+    (_ledger("STARTED", None), None, Effect.UNKNOWN),
+    (_ledger("COMPLETED", "failed", is_error=True), None, Effect.NONE),
+    (_ledger("COMPLETED", None, is_error=False), None, Effect.REMAINS),  # before `outcome`
     (None, None, Effect.NONE),
     (None, {attr.OUTCOME: "rejected"}, Effect.MADE_AGAIN),
 ])
-def test_what_became_of_a_superseded_call(ledger: dict[str, Any] | None,
+def test_what_became_of_a_superseded_call(ledger: LedgerRow | None,
                                           live: dict[str, Any] | None, effect: Effect) -> None:
     assert effect_of(ledger, live) is effect
 

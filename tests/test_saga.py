@@ -42,7 +42,7 @@ async def test_later_failure_rolls_back_in_reverse_and_rewrites_memory(
         handle = await turns.start("book", conversation="c-saga")
         result = await handle.result()
         db = turns.rt.db
-        audit = {r["tool_name"] + r["execution_id"][-2:]: r["status"]
+        audit = {r.tool_name + r.execution_id[-2:]: r.status
                  for r in AuditLog(db).rows(handle.id)}
         memory = MemoryStore(db).messages("c-saga")
         # The next turn's model request carries the rewritten results.
@@ -83,7 +83,7 @@ async def test_compensation_that_keeps_failing_is_a_state(client: Client, task_q
         memory = MemoryStore(turns.rt.db).messages("c-sticky")
     assert result.status == TurnStatus.COMPENSATION_FAILED
     assert result.error is not None and "stickyReserve (s1)" in result.error.message
-    assert [r["status"] for r in audit if r["tool_name"] == "stickyReserve"] == [
+    assert [r.status for r in audit if r.tool_name == "stickyReserve"] == [
         "COMPENSATION_FAILED"]
     told = next(m for m in memory if m.tool_call_id == "s1")
     assert "MAY STILL EXIST" in (told.content or "") and told.attributes[attr.EFFECT_MAY_REMAIN]
@@ -108,6 +108,6 @@ async def test_cancel_runs_compensations_then_ends_cancelled(
         audit = AuditLog(turns.rt.db).rows(handle.id)
     assert [e["note"] for e in effects] == ["CANCELLED"]  # reserved, then undone; never paid
     # The payment waiting for approval was never run: recorded as such.
-    assert [(r["tool_name"], r["status"]) for r in audit] == [
+    assert [(r.tool_name, r.status) for r in audit] == [
         ("reserve", "ROLLED_BACK"), ("sendMoneySlowly", "FAILED")]
-    assert "cancelled before" in (audit[1]["error_message"] or "")
+    assert "cancelled before" in (audit[1].error_message or "")

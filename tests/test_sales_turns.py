@@ -89,10 +89,10 @@ async def test_demo_turn_end_to_end(client: Client, task_queue: str, tmp_path,
     assert sent == 1 and outbox.get(db, task["task_id"]).status == EmailStatus.SENT
     [mail] = read_mailbox(tmp_path / "mail")
     assert mail["To"] == "ops@example.com" and customers[0] in mail.get_content()
-    assert [(r["tool_name"], r["status"]) for r in audit] == [
+    assert [(r.tool_name, r.status) for r in audit] == [
         ("querySalesData", "COMPLETED"), ("createFollowUpTask", "COMPLETED"),
         ("createEmailTask", "COMPLETED")]
-    assert "o***@example.com" in audit[2]["input_params"]  # masked in the audit log
+    assert "o***@example.com" in audit[2].input_params  # masked in the audit log
 
 
 async def test_compensating_an_email_already_sent_is_honest(
@@ -132,7 +132,7 @@ async def test_compensating_an_email_already_sent_is_honest(
     told = next(m for m in memory if m.tool_call_id == "e1")
     assert told.is_error and "NOT UNDONE" in (told.content or "")
     assert "cannot be recalled: the effect remains" in (told.content or "")
-    assert [(r["tool_name"], r["status"]) for r in audit] == [
+    assert [(r.tool_name, r.status) for r in audit] == [
         ("createEmailTask", "COMPENSATION_FAILED"), ("getEmailTaskStatus", "FAILED")]
-    assert audit[0]["error_message"].startswith("effect remains")
-    assert "round-trip cap" in audit[1]["error_message"]  # the capped call: not run
+    assert audit[0].error_message.startswith("effect remains")
+    assert "round-trip cap" in audit[1].error_message  # the capped call: not run

@@ -66,6 +66,6 @@ async def test_slow_query_is_stopped_retried_and_reported(client: Client, task_q
     assert await attempts(handle) == [2]  # retried by the tool's policy, then reported
     told = tool_messages(fake_llm.requests[1])[0]["content"]
     assert "the query took too long (over 0.3 s)" in told
-    assert [r["status"] for r in audit] == ["FAILED"]
-    assert "took too long" in audit[0]["error_message"]
+    assert [r.status for r in audit] == ["FAILED"]
+    assert "took too long" in audit[0].error_message
     assert took < 10, took  # two attempts of 0.3 s, not of a 20 s statement

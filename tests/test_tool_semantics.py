@@ -58,7 +58,7 @@ async def test_argument_error_goes_back_to_the_model_and_is_not_retried(
     told = tool_messages(fake_llm.requests[1])[0]["content"]
     assert "invalid arguments for add" in told and "b:" in told and "greater than or equal" in told
     assert await attempts(handle) == [1, 1]
-    assert [(r["tool_name"], r["status"]) for r in audit] == [("add", "FAILED"),
+    assert [(r.tool_name, r.status) for r in audit] == [("add", "FAILED"),
                                                               ("add", "COMPLETED")]
 
 
@@ -89,7 +89,7 @@ async def test_execution_error_retried_then_reported_to_model(
     assert await attempts(handle) == [2]  # the tool's RetryPolicy: 2 attempts
     told = tool_messages(fake_llm.requests[1])[0]
     assert "db down" in told["content"] and "alwaysFails failed" in told["content"]
-    assert [r["status"] for r in audit] == ["FAILED"]
+    assert [r.status for r in audit] == ["FAILED"]
 
 
 async def test_non_retryable_execution_error_runs_once(client: Client, task_queue: str,
@@ -118,7 +118,7 @@ async def test_unknown_tool_tells_model_the_real_ones(client: Client, task_queue
     assert "'deleteEverything' does not exist" in told["content"]
     assert "add" in told["content"] and "echo" in told["content"]
     assert await attempts(handle) == []  # nothing was executed
-    assert [(r["tool_name"], r["status"]) for r in audit] == [("deleteEverything", "FAILED")]
+    assert [(r.tool_name, r.status) for r in audit] == [("deleteEverything", "FAILED")]
 
 
 async def test_round_trip_cap_names_the_cap(client: Client, task_queue: str, tmp_path,
@@ -202,7 +202,7 @@ async def test_breaker_disables_tool_after_consecutive_failures(
     assert await attempts(handle) == [2, 2, 2]  # 3 calls x 2 attempts; the 4th never ran
     fourth = tool_messages(fake_llm.requests[4])[-1]["content"]
     assert "disabled for the rest of this turn after 3 consecutive failures" in fourth
-    assert len(audit) == 4 and "disabled" in audit[-1]["error_message"]
+    assert len(audit) == 4 and "disabled" in audit[-1].error_message
 
 
 async def test_breaker_too_many_tool_executions(client: Client, task_queue: str, tmp_path,

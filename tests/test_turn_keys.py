@@ -78,11 +78,11 @@ async def test_a_new_run_of_a_workflow_id_has_its_own_effects_and_rollback(
     assert len({r["execution_chain"] for r in rows}) == 2
 
     # Audit: one row per execution, turn 1's reservation still COMPLETED.
-    by_call = sorted((r["tool_name"], r["status"]) for r in audit)
+    by_call = sorted((r.tool_name, r.status) for r in audit)
     assert by_call == [("mustSucceed", "FAILED"), ("reserve", "COMPLETED"),
                        ("reserve", "ROLLED_BACK"), ("sendMoneySlowly", "COMPLETED"),
                        ("sendMoneySlowly", "COMPLETED")]
-    assert len({r["execution_id"] for r in audit}) == 5
+    assert len({r.execution_id for r in audit}) == 5
 
     # Memory: turn 1's result of call_0 is untouched; turn 2's says rolled back.
     results = [m for m in memory if m.role == "tool" and m.tool_call_id == "call_0"]

@@ -299,7 +299,7 @@ async def test_worker_killed_before_a_journaled_tool_commits(db_turns: Turns, fa
         first.kill()
     assert notes(db, wf_id) == []
     assert ledger_status(db, wf_id, "call-j") == "STARTED"
-    assert [r["status"] for r in AuditLog(db).rows(wf_id)] == ["INITIATED"]
+    assert [r.status for r in AuditLog(db).rows(wf_id)] == ["INITIATED"]
     second = turns.worker("worker2")
     try:
         result = await asyncio.wait_for(handle.result(), timeout=90)
@@ -348,8 +348,8 @@ async def test_worker_killed_before_a_journaled_undo_commits(db_turns: Turns, fa
     after_heartbeat_timeout(scheduled, started)
     [undone] = [m for m in MemoryStore(db).messages(conv) if m.tool_call_id == "r1"]
     assert undone.attributes.get(attr.ROLLED_BACK) and "(attempt 2)" in (undone.content or "")
-    assert [r["status"] for r in AuditLog(db).rows(wf_id)
-            if r["tool_name"] == "journaledReserve"] == ["ROLLED_BACK"]
+    assert [r.status for r in AuditLog(db).rows(wf_id)
+            if r.tool_name == "journaledReserve"] == ["ROLLED_BACK"]
     assert truth.disagreements(db, conv) == []
 
 
@@ -367,7 +367,7 @@ async def test_sigterm_settles_a_cut_off_tool_as_interrupted(turns: Turns,
     [(_, started)] = await activity_runs(handle, EXECUTE_TOOL)
     assert started.activity_task_started_event_attributes.attempt == 1  # not re-run
     assert "may or may not have taken effect" in fake_llm.requests[-1]["messages"][-1]["content"]
-    assert [r["status"] for r in AuditLog(turns.db).rows(wf_id)] == ["FAILED"]
+    assert [r.status for r in AuditLog(turns.db).rows(wf_id)] == ["FAILED"]
     assert truth.disagreements(turns.db, f"c-{wf_id}") == []
 
 

@@ -70,4 +70,4 @@ def report_effects(db: Database, workflow_id: str, mail_dir: Path, out: Callable
                 out(f"    received by the local SMTP server: {p}")
     out("  audit log (tool_execution_log):")
     for row in AuditLog(db).rows(workflow_id):
-        out(f"    {row['tool_name']:<20} {row['status']:<20} {row['input_params'][:90]}")
+        out(f"    {row.tool_name:<20} {row.status:<20} {(row.input_params or '')[:90]}")

@@ -25,9 +25,8 @@ raised a failure of its own).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import NamedTuple
 
 import sqlalchemy as sa
 
@@ -77,8 +76,9 @@ def stored_time(moment: datetime) -> str:
     return moment.astimezone(UTC).isoformat(timespec="milliseconds")
 
 
-@dataclass(frozen=True)
-class AuditFilter:
+class AuditFilter(NamedTuple):
+    """What `starter.py audit` asks about (None: any)."""
+
     since: datetime | None = None
     until: datetime | None = None
     tool: str | None = None
@@ -86,31 +86,60 @@ class AuditFilter:
     status: str | None = None
 
     def where(self) -> list[sa.ColumnElement[bool]]:
-        conditions: list[sa.ColumnElement[bool]] = []
+        """The conditions of the fields that are set."""
+        equal = [(c.tool_name, self.tool), (c.user_id, self.user),
+                 (c.status, self.status.upper() if self.status else None)]
+        conditions = [column == value for column, value in equal if value]
         if self.since is not None:
             conditions.append(c.start_time >= stored_time(self.since))
         if self.until is not None:
             conditions.append(c.start_time < stored_time(self.until))
-        if self.tool:
-            conditions.append(c.tool_name == self.tool)
-        if self.user:
-            conditions.append(c.user_id == self.user)
-        if self.status:
-            conditions.append(c.status == self.status.upper())
         return conditions
 
 
-def calls(db: Database, f: AuditFilter, limit: int = 50) -> list[dict[str, Any]]:
+class Execution(NamedTuple):
+    """One row of `calls`."""
+
+    start_time: str
+    end_time: str | None
+    user_id: str
+    tool_name: str
+    status: str
+    workflow_id: str
+    execution_id: str
+    error_message: str | None
+
+
+class Callers(NamedTuple):
+    """One row of `top_callers`."""
+
+    user_id: str
+    tool_name: str
+    calls: int
+
+
+class Failures(NamedTuple):
+    """One row of `failures_by_category`."""
+
+    category: str
+    failures: int
+    tools: int
+    latest: str
+
+
+Answer = Execution | Callers | Failures
+
+
+def calls(db: Database, f: AuditFilter, limit: int = 50) -> list[Execution]:
     """The executions matching `f`, newest first, at most `limit`."""
-    stmt = (sa.select(c.start_time, c.end_time, c.user_id, c.tool_name, c.status,
-                      c.workflow_id, c.execution_id, c.error_message)
+    stmt = (sa.select(*(c[name] for name in Execution._fields))
             .where(*f.where()).order_by(c.start_time.desc()).limit(limit))
     with db.connect() as conn:
-        return conn.fetchall(stmt)
+        return [Execution(**r) for r in conn.fetchall(stmt)]
 
 
 def top_callers(db: Database, f: AuditFilter, over: int = 0,
-                limit: int = 50) -> list[dict[str, Any]]:
+                limit: int = 50) -> list[Callers]:
     """Calls per (user, tool) matching `f`, the pairs with more than `over`,
     most first."""
     n = sa.func.count().label("calls")
@@ -118,7 +147,8 @@ def top_callers(db: Database, f: AuditFilter, over: int = 0,
             .group_by(c.user_id, c.tool_name).having(sa.func.count() > over)
             .order_by(n.desc(), c.user_id, c.tool_name).limit(limit))
     with db.connect() as conn:
-        return conn.fetchall(stmt)
+        return [Callers(r["user_id"], r["tool_name"], int(r["calls"]))
+                for r in conn.fetchall(stmt)]
 
 
 def category_sql() -> sa.ColumnElement[str]:
@@ -128,7 +158,7 @@ def category_sql() -> sa.ColumnElement[str]:
     return sa.case(*whens, else_=OTHER)
 
 
-def failures_by_category(db: Database, f: AuditFilter) -> list[dict[str, Any]]:
+def failures_by_category(db: Database, f: AuditFilter) -> list[Failures]:
     """Failed executions (FAILED, COMPENSATION_FAILED) matching `f`, counted
     by error category, with the tools involved and the latest failure time."""
     if f.status and f.status.upper() not in FAILED_STATUSES:
@@ -140,4 +170,5 @@ def failures_by_category(db: Database, f: AuditFilter) -> list[dict[str, Any]]:
             .where(c.status.in_(FAILED_STATUSES), *f.where())
             .group_by(category).order_by(sa.desc("failures"), category))
     with db.connect() as conn:
-        return conn.fetchall(stmt)
+        return [Failures(r["category"], int(r["failures"]), int(r["tools"]), r["latest"])
+                for r in conn.fetchall(stmt)]

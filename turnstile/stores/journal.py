@@ -1,5 +1,10 @@
-"""The call journal: facts about tool calls that span memory, the ledger and
-the audit log, each written in one transaction.
+"""The call journal: the one writer of the facts about tool calls — the
+ledger (`tool_call_ledger`), the audit log (`tool_execution_log`) and the
+approval decisions (`approval_decision`) — each ending of a call written in
+one transaction, with the call's result message in memory where the ending
+has one. Its statements are in journal_writes; journal_repair gives calls
+that never ended a result. No other module writes those tables
+(tests/test_one_writer.py).
 
 `begin` claims a call for an attempt: the ledger row (compare-and-set) and
 the audit row `INITIATED`, in one transaction.
@@ -15,109 +20,48 @@ again is safe, even for a tool that is not idempotent: ToolSpec
 and returns the stored result). The ledger claim (`attempts`) fences it: an
 attempt whose call a later attempt has claimed since rolls back instead.
 
-`finish` records how a call ended — the ledger row, the audit row, the
-approval decision and the tool-result message — in one transaction (the
-attempt's, if the tool opened it), so a crash can never leave one written
-without the others (an audit row left `INITIATED` while the ledger says
-`COMPLETED`, a result in memory with no approval row, an effect whose
-ledger row still says `STARTED`). `compensated` does the same for an undo:
-the compensation's writes, the rewritten result message and the audit row.
-
-`repair_orphans` keeps the promise that every tool call in memory has
-exactly one result. A turn that ends without workflow code running —
-`temporal workflow terminate`, a `reset` that abandons the base run, a run
-that is lost — can leave an assistant message whose tool calls have no
-result; real Chat Completions endpoints refuse every later request of that
-conversation (400). The next turn's memory load finds such calls and gives
-each one a result: the ledger's stored result when the call finished (the
-truth), otherwise "interrupted; may or may not have taken effect". The
-repair is recorded on the message (`turnstile.repaired`) and in the audit
-log, and the rows are written in one transaction with the read that found
-them.
+The endings, each one transaction:
+- `finish`: the ledger row, the audit row, the approval decision and the
+  tool-result message (the attempt's transaction, if the tool opened it), so
+  a crash can never leave one written without the others;
+- `landed`: the same but the message, for an effect that landed where memory
+  is not the attempt's to write (its run was replaced by a reset, its turn
+  was cancelled while the tool's thread ran);
+- `attempt_failed`: the ledger lets a retry claim the call, the audit row says why;
+- `compensated`: an undo's own writes, the rewritten result message and the audit row;
+- `settled`: the calls the workflow settled without running them (audit rows,
+  decisions), in the transaction of the messages it wrote;
+- `settle_own_superseded` / `settle_others_superseded`: what became of the
+  calls of a run a reset replaced (turnstile.stores.superseded), with their
+  audit rows;
+- `repair_orphans` (journal_repair): a result for every call in memory that
+  has none.
 """
 
 from __future__ import annotations
 
 import json
-import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import sqlalchemy as sa
+
 from turnstile.engine import attributes as attr
+from turnstile.engine.activity_io import AuditEntry
 from turnstile.engine.contract import ApprovalDecision, AuditStatus, CallStatus
+from turnstile.engine.errors import CallTakenOver
 from turnstile.engine.messages import ChatMessage, ToolCall
-from turnstile.stores.audit import AuditLog, execution_id, mask
+from turnstile.stores import journal_writes as w, ledger, superseded
+from turnstile.stores.call_key import CallKey
 from turnstile.stores.db import Connection, Database, Transaction
-from turnstile.stores.ledger import LedgerEntry, ToolLedger
-from turnstile.stores.memory import MemoryStore, now_iso
+from turnstile.stores.journal_repair import Repair, open_calls, owner_of, repair_orphans
+from turnstile.stores.ledger import LedgerEntry, LedgerStatus
+from turnstile.stores.memory import MemoryStore, chat_message
 from turnstile.stores.runs import Writer, claim
+from turnstile.stores.superseded import Effect, SupersededCall
 
-log = logging.getLogger(__name__)
-
-ORPHAN_TEXT = (
-    "The call to {name} has no result: its turn ended ({reason}) before the call finished "
-    "or was decided. It may or may not have taken effect: check its effect before relying "
-    "on it or trying again."
-)
-ORPHAN_REASON = "terminated, reset or lost"
-
-
-@dataclass(frozen=True)
-class Repair:
-    """One call given a result by `repair_orphans`."""
-
-    seq: int
-    call_id: str
-    tool_name: str
-    workflow_id: str  # the turn that made the call
-    outcome: CallStatus
-
-
-def open_calls(rows: list[dict[str, Any]]) -> list[tuple[dict[str, Any], list[ToolCall],
-                                                         int | None]]:
-    """Assistant messages with calls left unanswered: (row, calls, seq of the
-    next non-tool message or None). The same walk as a Chat Completions
-    endpoint's check: a call's result must follow it before the next message."""
-    found: list[tuple[dict[str, Any], list[ToolCall], int | None]] = []
-    owner: dict[str, Any] | None = None
-    open_calls: dict[str, ToolCall] = {}
-    for r in rows:
-        if r["role"] == "tool":
-            open_calls.pop(r.get("tool_call_id") or "", None)
-            continue
-        if owner is not None and open_calls:
-            found.append((owner, list(open_calls.values()), int(r["seq"])))
-        owner, open_calls = None, {}
-        attrs = json.loads(r["attributes"]) if r.get("attributes") else {}
-        if r["role"] == "assistant" and r.get("tool_calls") and not attrs.get(attr.DISCARDED):
-            owner = r
-            open_calls = {c["id"]: ToolCall.model_validate(c)
-                          for c in json.loads(r["tool_calls"])}
-    if owner is not None and open_calls:
-        found.append((owner, list(open_calls.values()), None))
-    return found
-
-
-@dataclass(frozen=True)
-class Ending:
-    """How one call ended, as `CallJournal.finish` records it."""
-
-    workflow_id: str
-    chain: str
-    conversation_id: str
-    user_id: str
-    call: ToolCall
-    seq: int  # the memory slot the workflow assigned to the result
-    message: ChatMessage  # the tool-result message
-    audit_status: AuditStatus
-    audit_error: str | None = None
-    decision: ApprovalDecision | None = None  # the approval the call ran under
-    ledger: bool = True  # complete the ledger row (False: it is already complete)
-    state: dict[str, Any] | None = None
-    attempt: int | None = None  # the ledger claim of the attempt (None: not fenced)
-    # The result message goes to memory (False: only ledger, audit and decision,
-    # for a run a reset replaced, whose memory writes are refused).
-    remember: bool = True
+__all__ = ["CallJournal", "Ending", "Repair", "Start", "Undone", "open_calls"]
 
 
 @dataclass(frozen=True)
@@ -129,6 +73,43 @@ class Start:
     conversation_id: str
     user_id: str
     call: ToolCall
+
+
+@dataclass(frozen=True)
+class Ending:
+    """How one call ended, as the journal records it."""
+
+    workflow_id: str
+    chain: str
+    conversation_id: str
+    user_id: str
+    call: ToolCall
+    seq: int  # the memory slot the workflow assigned to the result
+    outcome: CallStatus
+    text: str  # the result, as the model reads it
+    is_error: bool
+    audit_status: AuditStatus
+    audit_error: str | None = None
+    decision: ApprovalDecision | None = None  # the approval the call ran under
+    state: dict[str, Any] | None = None  # cross-round state the tool returned
+    # The ledger claim this ending completes (`begin`'s `attempts`). None: the
+    # ledger row is not this attempt's to write (the call was never claimed —
+    # an unknown tool, invalid arguments — or an earlier attempt completed it).
+    attempt: int | None = None
+
+    @property
+    def key(self) -> CallKey:
+        return CallKey(self.workflow_id, self.chain, self.call.id)
+
+    def message(self) -> ChatMessage:
+        """The tool-result message memory keeps."""
+        attributes: dict[str, Any] = {attr.TOOL_NAME: self.call.name,
+                                      attr.OUTCOME: self.outcome.value,
+                                      attr.WORKFLOW_ID: self.workflow_id}
+        if self.state:
+            attributes[attr.STATE] = self.state
+        return ChatMessage(role="tool", content=self.text, tool_call_id=self.call.id,
+                           is_error=self.is_error, attributes=attributes)
 
 
 @dataclass(frozen=True)
@@ -145,25 +126,58 @@ class Undone:
     audit_error: str
 
 
+def _execution(key: CallKey, conversation_id: str, user_id: str, call: ToolCall,
+               execution_id: str | None = None) -> w.Execution:
+    return w.Execution(execution_id=execution_id or key.execution_id,
+                       workflow_id=key.workflow_id, chain=key.chain,
+                       conversation_id=conversation_id, user_id=user_id, tool_name=call.name,
+                       arguments=call.arguments)
+
+
 class CallJournal:
-    def __init__(self, db: Database, memory: MemoryStore, ledger: ToolLedger,
-                 audit: AuditLog) -> None:
-        self.db, self.memory, self.ledger, self.audit = db, memory, ledger, audit
-        self.audit_enabled = audit.enabled
+    """The one writer of the call facts (see the module's doc)."""
+
+    def __init__(self, db: Database, memory: MemoryStore, audit_enabled: bool = True) -> None:
+        self.db, self.memory = db, memory
+        self.audit_enabled = audit_enabled  # TURNSTILE_AUDIT: decisions are kept either way
+
+    # --- an attempt ----------------------------------------------------------
 
     def begin(self, start: Start, *, rerun_lost: bool) -> LedgerEntry:
-        """Claim the call (ledger) and open its audit row, in one transaction.
-        The audit row is opened only by an attempt that will run the tool."""
-        call = start.call
+        """Claim the call (ledger, compare-and-set) and open its audit row, in
+        one transaction. The audit row is opened only by an attempt that will
+        run the tool. `rerun_lost`: an attempt that vanished mid-run may be
+        run again (the tool is idempotent or transactional). `attempts` of
+        the entry is the claim: an ending with it changes the ledger only
+        while no later attempt has claimed the call since."""
+        key = CallKey(start.workflow_id, start.chain, start.call.id)
         with self.db.connect() as conn:
-            entry = self.ledger.begin(start.workflow_id, call.id, call.name,
-                                      rerun_lost=rerun_lost, chain=start.chain, conn=conn)
-            if entry.fresh:
-                self.audit.started(workflow_id=start.workflow_id, call_id=call.id,
-                                   conversation_id=start.conversation_id,
-                                   user_id=start.user_id, tool_name=call.name,
-                                   arguments=call.arguments, chain=start.chain, conn=conn)
+            entry = self._claim(conn, key, start.call.name, rerun_lost)
+            if entry.fresh and self.audit_enabled:
+                w.open_audit(conn, _execution(key, start.conversation_id, start.user_id,
+                                              start.call))
         return entry
+
+    @staticmethod
+    def _claim(conn: Connection, key: CallKey, tool_name: str, rerun_lost: bool) -> LedgerEntry:
+        if w.claim_first(conn, key, tool_name):
+            return LedgerEntry(status=LedgerStatus.STARTED, fresh=True)
+        for _ in range(3):  # another attempt may change the row between read and claim
+            row = ledger.read(conn, key)
+            assert row is not None
+            if row.status is LedgerStatus.COMPLETED:
+                return LedgerEntry(status=row.status, fresh=False, result=row.result,
+                                   is_error=row.is_error, attempts=row.attempts,
+                                   outcome=row.outcome, state=row.state)
+            if row.status is LedgerStatus.ATTEMPT_FAILED or rerun_lost:
+                if w.claim_again(conn, key, row):
+                    return LedgerEntry(status=LedgerStatus.STARTED, fresh=True,
+                                       attempts=row.attempts + 1)
+                continue
+            # STARTED and never finished: an earlier attempt was lost mid-run.
+            return LedgerEntry(status=row.status, fresh=False, attempts=row.attempts)
+        raise CallTakenOver(f"tool call {key.call_id} of {key.workflow_id}: its ledger row "
+                            "keeps changing (another attempt of the call is running)")
 
     def transaction(self) -> Transaction:
         """The journal's transaction of one attempt, opened on first use."""
@@ -179,189 +193,153 @@ class CallJournal:
         `writer`: the run writing, which claims the result's slot first
         (turnstile.stores.runs); its RunUnconfirmed leaves `tx` open and
         uncommitted, so the confirmed claim records in the same transaction."""
+        def record(conn: Connection) -> None:
+            if writer is not None:
+                claim(conn, e.conversation_id, writer, range(e.seq, e.seq + 1))
+            self._ended(conn, e)
+            self.memory.append_in(conn, e.conversation_id, e.seq, [e.message()],
+                                  e.workflow_id, e.chain or None,
+                                  run_id=writer.run_id if writer is not None else None)
+        self._in(tx, record)
+
+    def landed(self, e: Ending, tx: Transaction | None = None) -> None:
+        """Ledger, audit and decision of a call whose result message is not
+        this attempt's to write: its run was replaced by a reset (memory
+        refuses its writes; the reset run reuses the ledger's result), or
+        its turn was cancelled while the tool's thread ran (the cancel path
+        writes memory, then the undo of what the ledger says landed)."""
+        self._in(tx, lambda conn: self._ended(conn, e))
+
+    def _in(self, tx: Transaction | None, record: Callable[[Connection], None]) -> None:
+        """`record(conn)` in `tx` (then committed) if the tool used it, else
+        in a transaction of its own."""
         if tx is not None and tx.used:
             with tx.use() as conn:
-                self._finish(conn, e, writer)
+                record(conn)
             tx.commit()
             return
         with self.db.connect() as conn:
-            self._finish(conn, e, writer)
+            record(conn)
 
-    def _finish(self, conn: Connection, e: Ending, writer: Writer | None = None) -> None:
-        if writer is not None and e.remember:
-            claim(conn, e.conversation_id, writer, range(e.seq, e.seq + 1))
-        m = e.message
-        outcome = CallStatus(m.attributes.get(attr.OUTCOME, CallStatus.COMPLETED.value))
-        if e.ledger:
-            self.ledger.complete(e.workflow_id, e.call.id, m.content or "", m.is_error,
-                                 outcome, e.state, e.chain, conn=conn, attempt=e.attempt)
+    def _ended(self, conn: Connection, e: Ending) -> None:
+        key = e.key
+        if e.attempt is not None and not w.complete(
+                conn, key, e.attempt, outcome=e.outcome, result=e.text, is_error=e.is_error,
+                state=e.state):
+            raise CallTakenOver(f"tool call {key.call_id} of {key.workflow_id}: a later "
+                                f"attempt claimed it from attempt {e.attempt}")
         if e.decision is not None:
-            d = e.decision
-            self.audit.decision(workflow_id=e.workflow_id, tool_name=e.call.name,
-                                tool_call_id=e.call.id, approved=d.approved,
-                                reviewer=d.reviewer, note=d.note, decided_at=d.decided_at,
-                                chain=e.chain, conn=conn)
-        opened = conn.fetchone(
-            "SELECT 1 AS x FROM tool_execution_log WHERE execution_id = :k",
-            {"k": execution_id(e.workflow_id, e.call.id, e.chain)})
-        if opened is None:
-            self.audit.settled(workflow_id=e.workflow_id, call_id=e.call.id,
-                               conversation_id=e.conversation_id, user_id=e.user_id,
-                               tool_name=e.call.name, arguments=e.call.arguments,
-                               status=e.audit_status, error=e.audit_error or "",
-                               chain=e.chain, conn=conn)
+            w.record_decision(conn, key, e.call.name, e.decision)
+        if not self.audit_enabled:
+            return
+        if w.audit_opened(conn, key.execution_id) is None:
+            w.settle_audit(conn, _execution(key, e.conversation_id, e.user_id, e.call),
+                           e.audit_status, e.audit_error or "")
         else:
-            self.audit.finished(workflow_id=e.workflow_id, call_id=e.call.id,
-                                status=e.audit_status, error=e.audit_error, chain=e.chain,
-                                conn=conn)
-        if e.remember:
-            self.memory.append_in(conn, e.conversation_id, e.seq, [m], e.workflow_id,
-                                  e.chain or None,
-                                  run_id=writer.run_id if writer is not None else None)
+            w.close_audit(conn, key.execution_id, e.audit_status, e.audit_error)
 
-    def attempt_failed(self, workflow_id: str, chain: str, call_id: str, error: str,
-                       attempt: int) -> None:
+    def attempt_failed(self, key: CallKey, error: str, attempt: int) -> None:
         """An attempt that ended without a result (the tool raised): the ledger
         lets a retry claim the call again and the audit row says why, in one
         transaction. Only while `attempt` still holds the claim."""
         with self.db.connect() as conn:
-            self.ledger.attempt_failed(workflow_id, call_id, error, chain, attempt, conn=conn)
-            self.audit.finished(workflow_id=workflow_id, call_id=call_id,
-                                status=AuditStatus.FAILED, error=error, chain=chain, conn=conn)
+            w.release(conn, key, attempt, error)
+            if self.audit_enabled:
+                w.close_audit(conn, key.execution_id, AuditStatus.FAILED, error)
+
+    # --- after the attempts ----------------------------------------------------
 
     def compensated(self, u: Undone, tx: Transaction | None = None) -> None:
         """What memory and the audit log say after an undo, in one transaction
         with the undo's own writes (`tx`, then committed) if it made any."""
-        if tx is not None and tx.used:
-            with tx.use() as conn:
-                self._compensated(conn, u)
-            tx.commit()
-            return
-        with self.db.connect() as conn:
-            self._compensated(conn, u)
+        def record(conn: Connection) -> None:
+            self.memory.rewrite_tool_result(u.conversation_id, u.call_id, u.text,
+                                            u.attributes, workflow_id=u.workflow_id,
+                                            chain=u.chain, conn=conn)
+            if self.audit_enabled:
+                w.close_audit(conn, CallKey(u.workflow_id, u.chain, u.call_id).execution_id,
+                              u.audit_status, u.audit_error)
+        self._in(tx, record)
 
     def rolled_back(self, conversation_id: str, call_id: str, workflow_id: str,
                     chain: str) -> str | None:
         """What memory says of a call of this turn that a compensation undid
         and recorded (None: not undone yet)."""
+        m = chat_message.c
+        stmt = sa.select(m.content, m.attributes).where(
+            m.conversation_id == conversation_id, m.tool_call_id == call_id, m.role == "tool",
+            m.workflow_id == workflow_id, sa.func.coalesce(m.execution_chain, "") == chain)
         with self.db.connect() as conn:
-            rows = conn.fetchall(
-                "SELECT content, attributes FROM chat_message WHERE conversation_id = :c "
-                "AND tool_call_id = :call AND role = 'tool' AND workflow_id = :wf "
-                "AND COALESCE(execution_chain, '') = :chain",
-                {"c": conversation_id, "call": call_id, "wf": workflow_id, "chain": chain})
+            rows = conn.fetchall(stmt)
         for r in rows:
             if r["attributes"] and json.loads(r["attributes"]).get(attr.ROLLED_BACK):
                 return str(r["content"] or "")
         return None
 
-    def _compensated(self, conn: Connection, u: Undone) -> None:
-        self.memory.rewrite_tool_result(u.conversation_id, u.call_id, u.text, u.attributes,
-                                        workflow_id=u.workflow_id, chain=u.chain, conn=conn)
-        self.audit.finished(workflow_id=u.workflow_id, call_id=u.call_id,
-                            status=u.audit_status, error=u.audit_error, chain=u.chain,
-                            conn=conn)
+    def settled(self, conn: Connection, workflow_id: str, chain: str, conversation_id: str,
+                user_id: str, entries: list[AuditEntry],
+                decisions: list[ApprovalDecision]) -> None:
+        """Calls the turn's workflow settled without running them (unknown
+        tool, rejection, a breaker, retries exhausted) and the decisions it
+        took, in `conn`'s transaction (with the messages it wrote)."""
+        for d in decisions:
+            w.record_decision(conn, CallKey(workflow_id, chain, d.tool_call_id), d.tool_name, d)
+        if not self.audit_enabled:
+            return
+        for a in entries:
+            call = ToolCall(id=a.call_id, name=a.tool_name, arguments=a.arguments)
+            w.settle_audit(conn, _execution(CallKey(workflow_id, chain, a.call_id),
+                                            conversation_id, user_id, call),
+                           a.status, a.error)
+
+    # --- calls of runs a reset replaced --------------------------------------
+
+    def settle_own_superseded(self, conn: Connection, conversation_id: str,
+                              writer: Writer) -> list[tuple[SupersededCall, Effect]]:
+        """As the run `writer` ends: what became of its turn's superseded calls."""
+        return self._settle(conn, writer.run_id, superseded.unsettled_of_turn(
+            conn, conversation_id, writer.workflow_id, writer.chain))
+
+    def settle_others_superseded(self, conn: Connection, conversation_id: str,
+                                 workflow_id: str,
+                                 chain: str) -> list[tuple[SupersededCall, Effect]]:
+        """As the turn (`workflow_id`, `chain`) loads memory holding the lock:
+        what became of every other turn's superseded calls (their runs have ended)."""
+        return self._settle(conn, workflow_id, superseded.unsettled_of_other_turns(
+            conn, conversation_id, workflow_id, chain))
+
+    def _settle(self, conn: Connection, by: str,
+                rows: list[superseded.SupersededRow]) -> list[tuple[SupersededCall, Effect]]:
+        settled = superseded.settle(conn, rows, by)
+        if self.audit_enabled:
+            for sc, effect in settled:
+                self._audit_superseded(conn, sc, effect, by)
+        return settled
+
+    @staticmethod
+    def _audit_superseded(conn: Connection, sc: SupersededCall, effect: Effect,
+                          by: str) -> None:
+        """Close the call's audit row if it was left open; an effect that
+        remains (or may) gets a SUPERSEDED row of its own."""
+        if effect is Effect.MADE_AGAIN:
+            return  # the reset run's execution wrote the call's audit row
+        w.close_open_audit(conn, sc.key, f"superseded by reset run {sc.superseded_by}: "
+                                         f"{superseded.DETAIL[effect]}")
+        if effect is Effect.NONE:
+            return
+        key = CallKey(sc.workflow_id, sc.chain, sc.call.id)
+        call = sc.call.model_copy(update={"name": sc.call.name or "(unknown)"})
+        w.add_audit(conn, _execution(key, sc.conversation_id, owner_of(conn, sc.conversation_id),
+                                     call, f"{sc.key}/superseded"),
+                    AuditStatus.SUPERSEDED,
+                    f"{superseded.DETAIL[effect]} (turn {sc.workflow_id} was reset; run "
+                    f"{sc.superseded_by} took its place; recorded by {by})")
 
     def repair_orphans(self, conversation_id: str, repaired_by: str,
                        conn: Connection | None = None) -> list[Repair]:
-        """Give every unanswered tool call of the conversation a result (see
-        the module's doc), in `conn`'s transaction when given. Idempotent: a
-        repaired call is answered."""
-        repairs: list[Repair] = []
+        """Give every unanswered tool call of the conversation a result
+        (journal_repair), in `conn`'s transaction when given."""
         with self.db.joined(conn) as conn:
-            # Only what lies after the watermark: every call before it is answered.
-            mark = conn.fetchone("SELECT answered_through FROM conversation "
-                                 "WHERE conversation_id = :c", {"c": conversation_id})
-            through = mark["answered_through"] if mark else None
-            rows = conn.fetchall(
-                "SELECT seq, role, tool_calls, tool_call_id, attributes, workflow_id, "
-                "execution_chain, run_id, conversation_id FROM chat_message "
-                "WHERE conversation_id = :c AND seq > :w ORDER BY seq",
-                {"c": conversation_id, "w": -1 if through is None else int(through)})
-            taken = {int(r["seq"]) for r in rows}
-            stuck: int | None = None  # the first call left unanswered (no free slot)
-            for owner, calls, next_seq in open_calls(rows):
-                slot = int(owner["seq"])
-                for call in calls:
-                    slot += 1
-                    while slot in taken:
-                        slot += 1
-                    if next_seq is not None and slot >= next_seq:
-                        log.error("conversation %s: no free slot for the result of call %s "
-                                  "(seq %s); left unanswered", conversation_id, call.id,
-                                  owner["seq"])
-                        stuck = int(owner["seq"]) if stuck is None else stuck
-                        break
-                    taken.add(slot)
-                    repairs.append(self._answer(conn, conversation_id, slot, owner, call,
-                                                repaired_by))
-            if taken:  # every call through the newest slot read is answered now
-                mark_at = max(taken) if stuck is None else stuck - 1
-                conn.execute("UPDATE conversation SET answered_through = :w "
-                             "WHERE conversation_id = :c", {"c": conversation_id, "w": mark_at})
-        for r in repairs:
-            log.warning("conversation %s: call %s (%s) of turn %s had no result; recorded "
-                        "as %s at seq %d", conversation_id, r.call_id, r.tool_name,
-                        r.workflow_id, r.outcome.value, r.seq)
-        return repairs
+            return repair_orphans(conn, self.memory, self.audit_enabled, conversation_id,
+                                  repaired_by)
 
-    def _answer(self, conn: Connection, conversation_id: str, seq: int,
-                owner: dict[str, Any], call: ToolCall, repaired_by: str) -> Repair:
-        wf_id = owner.get("workflow_id") or ""
-        chain = owner.get("execution_chain") or ""
-        done = conn.fetchone(
-            "SELECT result, is_error, outcome, state FROM tool_call_ledger "
-            "WHERE workflow_id = :wf AND execution_chain = :chain AND tool_call_id = :call "
-            "AND status = 'COMPLETED'", {"wf": wf_id, "chain": chain, "call": call.id})
-        marker = {"by": repaired_by, "reason": ORPHAN_REASON,
-                  "source": "ledger" if done else "none"}
-        if done is not None:  # the call finished; only its memory write was lost
-            outcome = CallStatus(done["outcome"] or (
-                CallStatus.FAILED if done["is_error"] else CallStatus.COMPLETED))
-            text, is_error = done["result"] or "", bool(done["is_error"])
-        else:
-            outcome, is_error = CallStatus.INTERRUPTED, True
-            text = ORPHAN_TEXT.format(name=call.name, reason=ORPHAN_REASON)
-        message = ChatMessage(role="tool", content=text, tool_call_id=call.id,
-                              is_error=is_error,
-                              attributes={attr.TOOL_NAME: call.name, attr.OUTCOME: outcome.value,
-                                          attr.WORKFLOW_ID: wf_id, attr.REPAIRED: marker})
-        if done is not None and done["state"]:
-            message.attributes[attr.STATE] = json.loads(done["state"])
-        # Written for the run that made the call: a reset run that replaces that
-        # run supersedes the repair with the rest of its rows.
-        self.memory.append_in(conn, conversation_id, seq, [message], wf_id, chain or None,
-                              run_id=owner.get("run_id"))
-        if self.audit_enabled and done is None:
-            self._audit_interrupted(conn, conversation_id, owner, call, chain, repaired_by)
-        return Repair(seq=seq, call_id=call.id, tool_name=call.name, workflow_id=wf_id,
-                      outcome=outcome)
-
-    @staticmethod
-    def _audit_interrupted(conn: Connection, conversation_id: str, owner: dict[str, Any],
-                           call: ToolCall, chain: str, repaired_by: str) -> None:
-        """Close the call's audit row (open if the tool was running) or add one."""
-        wf_id = owner.get("workflow_id") or ""
-        key = execution_id(wf_id, call.id, chain)
-        error = (f"interrupted; effect unknown: turn {wf_id} ended without a result "
-                 f"({ORPHAN_REASON}); repaired by {repaired_by}")
-        row = conn.fetchone("SELECT status FROM tool_execution_log WHERE execution_id = :k",
-                            {"k": key})
-        if row is not None:
-            if row["status"] == AuditStatus.INITIATED.value:
-                conn.execute("UPDATE tool_execution_log SET status = :s, end_time = :now, "
-                             "error_message = :e WHERE execution_id = :k",
-                             {"s": AuditStatus.FAILED.value, "now": now_iso(), "e": error,
-                              "k": key})
-            return
-        user = conn.fetchone("SELECT user_id FROM conversation WHERE conversation_id = :c",
-                             {"c": conversation_id})
-        now = now_iso()
-        conn.execute(
-            "INSERT INTO tool_execution_log (execution_id, workflow_id, conversation_id, "
-            "user_id, tool_name, input_params, start_time, end_time, status, error_message, "
-            "execution_chain) VALUES (:k, :wf, :c, :u, :t, :p, :now, :now, :s, :e, :chain)",
-            {"k": key, "wf": wf_id, "c": conversation_id,
-             "u": user["user_id"] if user else "", "t": call.name,
-             "p": mask(call.arguments)[:16_384], "now": now, "s": AuditStatus.FAILED.value,
-             "e": error, "chain": chain or None})

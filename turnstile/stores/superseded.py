@@ -11,7 +11,9 @@ each superseded call, which it was: the attribute `turnstile.superseded_effect`
 on the call's superseded result (a superseded call without a result gets
 one, so the record pairs every call with a result too) and, when an effect
 remains or may remain, an audit row `SUPERSEDED` beside the call's own; an
-audit row the superseded call left open is closed. Nothing is compensated:
+audit row the superseded call left open is closed (those audit writes are the
+call journal's: `CallJournal.settle_own_superseded` and
+`settle_others_superseded` call `settle`). Nothing is compensated:
 the effect is flagged for a person (and `python starter.py check` prints it).
 
 A reset run's model call that reuses a superseded call id for a *different*
@@ -26,12 +28,19 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+import sqlalchemy as sa
+
 from turnstile.engine import attributes as attr
-from turnstile.engine.contract import AuditStatus, CallStatus
+from turnstile.engine.contract import CallStatus
 from turnstile.engine.messages import ChatMessage, ToolCall
-from turnstile.stores.audit import execution_id, mask
+from turnstile.stores import ledger as ledger_store
+from turnstile.stores.call_key import CallKey, execution_id
 from turnstile.stores.db import Connection, Database
-from turnstile.stores.memory import now_iso
+from turnstile.stores.ledger import LedgerRow, LedgerStatus
+from turnstile.stores.memory import chat_message, now_iso
+from turnstile.stores.runs import superseded_message
+
+t = superseded_message.c
 
 
 class Effect(StrEnum):
@@ -52,10 +61,17 @@ DETAIL = {
 }
 
 
-@dataclass(frozen=True)
-class SupersededMessage:
-    """A message a reset run took the slot of, as kept for the record."""
+def _json(text: str | None) -> Any:
+    return json.loads(text) if text else None
 
+
+@dataclass(frozen=True)
+class SupersededRow:
+    """A message a reset run took the slot of, as kept for the record
+    (one row of `superseded_message`)."""
+
+    id: int
+    conversation_id: str
     seq: int
     message: ChatMessage
     workflow_id: str
@@ -63,6 +79,18 @@ class SupersededMessage:
     run_id: str | None  # the run that wrote it
     superseded_by: str  # the run that took its slot
     superseded_at: str
+
+    @classmethod
+    def read(cls, r: dict[str, Any]) -> SupersededRow:
+        msg = ChatMessage(role=r["role"], content=r["content"],
+                          tool_calls=[ToolCall.model_validate(c)
+                                      for c in _json(r["tool_calls"]) or []],
+                          tool_call_id=r["tool_call_id"], is_error=bool(r["is_error"]),
+                          attributes=_json(r["attributes"]) or {})
+        return cls(id=int(r["id"]), conversation_id=r["conversation_id"], seq=int(r["seq"]),
+                   message=msg, workflow_id=r["workflow_id"] or "",
+                   chain=r["execution_chain"] or "", run_id=r["run_id"],
+                   superseded_by=r["superseded_by"], superseded_at=r["superseded_at"])
 
 
 @dataclass
@@ -75,7 +103,7 @@ class SupersededCall:
     call: ToolCall
     seq: int  # the slot of the call's message (or of its result when only that was kept)
     superseded_by: str
-    results: list[dict[str, Any]] = field(default_factory=list)  # its superseded result rows
+    results: list[SupersededRow] = field(default_factory=list)  # its superseded results
 
     @property
     def key(self) -> str:
@@ -84,14 +112,10 @@ class SupersededCall:
     @property
     def marker(self) -> dict[str, Any] | None:
         for r in self.results:
-            found = _attrs(r).get(attr.SUPERSEDED_EFFECT)
+            found = r.message.attributes.get(attr.SUPERSEDED_EFFECT)
             if found:
                 return dict(found)
         return None
-
-
-def _attrs(row: dict[str, Any]) -> dict[str, Any]:
-    return json.loads(row["attributes"]) if row.get("attributes") else {}
 
 
 def call_identity(name: str, arguments: str) -> str:
@@ -104,63 +128,54 @@ def call_identity(name: str, arguments: str) -> str:
     return f"{name}\x00{args}"
 
 
-def superseded_messages(db: Database, conversation_id: str) -> list[SupersededMessage]:
+def _rows(conn: Connection, *where: sa.ColumnElement[bool]) -> list[SupersededRow]:
+    return [SupersededRow.read(r)
+            for r in conn.fetchall(sa.select(superseded_message).where(*where).order_by(t.id))]
+
+
+def superseded_messages(db: Database, conversation_id: str) -> list[SupersededRow]:
     with db.connect() as conn:
-        rows = conn.fetchall("SELECT * FROM superseded_message WHERE conversation_id = :c "
-                             "ORDER BY id", {"c": conversation_id})
-    out = []
-    for r in rows:
-        calls = json.loads(r["tool_calls"]) if r["tool_calls"] else []
-        msg = ChatMessage(role=r["role"], content=r["content"],
-                          tool_calls=[ToolCall.model_validate(c) for c in calls],
-                          tool_call_id=r["tool_call_id"], is_error=bool(r["is_error"]),
-                          attributes=_attrs(r))
-        out.append(SupersededMessage(
-            seq=int(r["seq"]), message=msg, workflow_id=r["workflow_id"] or "",
-            chain=r["execution_chain"] or "", run_id=r["run_id"],
-            superseded_by=r["superseded_by"], superseded_at=r["superseded_at"]))
-    return out
+        return _rows(conn, t.conversation_id == conversation_id)
+
+
+def _turn(workflow_id: str, chain: str) -> sa.ColumnElement[bool]:
+    return sa.and_(sa.func.coalesce(t.workflow_id, "") == workflow_id,
+                   sa.func.coalesce(t.execution_chain, "") == chain)
 
 
 def prior_calls(db: Database, conversation_id: str, workflow_id: str,
                 chain: str) -> dict[str, str]:
     """Call id -> call identity of every superseded call of the turn."""
     with db.connect() as conn:
-        rows = conn.fetchall(
-            "SELECT tool_calls FROM superseded_message WHERE conversation_id = :c "
-            "AND workflow_id = :wf AND COALESCE(execution_chain, '') = :chain "
-            "AND role = 'assistant' AND tool_calls IS NOT NULL ORDER BY id",
-            {"c": conversation_id, "wf": workflow_id, "chain": chain})
-    return {c["id"]: call_identity(c["name"], c.get("arguments") or "{}")
-            for r in rows for c in json.loads(r["tool_calls"])}
+        rows = _rows(conn, t.conversation_id == conversation_id, _turn(workflow_id, chain),
+                     t.role == "assistant", t.tool_calls.is_not(None))
+    return {c.id: call_identity(c.name, c.arguments or "{}")
+            for r in rows for c in r.message.tool_calls}
 
 
-def _calls(rows: list[dict[str, Any]]) -> list[SupersededCall]:
+def _calls(rows: list[SupersededRow]) -> list[SupersededCall]:
     """Group superseded rows into their calls (by turn, chain and call id)."""
     found: dict[tuple[str, str, str], SupersededCall] = {}
     for r in rows:
-        wf, chain = r["workflow_id"] or "", r["execution_chain"] or ""
-        if r["role"] == "assistant" and r["tool_calls"]:
-            for c in json.loads(r["tool_calls"]):
-                call = ToolCall.model_validate(c)
-                sc = found.setdefault((wf, chain, call.id), SupersededCall(
-                    r["conversation_id"], wf, chain, call, int(r["seq"]), r["superseded_by"]))
-                sc.call, sc.seq = call, int(r["seq"])  # the call itself, if its result came first
-        elif r["role"] == "tool" and r["tool_call_id"]:
-            name = str(_attrs(r).get(attr.TOOL_NAME, ""))
-            sc = found.setdefault((wf, chain, r["tool_call_id"]), SupersededCall(
-                r["conversation_id"], wf, chain, ToolCall(id=r["tool_call_id"], name=name),
-                int(r["seq"]), r["superseded_by"]))
+        m = r.message
+        if m.role == "assistant" and m.tool_calls:
+            for call in m.tool_calls:
+                sc = found.setdefault((r.workflow_id, r.chain, call.id), SupersededCall(
+                    r.conversation_id, r.workflow_id, r.chain, call, r.seq, r.superseded_by))
+                sc.call, sc.seq = call, r.seq  # the call itself, if its result came first
+        elif m.role == "tool" and m.tool_call_id:
+            name = str(m.attributes.get(attr.TOOL_NAME, ""))
+            sc = found.setdefault((r.workflow_id, r.chain, m.tool_call_id), SupersededCall(
+                r.conversation_id, r.workflow_id, r.chain, ToolCall(id=m.tool_call_id, name=name),
+                r.seq, r.superseded_by))
             sc.results.append(r)
     return list(found.values())
 
 
-def effect_of(ledger: dict[str, Any] | None, live: dict[str, Any] | None) -> Effect:
+def effect_of(ledger: LedgerRow | None, live: dict[str, Any] | None) -> Effect:
     """`ledger`: the call's ledger row; `live`: the attributes of the result
     memory holds for the call's key now (the reset run's), if any."""
-    took = ledger is not None and ledger["status"] == "COMPLETED" and (
-        ledger["outcome"] or (CallStatus.FAILED if ledger["is_error"] else CallStatus.COMPLETED)
-    ) == CallStatus.COMPLETED.value
+    took = ledger is not None and ledger.took_effect
     if live is not None:
         claims = (live.get(attr.OUTCOME) == CallStatus.COMPLETED.value
                   or live.get(attr.ROLLED_BACK) or live.get(attr.EFFECT_MAY_REMAIN))
@@ -168,112 +183,82 @@ def effect_of(ledger: dict[str, Any] | None, live: dict[str, Any] | None) -> Eff
             return Effect.MADE_AGAIN
     if took:
         return Effect.REMAINS
-    if ledger is not None and ledger["status"] == "STARTED":
+    if ledger is not None and ledger.status is LedgerStatus.STARTED:
         return Effect.UNKNOWN
     return Effect.NONE
 
 
-def judge(conn: Connection, sc: SupersededCall) -> tuple[Effect, dict[str, Any] | None]:
+def judge(conn: Connection, sc: SupersededCall) -> tuple[Effect, LedgerRow | None]:
     """What became of a superseded call now, and its ledger row."""
-    ledger = conn.fetchone(
-        "SELECT status, outcome, is_error, result FROM tool_call_ledger WHERE workflow_id = :wf "
-        "AND execution_chain = :chain AND tool_call_id = :call",
-        {"wf": sc.workflow_id, "chain": sc.chain, "call": sc.call.id})
-    live = conn.fetchone(
-        "SELECT attributes FROM chat_message WHERE conversation_id = :c AND role = 'tool' "
-        "AND tool_call_id = :call AND workflow_id = :wf AND COALESCE(execution_chain, '') = "
-        ":chain", {"c": sc.conversation_id, "call": sc.call.id, "wf": sc.workflow_id,
-                   "chain": sc.chain})
-    return effect_of(ledger, _attrs(live) if live is not None else None), ledger
+    row = ledger_store.read(conn, CallKey(sc.workflow_id, sc.chain, sc.call.id))
+    m = chat_message.c
+    live = conn.fetchone(sa.select(m.attributes).where(
+        m.conversation_id == sc.conversation_id, m.role == "tool", m.tool_call_id == sc.call.id,
+        m.workflow_id == sc.workflow_id, sa.func.coalesce(m.execution_chain, "") == sc.chain))
+    return effect_of(row, (_json(live["attributes"]) or {}) if live is not None else None), row
 
 
 def all_calls(conn: Connection, conversation_id: str | None = None) -> list[SupersededCall]:
-    where, params = ("", {}) if conversation_id is None else (
-        " WHERE conversation_id = :c", {"c": conversation_id})
-    return _calls(conn.fetchall("SELECT * FROM superseded_message" + where + " ORDER BY id",
-                                params))
+    where = [] if conversation_id is None else [t.conversation_id == conversation_id]
+    return _calls(_rows(conn, *where))
 
 
-def settle(conn: Connection, conversation_id: str, by: str, workflow_id: str, chain: str, *,
-           mine: bool, audit: bool) -> list[tuple[SupersededCall, Effect]]:
-    """Record what became of the superseded calls not settled yet: the turn
-    (workflow_id, chain)'s own (`mine`, when its run ends) or every other
-    turn's (a memory load holding the lock: their runs have ended). `by`
-    names who settles (a run id, or the loading turn)."""
-    turn = "(COALESCE(workflow_id, '') = :wf AND COALESCE(execution_chain, '') = :chain)"
-    rows = conn.fetchall(
-        "SELECT * FROM superseded_message WHERE conversation_id = :c AND settled_at IS NULL "
-        f"AND {'' if mine else 'NOT '}{turn} ORDER BY id",
-        {"c": conversation_id, "wf": workflow_id, "chain": chain})
-    if not rows:
-        return []
+def unsettled_of_turn(conn: Connection, conversation_id: str, workflow_id: str,
+                      chain: str) -> list[SupersededRow]:
+    """The rows of the turn (workflow_id, chain) not settled yet."""
+    return _rows(conn, t.conversation_id == conversation_id, t.settled_at.is_(None),
+                 _turn(workflow_id, chain))
+
+
+def unsettled_of_other_turns(conn: Connection, conversation_id: str, workflow_id: str,
+                             chain: str) -> list[SupersededRow]:
+    """The rows of every turn but (workflow_id, chain) not settled yet."""
+    return _rows(conn, t.conversation_id == conversation_id, t.settled_at.is_(None),
+                 sa.not_(_turn(workflow_id, chain)))
+
+
+def settle(conn: Connection, rows: list[SupersededRow],
+           by: str) -> list[tuple[SupersededCall, Effect]]:
+    """Record on the superseded rows what became of their calls (the marker,
+    a result for a call kept without one) and that they are settled. `by`
+    names who settles (a run id, or the loading turn). The call journal
+    writes the audit rows of what this returns."""
     settled = []
     for sc in _calls(rows):
         effect, ledger = judge(conn, sc)
         marker = {"by": by, "effect": effect.value,
-                  "ledger": ledger["status"] if ledger else None, "detail": DETAIL[effect]}
+                  "ledger": ledger.status.value if ledger else None, "detail": DETAIL[effect]}
         _mark(conn, sc, effect, marker, ledger)
-        if audit:
-            _audit(conn, sc, effect, by)
         settled.append((sc, effect))
-    conn.execute(f"UPDATE superseded_message SET settled_at = :now WHERE id IN "
-                 f"({', '.join(str(int(r['id'])) for r in rows)})", {"now": now_iso()})
+    if rows:
+        conn.execute(sa.update(superseded_message).where(t.id.in_([r.id for r in rows]))
+                     .values(settled_at=now_iso()))
     return settled
 
 
 def _mark(conn: Connection, sc: SupersededCall, effect: Effect, marker: dict[str, Any],
-          ledger: dict[str, Any] | None) -> None:
+          ledger: LedgerRow | None) -> None:
     """The marker on every kept result of the call; a call kept without a
     result gets one (the ledger's, when it finished)."""
     for r in sc.results:
-        attrs = {**_attrs(r), attr.SUPERSEDED_EFFECT: marker}
-        conn.execute("UPDATE superseded_message SET attributes = :a WHERE id = :id",
-                     {"a": json.dumps(attrs), "id": r["id"]})
+        attrs = {**r.message.attributes, attr.SUPERSEDED_EFFECT: marker}
+        conn.execute(sa.update(superseded_message).where(t.id == r.id)
+                     .values(attributes=json.dumps(attrs)))
     if sc.results:
         return
-    if ledger is not None and ledger["status"] == "COMPLETED":
-        text, is_error = ledger["result"] or "", bool(ledger["is_error"])
+    done = ledger if ledger is not None and ledger.status is LedgerStatus.COMPLETED else None
+    if done is not None:
+        text, is_error = done.result or "", done.is_error
     else:
         is_error = True
         text = (f"No result: the run that made this call to {sc.call.name} was replaced by a "
                 f"reset (run {sc.superseded_by}): {DETAIL[effect]}.")
+    outcome = ledger.outcome if ledger is not None and ledger.outcome else CallStatus.INTERRUPTED
     attrs = {attr.TOOL_NAME: sc.call.name, attr.WORKFLOW_ID: sc.workflow_id,
-             attr.OUTCOME: (ledger["outcome"] if ledger and ledger["outcome"]
-                            else CallStatus.INTERRUPTED.value), attr.SUPERSEDED_EFFECT: marker}
+             attr.OUTCOME: outcome.value, attr.SUPERSEDED_EFFECT: marker}
     now = now_iso()
-    conn.execute(
-        "INSERT INTO superseded_message (conversation_id, seq, role, content, tool_call_id, "
-        "is_error, attributes, created_at, workflow_id, execution_chain, superseded_by, "
-        "superseded_at, settled_at) VALUES (:c, :seq, 'tool', :text, :call, :err, :a, :now, "
-        ":wf, :chain, :by, :now, :now)",
-        {"c": sc.conversation_id, "seq": sc.seq, "text": text, "call": sc.call.id,
-         "err": is_error, "a": json.dumps(attrs), "now": now, "wf": sc.workflow_id,
-         "chain": sc.chain or None, "by": sc.superseded_by})
-
-
-def _audit(conn: Connection, sc: SupersededCall, effect: Effect, by: str) -> None:
-    """Close the call's audit row if it was left open; an effect that
-    remains (or may) gets a SUPERSEDED row of its own."""
-    if effect is Effect.MADE_AGAIN:
-        return  # the reset run's execution wrote the call's audit row
-    now = now_iso()
-    conn.execute("UPDATE tool_execution_log SET status = :s, end_time = :now, "
-                 "error_message = :e WHERE execution_id = :k AND status = :open",
-                 {"s": AuditStatus.FAILED.value, "now": now, "k": sc.key,
-                  "open": AuditStatus.INITIATED.value,
-                  "e": f"superseded by reset run {sc.superseded_by}: {DETAIL[effect]}"})
-    if effect is Effect.NONE:
-        return
-    user = conn.fetchone("SELECT user_id FROM conversation WHERE conversation_id = :c",
-                         {"c": sc.conversation_id})
-    conn.execute(
-        "INSERT INTO tool_execution_log (execution_id, workflow_id, conversation_id, user_id, "
-        "tool_name, input_params, start_time, end_time, status, error_message, "
-        "execution_chain) VALUES (:k, :wf, :c, :u, :t, :p, :now, :now, :s, :e, :chain) "
-        "ON CONFLICT (execution_id) DO NOTHING",
-        {"k": f"{sc.key}/superseded", "wf": sc.workflow_id, "c": sc.conversation_id,
-         "u": user["user_id"] if user else "", "t": sc.call.name or "(unknown)",
-         "p": mask(sc.call.arguments)[:16_384], "now": now, "s": AuditStatus.SUPERSEDED.value,
-         "e": f"{DETAIL[effect]} (turn {sc.workflow_id} was reset; run "
-              f"{sc.superseded_by} took its place; recorded by {by})",
-         "chain": sc.chain or None})
+    conn.execute(sa.insert(superseded_message).values(
+        conversation_id=sc.conversation_id, seq=sc.seq, role="tool", content=text,
+        tool_call_id=sc.call.id, is_error=is_error, attributes=json.dumps(attrs),
+        created_at=now, workflow_id=sc.workflow_id, execution_chain=sc.chain or None,
+        superseded_by=sc.superseded_by, superseded_at=now, settled_at=now))

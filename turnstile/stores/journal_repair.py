@@ -1,0 +1,171 @@
+"""The call journal's repair: every tool call in memory has exactly one result.
+
+A turn that ends without workflow code running — `temporal workflow
+terminate`, a `reset` that abandons the base run, a run that is lost — can
+leave an assistant message whose tool calls have no result; real Chat
+Completions endpoints refuse every later request of that conversation (400).
+The next turn's memory load finds such calls and gives each one a result: the
+ledger's stored result when the call finished (the truth), otherwise
+"interrupted; may or may not have taken effect". The repair is recorded on
+the message (`turnstile.repaired`) and in the audit log (journal_writes), and
+the rows are written in one transaction with the read that found them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+
+from turnstile.engine import attributes as attr
+from turnstile.engine.contract import AuditStatus, CallStatus
+from turnstile.engine.messages import ChatMessage, ToolCall
+from turnstile.stores import journal_writes as w, ledger
+from turnstile.stores.call_key import CallKey
+from turnstile.stores.db import Connection
+from turnstile.stores.ledger import LedgerStatus
+from turnstile.stores.memory import MemoryStore, chat_message, conversation
+
+log = logging.getLogger("turnstile.stores.journal")
+
+ORPHAN_TEXT = (
+    "The call to {name} has no result: its turn ended ({reason}) before the call finished "
+    "or was decided. It may or may not have taken effect: check its effect before relying "
+    "on it or trying again."
+)
+ORPHAN_REASON = "terminated, reset or lost"
+
+Row = Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Repair:
+    """One call given a result by `repair_orphans`."""
+
+    seq: int
+    call_id: str
+    tool_name: str
+    workflow_id: str  # the turn that made the call
+    outcome: CallStatus
+
+
+def open_calls(rows: Sequence[Row]) -> list[tuple[Row, list[ToolCall], int | None]]:
+    """Assistant messages (chat_message rows, by seq) with calls left
+    unanswered: (row, calls, seq of the next non-tool message or None). The
+    same walk as a Chat Completions endpoint's check: a call's result must
+    follow it before the next message."""
+    found: list[tuple[Row, list[ToolCall], int | None]] = []
+    owner: Row | None = None
+    waiting: dict[str, ToolCall] = {}
+    for r in rows:
+        if r["role"] == "tool":
+            waiting.pop(r.get("tool_call_id") or "", None)
+            continue
+        if owner is not None and waiting:
+            found.append((owner, list(waiting.values()), int(r["seq"])))
+        owner, waiting = None, {}
+        attrs = json.loads(r["attributes"]) if r.get("attributes") else {}
+        if r["role"] == "assistant" and r.get("tool_calls") and not attrs.get(attr.DISCARDED):
+            owner = r
+            waiting = {c["id"]: ToolCall.model_validate(c) for c in json.loads(r["tool_calls"])}
+    if owner is not None and waiting:
+        found.append((owner, list(waiting.values()), None))
+    return found
+
+
+def repair_orphans(conn: Connection, memory: MemoryStore, audit: bool, conversation_id: str,
+                   repaired_by: str) -> list[Repair]:
+    """Give every unanswered tool call of the conversation a result, in
+    `conn`'s transaction (`audit`: TURNSTILE_AUDIT). Idempotent: a repaired
+    call is answered."""
+    repairs: list[Repair] = []
+    conv, m = conversation.c, chat_message.c
+    # Only what lies after the watermark: every call before it is answered.
+    mark = conn.fetchone(sa.select(conv.answered_through)
+                         .where(conv.conversation_id == conversation_id))
+    through = mark["answered_through"] if mark else None
+    rows = conn.fetchall(
+        sa.select(m.seq, m.role, m.tool_calls, m.tool_call_id, m.attributes, m.workflow_id,
+                  m.execution_chain, m.run_id, m.conversation_id)
+        .where(m.conversation_id == conversation_id,
+               m.seq > (-1 if through is None else int(through)))
+        .order_by(m.seq))
+    taken = {int(r["seq"]) for r in rows}
+    stuck: int | None = None  # the first call left unanswered (no free slot)
+    for owner, calls, next_seq in open_calls(rows):
+        slot = int(owner["seq"])
+        for call in calls:
+            slot += 1
+            while slot in taken:
+                slot += 1
+            if next_seq is not None and slot >= next_seq:
+                log.error("conversation %s: no free slot for the result of call %s "
+                          "(seq %s); left unanswered", conversation_id, call.id, owner["seq"])
+                stuck = int(owner["seq"]) if stuck is None else stuck
+                break
+            taken.add(slot)
+            repairs.append(_answer(conn, memory, audit, conversation_id, slot, owner, call,
+                                   repaired_by))
+    if taken:  # every call through the newest slot read is answered now
+        mark_at = max(taken) if stuck is None else stuck - 1
+        conn.execute(sa.update(conversation).where(conv.conversation_id == conversation_id)
+                     .values(answered_through=mark_at))
+    for r in repairs:
+        log.warning("conversation %s: call %s (%s) of turn %s had no result; recorded "
+                    "as %s at seq %d", conversation_id, r.call_id, r.tool_name,
+                    r.workflow_id, r.outcome.value, r.seq)
+    return repairs
+
+
+def _answer(conn: Connection, memory: MemoryStore, audit: bool, conversation_id: str,
+            seq: int, owner: Row, call: ToolCall, repaired_by: str) -> Repair:
+    wf_id = owner.get("workflow_id") or ""
+    key = CallKey(wf_id, owner.get("execution_chain") or "", call.id)
+    row = ledger.read(conn, key)
+    done = row if row is not None and row.status is LedgerStatus.COMPLETED else None
+    marker = {"by": repaired_by, "reason": ORPHAN_REASON,
+              "source": "ledger" if done else "none"}
+    if done is not None:  # the call finished; only its memory write was lost
+        outcome, text, is_error = done.reported, done.result or "", done.is_error
+    else:
+        outcome, is_error = CallStatus.INTERRUPTED, True
+        text = ORPHAN_TEXT.format(name=call.name, reason=ORPHAN_REASON)
+    message = ChatMessage(role="tool", content=text, tool_call_id=call.id, is_error=is_error,
+                          attributes={attr.TOOL_NAME: call.name, attr.OUTCOME: outcome.value,
+                                      attr.WORKFLOW_ID: wf_id, attr.REPAIRED: marker})
+    if done is not None and done.state:
+        message.attributes[attr.STATE] = done.state
+    # Written for the run that made the call: a reset run that replaces that
+    # run supersedes the repair with the rest of its rows.
+    memory.append_in(conn, conversation_id, seq, [message], wf_id, key.chain or None,
+                     run_id=owner.get("run_id"))
+    if audit and done is None:
+        _audit_interrupted(conn, conversation_id, key, call, repaired_by)
+    return Repair(seq=seq, call_id=call.id, tool_name=call.name, workflow_id=wf_id,
+                  outcome=outcome)
+
+
+def _audit_interrupted(conn: Connection, conversation_id: str, key: CallKey, call: ToolCall,
+                       repaired_by: str) -> None:
+    """Close the call's audit row (open if the tool was running) or add one."""
+    error = (f"interrupted; effect unknown: turn {key.workflow_id} ended without a result "
+             f"({ORPHAN_REASON}); repaired by {repaired_by}")
+    if w.audit_opened(conn, key.execution_id) is not None:
+        w.close_open_audit(conn, key.execution_id, error)
+        return
+    w.add_audit(conn, w.Execution(
+        execution_id=key.execution_id, workflow_id=key.workflow_id, chain=key.chain,
+        conversation_id=conversation_id, user_id=owner_of(conn, conversation_id),
+        tool_name=call.name, arguments=call.arguments), AuditStatus.FAILED, error)
+
+
+
+def owner_of(conn: Connection, conversation_id: str) -> str:
+    """The user whose conversation it is ("" if it has no row)."""
+    c = conversation.c
+    row = conn.fetchone(sa.select(c.user_id).where(c.conversation_id == conversation_id))
+    return str(row["user_id"]) if row else ""

@@ -1,0 +1,161 @@
+"""The call journal's statements: every INSERT and UPDATE of the call facts —
+`tool_call_ledger` (turnstile.stores.ledger), `tool_execution_log` and
+`approval_decision` (turnstile.stores.audit) — is one of these, run by the
+call journal (turnstile.stores.journal) in the transaction of the ending it
+records. No other module writes those tables (tests/test_one_writer.py).
+
+Each runs in the caller's transaction (`conn`), on SQLite and PostgreSQL; an
+upsert is the dialect's INSERT ... ON CONFLICT.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
+
+from turnstile.engine.contract import ApprovalDecision, AuditStatus, CallStatus
+from turnstile.stores.audit import approval_decision, mask, masked_params, tool_execution_log
+from turnstile.stores.call_key import CallKey
+from turnstile.stores.db import Connection
+from turnstile.stores.ledger import LedgerRow, LedgerStatus, tool_call_ledger
+from turnstile.stores.memory import now_iso
+
+ledger_c = tool_call_ledger.c
+log_c = tool_execution_log.c
+
+
+def _insert(conn: Connection, table: sa.Table) -> postgresql.Insert | sqlite.Insert:
+    """The dialect's INSERT, which has ON CONFLICT."""
+    return (postgresql.insert if conn.dialect == "postgresql" else sqlite.insert)(table)
+
+
+# --- the ledger: compare-and-set ---------------------------------------------
+
+
+def claim_first(conn: Connection, key: CallKey, tool_name: str) -> bool:
+    """The first attempt's claim: a STARTED row, unless the call has one."""
+    stmt = _insert(conn, tool_call_ledger).values(
+        workflow_id=key.workflow_id, execution_chain=key.chain, tool_call_id=key.call_id,
+        tool_name=tool_name, status=LedgerStatus.STARTED.value, started_at=now_iso(),
+    ).on_conflict_do_nothing(index_elements=list(tool_call_ledger.primary_key))
+    # RETURNING, not rowcount: psycopg reports none for ON CONFLICT DO NOTHING.
+    return conn.execute(stmt.returning(ledger_c.attempts)).first() is not None
+
+
+def claim_again(conn: Connection, key: CallKey, seen: LedgerRow) -> bool:
+    """A later attempt's claim: only while the row is still as `seen`."""
+    stmt = sa.update(tool_call_ledger).where(
+        key.of(tool_call_ledger), ledger_c.status == seen.status.value,
+        ledger_c.attempts == seen.attempts,
+    ).values(status=LedgerStatus.STARTED.value, attempts=ledger_c.attempts + 1,
+             started_at=now_iso())
+    return conn.execute(stmt).rowcount == 1
+
+
+def complete(conn: Connection, key: CallKey, claim: int, *, outcome: CallStatus, result: str,
+             is_error: bool, state: dict[str, Any] | None) -> bool:
+    """The claimed call ended with a result; False when `claim` no longer holds."""
+    stmt = sa.update(tool_call_ledger).where(
+        key.of(tool_call_ledger), ledger_c.status == LedgerStatus.STARTED.value,
+        ledger_c.attempts == claim,
+    ).values(status=LedgerStatus.COMPLETED.value, result=result, is_error=int(is_error),
+             outcome=outcome.value, state=json.dumps(state) if state else None,
+             finished_at=now_iso())
+    return conn.execute(stmt).rowcount == 1
+
+
+def release(conn: Connection, key: CallKey, claim: int, error: str) -> None:
+    """The claimed attempt ended without a result: a retry may claim it again."""
+    conn.execute(sa.update(tool_call_ledger).where(
+        key.of(tool_call_ledger), ledger_c.status == LedgerStatus.STARTED.value,
+        ledger_c.attempts == claim,
+    ).values(status=LedgerStatus.ATTEMPT_FAILED.value, result=error, finished_at=now_iso()))
+
+
+# --- the audit log -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Execution:
+    """Who asked for which call: the columns of an audit row that never change."""
+
+    execution_id: str
+    workflow_id: str
+    chain: str
+    conversation_id: str
+    user_id: str
+    tool_name: str
+    arguments: Any
+
+    def values(self, status: AuditStatus, start: str) -> dict[str, Any]:
+        return {"execution_id": self.execution_id, "workflow_id": self.workflow_id,
+                "conversation_id": self.conversation_id, "user_id": self.user_id,
+                "tool_name": self.tool_name, "input_params": masked_params(self.arguments),
+                "execution_chain": self.chain or None, "status": status.value,
+                "start_time": start}
+
+
+def audit_opened(conn: Connection, execution_id: str) -> AuditStatus | None:
+    row = conn.fetchone(sa.select(log_c.status).where(log_c.execution_id == execution_id))
+    return None if row is None else AuditStatus(row["status"])
+
+
+def open_audit(conn: Connection, run: Execution) -> None:
+    """The attempt runs the tool: the row says INITIATED (a retry's, again)."""
+    stmt = _insert(conn, tool_execution_log).values(run.values(AuditStatus.INITIATED, now_iso()))
+    conn.execute(stmt.on_conflict_do_update(
+        index_elements=[log_c.execution_id],
+        set_={"start_time": stmt.excluded.start_time, "status": stmt.excluded.status,
+              "end_time": None, "error_message": None}))
+
+
+def close_audit(conn: Connection, execution_id: str, status: AuditStatus,
+                error: str | None) -> None:
+    conn.execute(sa.update(tool_execution_log).where(log_c.execution_id == execution_id)
+                 .values(status=status.value, end_time=now_iso(),
+                         error_message=mask(error) if error else None))
+
+
+def close_open_audit(conn: Connection, execution_id: str, error: str) -> None:
+    """A row an ended attempt left INITIATED: FAILED, with why."""
+    conn.execute(sa.update(tool_execution_log).where(
+        log_c.execution_id == execution_id, log_c.status == AuditStatus.INITIATED.value,
+    ).values(status=AuditStatus.FAILED.value, end_time=now_iso(), error_message=error))
+
+
+def settle_audit(conn: Connection, run: Execution, status: AuditStatus, error: str) -> None:
+    """A call settled without running (or settled again by a retry): one
+    complete row."""
+    now = now_iso()
+    stmt = _insert(conn, tool_execution_log).values(
+        {**run.values(status, now), "end_time": now, "error_message": mask(error) or None})
+    conn.execute(stmt.on_conflict_do_update(
+        index_elements=[log_c.execution_id],
+        set_={"start_time": stmt.excluded.start_time, "status": stmt.excluded.status,
+              "end_time": stmt.excluded.end_time,
+              "error_message": stmt.excluded.error_message}))
+
+
+def add_audit(conn: Connection, run: Execution, status: AuditStatus, error: str) -> None:
+    """A complete row of its own, unless the execution has one."""
+    now = now_iso()
+    stmt = _insert(conn, tool_execution_log).values(
+        {**run.values(status, now), "end_time": now, "error_message": error})
+    conn.execute(stmt.on_conflict_do_nothing(index_elements=[log_c.execution_id]))
+
+
+# --- approval decisions ------------------------------------------------------
+
+
+def record_decision(conn: Connection, key: CallKey, tool_name: str,
+                    d: ApprovalDecision) -> None:
+    """Who decided what about the call, and when (the first record stands)."""
+    conn.execute(_insert(conn, approval_decision).values(
+        workflow_id=key.workflow_id, execution_chain=key.chain, tool_call_id=key.call_id,
+        tool_name=tool_name, approved=int(d.approved), reviewer=d.reviewer, note=d.note,
+        decided_at=d.decided_at,
+    ).on_conflict_do_nothing(index_elements=list(approval_decision.primary_key)))
