@@ -13,8 +13,8 @@ from typing import TypeVar
 T = TypeVar("T")
 
 
-async def wait_until(predicate: Callable[[], T | Awaitable[T]], *, timeout: float = 10.0,
-                     interval: float = 0.05, what: str = "") -> T:
+async def wait_until(predicate: Callable[[], T | None | Awaitable[T | None]], *,
+                     timeout: float = 10.0, interval: float = 0.05, what: str = "") -> T:
     """Poll `predicate` (plain or async) until it returns a truthy value,
     and return that value; AssertionError after `timeout` seconds."""
     deadline = time.monotonic() + timeout
@@ -23,13 +23,13 @@ async def wait_until(predicate: Callable[[], T | Awaitable[T]], *, timeout: floa
         if inspect.isawaitable(value):
             value = await value
         if value:
-            return value  # type: ignore[return-value]
+            return value
         if time.monotonic() >= deadline:
             raise AssertionError(f"not within {timeout} s: {what or predicate!r}")
         await asyncio.sleep(interval)
 
 
-def wait_until_sync(predicate: Callable[[], T], *, timeout: float = 10.0,
+def wait_until_sync(predicate: Callable[[], T | None], *, timeout: float = 10.0,
                     interval: float = 0.05, what: str = "") -> T:
     """`wait_until` for code that is not async (threads, subprocesses)."""
     deadline = time.monotonic() + timeout
