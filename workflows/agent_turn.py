@@ -41,9 +41,8 @@ with workflow.unsafe.imports_passed_through():
     from turnstile.engine.specs import ServiceSpec
     from turnstile.engine.turn_input_rules import turn_input_problem
     from turnstile.engine.versions import (
-        FINDABLE_AT_START,
-        OPENS_IN_BEGIN_TURN,
         TURN_INPUT_DOOR,
+        Revision,
     )
     from workflows import turn_metrics as metrics
     from workflows.approval_handlers import ApprovalHandlers
@@ -137,14 +136,14 @@ class AgentTurn(ApprovalHandlers, TurnEnding):
                                                    execution_chain=s.chain),
                 "load_memory (waits for the conversation)", TurnStatus.REFUSED)
         s.tool_names = list(begun.tool_names)
-        s.revision, s.begun = begun.revision, True
+        s.revision, s.begun = Revision(begun.revision), True
         s.search_attributes = spec.search_attributes
         self.spec = spec
         turn.service = spec.name  # "" named the worker's default service
         steps = self.steps = PipelineSteps(s, turn, spec)
-        if begun.opened is not None and s.revision >= OPENS_IN_BEGIN_TURN:
+        if begun.opened is not None and s.revision.opens_in_begin_turn:
             steps.take_opened(opening, begun.opened)
-        if s.revision >= FINDABLE_AT_START:  # found by conversation, user, service at once
+        if s.revision.findable_at_start:  # found by conversation, user, service at once
             await s.publish()
         self.locked = True  # begin_turn took the conversation's lock
         s.seq = memory.next_seq

@@ -31,7 +31,7 @@ with workflow.unsafe.imports_passed_through():
     from turnstile.engine.masking import mask_any, mask_json_text
     from turnstile.engine.messages import ChatMessage, ToolCall, Usage
     from turnstile.engine.turn_rules import parsed_arguments
-    from turnstile.engine.versions import CANCEL_ENDS_CANCELLED, TURN_VERSION
+    from turnstile.engine.versions import TURN_VERSION, Revision
     from workflows import turn_metrics as metrics
     from workflows.tool_options import (
         ActivityOptions,
@@ -130,7 +130,7 @@ class TurnState:
         self.turn: TurnInput | None = None
         # The revision of the turn's version it was begun at (begin_turn's
         # record; turnstile.engine.versions): which commands this turn issues.
-        self.revision = 0
+        self.revision = Revision()
         self.begun = False  # begin_turn has returned (and `revision` is the turn's)
         self.step: TurnPhase | TurnStatus = TurnPhase.STARTING
         self.round_trips = 0
@@ -262,7 +262,7 @@ class TurnState:
         path? From revision 2; turns begun earlier ended such a cancel as a
         failure of the activity, and replay so. During begin_turn the revision
         is not known yet: this worker's rule applies (turnstile.engine.versions)."""
-        return not self.begun or self.revision >= CANCEL_ENDS_CANCELLED
+        return not self.begun or self.revision.cancel_ends_cancelled
 
     async def append(self, messages: list[ChatMessage], seq: int | None = None,
                      audit: list[io.AuditEntry] | None = None,

@@ -23,7 +23,6 @@ with workflow.unsafe.imports_passed_through():
     from turnstile.engine.contract import TurnInput, TurnResult, TurnStatus
     from turnstile.engine.events import TurnCompleted, TurnStarted
     from turnstile.engine.specs import ServiceSpec
-    from turnstile.engine.versions import EVENTS_RIDE_ALONG
     from workflows.state import TurnState, failure_reason
     from workflows.tool_options import event_options
 
@@ -48,7 +47,7 @@ class TurnEvents:
             return
         # Turns begun before revision 1 publish each event as a local activity
         # of its own, and replay so.
-        if self.s.revision >= EVENTS_RIDE_ALONG:
+        if self.s.revision.events_ride_along:
             self.pending.append(event)
         else:
             self._start_publish(event)

@@ -56,6 +56,8 @@ revision.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from turnstile.engine.activity_io import BEGIN_TURN, DESCRIBE_SERVICE
 
 TURN_VERSION = 2
@@ -64,6 +66,32 @@ EVENTS_RIDE_ALONG = 1  # the revision from which turn events ride with bookkeepi
 OPENS_IN_BEGIN_TURN = 2  # the revision from which begin_turn runs steps 4 and 5
 CANCEL_ENDS_CANCELLED = 2  # ... and a cancel during an activity ends the turn Canceled
 FINDABLE_AT_START = 3  # the revision from which a turn publishes its search attributes at once
+
+
+
+@dataclass(frozen=True)
+class Revision:
+    """The revision a turn began at (`BeginTurnResult.revision`), and what it
+    takes: the one place the workflow asks which path a turn follows."""
+
+    number: int = 0  # 0: begun before revisions, or not begun yet
+
+    @property
+    def events_ride_along(self) -> bool:
+        return self.number >= EVENTS_RIDE_ALONG
+
+    @property
+    def opens_in_begin_turn(self) -> bool:
+        return self.number >= OPENS_IN_BEGIN_TURN
+
+    @property
+    def cancel_ends_cancelled(self) -> bool:
+        return self.number >= CANCEL_ENDS_CANCELLED
+
+    @property
+    def findable_at_start(self) -> bool:
+        return self.number >= FINDABLE_AT_START
+
 
 # The first activity (or local activity) each version schedules.
 OPENINGS: dict[str, int] = {DESCRIBE_SERVICE: 1, BEGIN_TURN: 2}
