@@ -20,7 +20,7 @@ with workflow.unsafe.imports_passed_through():
         TurnProgress,
     )
     from turnstile.engine.errors import DecisionRefused
-    from workflows.decisions import Decisions
+    from workflows.decisions import Decisions, Refused
     from workflows.state import TurnState
 
 
@@ -52,8 +52,9 @@ class ApprovalHandlers:
         """The decision that took effect; refused with the reason (DecisionRefused)."""
         taken = self.decisions.decide(decision.tool_call_id, decision.approved,
                                       decision.reviewer, decision.note)
-        if isinstance(taken, str):  # another decision won the race since validation
-            raise ApplicationError(taken, type=DecisionRefused.error_type, non_retryable=True)
+        if isinstance(taken, Refused):  # another decision won the race since validation
+            raise ApplicationError(taken.reason, type=DecisionRefused.error_type,
+                                   non_retryable=True)
         return taken
 
     @review.validator

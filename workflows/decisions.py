@@ -14,6 +14,7 @@ the audit log; through `review` the reviewer gets the reason as a
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from temporalio import workflow
 
@@ -25,6 +26,14 @@ with workflow.unsafe.imports_passed_through():
     from turnstile.engine.turn_input_rules import NOTE_MAX, clean_note
     from turnstile.engine.versions import NAMES_AS_IDENTITIES
     from workflows.state import TurnState
+
+
+@dataclass(frozen=True)
+class Refused:
+    """A decision that was not applied, and why (already audited and in the
+    status query's refused signals)."""
+
+    reason: str
 
 
 class Decisions:
@@ -60,7 +69,7 @@ class Decisions:
         return today
 
     def decide(self, call_id: str, approved: bool, reviewer: str, note: str) -> (
-            ApprovalDecision | str):
+            ApprovalDecision | Refused):
         """The decision that took effect, or the reason it was refused (audited)."""
         s = self.s
         reason = self.refusal(call_id, reviewer)
@@ -72,7 +81,7 @@ class Decisions:
                      kept_reviewer,
                      f"{verb} by {_quoted(kept_reviewer)} for {_quoted(call_id)} refused: "
                      f"{reason}")
-            return reason
+            return Refused(reason)
         decision = s.decisions[call_id] = ApprovalDecision(
             tool_call_id=call_id, tool_name=s.pending[call_id].tool_name, approved=approved,
             reviewer=kept_reviewer, note=mask_text(clean_note(note))[:NOTE_MAX],
