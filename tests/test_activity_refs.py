@@ -82,3 +82,11 @@ def test_release_reads_the_payload_it_sent_as_load_memory_input() -> None:
     # A load_memory payload carrying the release's fields (null, []) still reads.
     load = io.LoadMemoryInput.model_validate({**sent, "next_seq": None, "events": []})
     assert load == io.LoadMemoryInput(conversation_id="c", user_id="u", execution_chain="run-1")
+
+
+def test_each_activity_takes_an_input_type_of_its_own() -> None:
+    """No activity reuses another's input model with fields only it reads."""
+    by_input: dict[type, list[str]] = {}
+    for ref in refs().values():
+        by_input.setdefault(ref.input_type, []).append(ref.name)
+    assert {t.__name__: names for t, names in by_input.items() if len(names) > 1} == {}
