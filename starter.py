@@ -44,7 +44,7 @@ from turnstile.client import (
     TurnNotFound,
     TurnstileClient,
 )
-from turnstile.engine.contract import TurnInput, TurnResult
+from turnstile.engine.contract import Handlers, TurnInput, TurnResult
 from turnstile.runtime import log_masking
 from turnstile.runtime.apps import App, tables_of
 from turnstile.runtime.client import TemporalUnreachable, connect, web_ui_url
@@ -132,7 +132,7 @@ async def follow(turn: TurnHandle, turns: TurnstileClient,
                     out(line)
                 out(f"  approve with:\n    {signal_command(turn.id, p, auto_approve or 'YOU')}")
                 out(f"  reject with:\n    "
-                    f"{signal_command(turn.id, p, auto_approve or 'YOU', 'reject')}")
+                    f"{signal_command(turn.id, p, auto_approve or 'YOU', Handlers.REJECT)}")
                 if auto_approve:
                     out(f"  (demo: approving as {auto_approve!r})")
                     await review(turns, turn.id, True, p.tool_call_id, auto_approve,

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from turnstile.engine.contract import PendingApproval, TurnResult
+from turnstile.engine.contract import Handlers, PendingApproval, TurnResult
 
 
 def out(text: str = "") -> None:
@@ -19,12 +19,12 @@ def out(text: str = "") -> None:
 
 
 def signal_command(workflow_id: str, p: PendingApproval, reviewer: str,
-                   name: str = "approve") -> str:
+                   name: Handlers = Handlers.APPROVE) -> str:
     """A command a reviewer can paste: every value shell-quoted, so a hostile
     call id or workflow id is data, never shell code."""
     payload = json.dumps({"tool_call_id": p.tool_call_id, "reviewer": reviewer})
     return shlex.join(["temporal", "workflow", "signal", "--workflow-id", workflow_id,
-                       "--name", name, "--input", payload])
+                       "--name", name.value, "--input", payload])
 
 
 def describe_pending(p: PendingApproval) -> list[str]:
