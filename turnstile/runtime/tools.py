@@ -19,7 +19,7 @@ import json
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, get_type_hints, overload
+from typing import TYPE_CHECKING, Any, TypedDict, Unpack, get_type_hints, overload
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
@@ -251,51 +251,37 @@ def decode_arguments(name: str, raw: str, max_bytes: int) -> dict[str, Any]:
     return data
 
 
+class ToolOptions(TypedDict, total=False):
+    """`@tool(...)`'s options; each defaults as `tool()` says."""
+
+    name: str  # default: the function's name
+    description: str  # default: its docstring
+    idempotent: bool
+    transactional: bool
+    requires_approval: bool
+    fatal_on_failure: bool
+    timeout_seconds: float  # default 60
+    heartbeat_seconds: float | None
+    retry: RetrySpec
+    approval_timeout_seconds: float  # default 3600
+    max_result_bytes: int | None
+    max_argument_bytes: int
+    review_fields: Iterable[str]
+    recipient_fields: Iterable[str]
+    statement_timeout_seconds: float
+
+
 @overload
 def tool(fn: Callable[..., Any], /) -> Tool: ...
 
 
 @overload
-def tool(
-    fn: None = None,
-    *,
-    name: str | None = None,
-    description: str | None = None,
-    idempotent: bool = False,
-    transactional: bool = False,
-    requires_approval: bool = False,
-    fatal_on_failure: bool = False,
-    timeout_seconds: float = 60.0,
-    heartbeat_seconds: float | None = DEFAULT_HEARTBEAT_SECONDS,
-    retry: RetrySpec | None = None,
-    approval_timeout_seconds: float = 3600.0,
-    max_result_bytes: int | None = None,
-    max_argument_bytes: int = DEFAULT_MAX_ARGUMENT_BYTES,
-    review_fields: Iterable[str] = (),
-    recipient_fields: Iterable[str] = (),
-    statement_timeout_seconds: float = DEFAULT_STATEMENT_TIMEOUT_SECONDS,
-) -> Callable[[Callable[..., Any]], Tool]: ...
+def tool(fn: None = None, /,
+         **options: Unpack[ToolOptions]) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
-def tool(
-    fn: Callable[..., Any] | None = None,
-    *,
-    name: str | None = None,
-    description: str | None = None,
-    idempotent: bool = False,
-    transactional: bool = False,
-    requires_approval: bool = False,
-    fatal_on_failure: bool = False,
-    timeout_seconds: float = 60.0,
-    heartbeat_seconds: float | None = DEFAULT_HEARTBEAT_SECONDS,
-    retry: RetrySpec | None = None,
-    approval_timeout_seconds: float = 3600.0,
-    max_result_bytes: int | None = None,
-    max_argument_bytes: int = DEFAULT_MAX_ARGUMENT_BYTES,
-    review_fields: Iterable[str] = (),
-    recipient_fields: Iterable[str] = (),
-    statement_timeout_seconds: float = DEFAULT_STATEMENT_TIMEOUT_SECONDS,
-) -> Tool | Callable[[Callable[..., Any]], Tool]:
+def tool(fn: Callable[..., Any] | None = None, /,
+         **options: Unpack[ToolOptions]) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Turn a typed function into a Tool (usable bare or with options)."""
 
     def build(f: Callable[..., Any]) -> Tool:
@@ -310,30 +296,31 @@ def tool(
                 raise TypeError(f"tool {f.__name__}: parameter {p.name!r} needs a type annotation")
             default = ... if p.default is inspect.Parameter.empty else p.default
             fields[p.name] = (hints[p.name], default)
-        tool_name = name or f.__name__
+        tool_name = options.get("name") or f.__name__
         args_model = create_model(
             f"{tool_name}Arguments", __config__=ConfigDict(extra="forbid"), **fields
         )
         schema = args_model.model_json_schema()
         schema.pop("title", None)
-        doc = inspect.getdoc(f) or ""
+        o = options
         spec = ToolSpec(
             name=tool_name,
-            description=description or doc or tool_name,
+            description=o.get("description") or inspect.getdoc(f) or tool_name,
             parameters=schema,
-            idempotent=idempotent,
-            transactional=transactional,
-            requires_approval=requires_approval,
-            fatal_on_failure=fatal_on_failure,
-            start_to_close_seconds=timeout_seconds,
-            heartbeat_seconds=heartbeat_seconds,
-            retry=retry or RetrySpec(),
-            approval_timeout_seconds=approval_timeout_seconds,
-            max_result_bytes=max_result_bytes,
-            max_argument_bytes=max_argument_bytes,
-            review_fields=list(review_fields),
-            recipient_fields=list(recipient_fields),
-            statement_timeout_seconds=statement_timeout_seconds,
+            idempotent=o.get("idempotent", False),
+            transactional=o.get("transactional", False),
+            requires_approval=o.get("requires_approval", False),
+            fatal_on_failure=o.get("fatal_on_failure", False),
+            start_to_close_seconds=o.get("timeout_seconds", 60.0),
+            heartbeat_seconds=o.get("heartbeat_seconds", DEFAULT_HEARTBEAT_SECONDS),
+            retry=o.get("retry") or RetrySpec(),
+            approval_timeout_seconds=o.get("approval_timeout_seconds", 3600.0),
+            max_result_bytes=o.get("max_result_bytes"),
+            max_argument_bytes=o.get("max_argument_bytes", DEFAULT_MAX_ARGUMENT_BYTES),
+            review_fields=list(o.get("review_fields", ())),
+            recipient_fields=list(o.get("recipient_fields", ())),
+            statement_timeout_seconds=o.get("statement_timeout_seconds",
+                                            DEFAULT_STATEMENT_TIMEOUT_SECONDS),
         )
         unknown = [f for f in (*spec.review_fields, *spec.recipient_fields) if f not in fields]
         if unknown:
