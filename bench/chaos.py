@@ -44,6 +44,7 @@ if str(ROOT) not in sys.path:
 from temporalio.client import Client, WorkflowHandle  # noqa: E402
 
 from tests.support.processes import free_port  # noqa: E402
+from tests.support.sql import fetchall  # noqa: E402
 from tests.support.worker_process import WorkerProcess  # noqa: E402
 from turnstile.engine.contract import (  # noqa: E402
     WORKFLOW_TYPE,
@@ -210,7 +211,7 @@ async def run_chaos(client: Client, address: str, workdir: Path, *, turns: int,
                     report.hostile_not_refused += not refused
             for _ in range(120):  # the sender delivers what the turns queued
                 with db.connect() as conn:
-                    rows = conn.fetchall("SELECT status, attempts, last_error FROM email_task")
+                    rows = fetchall(conn, "SELECT status, attempts, last_error FROM email_task")
                 if all(r["status"] in SETTLED_MAIL for r in rows):
                     break
                 await asyncio.sleep(0.5)
@@ -229,7 +230,7 @@ async def run_chaos(client: Client, address: str, workdir: Path, *, turns: int,
         report.duplicate_mails = sum(n - 1 for n in Counter(ids).values() if n > 1)
         report.disagreements = disagreements(db)
         with db.connect() as conn:
-            reviewers = [r["reviewer"] for r in conn.fetchall(
+            reviewers = [r["reviewer"] for r in fetchall(conn,
                 "SELECT reviewer FROM approval_decision")]
         report.self_approved = sum(1 for r in reviewers if same_person(r, "alice"))
     report.seconds = round(time.monotonic() - started, 1)

@@ -39,6 +39,7 @@ from typing import Any
 
 from bench.bench_support import DevServer, WorkerProc, connect, free_port, percentile
 from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
+from tests.support.sql import fetchone
 from turnstile.engine.contract import (
     WORKFLOW_TYPE,
     ApproveSignal,
@@ -207,7 +208,7 @@ async def run(args: argparse.Namespace, workdir: Path) -> None:
         for r in results:
             statuses[r.status.value] = statuses.get(r.status.value, 0) + 1
         with Database(db_url).connect() as conn:
-            mails = conn.fetchone("SELECT COUNT(*) AS n FROM email_task")
+            mails = fetchone(conn, "SELECT COUNT(*) AS n FROM email_task")
         print(f"approved the other {len(rest)} in {took:.1f} s; statuses {statuses}; "
               f"email_task rows {mails['n'] if mails else 0}; worker RSS "
               f"{rss_mib(worker_pid(worker)):.0f} MiB")

@@ -19,6 +19,7 @@ from temporalio.exceptions import ApplicationError
 
 from starter import signal_command
 from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
+from tests.support.sql import fetchall
 from tests.support.temporal_server import DevServer
 from tests.support.turns import running_worker, wait_pending
 from turnstile.engine.approvals import OutboundPolicy
@@ -42,7 +43,7 @@ MAIL = {"to": "ops@example.com", "subject": "Follow up: top customers", "body": 
 
 def rows(db: Database, sql: str, **params: Any) -> list[dict[str, Any]]:
     with db.connect() as conn:
-        return conn.fetchall(sql, params)
+        return fetchall(conn, sql, params)
 
 
 def sqlite_db(tmp_path) -> Database:  # type: ignore[no-untyped-def]

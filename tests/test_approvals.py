@@ -12,6 +12,7 @@ from temporalio.client import Client, WorkflowUpdateFailedError
 
 from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.services import make_service, side_effects
+from tests.support.sql import fetchall
 from tests.support.turns import running_worker, wait_pending
 from tests.support.waiting import wait_until
 from turnstile.engine.contract import (
@@ -34,9 +35,9 @@ def db_url(tmp_path) -> str:  # type: ignore[no-untyped-def]
 
 def decisions(db: Database, wf_id: str) -> list[dict[str, Any]]:
     with db.connect() as conn:
-        return conn.fetchall("SELECT tool_call_id, approved, reviewer, note FROM "
-                             "approval_decision WHERE workflow_id = :wf ORDER BY tool_call_id",
-                             {"wf": wf_id})
+        return fetchall(conn, "SELECT tool_call_id, approved, reviewer, note FROM "
+                              "approval_decision WHERE workflow_id = :wf ORDER BY tool_call_id",
+                              {"wf": wf_id})
 
 
 PAY = tool_reply(("p1", "sendMoneySlowly", {"to": "bob@example.com", "amount": 10}))
@@ -238,9 +239,9 @@ async def test_model_call_ids_never_name_a_refusal_row(client: Client, task_queu
             await handle.signal("approve", ApproveSignal(tool_call_id=call, reviewer="carol"))
         result = await handle.result()
         with turns.rt.db.connect() as conn:
-            rows = conn.fetchall("SELECT execution_id, status FROM tool_execution_log "
-                                 "WHERE workflow_id = :wf ORDER BY execution_id",
-                                 {"wf": handle.id})
+            rows = fetchall(conn, "SELECT execution_id, status FROM tool_execution_log "
+                                  "WHERE workflow_id = :wf ORDER BY execution_id",
+                                  {"wf": handle.id})
     assert result.status == TurnStatus.COMPLETED, result.error
     assert [c.status for c in result.tool_calls] == [CallStatus.COMPLETED] * 2
     assert sorted(r["status"] for r in rows) == [

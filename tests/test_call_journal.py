@@ -8,6 +8,7 @@ import uuid
 
 import pytest
 
+from tests.support.sql import fetchone
 from turnstile.engine import attributes as attr
 from turnstile.engine.contract import ApprovalDecision, AuditStatus, CallStatus
 from turnstile.engine.errors import CallTakenOver, MemoryConflictError
@@ -44,8 +45,8 @@ def ending(wf: str, conv: str, seq: int, attempt: int) -> Ending:
 
 def facts(db: Database, wf: str) -> dict[str, int]:
     with db.connect() as conn:
-        return {t: conn.fetchone(f"SELECT COUNT(*) AS n FROM {t} WHERE workflow_id = :wf",
-                                 {"wf": wf})["n"]  # type: ignore[index]
+        return {t: fetchone(conn, f"SELECT COUNT(*) AS n FROM {t} WHERE workflow_id = :wf",
+                                  {"wf": wf})["n"]  # type: ignore[index]
                 for t in ("tool_call_ledger", "tool_execution_log", "approval_decision",
                           "chat_message")}
 

@@ -19,6 +19,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
+from tests.support.sql import fetchone
 from tests.support.turns import running_worker
 from turnstile.engine.activity_io import EXECUTE_TOOL
 from turnstile.engine.contract import AuditStatus, CallStatus, TurnStatus
@@ -83,7 +84,7 @@ def facts(db: Database, wf: str) -> dict[str, Any]:
     key = execution_id(wf, "call_0", "run-1")
     with db.connect() as conn:
         def one(sql: str) -> Any:
-            row = conn.fetchone(sql, {"wf": wf, "k": key})
+            row = fetchone(conn, sql, {"wf": wf, "k": key})
             return None if row is None else next(iter(row.values()))
 
         return {"follow_ups": one("SELECT COUNT(*) FROM follow_up_task WHERE created_by_call = :k"),
@@ -187,11 +188,11 @@ def test_the_tool_role_and_timeout_end_with_its_block(sales_db: Database) -> Non
     who = "SELECT current_user AS u, current_setting('statement_timeout') AS t"
     try:
         with tx.use() as conn:
-            before = conn.fetchone(who)
+            before = fetchone(conn, who)
         with tool_transaction(ctx, FOLLOWUP_ROLE) as conn:
-            assert conn.fetchone(who) == {"u": FOLLOWUP_ROLE, "t": "1500ms"}
+            assert fetchone(conn, who) == {"u": FOLLOWUP_ROLE, "t": "1500ms"}
         with tx.use() as conn:  # the journal's writes that follow: the application's
-            assert conn.fetchone(who) == before
+            assert fetchone(conn, who) == before
     finally:
         tx.release()
 
@@ -260,10 +261,10 @@ async def test_a_turn_whose_record_fails_leaves_no_follow_up(
         assert "a constraint" in failure.message
         assert "INSERT" not in str(failure)  # the driver's text stays in the log
     with sales_db.connect() as conn:
-        assert conn.fetchone("SELECT COUNT(*) AS n FROM follow_up_task WHERE "
-                             "created_by_call LIKE :k", {"k": handle.id + "/%"}) == {"n": 0}
-        ledger = conn.fetchone("SELECT status, attempts FROM tool_call_ledger "
-                               "WHERE workflow_id = :wf", {"wf": handle.id})
+        assert fetchone(conn, "SELECT COUNT(*) AS n FROM follow_up_task WHERE "
+                              "created_by_call LIKE :k", {"k": handle.id + "/%"}) == {"n": 0}
+        ledger = fetchone(conn, "SELECT status, attempts FROM tool_call_ledger "
+                                "WHERE workflow_id = :wf", {"wf": handle.id})
     assert ledger == {"status": "STARTED", "attempts": attempts}
     assert [r.status for r in AuditLog(sales_db).rows(handle.id)] == ["FAILED"]
     assert truth.disagreements(sales_db, conv) == []

@@ -13,6 +13,7 @@ from temporalio.client import Client
 
 from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.services import make_service
+from tests.support.sql import fetchall, fetchone
 from tests.support.temporal_server import DevServer
 from tests.support.turns import running_worker
 from turnstile.engine.contract import CallStatus, TurnStatus
@@ -55,8 +56,8 @@ async def test_ten_megabyte_tool_result_and_huge_answer_complete_the_turn(
     assert max(sizes) < 64 * 1024 and sum(sizes) < 512 * 1024
     # The oversized payloads were stored under their content hash.
     with turns.rt.db.connect() as conn:
-        blobs = conn.fetchall("SELECT key, size FROM payload_blob")
-        refs = conn.fetchall("SELECT DISTINCT workflow_id FROM payload_ref")
+        blobs = fetchall(conn, "SELECT key, size FROM payload_blob")
+        refs = fetchall(conn, "SELECT DISTINCT workflow_id FROM payload_ref")
     assert len(blobs) >= 3 and all(b["size"] > 2 * MB for b in blobs)
     assert refs == [{"workflow_id": handle.id}]
 
@@ -73,7 +74,7 @@ async def test_corrupted_blob_is_detected_and_sweep_keeps_live_references(
     key = payloads[0].metadata  # the reference, not the data
     assert key and len(payloads[0].SerializeToString()) < 4096
     with db.connect() as conn:
-        row = conn.fetchone("SELECT key, data FROM payload_blob")
+        row = fetchone(conn, "SELECT key, data FROM payload_blob")
         assert row is not None and hashlib.sha256(bytes(row["data"])).hexdigest() == row["key"]
     assert await conv.decode(payloads, [str]) == ["x" * MB]
     # Nothing references it but the owner "?" here (no workflow): sweep keeps it.

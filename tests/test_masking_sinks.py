@@ -29,6 +29,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 
 from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.processes import free_port
+from tests.support.sql import fetchall
 from tests.support.temporal_server import DevServer
 from tests.support.turns import running_worker, wait_pending
 from tests.support.waiting import wait_until
@@ -119,9 +120,9 @@ async def test_the_address_is_nowhere_it_should_not_be(
 
     # ... and so did the places where it belongs (or the search proves nothing).
     with db.connect() as conn:
-        tables = [r["name"] for r in conn.fetchall(
+        tables = [r["name"] for r in fetchall(conn,
             "SELECT name FROM sqlite_master WHERE type = 'table'")]
-        dumps = {t: json.dumps(conn.fetchall(f'SELECT * FROM "{t}"'), default=str)
+        dumps = {t: json.dumps(fetchall(conn, f'SELECT * FROM "{t}"'), default=str)
                  for t in tables}
     assert SECRET in dumps["email_task"] and SECRET in dumps["chat_message"]
     assert "z***@example.com" in dumps["tool_execution_log"]
@@ -206,9 +207,9 @@ async def test_hostile_spellings_are_masked_on_failing_paths_too(
     assert [c.status.value for c in result.tool_calls] == [
         "invalid_arguments", "invalid_arguments", "completed"]
     with db.connect() as conn:
-        audit = json.dumps(conn.fetchall("SELECT * FROM tool_execution_log"), default=str)
-        decisions = json.dumps(conn.fetchall("SELECT * FROM approval_decision"), default=str)
-        world = json.dumps(conn.fetchall("SELECT * FROM email_task"), default=str)
+        audit = json.dumps(fetchall(conn, "SELECT * FROM tool_execution_log"), default=str)
+        decisions = json.dumps(fetchall(conn, "SELECT * FROM approval_decision"), default=str)
+        world = json.dumps(fetchall(conn, "SELECT * FROM email_task"), default=str)
     assert "zq7pct" in world  # the outbox keeps what it must send (the search can find)
     sinks = {"audit": audit, "decisions": decisions, "result": result.model_dump_json(),
              "status": json.dumps(status), "logs": "\n".join(records.lines)}
@@ -250,7 +251,7 @@ async def test_a_database_error_quoting_an_address_reaches_no_sink(
     [call] = result.tool_calls
     assert call.status == CallStatus.FAILED
     with db.connect() as conn:
-        rows = {t: json.dumps(conn.fetchall(f"SELECT * FROM {t}"), default=str)  # noqa: S608
+        rows = {t: json.dumps(fetchall(conn, f"SELECT * FROM {t}"), default=str)  # noqa: S608
                 for t in ("tool_execution_log", "chat_message", "tool_call_ledger")}
     # The seed is in the call's own arguments (model output: memory, ledger,
     # history); every error text about it carries the category, not the value.

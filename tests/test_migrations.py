@@ -24,6 +24,7 @@ from temporalio.client import Client
 
 from tests.support.databases import BACKENDS, sqlite_file_url
 from tests.support.processes import free_port
+from tests.support.sql import fetchall, fetchone
 from tests.support.turns import running_worker
 from tests.test_sales_turns import DEMO, TODAY, approve_when_asked
 from turnstile.engine.contract import TurnStatus
@@ -158,7 +159,7 @@ def _fill_v0_1(db: Database) -> None:
 
 def _rows_of(db: Database, table: str, order: str) -> list[dict[str, Any]]:
     with db.connect() as conn:
-        return conn.fetchall(f"SELECT * FROM {table} ORDER BY {order}")
+        return fetchall(conn, f"SELECT * FROM {table} ORDER BY {order}")
 
 
 KEPT = {"conversation": "conversation_id", "chat_message": "conversation_id, seq",
@@ -184,9 +185,9 @@ async def test_v0_1_database_upgrades_and_runs_a_turn(fresh_url: str, client: Cl
             for r in upgraded[t]} == {None}
     assert {r.get("run_id") for r in upgraded["chat_message"]} == {None}  # 0006
     with db.connect() as conn:  # the new per-day rollup was filled from the old rows
-        rolled = conn.fetchone("SELECT SUM(order_count) AS n, SUM(total_cents) AS c"
-                               " FROM sales_daily_total")
-        raw = conn.fetchone("SELECT COUNT(*) AS n, SUM(amount_cents) AS c FROM sales_record")
+        rolled = fetchone(conn, "SELECT SUM(order_count) AS n, SUM(total_cents) AS c"
+                                " FROM sales_daily_total")
+        raw = fetchone(conn, "SELECT COUNT(*) AS n, SUM(amount_cents) AS c FROM sales_record")
     assert rolled == raw and raw is not None and raw["n"] == 3000
 
     port = free_port()
@@ -365,5 +366,5 @@ def test_concurrent_upgrades_by_several_processes(fresh_url: str) -> None:
     assert sorted(out.rsplit("-> ", 1)[1].strip() for out, _ in outputs) == [head] * 3
     db = Database(fresh_url)
     with db.connect() as conn:
-        assert conn.fetchall("SELECT version_num FROM alembic_version") == [
+        assert fetchall(conn, "SELECT version_num FROM alembic_version") == [
             {"version_num": head}]

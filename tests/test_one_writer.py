@@ -1,6 +1,7 @@
 """One writer per fact: the call journal (turnstile.stores.journal and its
 modules journal_writes, journal_repair) is the only code that writes the
-call facts — `tool_call_ledger`, `tool_execution_log`, `approval_decision`.
+call facts — `tool_call_ledger`, `tool_execution_log`, `approval_decision` —
+and every other table of the stores has one writing module too (`OWNERS`).
 
 Every module of the worker (turnstile/, activities/, workflows/, worker.py,
 starter.py) is parsed: a write is a Core statement on one of those tables
@@ -14,6 +15,8 @@ database, no server.
 from __future__ import annotations
 
 import ast
+import importlib
+import pkgutil
 import re
 from pathlib import Path
 
@@ -23,9 +26,24 @@ ROOT = Path(__file__).resolve().parent.parent
 FACTS = frozenset({"tool_call_ledger", "tool_execution_log", "approval_decision"})
 JOURNAL = frozenset({"turnstile/stores/journal.py", "turnstile/stores/journal_writes.py",
                      "turnstile/stores/journal_repair.py"})
-WRITES = ("insert", "update", "delete")
-SQL_WRITE = re.compile(r"\b(?:insert\s+(?:or\s+\w+\s+)?into|update|delete\s+from)\s+[\"`]?"
-                       f"({'|'.join(sorted(FACTS))})\\b", re.IGNORECASE)
+WRITES = ("insert", "update", "delete", "upsert")
+# Every table of the stores and the one module that writes it (the call facts:
+# the journal, whose statements are in journal_writes).
+OWNERS = {
+    "approval_decision": "turnstile/stores/journal_writes.py",
+    "chat_message": "turnstile/stores/memory.py",
+    "chat_message_part": "turnstile/stores/message_parts.py",
+    "conversation": "turnstile/stores/memory.py",
+    "conversation_lock": "turnstile/stores/lock.py",
+    "model_usage": "turnstile/stores/usage.py",
+    "payload_blob": "turnstile/stores/payload_store.py",
+    "payload_ref": "turnstile/stores/payload_store.py",
+    "retrieval_document": "turnstile/stores/retrieval_index.py",
+    "superseded_message": "turnstile/stores/superseded.py",
+    "tool_call_ledger": "turnstile/stores/journal_writes.py",
+    "tool_execution_log": "turnstile/stores/journal_writes.py",
+    "turn_stream": "turnstile/stores/streaming.py",
+}
 
 
 def _sources() -> dict[str, str]:
@@ -44,55 +62,69 @@ def _name(node: ast.expr) -> str | None:
     return None
 
 
-def _tables(tree: ast.AST) -> set[str]:
-    """Names that stand for a fact table in a module: the tables' own names,
-    names bound to them (`t = tool_call_ledger`, `import ... as t`) and
-    `sa.Table("tool_call_ledger", ...)` assignments."""
-    names = set(FACTS)
+def _tables(tree: ast.AST, tables: frozenset[str]) -> dict[str, str]:
+    """Names that stand for one of `tables` in a module, each with the table's
+    name: the tables' own names, names bound to them (`t = tool_call_ledger`,
+    `import ... as t`) and `sa.Table("tool_call_ledger", ...)` assignments."""
+    names = {t: t for t in tables}
     changed = True
     while changed:  # aliases of aliases
         changed = False
         for node in ast.walk(tree):
-            found: set[str] = set()
+            found: dict[str, str] = {}
             if isinstance(node, ast.ImportFrom):
-                found = {a.asname for a in node.names if a.asname and a.name in names}
+                found = {a.asname: names[a.name] for a in node.names
+                         if a.asname and a.name in names}
             elif isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None:
                 value = node.value
-                named = _name(value) in names or (
-                    isinstance(value, ast.Call) and _name(value.func) == "Table"
-                    and any(isinstance(a, ast.Constant) and a.value in FACTS
-                            for a in value.args))
+                table = names.get(_name(value) or "")
+                if (table is None and isinstance(value, ast.Call)
+                        and _name(value.func) == "Table"):
+                    table = next((a.value for a in value.args if isinstance(a, ast.Constant)
+                                  and a.value in tables), None)
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-                if named:
-                    found = {n for t in targets if (n := _name(t)) is not None}
-            if found - names:
+                if table is not None:
+                    found = {n: table for t in targets if (n := _name(t)) is not None}
+            if found.keys() - names.keys():
                 names |= found
                 changed = True
     return names
 
 
-def writes(source: str) -> list[str]:
-    """Every write of a fact table in `source`, as "line: what"."""
-    tree = ast.parse(source)
-    tables = _tables(tree)
+def _sql_write(tables: frozenset[str]) -> re.Pattern[str]:
+    return re.compile(r"\b(?:insert\s+(?:or\s+\w+\s+)?into|update|delete\s+from)\s+[\"`]?"
+                      f"({'|'.join(sorted(tables))})\\b", re.IGNORECASE)
 
-    def is_table(node: ast.expr) -> bool:
-        return _name(node) in tables
+
+def table_writes(source: str, tables: frozenset[str]) -> list[tuple[str, str]]:
+    """Every write of one of `tables` in `source`, as (table, "line: what")."""
+    tree = ast.parse(source)
+    named = _tables(tree, tables)
+    sql_write = _sql_write(tables)
+
+    def table(node: ast.expr) -> str | None:
+        return named.get(_name(node) or "")
 
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Call):
             func = _name(node.func) or ""
-            given = [a for a in [*node.args, *(k.value for k in node.keywords)] if is_table(a)]
+            given = [t for a in [*node.args, *(k.value for k in node.keywords)]
+                     if (t := table(a)) is not None]
             if given and any(w in func.lower() for w in WRITES):
-                found.append(f"{node.lineno}: {func}(<{_name(given[0])}>)")
+                found.append((given[0], f"{node.lineno}: {func}(<{given[0]}>)"))
             elif (isinstance(node.func, ast.Attribute) and node.func.attr in WRITES
-                  and is_table(node.func.value)):
-                found.append(f"{node.lineno}: <{_name(node.func.value)}>.{node.func.attr}()")
+                  and (t := table(node.func.value)) is not None):
+                found.append((t, f"{node.lineno}: <{t}>.{node.func.attr}()"))
         elif isinstance(node, ast.Constant) and isinstance(node.value, str):
-            for m in SQL_WRITE.finditer(node.value):
-                found.append(f"{node.lineno}: SQL {m.group(0)!r}")
+            for m in sql_write.finditer(node.value):
+                found.append((m.group(1).lower(), f"{node.lineno}: SQL {m.group(0)!r}"))
     return found
+
+
+def writes(source: str) -> list[str]:
+    """Every write of a call-fact table in `source`, as "line: what"."""
+    return [what for _, what in table_writes(source, FACTS)]
 
 
 def test_only_the_journal_writes_the_call_facts() -> None:
@@ -111,6 +143,33 @@ def test_the_journal_does_write_them() -> None:
     assert "insert" in found and "update" in found
 
 
+def test_every_table_has_one_writing_module() -> None:
+    """Each table of the stores is written (INSERT, UPDATE, DELETE) by its
+    owner only, and the owner does write it."""
+    import turnstile.stores
+    from turnstile.stores.db import metadata
+
+    for module in pkgutil.iter_modules(turnstile.stores.__path__):  # each declares its own
+        importlib.import_module(f"turnstile.stores.{module.name}")
+    assert set(metadata.tables) == set(OWNERS)
+    by_table: dict[str, set[str]] = {}
+    for path, src in _sources().items():
+        for table, _ in table_writes(src, frozenset(OWNERS)):
+            by_table.setdefault(table, set()).add(path)
+    assert by_table == {table: {owner} for table, owner in OWNERS.items()}
+
+
+def test_product_code_reads_no_dict_rows() -> None:
+    """Rows come back as typed rows (Connection.rows/row/scalars/scalar);
+    raw-SQL dict reads are the tests' own (tests/support/sql.py)."""
+    from turnstile.stores.db import Connection
+
+    assert not hasattr(Connection, "fetchall") and not hasattr(Connection, "fetchone")
+    found = {path: n for path, src in _sources().items()
+             if (n := len(re.findall(r"\.fetch(?:all|one)\(", src)))}
+    assert found == {}
+
+
 @pytest.mark.parametrize("planted", [
     "import sqlalchemy as sa\nconn.execute(sa.insert(tool_call_ledger).values(x=1))",
     "from sqlalchemy.dialects import postgresql\n"
@@ -120,6 +179,7 @@ def test_the_journal_does_write_them() -> None:
     "from turnstile.stores.ledger import tool_call_ledger as calls\nsa.update(calls)",
     "log = sa.Table('tool_execution_log', metadata)\nconn.execute(log.insert())",
     "conn.execute(_insert(conn, tool_call_ledger).values(x=1))",
+    "conn.upsert(approval_decision, {'x': 1})",
     'conn.execute("INSERT INTO tool_call_ledger (workflow_id) VALUES (:wf)")',
     'conn.execute("update tool_execution_log set status = :s")',
     'conn.execute("insert or replace into \\"approval_decision\\" values (1)")',
@@ -130,8 +190,8 @@ def test_a_planted_write_is_caught(planted: str) -> None:
 
 
 @pytest.mark.parametrize("clean", [
-    "rows = conn.fetchall(sa.select(tool_call_ledger).where(c.status == 'STARTED'))",
-    'conn.fetchall("SELECT status FROM tool_execution_log WHERE execution_id = :k")',
+    "rows = conn.rows(sa.select(tool_call_ledger).where(c.status == 'STARTED'), Row)",
+    'fetchall(conn, "SELECT status FROM tool_execution_log WHERE execution_id = :k")',
     "conn.execute(sa.insert(model_usage).values(x=1))",
     'conn.execute("INSERT INTO chat_message (seq) VALUES (1)")',
     '"""Every INSERT and UPDATE of the call facts is the journal\'s."""',

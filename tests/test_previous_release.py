@@ -24,6 +24,7 @@ import pytest
 from temporalio.client import Client
 
 from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
+from tests.support.sql import fetchall
 from tests.support.temporal_server import DevServer
 from tests.support.turns import wait_pending
 from tests.support.worker_process import ROOT, WorkerProcess
@@ -98,10 +99,10 @@ async def test_the_previous_release_completes_an_approved_email_on_the_migrated_
     finally:
         worker.stop()
     with db.connect() as conn:
-        mails = conn.fetchall("SELECT recipient FROM email_task")
-        decisions = conn.fetchall("SELECT reviewer, approved FROM approval_decision "
-                                  "WHERE workflow_id = :wf", {"wf": handle.id})
-        audit = conn.fetchall("SELECT status FROM tool_execution_log WHERE workflow_id = :wf",
-                              {"wf": handle.id})
+        mails = fetchall(conn, "SELECT recipient FROM email_task")
+        decisions = fetchall(conn, "SELECT reviewer, approved FROM approval_decision "
+                                   "WHERE workflow_id = :wf", {"wf": handle.id})
+        audit = fetchall(conn, "SELECT status FROM tool_execution_log WHERE workflow_id = :wf",
+                               {"wf": handle.id})
     assert len(mails) == 1 and decisions == [{"reviewer": "carol", "approved": 1}]
     assert [a["status"] for a in audit] == ["COMPLETED"]

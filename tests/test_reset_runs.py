@@ -22,6 +22,7 @@ from activities.runs import as_current_run, holder_gone
 from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.resets import lock_of, reset_to, task_after
 from tests.support.services import make_service, side_effects
+from tests.support.sql import fetchall
 from tests.support.turns import running_worker, wait_pending
 from tests.support.waiting import wait_until
 from tests.test_execution_chain import _first_task_completed
@@ -233,7 +234,7 @@ def _lock(db: Database, conv: str, wf: str, run: str) -> None:
 
 def _live(db: Database, conv: str) -> list[tuple[int, str | None, str | None]]:
     with db.connect() as conn:
-        return [(r["seq"], r["content"], r["run_id"]) for r in conn.fetchall(
+        return [(r["seq"], r["content"], r["run_id"]) for r in fetchall(conn,
             "SELECT seq, content, run_id FROM chat_message WHERE conversation_id = :c "
             "ORDER BY seq", {"c": conv})]
 
@@ -304,7 +305,7 @@ def test_a_claim_to_confirm_keeps_the_journal_transaction(db: Database) -> None:
         journal.finish(late, late_tx, Writer(WF, CHAIN, "run-a"))
     late_tx.release()
     with db.connect() as conn:
-        effects = [r["note"] for r in conn.fetchall(
+        effects = [r["note"] for r in fetchall(conn,
             "SELECT note FROM test_side_effect WHERE call_key = :k", {"k": conv})]
     assert effects == ["run-b"]
     assert [c for _, c, _ in _live(db, conv)] == ["hi", None, "run-b's result"]
@@ -323,8 +324,8 @@ def test_images_go_with_a_superseded_message(db: Database) -> None:
     [now] = MemoryStore(db).messages(conv)
     assert (now.content, [p.url for p in now.parts]) == ("look again", [jpg.url])
     with db.connect() as conn:
-        [kept] = conn.fetchall("SELECT parts FROM superseded_message WHERE conversation_id = :c",
-                               {"c": conv})
+        [kept] = fetchall(conn, "SELECT parts FROM superseded_message WHERE conversation_id = :c",
+                                {"c": conv})
     assert [p["url"] for p in json.loads(kept["parts"])] == [png.url]
 
 

@@ -13,6 +13,7 @@ import psycopg
 import pytest
 import sqlalchemy as sa
 
+from tests.support.sql import fetchone
 from turnstile.engine.errors import ToolArgumentError
 from turnstile.runtime.tools import ToolContext, ToolExecutionError
 from turnstile.sales.access import set_query_window
@@ -66,7 +67,7 @@ async def query(db: Database, **arguments: Any) -> Any:
 
 def rows_of(db: Database, table: str) -> int:
     with db.connect() as conn:
-        row = conn.fetchone(f"SELECT COUNT(*) AS n FROM {table}")
+        row = fetchone(conn, f"SELECT COUNT(*) AS n FROM {table}")
     return int(row["n"]) if row else 0
 
 
@@ -128,8 +129,8 @@ async def test_last_week_has_a_few_big_customers_and_many_small(seeded: Database
 def test_seed_is_deterministic_and_replaces_rows(tmp_path: Path) -> None:
     def checksum(db: Database) -> tuple[Any, ...]:
         with db.connect() as conn:
-            r = conn.fetchone("SELECT COUNT(*) AS n, SUM(amount_cents) AS s, MIN(create_time) AS a,"
-                              " MAX(create_time) AS b FROM sales_record")
+            r = fetchone(conn, "SELECT COUNT(*) AS n, SUM(amount_cents) AS s,"
+                               " MIN(create_time) AS a, MAX(create_time) AS b FROM sales_record")
         assert r is not None
         return (r["n"], r["s"], r["a"], r["b"])
 
@@ -280,8 +281,8 @@ def test_sqlite_reader_cannot_write_through_attach_or_pragmas(seeded: Database,
             conn.execute(sql)
     assert not other.exists()  # ATTACH would have created it
     with seeded.connect(readonly=True) as conn:
-        assert conn.fetchone("PRAGMA query_only") == {"query_only": 1}
-        assert conn.fetchone("SELECT COUNT(*) AS n FROM sales_record") == {"n": 5000}
+        assert fetchone(conn, "PRAGMA query_only") == {"query_only": 1}
+        assert fetchone(conn, "SELECT COUNT(*) AS n FROM sales_record") == {"n": 5000}
 
 
 def test_postgres_reader_role_can_only_select_sales(seeded: Database) -> None:

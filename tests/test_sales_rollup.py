@@ -8,19 +8,20 @@ from __future__ import annotations
 from datetime import date
 from typing import Any
 
+from tests.support.sql import fetchall, fetchone
 from turnstile.sales.seed import seed
 from turnstile.stores.db import Database
 
 
 def rollup(db: Database) -> list[dict[str, Any]]:
     with db.connect() as conn:
-        return conn.fetchall("SELECT * FROM sales_daily_total ORDER BY day, customer_id")
+        return fetchall(conn, "SELECT * FROM sales_daily_total ORDER BY day, customer_id")
 
 
 def recomputed(db: Database) -> list[dict[str, Any]]:
     """What the rollup must hold, computed from `sales_record` by a plain query."""
     with db.connect() as conn:
-        return conn.fetchall(
+        return fetchall(conn,
             "SELECT substr(create_time, 1, 10) AS day, customer_id,"
             " MAX(customer_name) AS customer_name, MAX(customer_email) AS customer_email,"
             " SUM(amount_cents) AS total_cents, COUNT(*) AS order_count,"
@@ -49,6 +50,6 @@ def test_triggers_keep_the_rollup_exact(db: Database) -> None:
     assert after == recomputed(db)
     assert not [r for r in after if r["customer_id"] == "NEW1"]  # emptied rows are gone
     with db.connect() as conn:
-        total = conn.fetchone("SELECT COUNT(*) AS n, SUM(amount_cents) AS c FROM sales_record")
+        total = fetchone(conn, "SELECT COUNT(*) AS n, SUM(amount_cents) AS c FROM sales_record")
     assert total == {"n": sum(r["order_count"] for r in after),
                      "c": sum(r["total_cents"] for r in after)}

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.sql import fetchall, fetchone
 from tests.test_sales_query import INJECTIONS
 from turnstile.engine.errors import ToolArgumentError
 from turnstile.runtime.config import Settings
@@ -45,7 +46,7 @@ async def run(tool: Tool, ctx: ToolContext, **arguments: Any) -> Any:
 
 def count(db: Database, sql: str, params: dict[str, Any] | None = None) -> int:
     with db.connect() as conn:
-        row = conn.fetchone(f"SELECT COUNT(*) AS n FROM {sql}", params)
+        row = fetchone(conn, f"SELECT COUNT(*) AS n FROM {sql}", params)
     return int(row["n"]) if row else 0
 
 
@@ -127,8 +128,8 @@ async def test_follow_up_injection_strings_are_data_or_rejected(sales_db: Databa
             continue  # e.g. a line break in the assignee
         stored += 1
         with sales_db.connect() as conn:
-            rows = conn.fetchall("SELECT assignee, note FROM follow_up_task"
-                                 " WHERE created_by_call = :key", {"key": ctx.idempotency_key})
+            rows = fetchall(conn, "SELECT assignee, note FROM follow_up_task"
+                                  " WHERE created_by_call = :key", {"key": ctx.idempotency_key})
         assert rows == [{"assignee": payload or "x", "note": payload or "x"}]
     assert count(sales_db, "follow_up_task") == stored >= 50
     assert count(sales_db, "sales_record") == 3

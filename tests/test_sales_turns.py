@@ -11,6 +11,7 @@ from temporalio.client import Client, WorkflowHandle
 
 from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.processes import free_port
+from tests.support.sql import fetchall
 from tests.support.turns import running_worker
 from turnstile.engine.contract import ApproveSignal, CallStatus, PendingApproval, TurnStatus
 from turnstile.engine.specs import LoopPolicy
@@ -49,8 +50,8 @@ async def approve_when_asked(handle: WorkflowHandle, reviewer: str) -> list[Pend
 
 def email_tasks(db: Database, wf_id: str) -> list[dict[str, Any]]:
     with db.connect() as conn:
-        return conn.fetchall("SELECT * FROM email_task WHERE idempotency_key LIKE :key",
-                             {"key": wf_id + "/%"})
+        return fetchall(conn, "SELECT * FROM email_task WHERE idempotency_key LIKE :key",
+                              {"key": wf_id + "/%"})
 
 
 async def test_demo_turn_end_to_end(client: Client, task_queue: str, tmp_path,

@@ -20,6 +20,7 @@ import psycopg
 import pytest
 import sqlalchemy as sa
 
+from tests.support.sql import fetchone
 from turnstile.engine.errors import ToolArgumentError
 from turnstile.runtime.tools import Tool, ToolContext
 from turnstile.sales.access import set_query_window
@@ -95,7 +96,7 @@ def test_query_role_reads_recent_sales_only_and_nothing_else(pg: Database) -> No
         refused(conn, "ALTER TABLE sales_record DISABLE ROW LEVEL SECURITY")
     # The application (the tables' owner) sees everything.
     with pg.connect() as conn:
-        assert conn.fetchone("SELECT COUNT(*) AS n FROM sales_record") == {"n": 2}
+        assert fetchone(conn, "SELECT COUNT(*) AS n FROM sales_record") == {"n": 2}
 
 
 def test_query_window_is_configurable(pg: Database) -> None:
@@ -291,15 +292,15 @@ async def test_a_tool_whose_role_is_not_granted_is_refused(
 
     db = app_without_email_role
     with db.connect() as conn:
-        assert conn.fetchone("SELECT rolsuper FROM pg_roles WHERE rolname = current_user") \
+        assert fetchone(conn, "SELECT rolsuper FROM pg_roles WHERE rolname = current_user") \
             == {"rolsuper": False}
     mail = {"to": "ops@example.com", "subject": "s", "body": "b"}
     with pytest.raises(ToolRoleUnavailable, match="turnstile_email") as refused_call:
         await invoke(createEmailTask, db, "e1", **mail)
     assert not refused_call.value.retryable
     with db.connect() as conn:
-        assert conn.fetchone("SELECT COUNT(*) AS n FROM email_task") == {"n": 0}
+        assert fetchone(conn, "SELECT COUNT(*) AS n FROM email_task") == {"n": 0}
     monkeypatch.setenv("TURNSTILE_ALLOW_UNPRIVILEGED_TOOLS", "true")
     await invoke(createEmailTask, db, "e2", **mail)
     with db.connect() as conn:
-        assert conn.fetchone("SELECT COUNT(*) AS n FROM email_task") == {"n": 1}
+        assert fetchone(conn, "SELECT COUNT(*) AS n FROM email_task") == {"n": 1}

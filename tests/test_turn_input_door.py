@@ -26,6 +26,7 @@ from temporalio.worker import Worker
 from activities.data_errors import DataErrors
 from tests.support.fake_llm import FakeLLM, text_reply
 from tests.support.services import make_service
+from tests.support.sql import fetchall, fetchone
 from tests.support.temporal_server import DevServer
 from tests.support.turns import running_worker
 from turnstile.engine.contract import WORKFLOW_TYPE, TurnInput, TurnResult, TurnStatus
@@ -79,8 +80,8 @@ def test_rules_name_the_field_and_the_figure() -> None:
 def _holdings(db: Database, conversation: str) -> tuple[int, int, int]:
     with db.connect() as conn:
         def count(table: str) -> int:
-            row = conn.fetchone(f"SELECT COUNT(*) AS n FROM {table} "  # noqa: S608
-                                "WHERE conversation_id = :c", {"c": conversation})
+            row = fetchone(conn, f"SELECT COUNT(*) AS n FROM {table} "  # noqa: S608
+                                 "WHERE conversation_id = :c", {"c": conversation})
             return int(row["n"]) if row else 0
         return count("conversation_lock"), count("chat_message"), count("conversation")
 
@@ -197,10 +198,10 @@ async def test_a_message_no_model_can_read_is_refused_before_it_is_stored(
         assert "reads at most 2,000" in result.error.message
         assert not fake_llm.requests  # never sent
         with db.connect() as conn:
-            stored = conn.fetchall("SELECT role FROM chat_message WHERE conversation_id = :c",
+            stored = fetchall(conn, "SELECT role FROM chat_message WHERE conversation_id = :c",
+                                    {"c": conversation})
+            locks = fetchall(conn, "SELECT * FROM conversation_lock WHERE conversation_id = :c",
                                    {"c": conversation})
-            locks = conn.fetchall("SELECT * FROM conversation_lock WHERE conversation_id = :c",
-                                  {"c": conversation})
         assert stored == [] and locks == []
         after = await turns.run("a short one", conversation=conversation)
         assert after.status == TurnStatus.COMPLETED, after.error

@@ -12,6 +12,7 @@ from temporalio.client import Client, WorkflowHandle
 
 from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.services import make_service, side_effects
+from tests.support.sql import fetchall
 from tests.support.turns import running_worker, wait_pending
 from turnstile.engine import attributes as attr
 from turnstile.engine.contract import ApproveSignal, TurnStatus
@@ -29,8 +30,8 @@ async def approve(handle: WorkflowHandle, reviewer: str) -> str:
 
 def approvals(db: Database, wf_id: str) -> list[dict]:  # type: ignore[type-arg]
     with db.connect() as conn:
-        return conn.fetchall("SELECT * FROM approval_decision WHERE workflow_id = :wf "
-                             "ORDER BY decided_at", {"wf": wf_id})
+        return fetchall(conn, "SELECT * FROM approval_decision WHERE workflow_id = :wf "
+                              "ORDER BY decided_at", {"wf": wf_id})
 
 
 async def test_a_new_run_of_a_workflow_id_has_its_own_effects_and_rollback(

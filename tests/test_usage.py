@@ -23,6 +23,7 @@ from temporalio.worker import Replayer
 
 from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.services import make_service
+from tests.support.sql import fetchall, fetchone
 from tests.support.turns import running_worker
 from turnstile.engine.contract import TurnStatus
 from turnstile.engine.errors import BudgetExceeded, ConfigurationError
@@ -45,7 +46,7 @@ def rows(db: Database, **where: str) -> list[dict[str, Any]]:
     stmt = sa.select(usage.model_usage).where(
         *(c[k] == v for k, v in where.items())).order_by(c.call_seq)
     with db.connect() as conn:
-        return conn.fetchall(stmt)
+        return fetchall(conn, stmt)
 
 
 def starter(db: Database, *args: str) -> subprocess.CompletedProcess[str]:
@@ -149,8 +150,8 @@ async def test_model_calls_are_recorded_once_and_summed_by_the_cli(
 
 def locks(db: Database, conversation: str) -> int:
     with db.connect() as conn:
-        row = conn.fetchone("SELECT COUNT(*) AS n FROM conversation_lock "
-                            "WHERE conversation_id = :c", {"c": conversation})
+        row = fetchone(conn, "SELECT COUNT(*) AS n FROM conversation_lock "
+                             "WHERE conversation_id = :c", {"c": conversation})
     assert row is not None
     return int(row["n"])
 

@@ -28,6 +28,7 @@ from temporalio.client import Client, WorkflowHandle
 from activities.runtime import WORKER_SHUTDOWN
 from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.services import POLICY_SNIPPET, side_effects
+from tests.support.sql import fetchall, fetchone
 from tests.support.temporal_server import DevServer
 from tests.support.turns import local_activities
 from tests.support.worker_process import WorkerProcess
@@ -94,14 +95,14 @@ def notes(db: Database, wf_id: str) -> list[str]:
     """The test tools' rows of one turn, read without writing (the tools'
     transaction may hold SQLite's write lock)."""
     with db.connect() as conn:
-        return [r["note"] for r in conn.fetchall(
+        return [r["note"] for r in fetchall(conn,
             "SELECT note FROM test_side_effect WHERE call_key LIKE :k", {"k": wf_id + "/%"})]
 
 
 def ledger_status(db: Database, wf_id: str, call_id: str) -> str | None:
     with db.connect() as conn:
-        row = conn.fetchone("SELECT status FROM tool_call_ledger WHERE workflow_id = :wf "
-                            "AND tool_call_id = :c", {"wf": wf_id, "c": call_id})
+        row = fetchone(conn, "SELECT status FROM tool_call_ledger WHERE workflow_id = :wf "
+                             "AND tool_call_id = :c", {"wf": wf_id, "c": call_id})
     return None if row is None else str(row["status"])
 
 
@@ -216,7 +217,7 @@ async def test_worker_killed_while_begin_turn_retrieves(turns: Turns, fake_llm: 
     assert [m.role for m in stored] == ["system", "user", "assistant"]
     assert POLICY_SNIPPET in str(stored[1].content)
     with turns.db.connect() as conn:
-        assert conn.fetchall("SELECT * FROM conversation_lock") == []
+        assert fetchall(conn, "SELECT * FROM conversation_lock") == []
 
 
 async def test_sigterm_hands_back_a_model_call(turns: Turns, fake_llm: FakeLLM) -> None:

@@ -17,6 +17,7 @@ from temporalio.client import Client, WorkflowHandle
 
 from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.processes import free_port, wait_for
+from tests.support.sql import fetchall
 from tests.support.temporal_server import DevServer
 from tests.support.turns import wait_pending
 from tests.support.worker_process import WorkerProcess
@@ -135,8 +136,8 @@ async def test_a_turn_in_flight_finishes_on_its_release_while_new_turns_go_to_th
         f"TaskQueue = '{queue}' AND ExecutionStatus != 'Completed'")
     assert failed.count == 0
     with Database(url).connect() as conn:
-        mails = conn.fetchall("SELECT recipient FROM email_task WHERE subject = :s",
-                              {"s": SUBJECT})
+        mails = fetchall(conn, "SELECT recipient FROM email_task WHERE subject = :s",
+                               {"s": SUBJECT})
     assert len(mails) == 1
 
 

@@ -33,6 +33,7 @@ from urllib.parse import urlparse, urlunparse
 import psycopg
 import pytest
 
+from tests.support.sql import fetchall
 from turnstile.sales.schema import TABLES as SALES_TABLES
 from turnstile.stores.db import Database
 from turnstile.stores.schema import ensure_schema
@@ -140,7 +141,7 @@ def empty_all_tables(db: Database) -> None:
         if db.dialect == "postgresql":
             names = [
                 r["tablename"]
-                for r in conn.fetchall(
+                for r in fetchall(conn,
                     "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()"
                     " AND tablename <> 'alembic_version'"
                 )
@@ -151,7 +152,7 @@ def empty_all_tables(db: Database) -> None:
         else:
             names = [
                 r["name"]
-                for r in conn.fetchall(
+                for r in fetchall(conn,
                     "SELECT name FROM sqlite_master WHERE type = 'table'"
                     " AND name NOT LIKE 'sqlite_%' AND name <> 'alembic_version'"
                 )

@@ -12,6 +12,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.api.workflowservice.v1 import ResetWorkflowExecutionRequest
 from temporalio.client import Client, WorkflowHandle
 
+from tests.support.sql import fetchone
 from turnstile.engine.contract import TurnResult
 from turnstile.stores.db import Database
 
@@ -52,6 +53,6 @@ async def task_after(client: Client, wf_id: str, run_id: str, activity_type: str
 def lock_of(db: Database, conversation_id: str) -> dict[str, Any] | None:
     """The conversation's lock row: who holds it (workflow, chain, run)."""
     with db.connect() as conn:
-        return conn.fetchone("SELECT workflow_id, execution_chain, run_id FROM "
-                             "conversation_lock WHERE conversation_id = :c",
-                             {"c": conversation_id})
+        return fetchone(conn, "SELECT workflow_id, execution_chain, run_id FROM "
+                              "conversation_lock WHERE conversation_id = :c",
+                              {"c": conversation_id})

@@ -13,6 +13,7 @@ from typing import Annotated
 
 from pydantic import Field
 
+from tests.support.sql import fetchall, fetchone
 from turnstile.engine.breakers import BreakerPolicy
 from turnstile.engine.specs import LoopPolicy, RetrySpec
 from turnstile.runtime.services import ProviderContext, Service, ServiceRegistry, ToolProvider
@@ -30,8 +31,8 @@ def side_effects(db, call_key_prefix: str = "") -> list[dict]:  # type: ignore[n
     with db.connect() as conn:
         conn.execute("CREATE TABLE IF NOT EXISTS test_side_effect ("
                      "call_key TEXT NOT NULL, tool TEXT NOT NULL, note TEXT)")
-        return conn.fetchall("SELECT * FROM test_side_effect WHERE call_key LIKE :prefix",
-                             {"prefix": call_key_prefix + "%"})
+        return fetchall(conn, "SELECT * FROM test_side_effect WHERE call_key LIKE :prefix",
+                              {"prefix": call_key_prefix + "%"})
 
 
 @tool(idempotent=True)
@@ -57,8 +58,8 @@ async def slowUpsert(ctx: ToolContext, note: str, seconds: float = 3.0) -> dict:
     """Write one row keyed by the call (idempotent), then work for a while."""
     _effects_table(ctx)
     with ctx.db.connect() as conn:
-        exists = conn.fetchone("SELECT 1 AS x FROM test_side_effect WHERE call_key = :key",
-                               {"key": ctx.idempotency_key})
+        exists = fetchone(conn, "SELECT 1 AS x FROM test_side_effect WHERE call_key = :key",
+                                {"key": ctx.idempotency_key})
         if not exists:
             conn.execute("INSERT INTO test_side_effect (call_key, tool, note)"
                          " VALUES (:key, :tool, :note)",
@@ -114,8 +115,8 @@ def reserve(ctx: ToolContext, item: str) -> dict:
     """Reserve an item (compensable: the reservation is cancelled on rollback)."""
     _effects_table(ctx)
     with ctx.db.connect() as conn:
-        if not conn.fetchone("SELECT 1 AS x FROM test_side_effect WHERE call_key = :key",
-                             {"key": ctx.idempotency_key}):
+        if not fetchone(conn, "SELECT 1 AS x FROM test_side_effect WHERE call_key = :key",
+                              {"key": ctx.idempotency_key}):
             conn.execute("INSERT INTO test_side_effect (call_key, tool, note)"
                          " VALUES (:key, :tool, :note)",
                          {"key": ctx.idempotency_key, "tool": "reserve", "note": item})

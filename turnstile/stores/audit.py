@@ -93,6 +93,11 @@ class AuditRow:
     error_message: str | None
     execution_chain: str | None
 
+    @classmethod
+    def stored(cls, status: str, **columns: Any) -> AuditRow:
+        """The row from its columns as selected (`status` as stored)."""
+        return cls(status=AuditStatus(status), **columns)
+
 
 class AuditLog:
     """Reads of the audit log (the call journal writes it)."""
@@ -104,5 +109,4 @@ class AuditLog:
         t = tool_execution_log
         stmt = sa.select(t).where(t.c.workflow_id == workflow_id).order_by(t.c.start_time)
         with self.db.connect() as conn:
-            return [AuditRow(**{**r, "status": AuditStatus(r["status"])})
-                    for r in conn.fetchall(stmt)]
+            return conn.rows(stmt, AuditRow.stored)

@@ -135,7 +135,7 @@ def calls(db: Database, f: AuditFilter, limit: int = 50) -> list[Execution]:
     stmt = (sa.select(*(c[name] for name in Execution._fields))
             .where(*f.where()).order_by(c.start_time.desc()).limit(limit))
     with db.connect() as conn:
-        return [Execution(**r) for r in conn.fetchall(stmt)]
+        return conn.rows(stmt, Execution)
 
 
 def top_callers(db: Database, f: AuditFilter, over: int = 0,
@@ -147,8 +147,7 @@ def top_callers(db: Database, f: AuditFilter, over: int = 0,
             .group_by(c.user_id, c.tool_name).having(sa.func.count() > over)
             .order_by(n.desc(), c.user_id, c.tool_name).limit(limit))
     with db.connect() as conn:
-        return [Callers(r["user_id"], r["tool_name"], int(r["calls"]))
-                for r in conn.fetchall(stmt)]
+        return [r._replace(calls=int(r.calls)) for r in conn.rows(stmt, Callers)]
 
 
 def category_sql() -> sa.ColumnElement[str]:
@@ -170,5 +169,5 @@ def failures_by_category(db: Database, f: AuditFilter) -> list[Failures]:
             .where(c.status.in_(FAILED_STATUSES), *f.where())
             .group_by(category).order_by(sa.desc("failures"), category))
     with db.connect() as conn:
-        return [Failures(r["category"], int(r["failures"]), int(r["tools"]), r["latest"])
-                for r in conn.fetchall(stmt)]
+        return [r._replace(failures=int(r.failures), tools=int(r.tools))
+                for r in conn.rows(stmt, Failures)]

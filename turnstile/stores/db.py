@@ -21,8 +21,8 @@
   is a short category; the driver's text (host, role, SQL) goes to the log only.
 - Statements are Core expressions on those tables; rows come back as the
   caller's own types (`Connection.rows(stmt, SomeRow)`: a NamedTuple or
-  dataclass whose fields are the selected columns' labels). `fetchall` and
-  `fetchone` (dicts) remain for code not moved yet.
+  dataclass whose fields are the selected columns' labels); there is no
+  dict-row read (tests that check tables with raw SQL use tests/support/sql.py).
 """
 
 from __future__ import annotations
@@ -217,7 +217,7 @@ T = TypeVar("T")
 
 
 class RowsRead:
-    """Rows the process's statements returned (fetchall/fetchone), for tests and
+    """Rows the process's typed reads returned, for tests and
     benchmarks that prove per-turn reads are bounded (bench/long_conversation.py)."""
 
     def __init__(self) -> None:
@@ -236,7 +236,7 @@ class Connection:
     """One connection in one transaction. SQL is a Core statement, or text
     with named parameters (`:name`, SQLAlchemy's `text()`: SQLAlchemy renders
     them in the driver's style). Rows come back as the caller's types
-    (`rows`, `row`, `scalars`, `scalar`), or as dicts (`fetchall`, `fetchone`)."""
+    (`rows`, `row`, `scalars`, `scalar`)."""
 
     def __init__(self, sa_conn: sa.Connection, dialect: Dialect) -> None:
         self.sa = sa_conn
@@ -304,16 +304,6 @@ class Connection:
         stmt = stmt.on_conflict_do_update(
             index_elements=key, set_={k: stmt.excluded[k] for k in values if k not in names})
         self.sa.execute(stmt)
-
-    def fetchall(self, sql: Statement, params: Params | None = None) -> list[dict[str, Any]]:
-        rows = [dict(r) for r in self.execute(sql, params).mappings()]
-        rows_read.add(len(rows))
-        return rows
-
-    def fetchone(self, sql: Statement, params: Params | None = None) -> dict[str, Any] | None:
-        row = self.execute(sql, params).mappings().first()
-        rows_read.add(row is not None)
-        return None if row is None else dict(row)
 
 
 class Database:

@@ -40,10 +40,9 @@ The endings, each one transaction:
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import sqlalchemy as sa
 
@@ -57,7 +56,7 @@ from turnstile.stores.call_key import CallKey
 from turnstile.stores.db import Connection, Database, Transaction
 from turnstile.stores.journal_repair import Repair, open_calls, owner_of, repair_orphans
 from turnstile.stores.ledger import LedgerEntry, LedgerStatus
-from turnstile.stores.memory import MemoryStore, chat_message
+from turnstile.stores.memory import MemoryStore, chat_message, load_attributes
 from turnstile.stores.runs import Writer, claim
 from turnstile.stores.superseded import Effect, SupersededCall
 
@@ -124,6 +123,13 @@ class Undone:
     attributes: dict[str, Any]  # added to the result message's attributes
     audit_status: AuditStatus
     audit_error: str
+
+
+class _Result(NamedTuple):
+    """A tool result's text and attributes, as stored."""
+
+    content: str | None
+    attributes: str | None
 
 
 def _execution(key: CallKey, conversation_id: str, user_id: str, call: ToolCall,
@@ -270,10 +276,10 @@ class CallJournal:
             m.conversation_id == conversation_id, m.tool_call_id == call_id, m.role == "tool",
             m.workflow_id == workflow_id, sa.func.coalesce(m.execution_chain, "") == chain)
         with self.db.connect() as conn:
-            rows = conn.fetchall(stmt)
+            rows = conn.rows(stmt, _Result)
         for r in rows:
-            if r["attributes"] and json.loads(r["attributes"]).get(attr.ROLLED_BACK):
-                return str(r["content"] or "")
+            if load_attributes(r.attributes).get(attr.ROLLED_BACK):
+                return r.content or ""
         return None
 
     def settled(self, conn: Connection, workflow_id: str, chain: str, conversation_id: str,

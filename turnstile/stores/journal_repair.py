@@ -15,9 +15,8 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import sqlalchemy as sa
 
@@ -28,7 +27,15 @@ from turnstile.stores import journal_writes as w, ledger
 from turnstile.stores.call_key import CallKey
 from turnstile.stores.db import Connection
 from turnstile.stores.ledger import LedgerStatus
-from turnstile.stores.memory import MemoryStore, chat_message, conversation
+from turnstile.stores.memory import (
+    MemoryStore,
+    MessageRow,
+    answered_through,
+    chat_message,
+    conversation,
+    load_attributes,
+    mark_answered_through,
+)
 
 log = logging.getLogger("turnstile.stores.journal")
 
@@ -38,8 +45,6 @@ ORPHAN_TEXT = (
     "on it or trying again."
 )
 ORPHAN_REASON = "terminated, reset or lost"
-
-Row = Mapping[str, Any]
 
 
 @dataclass(frozen=True)
@@ -53,25 +58,26 @@ class Repair:
     outcome: CallStatus
 
 
-def open_calls(rows: Sequence[Row]) -> list[tuple[Row, list[ToolCall], int | None]]:
+def open_calls(rows: Sequence[MessageRow]
+               ) -> list[tuple[MessageRow, list[ToolCall], int | None]]:
     """Assistant messages (chat_message rows, by seq) with calls left
     unanswered: (row, calls, seq of the next non-tool message or None). The
     same walk as a Chat Completions endpoint's check: a call's result must
     follow it before the next message."""
-    found: list[tuple[Row, list[ToolCall], int | None]] = []
-    owner: Row | None = None
+    found: list[tuple[MessageRow, list[ToolCall], int | None]] = []
+    owner: MessageRow | None = None
     waiting: dict[str, ToolCall] = {}
     for r in rows:
-        if r["role"] == "tool":
-            waiting.pop(r.get("tool_call_id") or "", None)
+        if r.role == "tool":
+            waiting.pop(r.tool_call_id or "", None)
             continue
         if owner is not None and waiting:
-            found.append((owner, list(waiting.values()), int(r["seq"])))
+            found.append((owner, list(waiting.values()), int(r.seq)))
         owner, waiting = None, {}
-        attrs = json.loads(r["attributes"]) if r.get("attributes") else {}
-        if r["role"] == "assistant" and r.get("tool_calls") and not attrs.get(attr.DISCARDED):
+        if (r.role == "assistant" and r.tool_calls
+                and not load_attributes(r.attributes).get(attr.DISCARDED)):
             owner = r
-            waiting = {c["id"]: ToolCall.model_validate(c) for c in json.loads(r["tool_calls"])}
+            waiting = {c["id"]: ToolCall.model_validate(c) for c in json.loads(r.tool_calls)}
     if owner is not None and waiting:
         found.append((owner, list(waiting.values()), None))
     return found
@@ -83,37 +89,35 @@ def repair_orphans(conn: Connection, memory: MemoryStore, audit: bool, conversat
     `conn`'s transaction (`audit`: TURNSTILE_AUDIT). Idempotent: a repaired
     call is answered."""
     repairs: list[Repair] = []
-    conv, m = conversation.c, chat_message.c
+    m = chat_message.c
     # Only what lies after the watermark: every call before it is answered.
-    mark = conn.fetchone(sa.select(conv.answered_through)
-                         .where(conv.conversation_id == conversation_id))
-    through = mark["answered_through"] if mark else None
-    rows = conn.fetchall(
-        sa.select(m.seq, m.role, m.tool_calls, m.tool_call_id, m.attributes, m.workflow_id,
-                  m.execution_chain, m.run_id, m.conversation_id)
+    through = answered_through(conn, conversation_id)
+    # Every column but content and created_at (MessageRow's defaults).
+    rows = conn.rows(
+        sa.select(m.conversation_id, m.seq, m.role, m.tool_calls, m.tool_call_id,
+                  m.attributes, m.workflow_id, m.execution_chain, m.run_id)
         .where(m.conversation_id == conversation_id,
-               m.seq > (-1 if through is None else int(through)))
-        .order_by(m.seq))
-    taken = {int(r["seq"]) for r in rows}
+               m.seq > (-1 if through is None else through))
+        .order_by(m.seq), MessageRow)
+    taken = {int(r.seq) for r in rows}
     stuck: int | None = None  # the first call left unanswered (no free slot)
     for owner, calls, next_seq in open_calls(rows):
-        slot = int(owner["seq"])
+        slot = int(owner.seq)
         for call in calls:
             slot += 1
             while slot in taken:
                 slot += 1
             if next_seq is not None and slot >= next_seq:
                 log.error("conversation %s: no free slot for the result of call %s "
-                          "(seq %s); left unanswered", conversation_id, call.id, owner["seq"])
-                stuck = int(owner["seq"]) if stuck is None else stuck
+                          "(seq %s); left unanswered", conversation_id, call.id, owner.seq)
+                stuck = int(owner.seq) if stuck is None else stuck
                 break
             taken.add(slot)
             repairs.append(_answer(conn, memory, audit, conversation_id, slot, owner, call,
                                    repaired_by))
     if taken:  # every call through the newest slot read is answered now
         mark_at = max(taken) if stuck is None else stuck - 1
-        conn.execute(sa.update(conversation).where(conv.conversation_id == conversation_id)
-                     .values(answered_through=mark_at))
+        mark_answered_through(conn, conversation_id, mark_at)
     for r in repairs:
         log.warning("conversation %s: call %s (%s) of turn %s had no result; recorded "
                     "as %s at seq %d", conversation_id, r.call_id, r.tool_name,
@@ -122,9 +126,9 @@ def repair_orphans(conn: Connection, memory: MemoryStore, audit: bool, conversat
 
 
 def _answer(conn: Connection, memory: MemoryStore, audit: bool, conversation_id: str,
-            seq: int, owner: Row, call: ToolCall, repaired_by: str) -> Repair:
-    wf_id = owner.get("workflow_id") or ""
-    key = CallKey(wf_id, owner.get("execution_chain") or "", call.id)
+            seq: int, owner: MessageRow, call: ToolCall, repaired_by: str) -> Repair:
+    wf_id = owner.workflow_id or ""
+    key = CallKey(wf_id, owner.execution_chain or "", call.id)
     row = ledger.read(conn, key)
     done = row if row is not None and row.status is LedgerStatus.COMPLETED else None
     marker = {"by": repaired_by, "reason": ORPHAN_REASON,
@@ -142,7 +146,7 @@ def _answer(conn: Connection, memory: MemoryStore, audit: bool, conversation_id:
     # Written for the run that made the call: a reset run that replaces that
     # run supersedes the repair with the rest of its rows.
     memory.append_in(conn, conversation_id, seq, [message], wf_id, key.chain or None,
-                     run_id=owner.get("run_id"))
+                     run_id=owner.run_id)
     if audit and done is None:
         _audit_interrupted(conn, conversation_id, key, call, repaired_by)
     return Repair(seq=seq, call_id=call.id, tool_name=call.name, workflow_id=wf_id,
@@ -167,5 +171,5 @@ def _audit_interrupted(conn: Connection, conversation_id: str, key: CallKey, cal
 def owner_of(conn: Connection, conversation_id: str) -> str:
     """The user whose conversation it is ("" if it has no row)."""
     c = conversation.c
-    row = conn.fetchone(sa.select(c.user_id).where(c.conversation_id == conversation_id))
-    return str(row["user_id"]) if row else ""
+    return conn.scalar(sa.select(c.user_id).where(c.conversation_id == conversation_id),
+                       str) or ""

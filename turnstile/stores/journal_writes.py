@@ -100,8 +100,8 @@ class Execution:
 
 
 def audit_opened(conn: Connection, execution_id: str) -> AuditStatus | None:
-    row = conn.fetchone(sa.select(log_c.status).where(log_c.execution_id == execution_id))
-    return None if row is None else AuditStatus(row["status"])
+    return conn.scalar(sa.select(log_c.status).where(log_c.execution_id == execution_id),
+                       AuditStatus)
 
 
 def open_audit(conn: Connection, run: Execution) -> None:

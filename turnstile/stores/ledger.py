@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from enum import StrEnum
-from typing import Any
+from typing import Any, NamedTuple
 
 import sqlalchemy as sa
 from pydantic import BaseModel
@@ -64,6 +64,18 @@ class LedgerRow(BaseModel):
         return self.status is LedgerStatus.COMPLETED and self.reported is CallStatus.COMPLETED
 
 
+class _Stored(NamedTuple):
+    """A ledger row's columns as stored (JSON text, 0/1)."""
+
+    tool_name: str
+    status: str
+    attempts: int
+    result: str | None
+    is_error: int
+    outcome: str | None
+    state: str | None
+
+
 class LedgerEntry(BaseModel):
     """What `CallJournal.begin` found for an attempt."""
 
@@ -78,14 +90,14 @@ class LedgerEntry(BaseModel):
 
 def read(conn: Connection, key: CallKey) -> LedgerRow | None:
     """The call's ledger row, in the caller's transaction."""
-    row = conn.fetchone(sa.select(c.tool_name, c.status, c.attempts, c.result, c.is_error,
-                                  c.outcome, c.state).where(key.of(tool_call_ledger)))
+    row = conn.row(sa.select(c.tool_name, c.status, c.attempts, c.result, c.is_error,
+                             c.outcome, c.state).where(key.of(tool_call_ledger)), _Stored)
     if row is None:
         return None
-    return LedgerRow(tool_name=row["tool_name"], status=row["status"],
-                     attempts=row["attempts"], result=row["result"],
-                     is_error=bool(row["is_error"]), outcome=row["outcome"],
-                     state=json.loads(row["state"]) if row["state"] else None)
+    return LedgerRow(tool_name=row.tool_name, status=LedgerStatus(row.status),
+                     attempts=row.attempts, result=row.result, is_error=bool(row.is_error),
+                     outcome=None if row.outcome is None else CallStatus(row.outcome),
+                     state=json.loads(row.state) if row.state else None)
 
 
 class ToolLedger:

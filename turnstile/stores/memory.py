@@ -9,7 +9,8 @@ a `MemoryConflictError`.
 
 This module is the one writer of `conversation` and `chat_message` (the
 images of a message: turnstile.stores.message_parts); others read them, and
-change them through its functions (a reset run's supersession: `remove`).
+change them through its functions (a reset run's supersession: `remove`; the
+orphan repair's watermark: `mark_answered_through`).
 """
 
 from __future__ import annotations

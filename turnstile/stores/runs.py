@@ -37,49 +37,30 @@ another turn after the first superseded slot) is refused (`ResetConflict`).
 Rows without a run id (written before migration 0006, or by other programs)
 are never superseded.
 
-The claim takes the lock through turnstile.stores.lock and removes superseded
-rows through turnstile.stores.memory (their writers); this module declares
-`superseded_message` and writes the rows it moves there.
+The claim takes the lock through turnstile.stores.lock, keeps superseded rows
+through turnstile.stores.superseded and removes them through
+turnstile.stores.memory (their writers); this module writes no table itself.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 import sqlalchemy as sa
 
-from turnstile.engine import attributes as attr
 from turnstile.engine.errors import MemoryConflictError, ResetConflict, TurnstileError
 from turnstile.engine.messages import ChatMessage
-from turnstile.stores import memory
-from turnstile.stores.db import Connection, Database, metadata, text_columns
+from turnstile.stores import memory, superseded
+from turnstile.stores.db import Connection, Database
 from turnstile.stores.lock import Holder, hold, holder, take_over_in
 from turnstile.stores.memory import (
     MemoryStore,
     SlotWriter,
     chat_message,
-    load_attributes,
-    message_columns,
     now_iso,
 )
 from turnstile.stores.message_parts import part_rows
 
-superseded_message = sa.Table(
-    "superseded_message", metadata,
-    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
-    sa.Column("conversation_id", sa.Text, nullable=False),
-    sa.Column("seq", sa.BigInteger, nullable=False),  # the slot it had in chat_message
-    *message_columns(),
-    sa.Column("parts", sa.Text),  # its chat_message_part rows, as a JSON list
-    # created_at, and the turn and run that wrote it
-    *text_columns("created_at", "workflow_id", "execution_chain", "run_id", nullable=True),
-    sa.Column("superseded_by", sa.Text, nullable=False),  # the run that took its slot
-    sa.Column("superseded_at", sa.Text, nullable=False),
-    # When what became of its tool calls was recorded (turnstile.stores.superseded).
-    sa.Column("settled_at", sa.Text),
-    sa.Index("superseded_message_conversation", "conversation_id", "seq"),
-)
 m = chat_message.c
 
 
@@ -174,14 +155,7 @@ def _move(conn: Connection, conv: str, seqs: list[int], by: str) -> None:
     for row in memory.rows_at(conn, conv, seqs):
         parts = [{"idx": p.idx, "type": p.type, "url": p.url, "data": p.data,
                   "mime_type": p.mime_type} for p in part_rows(conn, conv, only=row.seq)]
-        # Only tool calls and results have effects to look at (superseded.settle).
-        open_ = row.role == "tool" or (row.role == "assistant" and bool(row.tool_calls)
-                                       and not load_attributes(row.attributes).get(
-                                           attr.DISCARDED))
-        conn.execute(sa.insert(superseded_message).values(
-            {**row._asdict(), "is_error": bool(row.is_error),
-             "parts": json.dumps(parts) if parts else None, "superseded_by": by,
-             "superseded_at": now, "settled_at": None if open_ else now}))
+        superseded.keep(conn, row, parts, by, now)
     memory.remove(conn, conv, seqs)
 
 

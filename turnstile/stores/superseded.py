@@ -1,7 +1,8 @@
 """What became of the tool calls of a run that a reset replaced.
 
 Messages a reset run superseded (turnstile.stores.runs) are kept in
-`superseded_message`. Their tool calls may have had effects: the reset run
+`superseded_message` (`keep`; this module declares that table and is its one
+writer). Their tool calls may have had effects: the reset run
 either makes the same call again — same call id, tool and arguments, so the
 same ledger key, and the ledger's stored result is reused instead of the
 tool running twice — or it takes another path, and then the effect of the
@@ -26,20 +27,40 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, NamedTuple
 
 import sqlalchemy as sa
 
 from turnstile.engine import attributes as attr
 from turnstile.engine.contract import CallStatus
-from turnstile.engine.messages import ChatMessage, ToolCall
+from turnstile.engine.messages import ChatMessage, Role, ToolCall
 from turnstile.stores import ledger as ledger_store
 from turnstile.stores.call_key import CallKey, execution_id
-from turnstile.stores.db import Connection, Database
+from turnstile.stores.db import Connection, Database, metadata, text_columns
 from turnstile.stores.ledger import LedgerRow, LedgerStatus
-from turnstile.stores.memory import chat_message, now_iso
-from turnstile.stores.runs import superseded_message
+from turnstile.stores.memory import (
+    MessageRow,
+    chat_message,
+    load_attributes,
+    message_columns,
+    now_iso,
+)
 
+superseded_message = sa.Table(
+    "superseded_message", metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("conversation_id", sa.Text, nullable=False),
+    sa.Column("seq", sa.BigInteger, nullable=False),  # the slot it had in chat_message
+    *message_columns(),
+    sa.Column("parts", sa.Text),  # its chat_message_part rows, as a JSON list
+    # created_at, and the turn and run that wrote it
+    *text_columns("created_at", "workflow_id", "execution_chain", "run_id", nullable=True),
+    sa.Column("superseded_by", sa.Text, nullable=False),  # the run that took its slot
+    sa.Column("superseded_at", sa.Text, nullable=False),
+    # When what became of its tool calls was recorded (turnstile.stores.superseded).
+    sa.Column("settled_at", sa.Text),
+    sa.Index("superseded_message_conversation", "conversation_id", "seq"),
+)
 t = superseded_message.c
 
 
@@ -81,16 +102,51 @@ class SupersededRow:
     superseded_at: str
 
     @classmethod
-    def read(cls, r: dict[str, Any]) -> SupersededRow:
-        msg = ChatMessage(role=r["role"], content=r["content"],
+    def read(cls, r: _Stored) -> SupersededRow:
+        msg = ChatMessage(role=r.role, content=r.content,
                           tool_calls=[ToolCall.model_validate(c)
-                                      for c in _json(r["tool_calls"]) or []],
-                          tool_call_id=r["tool_call_id"], is_error=bool(r["is_error"]),
-                          attributes=_json(r["attributes"]) or {})
-        return cls(id=int(r["id"]), conversation_id=r["conversation_id"], seq=int(r["seq"]),
-                   message=msg, workflow_id=r["workflow_id"] or "",
-                   chain=r["execution_chain"] or "", run_id=r["run_id"],
-                   superseded_by=r["superseded_by"], superseded_at=r["superseded_at"])
+                                      for c in _json(r.tool_calls) or []],
+                          tool_call_id=r.tool_call_id, is_error=bool(r.is_error),
+                          attributes=load_attributes(r.attributes))
+        return cls(id=int(r.id), conversation_id=r.conversation_id, seq=int(r.seq),
+                   message=msg, workflow_id=r.workflow_id or "",
+                   chain=r.execution_chain or "", run_id=r.run_id,
+                   superseded_by=r.superseded_by, superseded_at=r.superseded_at)
+
+
+class _Stored(NamedTuple):
+    """A `superseded_message` row as stored (`sa.select(superseded_message)`)."""
+
+    id: int
+    conversation_id: str
+    seq: int
+    role: Role
+    content: str | None
+    tool_calls: str | None
+    tool_call_id: str | None
+    is_error: int
+    attributes: str | None
+    parts: str | None
+    created_at: str | None
+    workflow_id: str | None
+    execution_chain: str | None
+    run_id: str | None
+    superseded_by: str
+    superseded_at: str
+    settled_at: str | None
+
+
+def keep(conn: Connection, row: MessageRow, parts: list[dict[str, Any]], by: str,
+         now: str) -> None:
+    """Keep a memory row that run `by` supersedes (turnstile.stores.runs
+    removes it from memory), with its images (`parts`). Only tool calls and
+    results have effects to look at: other rows are kept settled."""
+    open_ = row.role == "tool" or (row.role == "assistant" and bool(row.tool_calls)
+                                   and not load_attributes(row.attributes).get(attr.DISCARDED))
+    conn.execute(sa.insert(superseded_message).values(
+        {**row._asdict(), "is_error": bool(row.is_error),
+         "parts": json.dumps(parts) if parts else None, "superseded_by": by,
+         "superseded_at": now, "settled_at": None if open_ else now}))
 
 
 @dataclass
@@ -129,8 +185,8 @@ def call_identity(name: str, arguments: str) -> str:
 
 
 def _rows(conn: Connection, *where: sa.ColumnElement[bool]) -> list[SupersededRow]:
-    return [SupersededRow.read(r)
-            for r in conn.fetchall(sa.select(superseded_message).where(*where).order_by(t.id))]
+    return [SupersededRow.read(r) for r in conn.rows(
+        sa.select(superseded_message).where(*where).order_by(t.id), _Stored)]
 
 
 def superseded_messages(db: Database, conversation_id: str) -> list[SupersededRow]:
@@ -188,14 +244,19 @@ def effect_of(ledger: LedgerRow | None, live: dict[str, Any] | None) -> Effect:
     return Effect.NONE
 
 
+class _Attributes(NamedTuple):
+    attributes: str | None
+
+
 def judge(conn: Connection, sc: SupersededCall) -> tuple[Effect, LedgerRow | None]:
     """What became of a superseded call now, and its ledger row."""
     row = ledger_store.read(conn, CallKey(sc.workflow_id, sc.chain, sc.call.id))
     m = chat_message.c
-    live = conn.fetchone(sa.select(m.attributes).where(
+    live = conn.row(sa.select(m.attributes).where(
         m.conversation_id == sc.conversation_id, m.role == "tool", m.tool_call_id == sc.call.id,
-        m.workflow_id == sc.workflow_id, sa.func.coalesce(m.execution_chain, "") == sc.chain))
-    return effect_of(row, (_json(live["attributes"]) or {}) if live is not None else None), row
+        m.workflow_id == sc.workflow_id, sa.func.coalesce(m.execution_chain, "") == sc.chain),
+        _Attributes)
+    return effect_of(row, None if live is None else load_attributes(live.attributes)), row
 
 
 def all_calls(conn: Connection, conversation_id: str | None = None) -> list[SupersededCall]:

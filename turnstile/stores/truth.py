@@ -98,9 +98,8 @@ def _audit_rows(conn: Connection, *where: sa.ColumnElement[bool]) -> list[_Audit
 
 def _unanswered(rows: list[MessageRow]) -> list[tuple[str | None, ToolCall]]:
     """(turn, call) of every call in `rows` (one conversation) left without a
-    result (turnstile.stores.journal.open_calls, which reads rows as dicts)."""
-    return [(owner["workflow_id"], c)
-            for owner, calls, _ in open_calls([r._asdict() for r in rows]) for c in calls]
+    result (turnstile.stores.journal.open_calls)."""
+    return [(owner.workflow_id, c) for owner, calls, _ in open_calls(rows) for c in calls]
 
 
 def busy_conversations(db: Database) -> set[str]:
