@@ -17,6 +17,7 @@ from temporalio.client import Client, WorkflowHandle
 
 from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.processes import free_port, wait_for
+from tests.support.resets import reset_to, task_after
 from tests.support.sql import fetchall
 from tests.support.temporal_server import DevServer
 from tests.support.turns import wait_pending
@@ -210,3 +211,79 @@ async def test_make_up_after_an_upgrade_keeps_the_running_turn_going(
     finally:
         await asyncio.to_thread(first.down)  # the same pid files: every build's worker
     assert first.workers() == []
+
+
+async def test_terminate_and_reset_in_the_middle_of_a_rollout(
+        client: Client, temporal_server: DevServer, tmp_path: Path, fake_llm: FakeLLM) -> None:
+    """While N+1 becomes current, an operator terminates one turn parked on N
+    and resets another to its model call. The terminated turn's conversation
+    goes on under N+1 (its lock taken over, its unanswered call repaired); the
+    reset run stays pinned to N, asks for the approval again, is approved and
+    mails once."""
+    queue = f"wv-{uuid.uuid4().hex[:8]}"
+    name = f"turnstile-{uuid.uuid4().hex[:8]}"
+    old, new = Deployment(name, "release-n"), Deployment(name, "release-n1")
+    url = f"sqlite:///{tmp_path}/t.db"
+    env = {"TEMPORAL_ADDRESS": temporal_server.address, "TURNSTILE_TASK_QUEUE": queue,
+           "DATABASE_URL": url, "LLM_BASE_URL": fake_llm.url,
+           "TURNSTILE_DATA_DIR": str(tmp_path / "data"), "TURNSTILE_WORKER_VERSIONING": "on",
+           "TURNSTILE_DEPLOYMENT_NAME": name}
+    subject = f"Reset {uuid.uuid4().hex[:8]}"
+
+    def reply(request: dict) -> object:  # type: ignore[type-arg]
+        if request["messages"][-1]["role"] == "tool":
+            return text_reply("queued")
+        if "mail" in request["messages"][-1]["content"]:
+            return tool_reply((f"e-{uuid.uuid4().hex[:6]}", "createEmailTask",
+                               {**MAIL, "subject": subject}))
+        return text_reply("hello")
+
+    fake_llm.default = reply
+    n = WorkerProcess(tmp_path / "n.log", {**env, "TURNSTILE_BUILD_ID": old.build_id}).start()
+    n1 = None
+    try:
+        wait_for(lambda: b"made current" in (tmp_path / "n.log").read_bytes(), 30, "N current")
+        doomed_conv, reset_conv = f"c-{uuid.uuid4().hex[:6]}", f"c-{uuid.uuid4().hex[:6]}"
+        doomed = await client.start_workflow(
+            WORKFLOW_TYPE, turn_input(doomed_conv, "mail ops"), id=f"wv-{uuid.uuid4().hex[:8]}",
+            task_queue=queue, result_type=TurnResult)
+        to_reset = await client.start_workflow(
+            WORKFLOW_TYPE, turn_input(reset_conv, "mail ops"), id=f"wv-{uuid.uuid4().hex[:8]}",
+            task_queue=queue, result_type=TurnResult)
+        await wait_pending(doomed)
+        await wait_pending(to_reset)
+
+        n1 = WorkerProcess(tmp_path / "n1.log", {**env, "TURNSTILE_BUILD_ID": new.build_id,
+                                                "TURNSTILE_MAKE_CURRENT": "always"}).start()
+        wait_for(lambda: b"made current (was release-n)" in (tmp_path / "n1.log").read_bytes(),
+                 30, "N+1 current")
+
+        await doomed.terminate("operator: rolled out without it")
+        after = await asyncio.wait_for(client.execute_workflow(
+            WORKFLOW_TYPE, turn_input(doomed_conv, "and now?"), id=f"wv-{uuid.uuid4().hex[:8]}",
+            task_queue=queue, result_type=TurnResult), 60)
+        assert after.status == TurnStatus.COMPLETED, after.error
+
+        first_run = to_reset.first_execution_run_id or ""
+        point = await task_after(client, to_reset.id, first_run, "turnstile.call_model")
+        rerun = await reset_to(client, to_reset.id, first_run, point)
+        [again] = await wait_pending(rerun)
+        await rerun.signal("approve", ApproveSignal(tool_call_id=again.tool_call_id,
+                                                    reviewer="carol"))
+        result = await asyncio.wait_for(rerun.result(), 60)
+        assert result.status == TurnStatus.COMPLETED, result.error
+        assert [c.status for c in result.tool_calls] == [CallStatus.COMPLETED]
+        reset_builds = set(await task_builds(rerun))
+    finally:
+        n.stop()
+        if n1 is not None:
+            n1.stop()
+    # A reset run stays pinned to the build of the run it replaces.
+    assert reset_builds == {old.build_id}
+    with Database(url).connect() as conn:
+        mails = fetchall(conn, "SELECT recipient FROM email_task WHERE subject = :s",
+                         {"s": subject})
+        repaired = fetchall(conn, "SELECT content FROM chat_message WHERE conversation_id = :c "
+                                  "AND role = 'tool'", {"c": doomed_conv})
+    assert len(mails) == 1  # the terminated turn's call never ran; the reset one ran once
+    assert len(repaired) == 1 and "has no result: its turn ended" in repaired[0]["content"]
