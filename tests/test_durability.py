@@ -137,3 +137,50 @@ async def test_worker_killed_during_compensation(crash: Crash, fake_llm: FakeLLM
     assert [e["note"] for e in side_effects(db, wf_id)] == ["CANCELLED"]
     assert [r.status for r in AuditLog(db).rows(wf_id) if r.tool_name == "slowUndoReserve"] \
         == ["ROLLED_BACK"]
+
+
+async def test_worker_killed_while_a_cancelled_thread_tool_is_waited_out(
+        crash: Crash, fake_llm: FakeLLM) -> None:
+    """A plain-function tool's thread runs on after its turn was cancelled;
+    the worker waits it out, and the undo waits for it. The worker is SIGKILLed
+    in that wait, before the effect lands. A new worker ends the turn
+    cancelled: the undo gives up waiting on the lost claim and undoes without
+    its result, nothing was booked, memory and the journal agree."""
+    from temporalio.api.enums.v1 import EventType
+    from temporalio.client import WorkflowFailureError
+    from temporalio.exceptions import CancelledError
+
+    from turnstile.engine.activity_io import COMPENSATE_TOOL, EXECUTE_TOOL
+    from turnstile.stores.memory import MemoryStore
+    from turnstile.stores.truth import disagreements
+
+    fake_llm.script(tool_reply(("b1", "slowBook", {"item": "room 9", "seconds": 8})),
+                    text_reply("nothing is booked"))
+    wf_id = f"kill-waitout-{crash.task_queue}"
+    cancelled = False
+
+    async def scheduled(handle: WorkflowHandle) -> set[str]:
+        names: set[str] = set()
+        async for e in handle.fetch_history_events():
+            if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+                names.add(e.activity_task_scheduled_event_attributes.activity_type.name)
+        return names
+
+    async def undo_waits(handle: WorkflowHandle) -> bool:
+        nonlocal cancelled
+        names = await scheduled(handle)
+        if EXECUTE_TOOL in names and not cancelled:  # the booking's thread runs
+            await handle.cancel()
+            cancelled = True
+        return COMPENSATE_TOOL in names  # the undo waits for the booking's attempt
+
+    handle = await crash.kill_when(wf_id, "book room 9", undo_waits)
+    with pytest.raises(WorkflowFailureError) as err:
+        await crash.resume(handle)
+    assert isinstance(err.value.cause, CancelledError)
+    conv = f"c-{wf_id}"
+    assert side_effects(crash.db, wf_id) == []  # killed before the booking landed
+    [told] = [m for m in MemoryStore(crash.db).messages(conv)
+              if m.role == "tool" and m.tool_call_id == "b1"]
+    assert told.is_error
+    assert disagreements(crash.db, conv) == []
