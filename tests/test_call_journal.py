@@ -129,3 +129,21 @@ def test_with_the_audit_off_the_other_facts_are_still_written(db: Database) -> N
     j.finish(ending(wf, conv, 1, begin(j, wf, conv)))
     assert facts(db, wf) == {"tool_call_ledger": 1, "tool_execution_log": 0,
                              "approval_decision": 1, "chat_message": 1}
+
+
+def test_a_repaired_call_that_never_started_can_never_start(db: Database) -> None:
+    """A call its turn left unanswered before any attempt claimed it (it waited
+    for an approval when the turn was terminated): the repair says it did not
+    run, and claims it, so an attempt that starts late finds it settled."""
+    j, wf, conv = journal(db), f"wf-{uuid.uuid4().hex[:8]}", f"c-{uuid.uuid4().hex[:8]}"
+    MemoryStore(db).append(conv, 0, [
+        ChatMessage(role="user", content="mail ops"),
+        ChatMessage(role="assistant", content=None, tool_calls=[CALL])], wf, "run-1")
+    [repair] = j.repair_orphans(conv, "wf-next")
+    assert repair.outcome == CallStatus.FAILED
+    [told] = [m for m in MemoryStore(db).messages(conv) if m.role == "tool"]
+    assert told.is_error and "did not run" in (told.content or "")
+    late = j.begin(Start(workflow_id=wf, chain="run-1", conversation_id=conv, user_id="alice",
+                         call=CALL), rerun_lost=False)
+    assert not late.fresh and late.result == told.content
+    assert [r.status for r in AuditLog(db).rows(wf)] == [AuditStatus.FAILED]

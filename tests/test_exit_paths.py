@@ -35,6 +35,7 @@ from turnstile.engine.contract import ApproveSignal, CallStatus, TurnStatus
 from turnstile.engine.messages import ChatMessage
 from turnstile.stores.audit import AuditLog
 from turnstile.stores.db import Database
+from turnstile.stores.ledger import LedgerStatus, ToolLedger
 from turnstile.stores.memory import MemoryStore
 from turnstile.stores.superseded import superseded_messages
 from turnstile.stores.truth import disagreements
@@ -113,8 +114,13 @@ async def test_terminate_leaves_a_hole_the_next_turn_repairs(
     assert hole  # the terminated turn left call_1 without a result (v0.1's 400 forever)
     assert result.status == TurnStatus.COMPLETED, result.error
     assert violations == []
-    assert pay.is_error and "may or may not have taken effect" in (pay.content or "")
+    # It waited for an approval: no attempt had claimed it, so it did not run,
+    # and the repair's claim keeps a late attempt from running it.
+    assert pay.is_error and "did not run" in (pay.content or "")
+    assert pay.attributes[attr.OUTCOME] == CallStatus.FAILED
     assert pay.attributes[attr.REPAIRED]["by"] == nxt.id
+    assert ToolLedger(db).status(stuck.id, "call_1", stuck.first_execution_run_id or "") \
+        is LedgerStatus.COMPLETED
     assert [(r.status, "repaired by " + nxt.id in (r.error_message or ""))
             for r in audit] == [("FAILED", True)]
     assert any(e["step"] == "memory_repaired" and "call_1" in e["detail"]

@@ -217,7 +217,7 @@ async def test_terminate_and_reset_in_the_middle_of_a_rollout(
         client: Client, temporal_server: DevServer, tmp_path: Path, fake_llm: FakeLLM) -> None:
     """While N+1 becomes current, an operator terminates one turn parked on N
     and resets another to its model call. The terminated turn's conversation
-    goes on under N+1 (its lock taken over, its unanswered call repaired); the
+    goes on under N+1 (its lock taken over, its call that never started told it did not run); the
     reset run stays pinned to N, asks for the approval again, is approved and
     mails once."""
     queue = f"wv-{uuid.uuid4().hex[:8]}"
@@ -286,4 +286,4 @@ async def test_terminate_and_reset_in_the_middle_of_a_rollout(
         repaired = fetchall(conn, "SELECT content FROM chat_message WHERE conversation_id = :c "
                                   "AND role = 'tool'", {"c": doomed_conv})
     assert len(mails) == 1  # the terminated turn's call never ran; the reset one ran once
-    assert len(repaired) == 1 and "has no result: its turn ended" in repaired[0]["content"]
+    assert len(repaired) == 1 and "did not run" in repaired[0]["content"]

@@ -45,6 +45,12 @@ ORPHAN_TEXT = (
     "on it or trying again."
 )
 ORPHAN_REASON = "terminated, reset or lost"
+# A call no attempt had claimed: the repair claims it itself (a COMPLETED
+# ledger row), so an attempt that starts late finds it settled and never runs it.
+NOT_RUN_TEXT = (
+    "The call to {name} did not run: its turn ended ({reason}) before the call started, "
+    "and it will not run now."
+)
 
 
 @dataclass(frozen=True)
@@ -133,8 +139,13 @@ def _answer(conn: Connection, memory: MemoryStore, audit: bool, conversation_id:
     done = row if row is not None and row.status is LedgerStatus.COMPLETED else None
     marker = {"by": repaired_by, "reason": ORPHAN_REASON,
               "source": "ledger" if done else "none"}
+    fenced = row is None and w.claim_first(conn, key, call.name)
     if done is not None:  # the call finished; only its memory write was lost
         outcome, text, is_error = done.reported, done.result or "", done.is_error
+    elif fenced:  # never claimed, and now no attempt can claim it
+        outcome, is_error = CallStatus.FAILED, True
+        text = NOT_RUN_TEXT.format(name=call.name, reason=ORPHAN_REASON)
+        w.complete(conn, key, 1, outcome=outcome, result=text, is_error=True, state=None)
     else:
         outcome, is_error = CallStatus.INTERRUPTED, True
         text = ORPHAN_TEXT.format(name=call.name, reason=ORPHAN_REASON)
@@ -148,15 +159,16 @@ def _answer(conn: Connection, memory: MemoryStore, audit: bool, conversation_id:
     memory.append_in(conn, conversation_id, seq, [message], wf_id, key.chain or None,
                      run_id=owner.run_id)
     if audit and done is None:
-        _audit_interrupted(conn, conversation_id, key, call, repaired_by)
+        _audit_ended(conn, conversation_id, key, call, repaired_by, ran=not fenced)
     return Repair(seq=seq, call_id=call.id, tool_name=call.name, workflow_id=wf_id,
                   outcome=outcome)
 
 
-def _audit_interrupted(conn: Connection, conversation_id: str, key: CallKey, call: ToolCall,
-                       repaired_by: str) -> None:
+def _audit_ended(conn: Connection, conversation_id: str, key: CallKey, call: ToolCall,
+                 repaired_by: str, *, ran: bool) -> None:
     """Close the call's audit row (open if the tool was running) or add one."""
-    error = (f"interrupted; effect unknown: turn {key.workflow_id} ended without a result "
+    what = "interrupted; effect unknown" if ran else "not run"
+    error = (f"{what}: turn {key.workflow_id} ended without a result "
              f"({ORPHAN_REASON}); repaired by {repaired_by}")
     if w.audit_opened(conn, key.execution_id) is not None:
         w.close_open_audit(conn, key.execution_id, error)
