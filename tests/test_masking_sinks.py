@@ -19,6 +19,7 @@ import base64
 import json
 import logging
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from google.protobuf.json_format import MessageToDict
@@ -36,6 +37,7 @@ from tests.support.waiting import wait_until
 from turnstile.engine.activity_io import CALL_MODEL, EXECUTE_TOOL, REVIEW_CALL
 from turnstile.engine.contract import ApproveSignal, TurnStatus
 from turnstile.runtime.config import Settings
+from turnstile.runtime.log_masking import MaskingFilter
 from turnstile.runtime.tracing import interceptors
 from turnstile.sales.sender import SenderConfig, deliver_due
 from turnstile.sales.service import build_sales_service
@@ -60,6 +62,24 @@ class Records(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         self.lines.append(f"{record.name} {record.getMessage()} {record.__dict__!r}")
+
+
+@contextmanager
+def logged(*, masked: bool = False) -> Iterator[Records]:
+    """The root logger's records at INFO and above while the block runs
+    (`masked`: through worker.py's MaskingFilter first)."""
+    records = Records()
+    if masked:
+        records.addFilter(MaskingFilter())
+    root = logging.getLogger()
+    old_level = root.level
+    root.addHandler(records)
+    root.setLevel(logging.INFO)
+    try:
+        yield records
+    finally:
+        root.removeHandler(records)
+        root.setLevel(old_level)
 
 
 def strings(value: Any) -> Iterator[str]:
@@ -90,13 +110,8 @@ async def test_the_address_is_nowhere_it_should_not_be(
     mail = {"to": ADDRESS, "subject": "Renewal", "body": "Please renew."}
     fake_llm.script(tool_reply(("e1", "createEmailTask", mail)),
                     text_reply("The renewal e-mail is queued."))
-    records = Records()
-    root = logging.getLogger()
-    old_level = root.level
-    root.addHandler(records)
-    root.setLevel(logging.INFO)
     spans.clear()
-    try:
+    with logged() as records:
         with LocalSmtpServer(tmp_path / "mail", port=port):
             async with running_worker(client, task_queue, db.url, [build_sales_service()],
                                       llm_url=fake_llm.url, env=env) as turns:
@@ -112,9 +127,6 @@ async def test_the_address_is_nowhere_it_should_not_be(
             await wait_until(lambda: any("stored mail" in line for line in records.lines),
                              what="the SMTP server's log line")
         [delivered] = read_mailbox(tmp_path / "mail")
-    finally:
-        root.removeHandler(records)
-        root.setLevel(old_level)
     assert result.status == TurnStatus.COMPLETED and sent == 1
     assert delivered["To"] == ADDRESS  # the world got the real address ...
 
@@ -184,12 +196,7 @@ async def test_hostile_spellings_are_masked_on_failing_paths_too(
         ("c2", "createEmailTask", {"to": HOSTILE["zq7idn"], "subject": "a", "body": "b"}),
         ("c3", "createEmailTask", {"to": "ops@example.com", "subject": "hi", "body": body})),
         text_reply("done"))
-    records = Records()
-    root = logging.getLogger()
-    old_level = root.level
-    root.addHandler(records)
-    root.setLevel(logging.INFO)
-    try:
+    with logged() as records:
         async with running_worker(client, task_queue, db.url, [build_sales_service()],
                                   llm_url=fake_llm.url) as turns:
             handle = await turns.start("mail them", service="sales-assistant", user="alice")
@@ -200,9 +207,6 @@ async def test_hostile_spellings_are_masked_on_failing_paths_too(
                 tool_call_id="c3", reviewer="bob", comment="cc zq7note@example.com"))
             result = await handle.result()
             status = await handle.query("status", result_type=dict)
-    finally:
-        root.removeHandler(records)
-        root.setLevel(old_level)
     assert result.status == TurnStatus.COMPLETED, result.error
     assert [c.status.value for c in result.tool_calls] == [
         "invalid_arguments", "invalid_arguments", "completed"]
@@ -229,25 +233,16 @@ async def test_a_database_error_quoting_an_address_reaches_no_sink(
     there, the address masked.)"""
     from tests.support.services import make_service
     from turnstile.engine.contract import CallStatus
-    from turnstile.runtime.log_masking import MaskingFilter
 
     seed = "zq7dberr@example.com"
     fake_llm.script(tool_reply(("c1", "registerTwice", {"value": seed})), text_reply("sorry"))
-    records = Records()
-    records.addFilter(MaskingFilter())  # as worker.py's logging setup does on every handler
-    root = logging.getLogger()
-    old_level = root.level
-    root.addHandler(records)
-    root.setLevel(logging.INFO)
-    try:
+    # Filtered as worker.py's logging setup does on every handler.
+    with logged(masked=True) as records:
         async with running_worker(client, task_queue, db.url, [make_service()],
                                   llm_url=fake_llm.url) as turns:
             handle = await turns.start("register it")
             result = await handle.result()
             history = (await handle.fetch_history()).to_json()
-    finally:
-        root.removeHandler(records)
-        root.setLevel(old_level)
     [call] = result.tool_calls
     assert call.status == CallStatus.FAILED
     with db.connect() as conn:

@@ -65,6 +65,30 @@ def turn_input(conversation: str, message: str) -> TurnInput:
     return TurnInput(conversation_id=conversation, user_id="alice", message=message,
                      service="sales-assistant")
 
+def rollout_env(server: DevServer, tmp_path: Path, url: str, llm_url: str) -> dict[str, str]:
+    """The environment of a release's workers: a task queue and a deployment
+    of their own, versioning on."""
+    return {"TEMPORAL_ADDRESS": server.address,
+            "TURNSTILE_TASK_QUEUE": f"wv-{uuid.uuid4().hex[:8]}", "DATABASE_URL": url,
+            "LLM_BASE_URL": llm_url,
+            "TURNSTILE_DATA_DIR": str(tmp_path / "data"), "TURNSTILE_WORKER_VERSIONING": "on",
+            "TURNSTILE_DEPLOYMENT_NAME": f"turnstile-{uuid.uuid4().hex[:8]}"}
+
+
+def mail_when_asked(subject: str) -> Callable[[dict], object]:  # type: ignore[type-arg]
+    """The model: a message about mail gets a createEmailTask call, a tool
+    result "queued", anything else "hello"."""
+    def reply(request: dict) -> object:  # type: ignore[type-arg]
+        if request["messages"][-1]["role"] == "tool":
+            return text_reply("queued")
+        if "mail" in request["messages"][-1]["content"]:
+            return tool_reply((f"e-{uuid.uuid4().hex[:6]}", "createEmailTask",
+                               {**MAIL, "subject": subject}))
+        return text_reply("hello")
+
+    return reply
+
+
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
 async def test_a_turn_in_flight_finishes_on_its_release_while_new_turns_go_to_the_next(
@@ -72,22 +96,10 @@ async def test_a_turn_in_flight_finishes_on_its_release_while_new_turns_go_to_th
         fake_llm: FakeLLM, request: pytest.FixtureRequest) -> None:
     url = (request.getfixturevalue("postgres_url") if backend == "postgresql"
            else f"sqlite:///{tmp_path}/t.db")
-    queue = f"wv-{uuid.uuid4().hex[:8]}"
-    name = f"turnstile-{uuid.uuid4().hex[:8]}"
+    env = rollout_env(temporal_server, tmp_path, url, fake_llm.url)
+    queue, name = env["TURNSTILE_TASK_QUEUE"], env["TURNSTILE_DEPLOYMENT_NAME"]
     old, new = Deployment(name, "release-n"), Deployment(name, "release-n1")
-    env = {"TEMPORAL_ADDRESS": temporal_server.address, "TURNSTILE_TASK_QUEUE": queue,
-           "DATABASE_URL": url, "LLM_BASE_URL": fake_llm.url,
-           "TURNSTILE_DATA_DIR": str(tmp_path / "data"), "TURNSTILE_WORKER_VERSIONING": "on",
-           "TURNSTILE_DEPLOYMENT_NAME": name}
-
-    def reply(request: dict) -> object:  # type: ignore[type-arg]
-        if any(m.get("role") == "tool" for m in request["messages"]):
-            return text_reply("queued")
-        if "mail" in request["messages"][-1]["content"]:
-            return tool_reply((f"e-{uuid.uuid4().hex[:6]}", "createEmailTask", MAIL))
-        return text_reply("hello")
-
-    fake_llm.default = reply
+    fake_llm.default = mail_when_asked(SUBJECT)
     # Release N: the deployment's first version, current at once.
     n = WorkerProcess(tmp_path / "n.log", {**env, "TURNSTILE_BUILD_ID": old.build_id}).start()
     n1 = None
@@ -144,12 +156,8 @@ async def test_a_turn_in_flight_finishes_on_its_release_while_new_turns_go_to_th
 
 async def test_a_worker_never_takes_current_from_another_version_unless_told(
         client: Client, temporal_server: DevServer, tmp_path: Path, fake_llm: FakeLLM) -> None:
-    queue = f"wv-{uuid.uuid4().hex[:8]}"
-    name = f"turnstile-{uuid.uuid4().hex[:8]}"
-    env = {"TEMPORAL_ADDRESS": temporal_server.address, "TURNSTILE_TASK_QUEUE": queue,
-           "DATABASE_URL": f"sqlite:///{tmp_path}/t.db", "LLM_BASE_URL": fake_llm.url,
-           "TURNSTILE_DATA_DIR": str(tmp_path / "data"), "TURNSTILE_WORKER_VERSIONING": "on",
-           "TURNSTILE_DEPLOYMENT_NAME": name}
+    env = rollout_env(temporal_server, tmp_path, f"sqlite:///{tmp_path}/t.db", fake_llm.url)
+    name = env["TURNSTILE_DEPLOYMENT_NAME"]
     first = WorkerProcess(tmp_path / "a.log", {**env, "TURNSTILE_BUILD_ID": "a"}).start()
     second = None
     try:
@@ -213,32 +221,22 @@ async def test_make_up_after_an_upgrade_keeps_the_running_turn_going(
     assert first.workers() == []
 
 
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
 async def test_terminate_and_reset_in_the_middle_of_a_rollout(
-        client: Client, temporal_server: DevServer, tmp_path: Path, fake_llm: FakeLLM) -> None:
+        backend: str, client: Client, temporal_server: DevServer, tmp_path: Path,
+        fake_llm: FakeLLM, request: pytest.FixtureRequest) -> None:
     """While N+1 becomes current, an operator terminates one turn parked on N
     and resets another to its model call. The terminated turn's conversation
-    goes on under N+1 (its lock taken over, its call that never started told it did not run); the
-    reset run stays pinned to N, asks for the approval again, is approved and
-    mails once."""
-    queue = f"wv-{uuid.uuid4().hex[:8]}"
-    name = f"turnstile-{uuid.uuid4().hex[:8]}"
-    old, new = Deployment(name, "release-n"), Deployment(name, "release-n1")
-    url = f"sqlite:///{tmp_path}/t.db"
-    env = {"TEMPORAL_ADDRESS": temporal_server.address, "TURNSTILE_TASK_QUEUE": queue,
-           "DATABASE_URL": url, "LLM_BASE_URL": fake_llm.url,
-           "TURNSTILE_DATA_DIR": str(tmp_path / "data"), "TURNSTILE_WORKER_VERSIONING": "on",
-           "TURNSTILE_DEPLOYMENT_NAME": name}
+    goes on under N+1 (its lock taken over, its call that never started told
+    it did not run); the reset run stays pinned to N, asks for the approval
+    again, is approved and mails once."""
+    url = (request.getfixturevalue("postgres_url") if backend == "postgresql"
+           else f"sqlite:///{tmp_path}/t.db")
+    env = rollout_env(temporal_server, tmp_path, url, fake_llm.url)
+    queue, name = env["TURNSTILE_TASK_QUEUE"], env["TURNSTILE_DEPLOYMENT_NAME"]
+    old = Deployment(name, "release-n")
     subject = f"Reset {uuid.uuid4().hex[:8]}"
-
-    def reply(request: dict) -> object:  # type: ignore[type-arg]
-        if request["messages"][-1]["role"] == "tool":
-            return text_reply("queued")
-        if "mail" in request["messages"][-1]["content"]:
-            return tool_reply((f"e-{uuid.uuid4().hex[:6]}", "createEmailTask",
-                               {**MAIL, "subject": subject}))
-        return text_reply("hello")
-
-    fake_llm.default = reply
+    fake_llm.default = mail_when_asked(subject)
     n = WorkerProcess(tmp_path / "n.log", {**env, "TURNSTILE_BUILD_ID": old.build_id}).start()
     n1 = None
     try:
@@ -253,7 +251,7 @@ async def test_terminate_and_reset_in_the_middle_of_a_rollout(
         await wait_pending(doomed)
         await wait_pending(to_reset)
 
-        n1 = WorkerProcess(tmp_path / "n1.log", {**env, "TURNSTILE_BUILD_ID": new.build_id,
+        n1 = WorkerProcess(tmp_path / "n1.log", {**env, "TURNSTILE_BUILD_ID": "release-n1",
                                                 "TURNSTILE_MAKE_CURRENT": "always"}).start()
         wait_for(lambda: b"made current (was release-n)" in (tmp_path / "n1.log").read_bytes(),
                  30, "N+1 current")
