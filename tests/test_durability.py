@@ -40,6 +40,11 @@ class Crash:
         self.env = {"TEMPORAL_ADDRESS": server.address, "TURNSTILE_TASK_QUEUE": task_queue,
                     "DATABASE_URL": db_url, "LLM_BASE_URL": llm_url}
 
+    def use(self, db_url: str) -> None:
+        """Run the turn's workers on this database instead (e.g. PostgreSQL)."""
+        self.db = Database(db_url)
+        self.env = {**self.env, "DATABASE_URL": db_url}
+
     async def kill_when(self, wf_id: str, message: str,
                         moment: Callable[[WorkflowHandle], Awaitable[bool]]) -> WorkflowHandle:
         first = WorkerProcess(self.tmp / "worker1.log", self.env).start()
@@ -139,8 +144,9 @@ async def test_worker_killed_during_compensation(crash: Crash, fake_llm: FakeLLM
         == ["ROLLED_BACK"]
 
 
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
 async def test_worker_killed_while_a_cancelled_thread_tool_is_waited_out(
-        crash: Crash, fake_llm: FakeLLM) -> None:
+        crash: Crash, fake_llm: FakeLLM, backend: str, request: pytest.FixtureRequest) -> None:
     """A plain-function tool's thread runs on after its turn was cancelled;
     the worker waits it out, and the undo waits for it. The worker is SIGKILLed
     in that wait, before the effect lands. A new worker ends the turn
@@ -154,6 +160,8 @@ async def test_worker_killed_while_a_cancelled_thread_tool_is_waited_out(
     from turnstile.stores.memory import MemoryStore
     from turnstile.stores.truth import disagreements
 
+    if backend == "postgresql":
+        crash.use(request.getfixturevalue("postgres_url"))
     fake_llm.script(tool_reply(("b1", "slowBook", {"item": "room 9", "seconds": 8})),
                     text_reply("nothing is booked"))
     wf_id = f"kill-waitout-{crash.task_queue}"
