@@ -19,6 +19,8 @@ import asyncio
 from typing import Any
 
 from temporalio import workflow
+from temporalio.common import RawValue
+from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     # Deterministic modules (the engine's models and rules, and the workflow's
@@ -35,13 +37,14 @@ with workflow.unsafe.imports_passed_through():
         TurnResult,
         TurnStatus,
     )
-    from turnstile.engine.errors import InvalidTurnInput, TurnstileError
+    from turnstile.engine.errors import InvalidTurnInput, TurnstileError, UnexpectedError
     from turnstile.engine.messages import ChatMessage
     from turnstile.engine.safe_text import safe_text
     from turnstile.engine.specs import ServiceSpec
     from turnstile.engine.turn_input_rules import turn_input_problem
     from turnstile.engine.versions import (
         TURN_INPUT_DOOR,
+        UNEXPECTED_ENDS_TURN,
         Revision,
     )
     from workflows import turn_metrics as metrics
@@ -53,7 +56,11 @@ with workflow.unsafe.imports_passed_through():
     from workflows.turn_end import TurnEnding
 
 
-# Exceptions that fail the turn's workflow instead of its workflow task
+# Every exception that escapes the turn's own code ends the turn `failed`
+# with `UnexpectedError` (AgentTurn.run, _unexpected): released and repaired
+# like any failed turn. What escapes elsewhere — a signal or update handler,
+# a turn replaying along a path it took before that rule — meets these, the
+# exceptions that fail the turn's workflow instead of its workflow task
 # (the worker's `workflow_failure_exception_types`, as pydantic-ai's Temporal
 # integration declares its own). A workflow task that fails is retried
 # forever with the same history and the same deterministic code, so it fails
@@ -82,8 +89,20 @@ class AgentTurn(ApprovalHandlers, TurnEnding):
         self.decisions = Decisions(self.s, lambda: self.spec)
 
     @workflow.run
-    async def run(self, turn: TurnInput) -> TurnResult:
+    async def run(self, raw: RawValue) -> TurnResult:
+        # The input arrives raw and is read here, not by the SDK: a payload
+        # that does not decode into a TurnInput (a wrong type, JSON nested past
+        # the decoder's limit) is refused by the door like any other input
+        # that breaks a rule, instead of failing the workflow with the
+        # decoder's message.
         s = self.s
+        try:
+            turn = workflow.payload_converter().from_payload(raw.payload, TurnInput)
+        except Exception as err:  # not JSON, not a TurnInput, nested past the decoder
+            if not workflow.patched(TURN_INPUT_DOOR):
+                raise  # begun before the door read its own input: failed as it did
+            return self._refused_at_door(TurnInput.model_construct(
+                conversation_id="", user_id="", message=""), _unreadable(err))
         s.turn = turn
         problem = turn_input_problem(turn)
         # A turn begun before the door existed replays along the path it took.
@@ -95,6 +114,23 @@ class AgentTurn(ApprovalHandlers, TurnEnding):
         s.chain = workflow.info().first_execution_run_id
         self.steps = PipelineSteps(s, turn, self.spec)
         try:
+            return await self._turn(turn)
+        except Exception as err:  # every exception (CancelledError is not one): _unexpected
+            stop = self._unexpected(err)
+        try:
+            return await self._stopped(turn, stop)
+        except Exception as again:  # the ending itself broke
+            # Ending the turn failed too: fail the workflow (not its task), so
+            # the turn does not retry forever; the next turn of the
+            # conversation takes over the lock of an ended turn and its memory
+            # load repairs what this one left open.
+            raise ApplicationError(
+                f"{stop}; ending the turn then raised {type(again).__name__}: "
+                f"{safe_text(str(again))[:300]}", type=UnexpectedError.error_type,
+                non_retryable=True) from None
+
+    async def _turn(self, turn: TurnInput) -> TurnResult:
+        try:
             answer = await self._pipeline(turn)
         except TurnStopped as stop:
             return await self._stopped(turn, stop)
@@ -102,6 +138,34 @@ class AgentTurn(ApprovalHandlers, TurnEnding):
             await self._cancelled(turn)
             raise
         return await self._result(turn, TurnStatus.COMPLETED, answer, None)
+
+    def _unexpected(self, err: Exception) -> TurnStopped:
+        """An exception nothing in the turn handles: the turn stops `failed`
+        with `UnexpectedError`, naming the step and the exception's class, and
+        ends as any failed turn does (the saga undoes, memory is settled, the
+        conversation released) — instead of failing its workflow task, which
+        Temporal retries forever with the same history and the same code, so
+        it fails the same way while the turn holds its conversation.
+
+        Except a nondeterminism error: the worker's code does not match the
+        turn's history (an incompatible deploy). Ending the turn would record
+        the wrong code's decision for good; kept retrying, the turn goes on
+        from where it was once a corrected worker is deployed."""
+        if isinstance(err, workflow.NondeterminismError):
+            raise err
+        # A turn that failed this way before this rule existed (its workflow
+        # failed, FAILS_THE_TURN) replays along the path it took.
+        if not workflow.patched(UNEXPECTED_ENDS_TURN):
+            raise err
+        step = str(self.s.step)
+        exception = type(err).__name__
+        error = UnexpectedError(f"step {step} raised {exception}: "
+                                f"{safe_text(str(err))[:300]}")
+        workflow.logger.error("turn stopped by an unexpected %s in step %s", exception, step,
+                              exc_info=err)
+        stop = TurnStopped(TurnStatus.FAILED, error)
+        stop.step, stop.exception = step, exception
+        return stop
 
     def _refused_at_door(self, turn: TurnInput, problem: str) -> TurnResult:
         """The input breaks a rule of the door (turnstile.engine.turn_input_rules):
@@ -179,3 +243,14 @@ class AgentTurn(ApprovalHandlers, TurnEnding):
                 answer = await loop.run()
         finally:
             steps.cancel_moderation()
+
+
+def _unreadable(err: Exception) -> str:
+    """The door's reason for an input that does not decode into a TurnInput."""
+    if isinstance(err, ValidationError) and err.error_count():
+        first = err.errors()[0]
+        where = ".".join(str(p) for p in first.get("loc", ())) or "the input"
+        text = f"{where}: {first.get('msg', '')}"
+    else:
+        text = f"{type(err).__name__}: {err}"
+    return safe_text(text)[:300] + " (the input does not read as a TurnInput)"

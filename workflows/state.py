@@ -99,6 +99,10 @@ class TurnStopped(Exception):
         super().__init__(str(error))
         self.status, self.error_type, self.call_id = status, error.error_type, call_id
         self.answer, self.compensate = answer, compensate
+        # Set for an UnexpectedError (AgentTurn._unexpected): the step and the
+        # escaped exception's class, carried into TurnErrorInfo.
+        self.step: str | None = None
+        self.exception: str | None = None
 
     @classmethod
     def from_activity(cls, status: TurnStatus,

@@ -33,7 +33,8 @@ class TurnEnding:
 
     async def _stopped(self, turn: TurnInput, stop: TurnStopped) -> TurnResult:
         """The turn stopped with a status and a typed error: undo, then end."""
-        error = TurnErrorInfo(type=stop.error_type, message=str(stop))
+        error = TurnErrorInfo(type=stop.error_type, message=str(stop), step=stop.step,
+                              exception=stop.exception)
         status = stop.status
         if self.s.compensable and stop.compensate:
             rolled = await roll_back(self.s, self.spec, turn, error, stop.call_id)

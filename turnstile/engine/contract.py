@@ -102,6 +102,11 @@ class ToolCallRecord(BaseModel):
 class TurnErrorInfo(BaseModel):
     type: str  # the error class's `error_type` (turnstile.engine.errors) or the activity's
     message: str
+    # Set for `UnexpectedError` only: the step (TurnPhase) the turn was in and
+    # the class of the exception that escaped workflow code. Left out of the
+    # serialized form when unset, so every other error reads as before.
+    step: str | None = Field(default=None, exclude_if=lambda v: v is None)
+    exception: str | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class RollbackCause(TurnErrorInfo):

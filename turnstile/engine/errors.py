@@ -275,3 +275,20 @@ class OutputParseError(TurnstileError):
     """The model's answer did not parse into the service's return type, re-asks included."""
 
     error_type = "OutputParseError"
+
+
+# --- the product's own code or data it cannot read (issue 35) ---------------
+class UnexpectedError(TurnstileError):
+    """An exception no part of the turn handles escaped workflow code (a bug,
+    or data of a shape the code does not expect): the turn ends `failed` with
+    this type, naming the step (`TurnErrorInfo.step`) and the exception class
+    (`TurnErrorInfo.exception`), instead of retrying its workflow task forever
+    while it holds its conversation (workflows/agent_turn.py)."""
+
+
+class UnreadableData(TurnstileError):
+    """An activity met data no retry can read: a value that fails its type
+    (pydantic validation), text that cannot be decoded or encoded, a value of
+    the wrong type or shape (TypeError, KeyError, ValueError). The activity
+    fails at once, not retried; the message names the activity and what it
+    could not read (activities/errors.py)."""

@@ -111,3 +111,11 @@ NAMES_AS_IDENTITIES = "names-as-identities"
 # A decision that arrives in the same activation as its approval deadline
 # stands (the deadline used to overwrite it). Asked only in that case.
 DECISION_BEATS_DEADLINE = "decision-beats-deadline"
+
+# An exception no part of the turn handles ends it `failed` with
+# `UnexpectedError` (workflows/agent_turn.py) instead of failing its workflow
+# task (retried forever) or, for the types in FAILS_THE_TURN, its workflow
+# without the ending (no release, no saga). Asked only when such an exception
+# arrives, so a turn that never meets one carries no marker, and a turn that
+# failed its workflow this way before replays along the path it took.
+UNEXPECTED_ENDS_TURN = "unexpected-ends-turn"
