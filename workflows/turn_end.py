@@ -16,6 +16,7 @@ with workflow.unsafe.imports_passed_through():
     from turnstile.engine.contract import TurnErrorInfo, TurnInput, TurnResult, TurnStatus
     from turnstile.engine.errors import TurnCancelled
     from turnstile.engine.specs import ServiceSpec
+    from turnstile.engine.versions import CANCEL_PUBLISHED
     from workflows import turn_metrics as metrics
     from workflows.model_loop import ModelLoop
     from workflows.pipeline_steps import PipelineSteps
@@ -58,6 +59,12 @@ class TurnEnding:
                                   message="the turn was cancelled")
             await roll_back(s, self.spec, turn, error, None)
         s.step = TurnStatus.CANCELLED  # the status query's (no command: replay-safe)
+        s.pending.clear()
+        # The search attributes say the turn ended cancelled, with no approval
+        # pending (a turn cancelled while it waited kept `awaiting_approval`
+        # and its count). A turn cancelled before this rule replays without.
+        if workflow.patched(CANCEL_PUBLISHED):
+            await s.publish()
         assert self.steps is not None
         self.steps.events.turn_completed(None, TurnStatus.CANCELLED)
         metrics.turn_ended(turn.service, TurnStatus.CANCELLED)
@@ -111,6 +118,7 @@ class TurnEnding:
         """17. "turn completed" event, return."""
         s = self.s
         s.step = status
+        s.pending.clear()  # ended: nothing waits (the search attributes say 0)
         s.event("turn_completed", f"{status.value}, {s.round_trips} round trip(s)")
         result = TurnResult(
             status=status, answer=answer, round_trips=s.round_trips, tool_calls=s.calls,

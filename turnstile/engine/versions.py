@@ -119,3 +119,9 @@ DECISION_BEATS_DEADLINE = "decision-beats-deadline"
 # arrives, so a turn that never meets one carries no marker, and a turn that
 # failed its workflow this way before replays along the path it took.
 UNEXPECTED_ENDS_TURN = "unexpected-ends-turn"
+
+# A cancelled turn publishes its ending (`TurnstileStatus=cancelled`,
+# `TurnstilePendingApprovals=0`) like every other ending; earlier turns
+# cancelled while they waited for an approval kept `awaiting_approval` and
+# their count. Asked only on the cancel path.
+CANCEL_PUBLISHED = "cancel-published"
