@@ -31,6 +31,8 @@ STABLE = {
     errors.MessageTooLong: "MessageTooLong",
     errors.DecisionRefused: "DecisionRefused",
     errors.DatabaseRefusedData: "DatabaseRefusedData",
+    errors.UnexpectedError: "UnexpectedError",
+    errors.UnreadableData: "UnreadableData",
     errors.TemplateVariableMissing: "TemplateVariableMissing",
     errors.ModelRequestRejected: "ModelRequestRejected",
     errors.ModelUnavailable: "ModelUnavailable",

@@ -98,7 +98,6 @@ class TurnEnding:
         assert self.steps is not None
         events = self.steps.events
         if self.locked:
-            self.locked = False
             taken = events.take()  # "turn completed" rides with the release
             try:
                 await self.s.local(
@@ -106,7 +105,9 @@ class TurnEnding:
                         conversation_id=turn.conversation_id, user_id=turn.user_id,
                         execution_chain=self.s.chain, next_seq=self.s.seq, events=taken),
                     "release_conversation", TurnStatus.FAILED)
+                self.locked = False
             except TurnStopped as stop:
+                self.locked = False  # asked once; an unexpected error ends and asks again
                 # The turn still ends with its status; the next turn of the
                 # conversation takes over the lock of an ended turn.
                 self.s.event("release_failed", str(stop))

@@ -9,7 +9,9 @@ reports running are skipped and listed as skipped; the others are checked,
 and what their ended holder left for the next turn to repair (calls without
 a result, audit rows left INITIATED) is named. A holder Temporal cannot
 answer about (unreachable) leaves its conversation unchecked, listed, and
-the check not clean."""
+the check not clean. A running holder whose workflow task has failed more
+than once is stuck, not running: listed as `stuck: <workflow id> ...` with
+its last failure, and the check exits 1."""
 
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ from dataclasses import dataclass, field
 from temporalio.client import Client
 from temporalio.service import RPCError
 
-from turnstile.runtime.holders import RUNNING, holder_state
+from turnstile.runtime.holders import RUNNING, holder_state, stuck_failure
 from turnstile.sales.truth import disagreements
 from turnstile.stores import truth
 from turnstile.stores.db import Database
@@ -39,11 +41,13 @@ class CheckReport:
     awaiting_repair: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)  # a running turn holds them
+    stuck: list[str] = field(default_factory=list)  # a turn whose workflow task keeps failing
     unchecked: list[str] = field(default_factory=list)  # Temporal could not say
 
     def lines(self) -> list[str]:
         """What the command prints, the count last."""
-        return [*self.disagreements, *(f"awaits repair: {line}" for line in self.awaiting_repair),
+        return [*self.disagreements, *(f"stuck: {line}" for line in self.stuck),
+                *(f"awaits repair: {line}" for line in self.awaiting_repair),
                 *(f"note: {line}" for line in self.notes),
                 *(f"skipped: {line}" for line in self.skipped),
                 *(f"unchecked: {line}" for line in self.unchecked),
@@ -51,7 +55,7 @@ class CheckReport:
 
     @property
     def exit_code(self) -> int:
-        if self.disagreements or self.awaiting_repair:
+        if self.disagreements or self.awaiting_repair or self.stuck:
             return DISAGREES
         return UNCHECKED if self.unchecked else CLEAN
 
@@ -61,11 +65,14 @@ async def check(db: Database, temporal: Callable[[], Awaitable[Client]],
     """Check `conversation_id` (or every conversation). `temporal` gives a
     client; it is called only when some conversation is locked."""
     holders = await asyncio.to_thread(truth.lock_holders, db, conversation_id)
-    states, unknown = await _states(temporal, holders)
+    states, unknown, stuck = await _states(temporal, holders)
     report = CheckReport()
     busy = set(unknown)
     for conv, holder in sorted(holders.items()):
-        if states.get(conv) == RUNNING:
+        if conv in stuck:
+            busy.add(conv)  # its memory is the stuck turn's until it ends
+            report.stuck.append(f"{holder.workflow_id} (conversation {conv}): {stuck[conv]}")
+        elif states.get(conv) == RUNNING:
             busy.add(conv)
             report.skipped.append(f"conversation {conv}: held by running turn "
                                   f"{holder.workflow_id}")
@@ -92,20 +99,26 @@ async def check(db: Database, temporal: Callable[[], Awaitable[Client]],
 
 
 async def _states(temporal: Callable[[], Awaitable[Client]], holders: dict[str, Holder]
-                  ) -> tuple[dict[str, str], dict[str, str]]:
-    """(state of each holder Temporal answered about, error of each it did not)."""
+                  ) -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
+    """(state of each holder Temporal answered about, error of each it did not,
+    why each running holder that is stuck is)."""
     states: dict[str, str] = {}
     unknown: dict[str, str] = {}
+    stuck: dict[str, str] = {}
     if not holders:
-        return states, unknown
+        return states, unknown, stuck
     try:
         client = await temporal()
     except (RuntimeError, OSError, RPCError) as exc:
         log.warning("truth check: cannot reach Temporal: %s", exc)
-        return states, dict.fromkeys(holders, f"cannot reach Temporal: {exc}")
+        return states, dict.fromkeys(holders, f"cannot reach Temporal: {exc}"), stuck
     for conv, holder in holders.items():
         try:
             states[conv] = await holder_state(client, holder)
+            if states[conv] == RUNNING:
+                why = await stuck_failure(client, holder)
+                if why is not None:
+                    stuck[conv] = why
         except RPCError as exc:
             unknown[conv] = f"{exc.status.name}: {exc.message}"
-    return states, unknown
+    return states, unknown, stuck
