@@ -11,6 +11,8 @@ reviewer except the user who started the turn.
 from __future__ import annotations
 
 import email.utils
+import hashlib
+import json
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -20,6 +22,18 @@ from pydantic import BaseModel, Field
 from turnstile.engine.identity import name_key
 
 ANY_TOOL = "*"
+
+
+def canonical_json(args: Any) -> str:
+    """One spelling of a call's arguments: sorted keys, no spaces, text as is."""
+    return json.dumps(args, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def arguments_digest(args: Any) -> str:
+    """`PendingApproval.arguments_digest`: sha256 hex of the arguments'
+    canonical JSON (UTF-8), what a decision names to be bound to what the
+    reviewer saw (docs/approvals.md)."""
+    return hashlib.sha256(canonical_json(args).encode("utf-8", "surrogatepass")).hexdigest()
 
 
 class ApprovalPolicy(BaseModel):
