@@ -92,6 +92,7 @@ class PendingApprovalView(BaseModel):
     notes: list[str]
     validated: bool
     requested_at: str
+    arguments_digest: str = ""  # what a decision names (review(arguments_digest=...))
     deadline: str
     message: str | None = None  # the turn's user message (pending_approval only)
 
@@ -262,14 +263,19 @@ class TurnstileClient:
         return None
 
     async def review(self, workflow_id: str, tool_call_id: str, approved: bool, reviewer: str,
-                     note: str = "") -> ApprovalDecision:
+                     note: str = "", *, arguments: dict[str, Any] | None = None,
+                     arguments_digest: str | None = None) -> ApprovalDecision:
         """The decision that took effect, or ApprovalRefused / AlreadyDecided
-        with the turn's reason, or TurnNotFound."""
+        with the turn's reason, or TurnNotFound. `arguments`: the reviewer's
+        complete edited arguments (approve with edits); `arguments_digest`:
+        the pending call's digest the reviewer saw (refused as stale when the
+        call changed since)."""
         handle = self.temporal.get_workflow_handle(workflow_id)
         try:
             decision: ApprovalDecision = await handle.execute_update(
                 Handlers.REVIEW, ReviewInput(tool_call_id=tool_call_id, reviewer=reviewer,
-                                      approved=approved, note=note),
+                                             approved=approved, note=note, arguments=arguments,
+                                             arguments_digest=arguments_digest),
                 result_type=ApprovalDecision)
             return decision
         except WorkflowUpdateFailedError as err:

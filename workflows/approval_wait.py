@@ -13,6 +13,7 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from turnstile.engine import activity_io as io
+    from turnstile.engine.approvals import arguments_digest
     from turnstile.engine.contract import ApprovalDecision, PendingApproval, TurnPhase
     from turnstile.engine.messages import ToolCall
     from turnstile.engine.specs import ToolSpec
@@ -34,7 +35,7 @@ async def await_decision(s: TurnState, call: ToolCall, tool: ToolSpec,
     s.pending[call.id] = PendingApproval(
         tool_call_id=call.id, tool_name=call.name, arguments=arguments,
         highlights=highlights, notes=reviewed.notes if reviewed else [],
-        validated=reviewed is not None,
+        validated=reviewed is not None, arguments_digest=arguments_digest(arguments),
         requested_at=now.isoformat(), deadline=(now + timeout).isoformat())
     s.step = TurnPhase.AWAITING_APPROVAL
     s.event("awaiting_approval", f"{call.name} call {call.id}")
@@ -57,7 +58,8 @@ async def await_decision(s: TurnState, call: ToolCall, tool: ToolSpec,
     decision = s.decisions[call.id]
     decision.tool_name = call.name
     verdict = "approved" if decision.approved else "rejected"
-    s.event("approval", f"{call.name} {verdict} by {decision.reviewer}")
+    edited = " with edits" if decision.arguments is not None else ""
+    s.event("approval", f"{call.name} {verdict}{edited} by {decision.reviewer}")
     metrics.approval_decided(call.name, "deadline" if decision.reviewer == "deadline"
                              and not decision.approved else verdict, now)
     s.step = TurnPhase.TOOLS

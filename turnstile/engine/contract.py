@@ -86,6 +86,9 @@ class AuditStatus(StrEnum):
     # A call of a run a reset replaced whose effect remains (or may): the reset
     # run did not make it again (its own row beside the call's).
     SUPERSEDED = "SUPERSEDED"
+    # A call a reviewer approved with edited arguments ran with them: the row
+    # holds both versions, masked, and who edited (docs/approvals.md).
+    APPROVED_WITH_EDITS = "APPROVED_WITH_EDITS"
 
 
 class ToolCallRecord(BaseModel):
@@ -144,21 +147,29 @@ class TurnProgress(BaseModel):
     round_trips: int
     tool_calls: list[ToolCallRecord]
     pending_approvals: list[PendingApproval] = Field(default_factory=list)
-    refused_signals: list[str] = Field(default_factory=list)
+    refused_signals: list[str] = Field(default_factory=list)  # the last 100, texts cut
+    refused_signals_total: int = 0  # every refused decision, kept or not
     events: list[TurnEvent] = Field(default_factory=list)
 
 
 # --- approvals ---------------------------------------------------------------
+# A decision's `arguments` are the reviewer's COMPLETE edited arguments
+# (approve with edits: validated again as the model's were); its
+# `arguments_digest` is the `PendingApproval.arguments_digest` the reviewer
+# saw (a decision naming another one is refused as stale). docs/approvals.md.
 class ApproveSignal(BaseModel):
     tool_call_id: str
     reviewer: str
     comment: str = ""
+    arguments: dict[str, Any] | None = None
+    arguments_digest: str | None = None
 
 
 class RejectSignal(BaseModel):
     tool_call_id: str
     reviewer: str
     reason: str = ""
+    arguments_digest: str | None = None
 
 
 class ReviewInput(BaseModel):
@@ -169,6 +180,8 @@ class ReviewInput(BaseModel):
     reviewer: str
     approved: bool
     note: str = ""
+    arguments: dict[str, Any] | None = None
+    arguments_digest: str | None = None
 
 
 class PendingApproval(BaseModel):
@@ -181,6 +194,9 @@ class PendingApproval(BaseModel):
     highlights: dict[str, Any] = Field(default_factory=dict)
     notes: list[str] = Field(default_factory=list)  # e.g. "external recipient: to=..."
     validated: bool = False  # the arguments passed the tool's validation
+    # sha256 hex of the arguments' canonical JSON
+    # (turnstile.engine.approvals.arguments_digest); "" from a worker before 0.4.
+    arguments_digest: str = ""
 
 
 class ApprovalDecision(BaseModel):
@@ -190,6 +206,8 @@ class ApprovalDecision(BaseModel):
     reviewer: str
     note: str = ""
     decided_at: str = ""
+    # Approved with edits: the reviewer's complete arguments, which the tool runs with.
+    arguments: dict[str, Any] | None = None
 
 
 TurnProgress.model_rebuild()

@@ -125,3 +125,12 @@ UNEXPECTED_ENDS_TURN = "unexpected-ends-turn"
 # cancelled while they waited for an approval kept `awaiting_approval` and
 # their count. Asked only on the cancel path.
 CANCEL_PUBLISHED = "cancel-published"
+
+# Every decision payload is read by the product (turnstile.engine.decision_payloads):
+# one the SDK used to drop (a number as tool_call_id, no reviewer, not JSON, an
+# unknown signal name) is refused and recorded. Asked only for such a payload.
+DECISIONS_READ_BY_PRODUCT = "decisions-read-by-product"
+
+# A refused decision is audited at once by its handler (one local activity),
+# not when the round or the turn ends. Asked only when a decision is refused.
+REFUSALS_AUDITED_AT_ONCE = "refusals-audited-at-once"
