@@ -4,11 +4,12 @@
 A decision arrives as the `approve`/`reject` signals or the `review` update.
 It takes effect only for a call that waits, from a reviewer the service's
 approver policy allows (names compared as identities,
-turnstile.engine.identity), and only once: the first decision stands, later
-ones — and the approval deadline — are refused or ignored. A refused
-decision is never silently dropped: it is in the status query, the log and
-the audit log; through `review` the reviewer gets the reason as a
-`DecisionRefused` error, and on success the decision that took effect.
+turnstile.engine.identity: RFC 8265 and UTS #39's confusable skeleton), and
+only once: the first decision stands, later ones — and the approval
+deadline — are refused or ignored. A refused decision is never silently
+dropped: it is in the status query, the log and the audit log; through
+`review` the reviewer gets the reason as a `DecisionRefused` error, and on
+success the decision that took effect.
 """
 
 from __future__ import annotations
@@ -19,12 +20,12 @@ from dataclasses import dataclass
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from turnstile.engine.approvals import approval_refusal
+    from turnstile.engine.approvals import NameRule, approval_refusal
     from turnstile.engine.contract import ApprovalDecision
     from turnstile.engine.masking import mask_text
     from turnstile.engine.specs import ServiceSpec
     from turnstile.engine.turn_input_rules import NOTE_MAX, clean_note
-    from turnstile.engine.versions import NAMES_AS_IDENTITIES
+    from turnstile.engine.versions import NAMES_AS_IDENTITIES, NAMES_BY_STANDARD
     from workflows.state import TurnState
 
 
@@ -53,17 +54,21 @@ class Decisions:
                     f"{sorted(s.pending) or 'none'}")
         requester = s.turn.user_id if s.turn is not None else ""
 
-        def by(identity: bool) -> str | None:
+        def by(rule: NameRule) -> str | None:
             return approval_refusal(self.spec().approvals, tool=pending.tool_name,
-                                    reviewer=reviewer, requester=requester,
-                                    by_identity=identity)
+                                    reviewer=reviewer, requester=requester, rule=rule)
 
-        today = by(True)
+        today = by(NameRule.STANDARD)
         if not replaying_rules:
             return today
-        before = by(False)
-        # Only where the two rules disagree does it matter which one this turn
-        # follows: a decision taken before identities replays as it was taken.
+        # Only where two rules disagree does it matter which one this turn
+        # follows: a decision taken by an earlier rule replays as it was taken.
+        nfkc = by(NameRule.NFKC)
+        if (today is None) != (nfkc is None) and workflow.patched(NAMES_BY_STANDARD):
+            return today
+        if (today is None) != (nfkc is None):
+            today = nfkc  # the v0.3 rule, as this turn's history took it
+        before = by(NameRule.SPELLING)
         if (today is None) != (before is None) and not workflow.patched(NAMES_AS_IDENTITIES):
             return before
         return today
