@@ -53,12 +53,12 @@ def workflow_runner(sandbox: str) -> WorkflowRunner:
     tests/test_determinism.py scans workflow and engine code for clocks,
     randomness, environment and I/O, and recorded histories replay.
     "strict": Temporal's default sandbox, the engine passed through, and the
-    standards' libraries it uses (identity: precis_i18n; masking: phonenumbers)
-    with it: loaded once, their data read at import, never inside a turn."""
+    standards' libraries it uses (identity: precis_i18n; masking: phonenumbers,
+    regex) with it: loaded once by the worker, never re-imported for a turn."""
     if sandbox == "off":
         return UnsandboxedWorkflowRunner()
     passed = SandboxRestrictions.default.with_passthrough_modules(
-        "turnstile", "precis_i18n", "phonenumbers")
+        "turnstile", "precis_i18n", "phonenumbers", "regex")
     return SandboxedWorkflowRunner(restrictions=passed)
 
 

@@ -7,7 +7,9 @@ the turn its conversation — for the activity's whole retry window. This
 worker interceptor turns such an error, wherever it surfaces in an activity
 (raised directly or as the cause of another error), into a non-retryable
 `ApplicationError` of type `DatabaseRefusedData`. The driver's text (it can
-quote the value and the SQL) goes to the log, not to the failure.
+quote the value and the SQL) goes neither to the failure nor to the log:
+the log gets the driver's primary message and the constraint it names
+(turnstile.stores.db_errors), never `DETAIL: Failing row contains (...)`.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from temporalio.worker import (
 )
 
 from turnstile.engine.errors import DatabaseRefusedData
+from turnstile.stores.db_errors import db_error_text
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +71,7 @@ class _Inbound(ActivityInboundInterceptor):
                 raise
             info = activity.info()
             log.warning("%s refused data in attempt %d: %s", info.activity_type,
-                        info.attempt, err)
+                        info.attempt, db_error_text(err))
             raise ApplicationError(f"{category}; retrying cannot help",
                                    type=DatabaseRefusedData.error_type,
                                    non_retryable=True) from None
