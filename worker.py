@@ -52,11 +52,14 @@ def workflow_runner(sandbox: str) -> WorkflowRunner:
     checked in CI instead: the test suite runs every turn under "strict",
     tests/test_determinism.py scans workflow and engine code for clocks,
     randomness, environment and I/O, and recorded histories replay.
-    "strict": Temporal's default sandbox, the engine passed through."""
+    "strict": Temporal's default sandbox, the engine passed through, and the
+    standards' libraries it uses (identity: precis_i18n; masking: phonenumbers,
+    regex) with it: loaded once by the worker, never re-imported for a turn."""
     if sandbox == "off":
         return UnsandboxedWorkflowRunner()
-    return SandboxedWorkflowRunner(
-        restrictions=SandboxRestrictions.default.with_passthrough_modules("turnstile"))
+    passed = SandboxRestrictions.default.with_passthrough_modules(
+        "turnstile", "precis_i18n", "phonenumbers", "regex")
+    return SandboxedWorkflowRunner(restrictions=passed)
 
 
 ACTIVITY_SLOTS = 32

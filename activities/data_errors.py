@@ -26,7 +26,9 @@ surfaces (raised directly, or as the cause of another error):
 
 docs/errors.md holds the table. The driver's text (it can quote the value and
 the SQL) goes to the log, not to the failure; the failure's text is bounded
-and has no NUL or lone surrogate.
+and has no NUL or lone surrogate. The log gets the driver's primary message
+and the constraint it names (turnstile.stores.db_errors), never
+`DETAIL: Failing row contains (...)`.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ from temporalio.worker import (
 from turnstile.engine.errors import DatabaseRefusedData, UnreadableData
 from turnstile.engine.masking import mask_text
 from turnstile.engine.safe_text import safe_text
+from turnstile.stores.db_errors import db_error_text
 
 log = logging.getLogger(__name__)
 
@@ -152,5 +155,5 @@ class _Inbound(ActivityInboundInterceptor):
             if failure is None:
                 raise
             log.warning("%s failed for good in attempt %d: %s: %s", info.activity_type,
-                        info.attempt, type(err).__name__, err)
+                        info.attempt, type(err).__name__, db_error_text(err))
             raise failure from None

@@ -62,6 +62,7 @@ from turnstile.runtime.tools import (
 from turnstile.runtime.tracing import record_tool_outcome, tool_span
 from turnstile.stores.call_key import CallKey
 from turnstile.stores.db import Transaction, error_category
+from turnstile.stores.db_errors import db_error_text
 from turnstile.stores.journal import Ending, Start
 from turnstile.stores.ledger import LedgerStatus
 
@@ -246,7 +247,7 @@ class ToolActivities(Activities):
                 # The driver's text names hosts, roles, SQL: the log gets it; the
                 # ledger, audit, memory and the model get the category.
                 log.warning("tool %s (%s) attempt %d failed: %s", call.name, call.id,
-                            info.attempt, error)
+                            info.attempt, db_error_text(exc))
                 error = f"{category}; tried {info.attempt} time(s)"
             await self._attempt_failed(req, error, claim)
             # A database error's driver text stays in the log (not the history).

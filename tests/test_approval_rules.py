@@ -36,7 +36,15 @@ SELF_OK = ApprovalPolicy(allow_self_approval=True)
     (OPEN, "createEmailTask", "al\u200bice", "'al\\u200bice' requested this call"),
     (OPEN, "createEmailTask", "\u200b\u200d", "a decision needs a named reviewer"),
     (NARROW, "createEmailTask", "OPS-LEAD", None),
-    (NARROW, "createEmailTask", "ops\u2011lead", "'ops\\u2011lead' is not an approver"),
+    (NARROW, "createEmailTask", "ops\u2011lead", "'ops\\u2011lead' is not a valid name"),
+    # confusables (UTS #39): the requester's look-alike may not decide; an
+    # approver's look-alike is not that approver
+    (OPEN, "createEmailTask", "\u0430lice", "'\\u0430lice' is confusable with the requester"),
+    (OPEN, "createEmailTask", "al\u200dice", "'al\\u200dice' requested this call"),
+    (NARROW, "createEmailTask", "\u043eps-lead", "'\\u043eps-lead' is not an approver"),
+    (NARROW, "createEmailTask", "0ps-lead", "'0ps-lead' is not an approver"),
+    (NARROW, "createEmailTask", "\uff2f\uff30\uff33-lead", None),  # full-width: same identity
+    (OPEN, "createEmailTask", "b\u2603b", "'b\\u2603b' is not a valid name"),
 ])
 def test_who_may_decide(policy: ApprovalPolicy, tool: str, reviewer: str,
                         expected: str | None) -> None:

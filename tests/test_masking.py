@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import unicodedata
 
 import pytest
 
@@ -44,9 +45,32 @@ def test_sensitive_fields_are_replaced_whole() -> None:
 
 
 def test_phones_keep_two_digits_and_dates_stay() -> None:
-    assert mask_text("ring +1 (555) 123-4567") == "ring *********67"
+    assert mask_text("ring +1 (415) 555-2671") == "ring *********71"
+    assert mask_text("ring 415-555-2671 or +44 20 7946 0958") == \
+        "ring ********71 or **********58"
+    assert mask_text("tel:+14155552671") == "tel:*********71"
     assert mask_text("on 2026-11-16") == "on 2026-11-16"
     assert mask_text("order 12345") == "order 12345"  # too short to be a phone
+
+
+# What log lines and events are made of: none of it is a phone number
+# (libphonenumber's matcher, not a digit run), and it stays as written.
+READABLE = [
+    '"at":"2026-12-04T18:26:01.123463+00:00"',
+    "2026-12-04 18:26:01,123 INFO worker: done",
+    '"duration_seconds":0.0391', "took 12.5034 s", "retry in 1733337327 ms",
+    "conversation_id: demo-1733337327", "turn-demo-4155552671-a1b2c3d4",
+    "id demo-4155552671 ok", "user_4155552671", "run 8f3e0c2a-1d4b-4c3e-9a7b-1234567890ab",
+    "seq 1234567 of 7654321", "sales over 50,000 last week", "1,234,567.89 USD",
+    "version 20261204.1 build 1733337327", "port 127.0.0.1:54321",
+    "+1 (555) 123-4567",  # not a valid number: 555 is no area code
+]
+
+
+@pytest.mark.parametrize("text", READABLE)
+def test_timestamps_durations_counts_and_ids_stay_readable(text: str) -> None:
+    assert mask_text(text) == text
+    assert mask_json_text(json.dumps({"line": text})) == json.dumps({"line": text})
 
 
 def test_plain_text_and_objects() -> None:
@@ -67,7 +91,46 @@ SPELLINGS = {
     "zq7json": "zq7json\\u0040example.com",
     "zq7uni": "zq7uni@b\u00fccher.de",
     "zq7fwall": "\uff5a\uff51\uff17\uff46\uff57\uff41\uff4c\uff4c\uff20example\uff0ecom",
+    # escape layers: JSON \u escapes of "@" and ".", entities without ";",
+    # named entities, double percent-encoding, entities of entities
+    "zq7uesc": "zq7uesc\\u0040example\\u002ecom",
+    "zq7nosemi": "zq7nosemi&#64example.com",
+    "zq7hexnosemi": "zq7hexnosemi&#x40mail.example&#x2e;com",
+    "zq7commat": "zq7commat&commat;example&period;com",
+    "zq7pct2": "zq7pct2%2540example.com",
+    "zq7pct3": "zq7pct3%252540example%252ecom",
+    "zq7amp": "zq7amp&amp;#64;example.com",
+    "zq7mixed": "zq7mixed%26%2364%3Bexample.com",
+    # any script, any normal form
+    "zq7nfd": "zq7nfde\u0301@example.com",
+    "zq7indic": "zq7indic\u0930\u093e\u092e@\u0909\u0926\u093e\u0939\u0930\u0923."
+                "\u092d\u093e\u0930\u0924",
+    "zq7dom": "zq7dom@\u0909\u0926\u093e\u0939\u0930\u0923.com",
+    "zq7small": "zq7small\ufe6bexample.com",
+    "zq7ideo": "zq7ideo@example\u3002com",
 }
+
+
+@pytest.mark.parametrize("local", [
+    "jos\u00e9", "jose\u0301",  # NFC and NFD
+    "\u0930\u093e\u092e",  # Devanagari (vowel signs are marks, not letters)
+    "\u0baa\u0bbf\u0bb0\u0bbf\u0baf\u0bbe",  # Tamil
+    "\u00fc\u0308ber",  # a combining mark on a composed letter
+])
+def test_local_parts_in_any_script_are_masked(local: str) -> None:
+    indic_domain = "\u0909\u0926.\u092d\u093e\u0930\u0924"
+    masked = mask_text(f"from {local}@example.com and {local}@{indic_domain}")
+    assert local not in masked and unicodedata.normalize("NFC", local) not in masked, masked
+    assert masked.count("***@") == 2, masked
+
+
+def test_an_id_holding_an_address_is_masked_the_same_way_everywhere() -> None:
+    wf = "turn-zq7id@example.com-1a2b3c4d"
+    assert mask_text(wf) == "t***@example.com-1a2b3c4d"
+    assert mask_text(f"workflow {wf} failed") == "workflow t***@example.com-1a2b3c4d failed"
+    assert json.loads(mask_json_text(json.dumps({"workflow_id": wf}))) == {
+        "workflow_id": "t***@example.com-1a2b3c4d"}
+
 
 
 @pytest.mark.parametrize("seed", sorted(SPELLINGS))

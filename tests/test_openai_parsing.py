@@ -52,9 +52,9 @@ def test_retry_after_forms() -> None:
 
 
 def test_audit_masks_emails_and_phones() -> None:
-    text = mask('{"to": "ops.team@example.com", "note": "call +1 (555) 123-4567", "n": 42}')
+    text = mask('{"to": "ops.team@example.com", "note": "call +1 (415) 555-2671", "n": 42}')
     assert "ops.team@" not in text and "o***@example.com" in text
-    assert "555" not in text and "*********67" in text and '"n": 42' in text
+    assert "555-26" not in text and "*********71" in text and '"n": 42' in text
     assert mask('{"startDate": "2026-11-16"}') == '{"startDate": "2026-11-16"}'
 
 

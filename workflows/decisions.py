@@ -5,7 +5,8 @@ A decision arrives as the `approve`/`reject` signals or the `review` update
 (workflows/approval_handlers.py), read from its raw payload by the product
 (turnstile.engine.decision_payloads). It takes effect only for a call that
 waits, from a reviewer the service's approver policy allows (names compared
-as identities, turnstile.engine.identity), bound to the arguments the
+as identities,
+turnstile.engine.identity: RFC 8265 and UTS #39's confusable skeleton), bound to the arguments the
 reviewer saw when it names their digest, and only once: the first decision
 stands, later ones — and the approval deadline — are refused or ignored.
 An approval may carry the reviewer's complete edited arguments: they are
@@ -36,7 +37,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from turnstile.engine import activity_io as io
-    from turnstile.engine.approvals import approval_refusal, arguments_digest, canonical_json
+    from turnstile.engine.approvals import NameRule, approval_refusal, arguments_digest, canonical_json
     from turnstile.engine.contract import ApprovalDecision, PendingApproval
     from turnstile.engine.decision_payloads import (
         DECISION_PAYLOAD_MAX,
@@ -54,6 +55,7 @@ with workflow.unsafe.imports_passed_through():
     from turnstile.engine.versions import (
         DECISIONS_READ_BY_PRODUCT,
         NAMES_AS_IDENTITIES,
+        NAMES_BY_STANDARD,
         REFUSALS_AUDITED_AT_ONCE,
     )
     from workflows.state import TurnState, TurnStopped, failure_reason
@@ -160,17 +162,21 @@ class Decisions:
                     f"{_digest(pending)[:16]}...); look again")
         requester = s.turn.user_id if s.turn is not None else ""
 
-        def by(identity: bool) -> str | None:
+        def by(rule: NameRule) -> str | None:
             return approval_refusal(self.spec().approvals, tool=pending.tool_name,
-                                    reviewer=reviewer, requester=requester,
-                                    by_identity=identity)
+                                    reviewer=reviewer, requester=requester, rule=rule)
 
-        today = by(True)
+        today = by(NameRule.STANDARD)
         if not replaying_rules:
             return today
-        before = by(False)
-        # Only where the two rules disagree does it matter which one this turn
-        # follows: a decision taken before identities replays as it was taken.
+        # Only where two rules disagree does it matter which one this turn
+        # follows: a decision taken by an earlier rule replays as it was taken.
+        nfkc = by(NameRule.NFKC)
+        if (today is None) != (nfkc is None) and workflow.patched(NAMES_BY_STANDARD):
+            return today
+        if (today is None) != (nfkc is None):
+            today = nfkc  # the v0.3 rule, as this turn's history took it
+        before = by(NameRule.SPELLING)
         if (today is None) != (before is None) and not workflow.patched(NAMES_AS_IDENTITIES):
             return before
         return today

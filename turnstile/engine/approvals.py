@@ -15,13 +15,21 @@ import hashlib
 import json
 import re
 from collections.abc import Mapping
+from enum import Enum
 from typing import Any
 
 from pydantic import BaseModel, Field
 
 from turnstile.engine.contract import ApprovalDecision
-from turnstile.engine.identity import name_key
 from turnstile.engine.messages import ToolCall
+from turnstile.engine.identity import (
+    canonical,
+    is_listed,
+    legacy_name_key,
+    name_problem,
+    prepared,
+    same_person,
+)
 
 ANY_TOOL = "*"
 
@@ -45,22 +53,51 @@ class ApprovalPolicy(BaseModel):
     allow_self_approval: bool = False  # may the requester decide their own call?
 
 
+class NameRule(Enum):
+    """How a decision compares names: today's rule, or the rule a turn that
+    decided earlier followed (its replay must take the same decision)."""
+
+    SPELLING = "spelling"  # before v0.3: as typed, trimmed
+    NFKC = "nfkc"  # v0.3: NFKC, case-folded (identity.legacy_name_key)
+    STANDARD = "standard"  # v0.4: RFC 8265 + UTS #39 (turnstile.engine.identity)
+
+
 def approval_refusal(policy: ApprovalPolicy, *, tool: str, reviewer: str,
-                     requester: str, by_identity: bool = True) -> str | None:
+                     requester: str, by_identity: bool = True,
+                     rule: NameRule | None = None) -> str | None:
     """Why `reviewer` may not decide a call of `tool` requested by `requester`;
-    None when they may. Names are compared as identities
-    (turnstile.engine.identity); `by_identity=False` is the exact-spelling
-    comparison of turns that decided before identities (their replay)."""
-    key = name_key if by_identity else str.strip
-    name = key(reviewer)
+    None when they may. Names are compared by `rule` (default: today's,
+    turnstile.engine.identity: the requester or anyone confusable with them
+    may not decide, an approver list admits equal identities only);
+    `by_identity=False` is the exact-spelling rule of turns that decided
+    before identities (their replay)."""
+    rule = rule or (NameRule.STANDARD if by_identity else NameRule.SPELLING)
     shown = repr(reviewer.strip()).encode("ascii", "backslashreplace").decode("ascii")
+    allowed = policy.reviewers.get(tool, policy.reviewers.get(ANY_TOOL))
+    not_listed = (f"{shown} is not an approver of {tool} "
+                  f"(approvers: {', '.join(allowed or []) or 'none'})")
+    if rule is NameRule.STANDARD:
+        if not prepared(reviewer):
+            return "a decision needs a named reviewer"
+        problem = name_problem(reviewer)
+        if problem:
+            return f"{shown} is {problem}"
+        if same_person(reviewer, requester) and not policy.allow_self_approval:
+            if canonical(reviewer) == canonical(requester):
+                return f"{shown} requested this call and may not decide it"
+            return (f"{shown} is confusable with the requester {requester!r} and may not "
+                    "decide this call")
+        if allowed is not None and not is_listed(reviewer, allowed):
+            return not_listed
+        return None
+    key = legacy_name_key if rule is NameRule.NFKC else str.strip
+    name = key(reviewer)
     if not name:
         return "a decision needs a named reviewer"
     if name == key(requester) and not policy.allow_self_approval:
         return f"{shown} requested this call and may not decide it"
-    allowed = policy.reviewers.get(tool, policy.reviewers.get(ANY_TOOL))
     if allowed is not None and name not in {key(a) for a in allowed}:
-        return f"{shown} is not an approver of {tool} (approvers: {', '.join(allowed) or 'none'})"
+        return not_listed
     return None
 
 

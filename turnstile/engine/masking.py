@@ -1,58 +1,166 @@
 """Masking of personal data wherever a value is written outside the
 conversation and the world tables: the audit log, status events, logs,
-spans, the turn's result.
+spans, the turn's result (docs/masking.md).
 
 It works on parsed values, not raw text: a JSON argument string is parsed
-first, so `"ops\\u0040example.com"` is seen as the address it encodes. Every
-string inside is masked (e-mail local parts, all but the last two digits of a
-phone number), and the values of sensitive fields (`SENSITIVE_FIELDS`, or a
-caller's own set) are replaced whole. Pure: safe in workflow code.
+first, and every string inside is masked; the values of sensitive fields
+(`SENSITIVE_FIELDS`, or a caller's own set) are replaced whole. Pure: safe in
+workflow code (its data is read when the module is imported).
+
+- **E-mail addresses** are recognised however they are spelled: every run of
+  text between spaces, quotes and brackets that holds an "@" or an escape
+  (`\\u0040`, `&#64` with or without `;`, `&commat;`, `%40`, `%2540`, the
+  full-width and small "@") is decoded — JSON `\\u` escapes, HTML entities
+  and percent-encoding, layer after layer — and normalised (NFC, then
+  NFKC), and addresses are found in it with Unicode
+  letters, marks and digits in both parts (`josé` in NFD, Devanagari local
+  parts and domains, a Cyrillic homograph, a quoted local part). Only a run
+  holding an address is rewritten: decoded, its local parts masked
+  (`a***@example.com`).
+- **Phone numbers** are found by Google's libphonenumber (`phonenumbers`'s
+  `PhoneNumberMatcher`, Leniency.VALID): numbers valid for their country,
+  written with a `+` country code, or for `PHONE_REGION` without one. A number
+  glued into an id (`demo-4155552671`) is part of the id and left alone.
+  All but the last two digits are masked. Timestamps, durations, counts and
+  ids are not phone numbers, and stay as written.
 """
 
 from __future__ import annotations
 
+import html
 import json
 import re
+import unicodedata
 from collections.abc import Iterable
 from typing import Any
+from urllib.parse import unquote
+
+import phonenumbers
+import regex
 
 from turnstile.engine.safe_text import safe_text
 
+# Numbers written without a country code are read as North American (NANP)
+# numbers; every other country's numbers are found when written with "+".
+PHONE_REGION = "US"
+
+# A run of text that may hold an address: up to space, quotes and brackets.
+_RUN = re.compile(r"[^\s\"<>()\[\]{},`|]{3,}")
+# What a run holding an escaped or spelled "@" holds (others are left as they are).
+_AT_MARKS = ("@", "%", "&", "\\", "\uff20", "\ufe6b")
+
 # Bounded repetitions (RFC 5321 caps a local part at 64 characters): an
 # unbounded `[...]*@` backtracks quadratically over megabytes of text.
-# An address is recognised however it is spelled: Unicode (and IDN) local
-# parts and domains, a quoted local part, and the "@" and "." written as
-# percent, HTML or JSON escapes or as their full-width and small forms.
-_AT = r"(?:@|%40|&#0*64;|&#x0*40;|&commat;|\\u0040|\uff20|\ufe6b)"
-_DOT = r"(?:\.|%2e|&#0*46;|&#x0*2e;|&period;|\uff0e|\u3002|\uff61)"
-_LABEL = r"[\w-]{1,63}"
-_EMAIL = re.compile(
-    r"(\"[^\"\n]{1,64}\"|[\w.%+-](?:[\w.+-]|%(?!40)){0,63})" + _AT
-    + r"(" + _LABEL + r"(?:" + _DOT + _LABEL + r"){0,8}" + _DOT + r"[^\W\d_]{2,24})",
-    re.IGNORECASE)
-_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")  # ISO dates look like numbers, not phones
-_PHONE = re.compile(r"(?<![\w+])(\+?\d[\d\s().-]{6,20}\d)(?!\w)")
-# What either pattern needs: text without it is left as it is.
-_MAYBE = re.compile(r"[@\d\uff20\ufe6b]|%40|&#|&commat;|\\u0040", re.IGNORECASE)
+_LOCAL = r"[\p{L}\p{M}\p{N}_%+-](?:[\p{L}\p{M}\p{N}_.+-]|%(?!40)){0,63}"
+_LABEL = r"[\p{L}\p{M}\p{N}_-]{1,63}"
+_EMAIL = regex.compile(
+    r"(\"[^\"\n]{1,64}\"|" + _LOCAL + r")@(" + _LABEL + r"(?:\." + _LABEL + r"){0,8}"
+    r"\.[\p{L}\p{M}]{2,24})", regex.IGNORECASE)
+_U_ESCAPE = re.compile(r"\\+u([0-9a-fA-F]{4})")
+_DOTS = str.maketrans({"\u3002": ".", "\uff61": ".", "\uff0e": "."})
+_MAYBE_PHONE = re.compile(r"\d(?:[\s().\-/]{0,3}\d){6}")
+# Dates and times, which the matcher never takes for numbers: text whose only
+# seven digits are in them is not given to the matcher (most log lines).
+_TIMES = re.compile(r"\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?"
+                    r"(?:Z|[+-]\d{2}:?\d{2})?)?")
+_GLUE = frozenset("-_")  # a number joined to letters by these is an id's part
 
 SENSITIVE_FIELDS = frozenset({"password", "secret", "token", "api_key", "apikey",
                               "authorization", "phone", "phonenumber", "phone_number"})
 MASKED = "***"
 
 
-def mask_text(text: str) -> str:
-    """Mask e-mail local parts and phone numbers in plain text."""
-    if not _MAYBE.search(text):
+def decoded(text: str) -> str:
+    """`text` with every escape layer decoded — JSON `\\u` escapes, HTML
+    entities (with or without `;`), percent-encoding — and normalised (NFC,
+    NFKC; the ideographic full stops are dots)."""
+    for _ in range(6):
+        before = text
+        text = _U_ESCAPE.sub(lambda m: chr(int(m.group(1), 16)), text)
+        text = html.unescape(text)
+        text = unquote(text, errors="replace")
+        if text == before:
+            break
+    text = unicodedata.normalize("NFKC", unicodedata.normalize("NFC", text))
+    return text.translate(_DOTS)
+
+
+def _mask_addresses(text: str) -> str:
+    out: list[str] = []
+    done = 0  # text[:done] is written
+    for run in _RUN.finditer(text):
+        start, end = run.span()
+        if start < done or not any(mark in run.group() for mark in _AT_MARKS):
+            continue
+        plain = decoded(run.group())
+        if "@" not in plain:
+            continue
+        if plain.startswith("@") and start > done and text[start - 1] == '"':
+            opening = text.rfind('"', max(done, start - 66), start - 1)
+            if opening >= 0:  # a quoted local part: "name"@example.com
+                start, plain = opening, decoded(text[opening:end])
+        masked = _EMAIL.sub(lambda m: f"{m.group(1).lstrip(chr(34))[:1]}***@{m.group(2)}",
+                            plain)
+        if masked != plain:
+            out += [text[done:start], masked]
+            done = end
+    return "".join(out) + text[done:] if out else text
+
+
+def _mask_phones(text: str) -> str:
+    if not _MAYBE_PHONE.search(text) or not _MAYBE_PHONE.search(_TIMES.sub(" ", text)):
         return text
-    text = _EMAIL.sub(lambda m: f"{m.group(1).lstrip(chr(34))[:1]}***@{m.group(2)}", text)
+    out: list[str] = []
+    done = 0
+    for found in phonenumbers.PhoneNumberMatcher(text, PHONE_REGION,
+                                                 leniency=phonenumbers.Leniency.VALID):
+        start, end = found.start, found.end
+        before = text[start - 2:start] if start >= 2 else text[:start]
+        after = text[end:end + 2]
+        if _glued(before[::-1]) or _glued(after):
+            continue  # digits of an id (demo-4155552671), not a phone number
+        digits = [ch for ch in found.raw_string if ch.isdigit()]
+        out += [text[done:start], "*" * (len(digits) - 2) + "".join(digits[-2:])]
+        done = end
+    return "".join(out) + text[done:] if out else text
 
-    def phone(m: re.Match[str]) -> str:
-        digits = re.sub(r"\D", "", m.group(1))
-        if len(digits) < 7 or _DATE.fullmatch(m.group(1)):
-            return m.group(1)
-        return "*" * (len(digits) - 2) + digits[-2:]
 
-    return _PHONE.sub(phone, text)
+def _glued(near: str) -> bool:
+    """`near` (the characters next to a number, nearest first) joins it to
+    a word: a letter or digit, or "-"/"_" then one."""
+    if not near:
+        return False
+    return near[0].isalnum() or (near[0] in _GLUE and len(near) > 1 and near[1].isalnum())
+
+
+def mask_text(text: str) -> str:
+    """Mask e-mail addresses' local parts and phone numbers in plain text."""
+    return _mask_phones(_mask_addresses(text))
+
+
+# What a database says about the row it refused: PostgreSQL's DETAIL ("Failing
+# row contains (...)", "Key (v)=(...) already exists") and CONTEXT, HINT,
+# QUERY, STATEMENT, WHERE lines (psycopg's diag fields), on a line of their
+# own or after a written "\n"; SQLAlchemy's "[SQL: ...]" and "[parameters: ...]".
+_DB_DETAIL = re.compile(
+    r"(?:^|(?<=\n)|(?<=\\n))[ \t]*(DETAIL|CONTEXT|HINT|QUERY|STATEMENT|WHERE|LINE \d+):"
+    r"[^\n]*?(?=\\n|\n|$)|\[(SQL|parameters): [\s\S]*?\](?=\\n|\n|$)", re.MULTILINE)
+_DB_MARKS = ("DETAIL:", "CONTEXT:", "HINT:", "QUERY:", "STATEMENT:", "WHERE:", "LINE ",
+             "[SQL: ", "[parameters: ")
+
+
+def without_db_details(text: str) -> str:
+    """`text` without what a database error says about the data it refused
+    (each such part becomes `DETAIL: [removed]`, `[SQL: removed]`, ...)."""
+    if not any(mark in text for mark in _DB_MARKS):
+        return text
+
+    def removed(m: re.Match[str]) -> str:
+        if m.group(2):
+            return f"[{m.group(2)}: removed]"
+        return f"{m.group(1)}: [removed]"
+
+    return _DB_DETAIL.sub(removed, text)
 
 
 def mask_value(value: Any, sensitive: Iterable[str] = SENSITIVE_FIELDS) -> Any:

@@ -108,6 +108,11 @@ TURN_INPUT_DOOR = "turn-input-door"
 # disagree about a decision, so most turns carry no marker.
 NAMES_AS_IDENTITIES = "names-as-identities"
 
+# Names compared by RFC 8265 and UTS #39's confusable skeleton
+# (turnstile.engine.identity, v0.4) rather than by v0.3's NFKC key. Asked
+# only when the two rules disagree about a decision (e.g. a Cyrillic "а").
+NAMES_BY_STANDARD = "names-by-standard"
+
 # A decision that arrives in the same activation as its approval deadline
 # stands (the deadline used to overwrite it). Asked only in that case.
 DECISION_BEATS_DEADLINE = "decision-beats-deadline"

@@ -36,6 +36,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from turnstile.client import ApprovalRefused, TurnNotFound, TurnstileClient
+from turnstile.engine.identity import name_problem
 from turnstile.engine.masking import mask_value
 from turnstile.engine.turn_input_rules import id_problem
 from turnstile.runtime.config import Settings
@@ -117,7 +118,9 @@ class Inbox:
             return self.render("login.html", error=None)
         form = await request.form()
         name = str(form.get("name", "")).strip()
-        problem = id_problem("name", name)
+        # A name the identity rule refuses could decide nothing (docs/identity.md).
+        problem = id_problem("name", name) or (
+            f"name: {name_problem(name)}" if name_problem(name) else None)
         if problem:
             return self.render("login.html", 400, error=problem)
         response = RedirectResponse("/", status_code=303)

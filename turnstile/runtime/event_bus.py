@@ -11,6 +11,7 @@ from typing import Any
 from opentelemetry import trace
 
 from turnstile.engine.events import Listener, TurnCompleted, TurnStarted
+from turnstile.engine.masking import mask_text
 
 log = logging.getLogger("turnstile.events")
 
@@ -38,7 +39,8 @@ class OpenTelemetryListener:
         self.tracer = trace.get_tracer("turnstile.events", tracer_provider=tracer_provider)
 
     def __call__(self, event: TurnStarted | TurnCompleted) -> None:
-        attrs = _flat(event)
+        # Ids masked as on every sink (an id that holds an address).
+        attrs = {k: mask_text(v) if isinstance(v, str) else v for k, v in _flat(event).items()}
         with self.tracer.start_as_current_span(f"turnstile.{event.kind}",
                                                attributes=attrs) as span:
             span.add_event(f"turnstile.{event.kind}", attrs)

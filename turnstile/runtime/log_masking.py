@@ -3,7 +3,10 @@
 - One logging filter for every handler of the root logger: what a log line
   says is masked (turnstile.engine.masking) whoever logged it — our modules,
   the Temporal SDK, SQLAlchemy, the sender, the SMTP server. The message is
-  formatted once, masked, and kept without its arguments.
+  formatted once, masked, and kept without its arguments; a database's
+  details about a refused row (DETAIL, the statement) are removed from it
+  and from the exception text; the SDK's context (`workflow_id`, ...) is
+  masked the same way, so an id reads the same on every line and sink.
 - `TURNSTILE_LOG_FORMAT=json`: one JSON object per line — `time`, `level`,
   `logger`, `message`, the current OpenTelemetry `trace_id`/`span_id` when a
   span is recording, and the Temporal SDK's workflow or activity context
@@ -24,7 +27,7 @@ from typing import Any
 
 from opentelemetry import trace
 
-from turnstile.engine.masking import mask_text
+from turnstile.engine.masking import mask_text, without_db_details
 
 _fields: ContextVar[dict[str, str] | None] = ContextVar("turnstile_log_fields", default=None)
 
@@ -40,21 +43,37 @@ def log_fields(**fields: str | None) -> Iterator[None]:
         _fields.reset(token)
 
 
+# The Temporal SDK's structured context on its records (`extra`): its ids are
+# written as every other sink writes them.
+SDK_EXTRAS = ("temporal_workflow", "temporal_activity")
+
+
+def clean(text: str) -> str:
+    """What a log line may say: a database's details about the row it
+    refused removed, addresses and phone numbers masked."""
+    return mask_text(without_db_details(text))
+
+
 class MaskingFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
+        for key in SDK_EXTRAS:
+            extra = getattr(record, key, None)
+            if isinstance(extra, dict):  # a copy: the SDK's dict is not ours to change
+                setattr(record, key, {k: clean(v) if isinstance(v, str) else v
+                                      for k, v in extra.items()})
         try:
             message = record.getMessage()
         except (TypeError, ValueError):  # a broken format string: left as logged
             return True
-        masked = mask_text(message)
+        masked = clean(message)
         if masked != message or record.args:
             record.msg, record.args = masked, None
         if hasattr(record, "message"):  # formatted already by a handler before this one
             record.message = masked
         if record.exc_info and not record.exc_text:
-            record.exc_text = mask_text(logging.Formatter().formatException(record.exc_info))
+            record.exc_text = clean(logging.Formatter().formatException(record.exc_info))
         elif record.exc_text:
-            record.exc_text = mask_text(record.exc_text)
+            record.exc_text = clean(record.exc_text)
         return True
 
 
@@ -71,10 +90,11 @@ class JsonFormatter(logging.Formatter):
             line["trace_id"] = format(span.trace_id, "032x")
             line["span_id"] = format(span.span_id, "016x")
         line.update({k: mask_text(v) for k, v in (_fields.get() or {}).items()})
-        for key in ("temporal_workflow", "temporal_activity"):  # the SDK's extras
+        for key in SDK_EXTRAS:  # the SDK's context: its ids written as everywhere else
             extra = getattr(record, key, None)
             if isinstance(extra, dict):
-                line.update({k: v for k, v in extra.items() if isinstance(v, str | int)})
+                line.update({k: mask_text(v) if isinstance(v, str) else v
+                             for k, v in extra.items() if isinstance(v, str | int)})
         if record.exc_info:
             line["exception"] = record.exc_text or self.formatException(record.exc_info)
         return json.dumps(line, ensure_ascii=False, default=str)

@@ -28,11 +28,12 @@ from opentelemetry.sdk.metrics.export import (
     PeriodicExportingMetricReader,
 )
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.trace import Span, SpanContext, Status, StatusCode
 from temporalio.contrib.opentelemetry import TracingInterceptor
 
+from turnstile.engine.masking import mask_text
 from turnstile.runtime.config import Settings
 
 log = logging.getLogger(__name__)
@@ -110,6 +111,24 @@ class JsonLinesSpanExporter(SpanExporter):
         return None
 
 
+class MaskingSpanProcessor(SpanProcessor):
+    """Text attributes of every span masked as they are set at its start
+    (turnstile.engine.masking): Temporal's interceptor puts the workflow id
+    there (`temporalWorkflowID`), and an id that holds an address reads on a
+    span as on a log line. Attributes set later are Turnstile's own (model,
+    tool name, counts), and `tool_span` masks the one id among them."""
+
+    def on_start(self, span: Span, parent_context: Any = None) -> None:
+        for key, value in dict(getattr(span, "attributes", None) or {}).items():
+            if isinstance(value, str) and mask_text(value) != value:
+                span.set_attribute(key, mask_text(value))
+
+
+def add_masking(provider: TracerProvider) -> None:
+    """What every Turnstile tracer provider gets before its exporters."""
+    provider.add_span_processor(MaskingSpanProcessor())
+
+
 def setup_tracing(settings: Settings, service_name: str) -> TracerProvider | None:
     """Install the process's tracer provider once; returns it (None if one was
     already installed, e.g. by the host application)."""
@@ -118,6 +137,7 @@ def setup_tracing(settings: Settings, service_name: str) -> TracerProvider | Non
         if _configured:
             return None
         provider = TracerProvider(resource=Resource.create({"service.name": service_name}))
+        add_masking(provider)
         if settings.otlp_endpoint:
             from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
@@ -184,7 +204,7 @@ def tool_span(name: str, call_id: str, attempt: int) -> Iterator[Span]:
                                        kind=trace.SpanKind.INTERNAL) as span:
         span.set_attribute("gen_ai.operation.name", "execute_tool")
         span.set_attribute("gen_ai.tool.name", name)
-        span.set_attribute("gen_ai.tool.call.id", call_id)
+        span.set_attribute("gen_ai.tool.call.id", mask_text(call_id))
         span.set_attribute("turnstile.tool.attempt", attempt)
         yield span
 

@@ -45,6 +45,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import CursorResult, Engine
 
 from turnstile.engine.errors import DatabaseUnavailable
+from turnstile.stores.db_errors import db_error_text
 
 log = logging.getLogger(__name__)
 
@@ -465,7 +466,7 @@ class TransactionEnded(RuntimeError):
 def unavailable(err: BaseException, dialect: Dialect, readonly: bool) -> DatabaseUnavailable:
     """A short, safe category for the model and memory; the detail is logged."""
     which = "read-only connection" if readonly else "connection"
-    log.warning("database %s failed (%s): %s", which, dialect, err)
+    log.warning("database %s failed (%s): %s", which, dialect, db_error_text(err))
     return DatabaseUnavailable(f"database unavailable ({dialect} {which} failed)")
 
 

@@ -11,7 +11,13 @@ model again, and that call is counted as spent.
 
 Read by `starter.py usage` (`summary`: sums per user, service and model) and
 by the per-user daily token budget (`tokens_since`, TURNSTILE_DAILY_TOKEN_BUDGET),
-through the index `model_usage_user_time (user_id, recorded_at)`.
+through the index `model_usage_person_time (person, recorded_at)`.
+
+A user is a person, not a spelling: each row carries `person`, the user id's
+`person_key` (turnstile.engine.identity; migration 0009), and the budget and
+`--user` count every row of that person — `Alice`, `alice` and `аlice` spend
+one budget. Rows a previous release's worker wrote have no `person`; they
+count by their `user_id`, read through the same rule.
 
 `recorded_at` is ISO-8601 UTC text of one width, as every time the stores
 write (turnstile.stores.memory.now_iso), so a window is a text range.
@@ -27,6 +33,7 @@ from typing import Any, NamedTuple
 
 import sqlalchemy as sa
 
+from turnstile.engine.identity import person_key
 from turnstile.stores.db import (
     Connection,
     Database,
@@ -44,11 +51,15 @@ model_usage = sa.Table(
     sa.Column("run_id", sa.Text, nullable=False),
     sa.Column("call_seq", sa.BigInteger, nullable=False),  # the answer's memory slot
     *text_columns("conversation_id", "user_id", "service", "model"),
+    # person_key(user_id) (NULL on rows a previous release's worker wrote).
+    sa.Column("person", sa.Text),
     sa.Column("prompt_tokens", sa.Integer, nullable=False),
     sa.Column("completion_tokens", sa.Integer, nullable=False),
     sa.Column("recorded_at", sa.Text, nullable=False),
     # A user's tokens in a window (the budget, `starter.py usage --user`).
     sa.Index("model_usage_user_time", "user_id", "recorded_at"),
+    # A person's tokens in a window (the budget, `starter.py usage --user`).
+    sa.Index("model_usage_person_time", "person", "recorded_at"),
 )
 c = model_usage.c
 
@@ -80,6 +91,7 @@ def record(conn: Connection, call: ModelCall, recorded_at: str | None = None) ->
         "usage_key": usage_key(call.workflow_id, call.run_id, call.call_seq),
         "workflow_id": call.workflow_id, "run_id": call.run_id, "call_seq": call.call_seq,
         "conversation_id": call.conversation_id, "user_id": call.user_id,
+        "person": person_key(call.user_id),
         "service": call.service, "model": call.model,
         "prompt_tokens": max(0, int(call.prompt_tokens)),
         "completion_tokens": max(0, int(call.completion_tokens)),
@@ -95,11 +107,26 @@ def utc_midnight(now: datetime | None = None) -> datetime:
 
 
 def tokens_since(conn: Connection, user_id: str, since: datetime) -> int:
-    """Prompt plus completion tokens of `user_id`'s model calls from `since` on."""
-    total = sa.func.coalesce(sa.func.sum(c.prompt_tokens + c.completion_tokens), 0)
-    stmt = sa.select(total.label("tokens")).where(
-        c.user_id == user_id, c.recorded_at >= stored_time(since))
-    return conn.scalar(stmt, int) or 0
+    """Prompt plus completion tokens of the model calls of the person
+    `user_id` names (every spelling of them) from `since` on."""
+    spent = c.prompt_tokens + c.completion_tokens
+    total = sa.func.coalesce(sa.func.sum(spent), 0)
+    window = c.recorded_at >= stored_time(since)
+    stmt = sa.select(total.label("tokens")).where(c.person == person_key(user_id), window)
+    tokens = conn.scalar(stmt, int) or 0
+    return tokens + sum(n for user, n in _unkeyed(conn, window) if _same(user, user_id))
+
+
+def _unkeyed(conn: Connection, *where: sa.ColumnElement[bool]) -> list[tuple[str, int]]:
+    """(user id, tokens) of the rows without `person` (a previous release's
+    worker wrote them): few, and read by the identity rule here."""
+    tokens = sa.func.sum(c.prompt_tokens + c.completion_tokens).label("tokens")
+    stmt = sa.select(c.user_id, tokens).where(c.person.is_(None), *where).group_by(c.user_id)
+    return conn.rows(stmt, lambda user_id, tokens: (str(user_id), int(tokens or 0)))
+
+
+def _same(a: str, b: str) -> bool:
+    return person_key(a) == person_key(b)
 
 
 @dataclass(frozen=True)
@@ -110,8 +137,11 @@ class UsageFilter(TimeWindow):
     service: str | None = None
 
     def where(self) -> list[sa.ColumnElement[bool]]:
-        named = ((c.user_id, self.user), (c.service, self.service))
-        return self.on(c.recorded_at) + [column == value for column, value in named if value]
+        found = self.on(c.recorded_at) + ([c.service == self.service] if self.service else [])
+        if self.user:  # the person, every spelling (rows without one: by user id)
+            found.append(sa.or_(c.person == person_key(self.user),
+                                sa.and_(c.person.is_(None), c.user_id == self.user)))
+        return found
 
 
 class UsageTotal(NamedTuple):

@@ -1,0 +1,105 @@
+"""The identity rule (turnstile.engine.identity, docs/identity.md): RFC 8265's
+UsernameCaseMapped profile for the identity, UTS #39's skeleton for the
+person; pure and deterministic, importable in the workflow sandbox."""
+
+from __future__ import annotations
+
+import unicodedata
+
+import pytest
+
+from turnstile.engine.identity import (
+    canonical,
+    is_listed,
+    name_problem,
+    person_key,
+    same_person,
+    skeleton,
+)
+
+ALICE_SPELLINGS = [
+    "alice", "Alice", "ALICE", " alice ",
+    "\u0430lice",  # Cyrillic а
+    "\u0430l\u0456c\u0435",  # Cyrillic а, і, е
+    "\uff41\uff4c\uff49\uff43\uff45",  # full-width
+    "\uff21\uff2c\uff29\uff23\uff25",
+    "al\u200dice", "al\u200cice", "al\u200bice", "\u2060alice\ufeff",  # zero-width
+    "al\u00adice",  # soft hyphen
+    "a\u202elice",  # a bidi override
+    "\U0001d41a\U0001d425\U0001d422\U0001d41c\U0001d41e",  # mathematical bold
+    "alIce", "ALIce",  # upper-case I is lower-case i
+]
+
+
+@pytest.mark.parametrize("spelling", ALICE_SPELLINGS)
+def test_every_spelling_of_alice_is_alice(spelling: str) -> None:
+    assert same_person(spelling, "alice"), (spelling, person_key(spelling))
+    assert person_key(spelling) == person_key("alice") == "alice"
+
+
+@pytest.mark.parametrize(("a", "b"), [
+    ("jos\u00e9", "jose\u0301"),  # NFC and NFD
+    ("JOS\u00c9", "jos\u00e9"),
+    ("b0b", "bob"), ("b0b", "BOB"),  # 0 and O through the skeleton
+    ("stra\u00dfe", "STRASSE"),
+    ("alice smith", "Alice  Smith"),
+    ("\u03a3\u0391\u03a3", "\u03c3\u03b1\u03c2"),  # final sigma
+])
+def test_equivalent_spellings_are_one_person(a: str, b: str) -> None:
+    assert same_person(a, b) and same_person(b, a)
+
+
+@pytest.mark.parametrize(("a", "b"), [
+    ("alice", "bob"), ("alice", "alice2"), ("alice", "alicia"),
+    ("jos\u00e9", "jose"),  # an accent is not a look-alike
+    ("alice", ""), ("", ""), ("\u200b", "\u200d"),  # nobody is nobody
+])
+def test_different_people_stay_apart(a: str, b: str) -> None:
+    assert not same_person(a, b)
+
+
+def test_identity_is_rfc_8265_and_refuses_what_it_disallows() -> None:
+    assert canonical("Alice") == "alice"
+    assert canonical("\uff21lice") == "alice"  # width mapping
+    assert canonical("\u0430lice") == "\u0430lice"  # a different identity ...
+    assert person_key("\u0430lice") == "alice"  # ... confusable with alice
+    assert canonical("jose\u0301") == unicodedata.normalize("NFC", "jos\u00e9")
+    for name, why in [("\u2603", "symbols"), ("\ufb01x", "has_compat"), ("", "empty")]:
+        assert canonical(name) is None
+        problem = name_problem(name)
+        assert problem is not None and why in problem, problem
+    assert name_problem("alice@example.com") is None
+    # a refused name still has a person (refusals compare it): "ﬁx" is fix
+    assert same_person("\ufb01x", "fix")
+
+
+def test_an_approver_list_admits_identities_never_look_alikes() -> None:
+    assert is_listed("OPS-Lead", ["ops-lead"])
+    assert is_listed("\uff4f\uff50\uff53-lead", ["ops-lead"])
+    assert not is_listed("\u043eps-lead", ["ops-lead"])  # Cyrillic о
+    assert not is_listed("0ps-lead", ["ops-lead"])
+    assert not is_listed("\u2603", ["\u2603"])  # not an identity: matches nothing
+
+
+def test_the_skeleton_is_unicode_data_not_a_list_of_ours() -> None:
+    # Prototypes from confusables.txt: Greek, Cyrillic, Cherokee, math letters.
+    assert skeleton("\u0440\u0430\u0443\u0440\u0430l") == skeleton("paypal")
+    assert skeleton("\u13aa") == skeleton("A")  # CHEROKEE LETTER GO
+    assert skeleton("rn") == skeleton("m")
+
+
+async def test_the_rule_is_deterministic_and_imports_in_the_sandbox() -> None:
+    """Workflow code imports the rule passed through; the sandbox must not
+    stop it (it reads no file after import) and its answers are the same."""
+    from worker import workflow_runner
+    from workflows.agent_turn import AgentTurn
+
+    runner = workflow_runner("strict")  # the sandbox the test suite runs turns in
+    runner.prepare_workflow(_definition(AgentTurn))  # imports the workflow, sandboxed
+    assert [person_key(s) for s in ALICE_SPELLINGS] == [person_key(s) for s in ALICE_SPELLINGS]
+
+
+def _definition(cls: type) -> object:
+    from temporalio.workflow import _Definition
+
+    return _Definition.must_from_class(cls)
