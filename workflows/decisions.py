@@ -37,7 +37,12 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from turnstile.engine import activity_io as io
-    from turnstile.engine.approvals import NameRule, approval_refusal, arguments_digest, canonical_json
+    from turnstile.engine.approvals import (
+        NameRule,
+        approval_refusal,
+        arguments_digest,
+        canonical_json,
+    )
     from turnstile.engine.contract import ApprovalDecision, PendingApproval
     from turnstile.engine.decision_payloads import (
         DECISION_PAYLOAD_MAX,

@@ -21,7 +21,6 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from turnstile.engine.contract import ApprovalDecision
-from turnstile.engine.messages import ToolCall
 from turnstile.engine.identity import (
     canonical,
     is_listed,
@@ -30,6 +29,7 @@ from turnstile.engine.identity import (
     prepared,
     same_person,
 )
+from turnstile.engine.messages import ToolCall
 
 ANY_TOOL = "*"
 
