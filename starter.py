@@ -46,7 +46,7 @@ from turnstile.client import (
 )
 from turnstile.engine.contract import Handlers, TurnInput, TurnResult
 from turnstile.runtime import log_masking
-from turnstile.runtime.apps import App, tables_of
+from turnstile.runtime.apps import App, AppLoadError, tables_by_app
 from turnstile.runtime.client import TemporalUnreachable, connect, web_ui_url
 from turnstile.runtime.config import Settings
 from turnstile.stores.db import Database, dispose_engines
@@ -61,6 +61,11 @@ def apps() -> list[App]:
     from worker import apps as served
 
     return served()
+
+
+def default_service() -> str:
+    """The service a turn naming none gets: the first app's first service."""
+    return next((s.name for app in apps() for s in app.services), "")
 
 
 @dataclass
@@ -102,7 +107,7 @@ async def run(args: argparse.Namespace, ctx: Context) -> int:
     result = await follow(started, turns, auto_approve=args.auto_approve)
     for line in result_lines(result, web_ui_url(ctx.settings, result.workflow_id)):
         out(line)
-    if args.show_effects and turn.service == "sales-assistant":
+    if args.show_effects and (turn.service or default_service()) == "sales-assistant":
         from turnstile.sales.report import report_effects
 
         await asyncio.to_thread(report_effects, ctx.db(), started.id,
@@ -199,12 +204,12 @@ async def review(turns: TurnstileClient, workflow_id: str, approved: bool,
 
 # -- the database ------------------------------------------------------------------
 async def seed(args: argparse.Namespace, ctx: Context) -> int:
-    from turnstile.sales.seed import seed as seed_sales
-
-    db = ctx.db()
-    upgrade(db, tables=tables_of(apps()))
-    n = seed_sales(db, rows=args.rows)
-    out(f"seeded {n} sales records into {db.dialect} ({ctx.settings.database_url})")
+    """Migrate with the served apps' tables, then fill each app's demo data."""
+    db, served = ctx.db(), apps()
+    upgrade(db, apps=tables_by_app(served))
+    for app in served:
+        if app.seed is not None:
+            out(f"{app.name}: {app.seed(db, args.rows)} ({ctx.settings.database_url})")
     return 0
 
 
@@ -297,8 +302,12 @@ async def check(args: argparse.Namespace, ctx: Context) -> int:
 async def stack(args: argparse.Namespace, ctx: Context) -> int:
     """`make up` / `make down`: the dev stack with the apps' dev services."""
     from turnstile.runtime import devstack
+    from turnstile.runtime.plugins import load_services
 
-    await asyncio.to_thread(devstack.main, [args.cmd], apps())
+    served = apps()
+    if args.cmd == "up":  # a plugin that cannot be imported: one line here, not the worker's log
+        load_services(ctx.settings, [s for app in served for s in app.services])
+    await asyncio.to_thread(devstack.main, [args.cmd], served)
     return 0
 
 
@@ -323,13 +332,14 @@ def parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="cmd", required=True)
     for name in ("up", "down"):
         sub.add_parser(name, help=f"`make {name}`: the dev stack (turnstile.runtime.devstack)")
-    sub.add_parser("seed", help="create the schema and fill sales_record").add_argument(
-        "--rows", type=int, default=5000)
+    sub.add_parser("seed", help="create the schema and fill the apps' demo data (the "
+                   "sales app: sales_record)").add_argument("--rows", type=int, default=None)
     p_run = sub.add_parser("run", help="start a turn and follow it")
     p_run.add_argument("message")
     p_run.add_argument("--conversation", default=None)
     p_run.add_argument("--user", default="alice")
-    p_run.add_argument("--service", default="sales-assistant")
+    p_run.add_argument("--service", default="",
+                       help="default: the first service of the first app served")
     p_run.add_argument("--workflow-id", default=None)
     p_run.add_argument("--auto-approve", metavar="REVIEWER", default=None,
                        help="approve pending tool calls as REVIEWER (demo)")
@@ -393,7 +403,7 @@ if __name__ == "__main__":
     except ClientError as refused:  # e.g. no such turn: one line, not a traceback
         print(f"error: {refused}", file=sys.stderr)
         code = 1
-    except TemporalUnreachable as unreachable:
+    except (TemporalUnreachable, AppLoadError) as unreachable:
         print(f"error: {unreachable}", file=sys.stderr)
         code = 2
     logging.shutdown()
