@@ -11,6 +11,7 @@
                             [--top [--over N] | --failures] [--json]
     python starter.py usage [--since 7d|ISO] [--until ISO] [--user U] [--service S] [--json]
     python starter.py check [--conversation ID]
+    python starter.py conversation show CONVERSATION_ID [--json]   (memory, readable)
 
 One function a subcommand (`COMMANDS`); what they print is in turnstile.cli_views.
 """
@@ -29,6 +30,7 @@ from dataclasses import dataclass
 
 from temporalio.client import Client
 
+from turnstile import cli_args, conversation_cli
 from turnstile.cli_views import (
     describe_pending,
     json_lines,
@@ -46,7 +48,7 @@ from turnstile.client import (
 )
 from turnstile.engine.contract import Handlers, TurnInput, TurnResult
 from turnstile.runtime import log_masking
-from turnstile.runtime.apps import App, AppLoadError, tables_by_app
+from turnstile.runtime.apps import App, AppLoadError, load_apps, tables_by_app
 from turnstile.runtime.client import TemporalUnreachable, connect, web_ui_url
 from turnstile.runtime.config import Settings
 from turnstile.stores.db import Database, dispose_engines
@@ -56,11 +58,9 @@ __all__ = ["COMMANDS", "main", "signal_command"]
 
 
 def apps() -> list[App]:
-    """The apps the worker serves (worker.py): the dev stack runs their dev
-    services, `seed` migrates with their tables."""
-    from worker import apps as served
-
-    return served()
+    """The apps the worker serves (TURNSTILE_APPS): the dev stack runs their
+    dev services, `seed` migrates with their tables and fills them."""
+    return load_apps(Settings.from_env())
 
 
 def default_service() -> str:
@@ -318,11 +318,15 @@ async def inbox(args: argparse.Namespace, ctx: Context) -> int:
     return 0
 
 
+async def conversation(args: argparse.Namespace, ctx: Context) -> int:
+    return await conversation_cli.command(args, ctx.settings)
+
+
 COMMANDS: dict[str, Command] = {
     "up": stack, "down": stack,
     "seed": seed, "run": run, "status": status, "pending": pending, "stream": stream,
     "approve": approve, "reject": approve, "inbox": inbox, "audit": audit, "usage": usage,
-    "check": check,
+    "check": check, "conversation": conversation,
 }
 
 
@@ -356,30 +360,8 @@ def parser() -> argparse.ArgumentParser:
         p_review.add_argument("tool_call_id")
         p_review.add_argument("--reviewer", required=True)
         p_review.add_argument("--note", default="")
-    p_audit = sub.add_parser("audit", help="ask the audit log: calls, --top callers, --failures")
-    p_audit.add_argument("--since", default=None,
-                         help="window start: 1h, 30m, 7d, or an ISO time (summaries: 1h)")
-    p_audit.add_argument("--until", default=None, help="window end (ISO time); default now")
-    p_audit.add_argument("--tool", default=None)
-    p_audit.add_argument("--user", default=None)
-    p_audit.add_argument("--status", default=None, help="INITIATED, COMPLETED, FAILED, ...")
-    p_audit.add_argument("--limit", type=int, default=50)
-    summary = p_audit.add_mutually_exclusive_group()
-    summary.add_argument("--top", action="store_true",
-                         help="calls per user and tool in the window, most first")
-    summary.add_argument("--failures", action="store_true",
-                         help="failed calls in the window by error category")
-    p_audit.add_argument("--over", type=int, default=0,
-                         help="with --top: only pairs with more than this many calls")
-    p_audit.add_argument("--json", action="store_true", help="JSON lines instead of a table")
-    p_usage = sub.add_parser("usage", help="model tokens per user, service and model: turns, "
-                             "model calls, prompt and completion tokens")
-    p_usage.add_argument("--since", default=None,
-                         help="window start: 1h, 7d, or an ISO time; default all time")
-    p_usage.add_argument("--until", default=None, help="window end (ISO time); default now")
-    p_usage.add_argument("--user", default=None)
-    p_usage.add_argument("--service", default=None)
-    p_usage.add_argument("--json", action="store_true", help="JSON lines instead of a table")
+    cli_args.add_audit(sub)
+    cli_args.add_usage(sub)
     p_inbox = sub.add_parser("inbox", help="the approvals inbox in the browser")
     p_inbox.add_argument("--host", default="127.0.0.1")
     p_inbox.add_argument("--port", type=int, default=8234)
@@ -387,6 +369,7 @@ def parser() -> argparse.ArgumentParser:
                    "the world tables; exit 1 on any disagreement or anything "
                    "awaiting repair, 2 if Temporal cannot say whether a lock's "
                    "holder runs").add_argument("--conversation", default=None)
+    conversation_cli.add_parser(sub)
     return p
 
 
