@@ -307,8 +307,7 @@ async def stack(args: argparse.Namespace, ctx: Context) -> int:
     served = apps()
     if args.cmd == "up":  # a plugin that cannot be imported: one line here, not the worker's log
         load_services(ctx.settings, [s for app in served for s in app.services])
-    await asyncio.to_thread(devstack.main, [args.cmd], served)
-    return 0
+    return await asyncio.to_thread(devstack.main, [args.cmd], served)
 
 
 async def inbox(args: argparse.Namespace, ctx: Context) -> int:
