@@ -60,7 +60,7 @@ def _query_window(db: Database, days_text: str | None) -> int:
         return 2
     if db.dialect != "postgresql":
         sys.stderr.write("query-window is row-level security: PostgreSQL only (SQLite cannot "
-                         "restrict rows by role; see README, Least privilege)\n")
+                         "restrict rows by role; see docs/sales.md, Least privilege)\n")
         return 2
     days = None if days_text == "off" else int(days_text)
     set_query_window(db, days)

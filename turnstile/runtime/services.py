@@ -85,7 +85,7 @@ class Service:
     output_type: type[BaseModel] | None = None  # steps 9 and 16
     moderator: Moderator | None = None  # step 11
     output_guardrails: list[Guardrail] = field(default_factory=list)  # step 15
-    # -- approvals and outbound messages (README, "Approvals") --
+    # -- approvals and outbound messages (docs/approvals-guide.md) --
     approvers: ApproverResolver | None = None  # default: any named reviewer but the requester
     allow_self_approval: bool = False
     outbound: OutboundPolicy = field(default_factory=OutboundPolicy)

@@ -1,6 +1,6 @@
 """`approver(service, tool, reviewer)`: who may decide the approvals of a
-service's tool calls (the reference service's approver policy; README,
-"Approvals"). Empty: the default policy, any named reviewer except the user
+service's tool calls (the reference service's approver policy;
+docs/approvals-guide.md). Empty: the default policy, any named reviewer except the user
 who asked.
 
 Revision ID: 0003
