@@ -12,6 +12,7 @@
                             [--top [--over N] | --failures] [--json]
     python starter.py usage [--since 7d|ISO] [--until ISO] [--user U] [--service S] [--json]
     python starter.py check [--conversation ID]
+    python starter.py conversation show CONVERSATION_ID [--json]   (memory, readable)
 
 One function a subcommand (`COMMANDS`); what they print is in turnstile.cli_views.
 """
@@ -30,6 +31,7 @@ from dataclasses import dataclass
 
 from temporalio.client import Client
 
+from turnstile import cli_args, conversation_cli
 from turnstile.cli_views import (
     describe_pending,
     json_lines,
@@ -47,7 +49,7 @@ from turnstile.client import (
 )
 from turnstile.engine.contract import Handlers, TurnInput, TurnResult
 from turnstile.runtime import log_masking
-from turnstile.runtime.apps import App, tables_of
+from turnstile.runtime.apps import App, AppLoadError, load_apps, tables_by_app
 from turnstile.runtime.client import TemporalUnreachable, connect, web_ui_url
 from turnstile.runtime.config import Settings
 from turnstile.stores.db import Database, dispose_engines
@@ -57,11 +59,14 @@ __all__ = ["COMMANDS", "main", "signal_command"]
 
 
 def apps() -> list[App]:
-    """The apps the worker serves (worker.py): the dev stack runs their dev
-    services, `seed` migrates with their tables."""
-    from worker import apps as served
+    """The apps the worker serves (TURNSTILE_APPS): the dev stack runs their
+    dev services, `seed` migrates with their tables and fills them."""
+    return load_apps(Settings.from_env())
 
-    return served()
+
+def default_service() -> str:
+    """The service a turn naming none gets: the first app's first service."""
+    return next((s.name for app in apps() for s in app.services), "")
 
 
 @dataclass
@@ -103,7 +108,7 @@ async def run(args: argparse.Namespace, ctx: Context) -> int:
     result = await follow(started, turns, auto_approve=args.auto_approve)
     for line in result_lines(result, web_ui_url(ctx.settings, result.workflow_id)):
         out(line)
-    if args.show_effects and turn.service == "sales-assistant":
+    if args.show_effects and (turn.service or default_service()) == "sales-assistant":
         from turnstile.sales.report import report_effects
 
         await asyncio.to_thread(report_effects, ctx.db(), started.id,
@@ -215,12 +220,12 @@ async def review(turns: TurnstileClient, workflow_id: str, approved: bool,
 
 # -- the database ------------------------------------------------------------------
 async def seed(args: argparse.Namespace, ctx: Context) -> int:
-    from turnstile.sales.seed import seed as seed_sales
-
-    db = ctx.db()
-    upgrade(db, tables=tables_of(apps()))
-    n = seed_sales(db, rows=args.rows)
-    out(f"seeded {n} sales records into {db.dialect} ({ctx.settings.database_url})")
+    """Migrate with the served apps' tables, then fill each app's demo data."""
+    db, served = ctx.db(), apps()
+    upgrade(db, apps=tables_by_app(served))
+    for app in served:
+        if app.seed is not None:
+            out(f"{app.name}: {app.seed(db, args.rows)} ({ctx.settings.database_url})")
     return 0
 
 
@@ -313,9 +318,12 @@ async def check(args: argparse.Namespace, ctx: Context) -> int:
 async def stack(args: argparse.Namespace, ctx: Context) -> int:
     """`make up` / `make down`: the dev stack with the apps' dev services."""
     from turnstile.runtime import devstack
+    from turnstile.runtime.plugins import load_services
 
-    await asyncio.to_thread(devstack.main, [args.cmd], apps())
-    return 0
+    served = apps()
+    if args.cmd == "up":  # a plugin that cannot be imported: one line here, not the worker's log
+        load_services(ctx.settings, [s for app in served for s in app.services])
+    return await asyncio.to_thread(devstack.main, [args.cmd], served)
 
 
 async def inbox(args: argparse.Namespace, ctx: Context) -> int:
@@ -325,11 +333,15 @@ async def inbox(args: argparse.Namespace, ctx: Context) -> int:
     return 0
 
 
+async def conversation(args: argparse.Namespace, ctx: Context) -> int:
+    return await conversation_cli.command(args, ctx.settings)
+
+
 COMMANDS: dict[str, Command] = {
     "up": stack, "down": stack,
     "seed": seed, "run": run, "status": status, "pending": pending, "stream": stream,
     "approve": approve, "reject": approve, "inbox": inbox, "audit": audit, "usage": usage,
-    "check": check,
+    "check": check, "conversation": conversation,
 }
 
 
@@ -339,13 +351,14 @@ def parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="cmd", required=True)
     for name in ("up", "down"):
         sub.add_parser(name, help=f"`make {name}`: the dev stack (turnstile.runtime.devstack)")
-    sub.add_parser("seed", help="create the schema and fill sales_record").add_argument(
-        "--rows", type=int, default=5000)
+    sub.add_parser("seed", help="create the schema and fill the apps' demo data (the "
+                   "sales app: sales_record)").add_argument("--rows", type=int, default=None)
     p_run = sub.add_parser("run", help="start a turn and follow it")
     p_run.add_argument("message")
     p_run.add_argument("--conversation", default=None)
     p_run.add_argument("--user", default="alice")
-    p_run.add_argument("--service", default="sales-assistant")
+    p_run.add_argument("--service", default="",
+                       help="default: the first service of the first app served")
     p_run.add_argument("--workflow-id", default=None)
     p_run.add_argument("--auto-approve", metavar="REVIEWER", default=None,
                        help="approve pending tool calls as REVIEWER (demo)")
@@ -368,30 +381,8 @@ def parser() -> argparse.ArgumentParser:
         if name == "approve":
             p_review.add_argument("--arguments", default=None, metavar="JSON",
                                   help="approve with edits: the complete edited arguments")
-    p_audit = sub.add_parser("audit", help="ask the audit log: calls, --top callers, --failures")
-    p_audit.add_argument("--since", default=None,
-                         help="window start: 1h, 30m, 7d, or an ISO time (summaries: 1h)")
-    p_audit.add_argument("--until", default=None, help="window end (ISO time); default now")
-    p_audit.add_argument("--tool", default=None)
-    p_audit.add_argument("--user", default=None)
-    p_audit.add_argument("--status", default=None, help="INITIATED, COMPLETED, FAILED, ...")
-    p_audit.add_argument("--limit", type=int, default=50)
-    summary = p_audit.add_mutually_exclusive_group()
-    summary.add_argument("--top", action="store_true",
-                         help="calls per user and tool in the window, most first")
-    summary.add_argument("--failures", action="store_true",
-                         help="failed calls in the window by error category")
-    p_audit.add_argument("--over", type=int, default=0,
-                         help="with --top: only pairs with more than this many calls")
-    p_audit.add_argument("--json", action="store_true", help="JSON lines instead of a table")
-    p_usage = sub.add_parser("usage", help="model tokens per user, service and model: turns, "
-                             "model calls, prompt and completion tokens")
-    p_usage.add_argument("--since", default=None,
-                         help="window start: 1h, 7d, or an ISO time; default all time")
-    p_usage.add_argument("--until", default=None, help="window end (ISO time); default now")
-    p_usage.add_argument("--user", default=None)
-    p_usage.add_argument("--service", default=None)
-    p_usage.add_argument("--json", action="store_true", help="JSON lines instead of a table")
+    cli_args.add_audit(sub)
+    cli_args.add_usage(sub)
     p_inbox = sub.add_parser("inbox", help="the approvals inbox in the browser")
     p_inbox.add_argument("--host", default="127.0.0.1")
     p_inbox.add_argument("--port", type=int, default=8234)
@@ -399,6 +390,7 @@ def parser() -> argparse.ArgumentParser:
                    "the world tables; exit 1 on any disagreement or anything "
                    "awaiting repair, 2 if Temporal cannot say whether a lock's "
                    "holder runs").add_argument("--conversation", default=None)
+    conversation_cli.add_parser(sub)
     return p
 
 
@@ -415,7 +407,7 @@ if __name__ == "__main__":
     except ClientError as refused:  # e.g. no such turn: one line, not a traceback
         print(f"error: {refused}", file=sys.stderr)
         code = 1
-    except TemporalUnreachable as unreachable:
+    except (TemporalUnreachable, AppLoadError) as unreachable:
         print(f"error: {unreachable}", file=sys.stderr)
         code = 2
     logging.shutdown()

@@ -1,6 +1,9 @@
-"""One process that serves the task queue (workflows and activities) and runs
-the e-mail sender loop. `--no-sender` / `--sender-only` split them for scaling.
-Configuration comes only from the environment (docs/contract.md)."""
+"""One process that serves the task queue (workflows and activities) for the
+apps of TURNSTILE_APPS (unset: the sales reference app) and runs their
+background processes (the sales app's e-mail sender). `--no-sender` /
+`--sender-only` split them for scaling. Configuration comes only from the
+environment (docs/contract.md); an app or plugin that cannot be imported is
+one line and exit 2."""
 
 from __future__ import annotations
 
@@ -21,7 +24,15 @@ from activities.data_errors import DataErrors
 from activities.log_context import LogContext
 from turnstile.providers import build_provider
 from turnstile.runtime import log_masking
-from turnstile.runtime.apps import App, demo_scripts_of, services_of, tables_of
+from turnstile.runtime.apps import (
+    App,
+    AppLoadError,
+    BackgroundContext,
+    demo_scripts_of,
+    load_apps,
+    services_of,
+    tables_by_app,
+)
 from turnstile.runtime.client import connect, metrics_runtime
 from turnstile.runtime.config import Settings
 from turnstile.runtime.mcp import connections as mcp_connections
@@ -30,7 +41,6 @@ from turnstile.runtime.search_attributes import ensure_search_attributes
 from turnstile.runtime.tracing import interceptors as tracing_interceptors, setup_tracing
 from turnstile.runtime.upgrade import older_turns, refusal
 from turnstile.runtime.versioning import deployment_of, settle_current
-from turnstile.sales.app import build_sales_app
 from turnstile.stores.schema import upgrade
 from workflows import AgentTurn
 from workflows.agent_turn import FAILS_THE_TURN
@@ -100,10 +110,14 @@ def build_worker(client: Client, rt: Runtime, **overrides: object) -> Worker:
     return Worker(client, **options)  # type: ignore[arg-type]
 
 
-def apps() -> list[App]:
-    """The apps this worker serves: the reference app (services from
-    TURNSTILE_PLUGINS join them, turnstile.runtime.plugins)."""
-    return [build_sales_app()]
+# Exit status when an app or plugin cannot be loaded (turnstile.runtime.apps).
+EXIT_BAD_APP = 2
+
+
+def apps(settings: Settings | None = None) -> list[App]:
+    """The apps this worker serves: TURNSTILE_APPS, unset the reference app
+    (services from TURNSTILE_PLUGINS join them, turnstile.runtime.plugins)."""
+    return load_apps(settings or Settings.from_env())
 
 
 async def run(argv: list[str] | None = None) -> None:
@@ -114,12 +128,14 @@ async def run(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
 
     settings = Settings.from_env()
+    # What is served is loaded first: an app or plugin that cannot be
+    # imported is the only thing said (main: one line, exit 2).
+    served = apps(settings)
+    registry = load_services(settings, services_of(served))
     setup_tracing(settings, "turnstile-worker")
     loop = asyncio.get_running_loop()
     reserve_threads(loop)
-    served = apps()
-    rt = Runtime.build(settings, load_services(settings, services_of(served)),
-                       build_provider(settings, demo_scripts_of(served)))
+    rt = Runtime.build(settings, registry, build_provider(settings, demo_scripts_of(served)))
     client = None
     runtime = metrics_runtime(settings)  # the Prometheus endpoint, when a port is set
     if runtime is not None:
@@ -136,7 +152,7 @@ async def run(argv: list[str] | None = None) -> None:
                 raise SystemExit(EXIT_OLDER_TURNS)
     # Migrate to the newest schema (a v0.1 database is stamped first), then
     # grant what the apps' tables name.
-    upgrade(rt.db, tables=tables_of(served))
+    upgrade(rt.db, apps=tables_by_app(served))
     stop = threading.Event()
     done = asyncio.Event()
 
@@ -149,13 +165,12 @@ async def run(argv: list[str] | None = None) -> None:
 
     tasks: list[asyncio.Future[object]] = []
     if not args.no_sender:
-        from turnstile.sales.sender import SenderConfig, run_sender
-
-        config = SenderConfig(stale_after_seconds=settings.sender_stale_seconds,
-                              metric_meter=runtime.metric_meter if runtime else None)
-        tasks.append(asyncio.ensure_future(
-            asyncio.to_thread(run_sender, rt.db, settings, stop, 0.5, config)))
-        log.info("e-mail sender running (SMTP %s:%s)", settings.smtp_host, settings.smtp_port)
+        background = BackgroundContext(rt.db, settings, stop,
+                                       runtime.metric_meter if runtime else None)
+        for app in served:
+            for name, process in app.background.items():
+                tasks.append(asyncio.ensure_future(asyncio.to_thread(process, background)))
+                log.info("%s running (app %s)", name, app.name)
     if client is None:
         await done.wait()
     else:
@@ -191,7 +206,11 @@ def reserve_threads(loop: asyncio.AbstractEventLoop) -> None:
 
 def main() -> None:
     log_masking.setup(logging.INFO, Settings.from_env().log_format)
-    asyncio.run(run())
+    try:
+        asyncio.run(run())
+    except AppLoadError as exc:  # one line, not a traceback
+        log.error("%s", exc)
+        raise SystemExit(EXIT_BAD_APP) from None
 
 
 if __name__ == "__main__":

@@ -150,7 +150,8 @@ class ModelActivities(Activities):
             workflow_id=turn_workflow_id(), run_id=activity.info().workflow_run_id or "",
             call_seq=req.response_seq, conversation_id=req.conversation_id,
             user_id=req.user_id, service=req.service,
-            model=response.model or model_name(self.rt) or self.rt.provider.name,
+            model=(response.model or model_name(self.rt, req.service)
+                   or self.rt.provider_for(req.service).name),
             prompt_tokens=response.usage.prompt_tokens,
             completion_tokens=response.usage.completion_tokens)
 
@@ -166,7 +167,7 @@ class ModelActivities(Activities):
             except ConfigurationError as exc:  # resolve_tools fails the turn with it
                 log.warning("tool providers of %s: %s", service.name, exc)
         tools = [t.spec for name in req.tool_names if (t := service.tool(name)) is not None]
-        provider = self.rt.provider
+        provider = self.rt.provider_for(req.service)
         try:
             stored, request = await self._as_run(
                 req, lambda w: self._prepare(req, service, tools, w))
@@ -181,7 +182,7 @@ class ModelActivities(Activities):
         try:
             with model_span(provider.name, getattr(provider, "model", None), req.round) as span:
                 began = time.monotonic()
-                response = await request_model(self.rt, req, request, wf_id)
+                response = await request_model(self.rt, provider, req, request, wf_id)
                 model_metrics(req.service, response.model or provider.name,
                               time.monotonic() - began, response.usage.prompt_tokens,
                               response.usage.completion_tokens)
@@ -218,7 +219,7 @@ class ModelActivities(Activities):
             usage=response.usage,
             finish_reason=response.finish_reason,
             model=response.model,
-            provider=self.rt.provider.name,
+            provider=provider.name,
             tools=policies,
         )
 

@@ -10,21 +10,21 @@ from temporalio import activity
 
 from activities.runtime import Runtime
 from turnstile.engine.activity_io import ModelCallInput
-from turnstile.providers import ModelRequest, ModelResponse
+from turnstile.providers import ModelProvider, ModelRequest, ModelResponse
 from turnstile.stores.streaming import StreamWriter
 
 
-async def request_model(rt: Runtime, req: ModelCallInput, request: ModelRequest,
-                        workflow_id: str) -> ModelResponse:
+async def request_model(rt: Runtime, provider: ModelProvider, req: ModelCallInput,
+                        request: ModelRequest, workflow_id: str) -> ModelResponse:
     if not req.stream:
-        return await rt.provider.complete(request)
+        return await provider.complete(request)
     writer = StreamWriter(rt.db, workflow_id, req.response_seq, activity.info().attempt)
     await writer.open()
-    stream = getattr(rt.provider, "stream", None)
+    stream = getattr(provider, "stream", None)
     if stream is None:
         # A provider that cannot stream (the offline demo planner): the whole
         # answer arrives as one chunk, so followers still see it.
-        response = await rt.provider.complete(request)
+        response = await provider.complete(request)
         await writer.add(response.message.content or "")
     else:
         response = await stream(request, writer.add)

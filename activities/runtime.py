@@ -17,7 +17,7 @@ from turnstile.engine.errors import (
     NotInWorkflow,
     TurnstileError,
 )
-from turnstile.providers import ModelProvider, build_provider
+from turnstile.providers import DemoPlanner, ModelProvider, build_provider
 from turnstile.runtime.config import Settings
 from turnstile.runtime.event_bus import EventBus
 from turnstile.runtime.services import Service, ServiceRegistry
@@ -58,6 +58,19 @@ class Runtime:
             ledger=ToolLedger(db),
             journal=CallJournal(db, memory, audit_enabled=settings.audit),
         )
+
+    def provider_for(self, service: str) -> ModelProvider:
+        """The model a turn of `service` asks: the worker's; but where that is
+        the offline demo planner (no LLM_BASE_URL), the service's own
+        `offline_model` when it has one (a function model)."""
+        if isinstance(self.provider, DemoPlanner):
+            try:
+                own = self.services.get(service).offline_model
+            except TurnstileError:
+                return self.provider
+            if own is not None:
+                return own
+        return self.provider
 
 
 class Activities:
@@ -143,9 +156,10 @@ async def find_tool(service: Service, name: str,
         raise application_error(exc, non_retryable=False) from exc
 
 
-def model_name(rt: Runtime) -> str | None:
-    """The model this worker asks (None: the provider's own, e.g. the demo planner)."""
-    name = getattr(rt.provider, "model", None)
+def model_name(rt: Runtime, service: str = "") -> str | None:
+    """The model this worker asks for `service` (None: the provider's own,
+    e.g. the demo planner)."""
+    name = getattr(rt.provider_for(service) if service else rt.provider, "model", None)
     return name if isinstance(name, str) and name else rt.settings.llm_model
 
 

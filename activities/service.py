@@ -39,7 +39,8 @@ class ServiceActivities(Activities):
         read from the database, so callers run it in a thread."""
         try:
             # Step 9's choice (schema vs instructions) depends on this worker's provider.
-            takes_schema = bool(getattr(self.rt.provider, "supports_response_format", False))
+            takes_schema = bool(getattr(self.rt.provider_for(name), "supports_response_format",
+                                        False))
             service = self.rt.services.get(name)
             spec = service.spec(
                 provider_takes_schema=takes_schema, model_window_tokens=window_tokens(

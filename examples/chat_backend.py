@@ -4,8 +4,7 @@ to the user as they happen, answer with the result."""
 
 from collections.abc import AsyncIterator
 
-from turnstile.client import TurnstileClient
-from turnstile.engine.contract import TurnInput
+from turnstile import TurnInput, TurnstileClient
 
 
 async def chat(client: TurnstileClient, conversation: str, user: str,

@@ -1,4 +1,4 @@
-"""Approvals with authority (README "Approvals"): who may decide, what the
+"""Approvals with authority (docs/approvals-guide.md): who may decide, what the
 reviewer sees, where e-mail may go, and pasted commands that stay commands.
 
 Real dev server, in-process worker, the reference sales service on SQLite,

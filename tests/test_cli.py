@@ -1,6 +1,6 @@
-"""The README's Temporal CLI commands, run as written against a real dev server:
-start a turn with plain JSON, list turns waiting for approval, query, signal
-approve, read the result and the history."""
+"""The Temporal CLI commands of the README and docs/operating.md, run as
+written against a real dev server: start a turn with plain JSON, list turns
+waiting for approval, query, signal approve, read the result and the history."""
 
 from __future__ import annotations
 

@@ -37,7 +37,7 @@ def worker_env(server: DevServer, task_queue: str, tmp_path: Path, llm_url: str,
     inventory = stdio_server(effects, heartbeat_seconds=2, services=["test"])
     servers = [
         json.loads(inventory.model_dump_json(exclude_defaults=True)),
-        # From PyPI, configured exactly as the README shows (found on PATH).
+        # From PyPI, configured exactly as docs/mcp.md shows (found on PATH).
         {"name": "time", "command": "python -m mcp_server_time --local-timezone UTC",
          "trust_hints": True},
     ]

@@ -1,4 +1,4 @@
-"""The upgrade path of turns in flight (README "Upgrading"): a worker refuses
+"""The upgrade path of turns in flight (docs/operating.md, "Upgrading"): a worker refuses
 to start while turns of an older command-sequence version run, and says what
 to do; histories of the older version are recognised as such, and indeed do
 not replay on this version's code (which is why the worker refuses). A turn

@@ -1,5 +1,5 @@
 """Upgrades with Worker Versioning, tried as an operator does them on one dev
-server (README "Upgrading"): release N parks a turn on an approval; release
+server (docs/operating.md, "Upgrading"): release N parks a turn on an approval; release
 N+1 starts and becomes current; new turns run on N+1; the old turn is
 approved and completes on N, the build that started it; then N is stopped.
 No turn fails, and each approved call leaves one mail."""

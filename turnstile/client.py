@@ -49,6 +49,8 @@ from turnstile.engine.contract import (
 from turnstile.engine.identity import same_person
 from turnstile.runtime.client import connect
 from turnstile.runtime.config import Settings
+from turnstile.stores.db import Database
+from turnstile.stores.transcript import Transcript, read_transcript
 
 __all__ = ["AlreadyDecided", "ApprovalRefused", "ClientError", "PendingApprovalView",
            "TurnHandle", "TurnNotFound", "TurnstileClient"]
@@ -286,6 +288,15 @@ class TurnstileClient:
             raise ApprovalRefused(reason) from err
         except RPCError as err:
             raise _not_found(err, workflow_id) from err
+
+
+    async def conversation(self, conversation_id: str) -> Transcript:
+        """The conversation as memory holds it (`starter.py conversation show`):
+        messages, calls with masked arguments, results with their marks,
+        decisions and who made them. Read from the database of the settings."""
+        s = self.settings
+        db = Database(s.database_url, readonly_url=s.database_readonly_url)
+        return await asyncio.to_thread(read_transcript, db, conversation_id)
 
 
 def _not_found(err: RPCError, workflow_id: str) -> Exception:

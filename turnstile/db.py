@@ -14,14 +14,15 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from turnstile.runtime.apps import App, tables_of
+from turnstile.runtime.apps import App, AppLoadError, load_apps, tables_by_app
 from turnstile.runtime.config import Settings
 from turnstile.stores.db import Database, dispose_engines
 from turnstile.stores.schema import current, head_revision, upgrade
 
 
-def main(argv: list[str] | None = None, apps: Sequence[App] = ()) -> int:
-    """`apps`: whose tables `upgrade` grants privileges on (PostgreSQL)."""
+def main(argv: list[str] | None = None, apps: Sequence[App] | None = None) -> int:
+    """`apps`: whose tables `upgrade` makes and grants privileges on
+    (None: TURNSTILE_APPS, as the worker serves them)."""
     parser = argparse.ArgumentParser(prog="python -m turnstile.db", description=__doc__)
     parser.add_argument("command", choices=["upgrade", "current", "query-window"])
     parser.add_argument("days", nargs="?", default=None,
@@ -34,8 +35,13 @@ def main(argv: list[str] | None = None, apps: Sequence[App] = ()) -> int:
         if args.command == "query-window":
             return _query_window(db, args.days)
         if args.command == "upgrade":
+            try:
+                served = load_apps(settings) if apps is None else list(apps)
+            except AppLoadError as exc:
+                sys.stderr.write(f"error: {exc}\n")
+                return 2
             before = current(db)
-            after = upgrade(db, tables=tables_of(apps))
+            after = upgrade(db, apps=tables_by_app(served))
             sys.stdout.write(
                 f"database ({db.dialect}) upgraded: {before or 'no revision'} -> {after}\n")
         else:
@@ -54,7 +60,7 @@ def _query_window(db: Database, days_text: str | None) -> int:
         return 2
     if db.dialect != "postgresql":
         sys.stderr.write("query-window is row-level security: PostgreSQL only (SQLite cannot "
-                         "restrict rows by role; see README, Least privilege)\n")
+                         "restrict rows by role; see docs/sales.md, Least privilege)\n")
         return 2
     days = None if days_text == "off" else int(days_text)
     set_query_window(db, days)
@@ -64,6 +70,4 @@ def _query_window(db: Database, days_text: str | None) -> int:
 
 
 if __name__ == "__main__":
-    from turnstile.sales.app import build_sales_app  # the reference app, passed explicitly
-
-    raise SystemExit(main(apps=[build_sales_app()]))
+    raise SystemExit(main())

@@ -1,72 +1,9 @@
-"""Child processes for tests: own process group, killed with the test run.
+"""Child processes for tests: the test kit's (turnstile.testing.processes)."""
 
-PR_SET_PDEATHSIG makes the kernel kill a child if pytest itself dies, so no
-server outlives the run even after a crash; teardown kills the whole group.
-"""
-
-from __future__ import annotations
-
-import ctypes
-import os
-import signal
-import socket
-import subprocess
-import time
-from collections.abc import Callable
-from pathlib import Path
-
-PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent() -> None:
-    os.setsid()
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    except OSError:
-        pass
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def spawn(cmd: list[str], log: Path, env: dict[str, str] | None = None,
-          cwd: Path | None = None) -> subprocess.Popen[bytes]:
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "ab") as f:
-        return subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, cwd=cwd,
-                                preexec_fn=_die_with_parent)
-
-
-def kill_group(proc: subprocess.Popen[bytes], sig: int = signal.SIGKILL,
-               timeout: float = 10) -> None:
-    if proc.poll() is not None:
-        return
-    try:
-        os.killpg(proc.pid, sig)
-    except ProcessLookupError:
-        return
-    try:
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=timeout)
-
-
-def wait_for(check: Callable[[], bool], timeout: float, what: str, interval: float = 0.1) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(interval)
-    raise TimeoutError(f"{what} not ready after {timeout} s")
-
-
-def port_open(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.3):
-            return True
-    except OSError:
-        return False
+from turnstile.testing.processes import (
+    free_port as free_port,
+    kill_group as kill_group,
+    port_open as port_open,
+    spawn as spawn,
+    wait_for as wait_for,
+)

@@ -3,7 +3,8 @@
 Not `WorkflowEnvironment`: processes that used it were measured to abort at
 interpreter exit after passing (docs/design.md, "Measured Temporal facts").
 A dev server started from the `temporal` binary and reached with
-`Client.connect` exits cleanly.
+`Client.connect` exits cleanly (turnstile.testing.processes.DevServer, the
+test kit's, which TestStack starts too).
 """
 
 from __future__ import annotations
@@ -11,26 +12,12 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
-from tests.support.processes import free_port, kill_group, port_open, spawn, wait_for
-from turnstile.runtime.devstack import temporal_dev_command
-
-
-class DevServer:
-    def __init__(self, port: int, log: Path) -> None:
-        self.port = port
-        self.address = f"127.0.0.1:{port}"
-        self.log = log
-        self.proc = spawn(temporal_dev_command(port, 0, None, headless=True), log)
-        wait_for(lambda: port_open(port), 60, f"temporal dev server on {port}")
-
-    def stop(self) -> None:
-        kill_group(self.proc)
+from turnstile.testing.processes import DevServer, free_port
 
 
 @pytest.fixture(scope="session")

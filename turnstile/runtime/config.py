@@ -56,6 +56,9 @@ class Settings:
     audit: bool = True
     data_dir: Path = DATA_DIR
     plugins: tuple[str, ...] = ()
+    # TURNSTILE_APPS: the apps served, `module:attribute` (turnstile.runtime.apps;
+    # empty: the reference app).
+    apps: tuple[str, ...] = ()
     payload_threshold: int = 256 * 1024  # bytes; larger payloads are claim-checked
     sender_stale_seconds: float = 300.0  # a SENDING task older than this was lost mid-send
     otlp_endpoint: str | None = None
@@ -143,6 +146,8 @@ class Settings:
                                      or d.max_cached_workflows),
             workflow_sandbox=_sandbox(e.get("TURNSTILE_WORKFLOW_SANDBOX") or "off"),
             plugins=tuple(p for p in (e.get("TURNSTILE_PLUGINS") or "").split(",") if p.strip()),
+            apps=tuple(a.strip() for a in (e.get("TURNSTILE_APPS") or "").split(",")
+                       if a.strip()),
         )
 
 

@@ -16,12 +16,19 @@ it; each later `up` stops a previous build's worker once none of its turns
 runs. A worker of a release before versioning (`worker.pid`) is stopped
 once the new one is current: its running turns move to the current build,
 which continues them along the revision they began at.
+
+A stack that is up keeps the settings it was started with: `up` with other
+settings (e.g. `TURNSTILE_METRICS_PORT=9464 make run` while the stack runs
+without it) says which differ and that `make down` comes first, and exits 2,
+instead of going on with the old ones.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
+import json
 import logging
 import os
 import shutil
@@ -30,7 +37,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from turnstile.runtime.apps import App, DevService, dev_services_of
@@ -47,6 +54,30 @@ TEMPORAL_SPEED_FLAGS = [
     "--sqlite-pragma", "journal_mode=wal",
     "--sqlite-pragma", "synchronous=normal",
 ]
+
+
+# The environment a worker reads (docs/operating.md, "Configuration"), by prefix.
+WATCHED = ("TURNSTILE_", "LLM_", "TEMPORAL_", "DATABASE_", "SMTP_", "OTEL_")
+# Set by the stack itself for each worker it starts.
+NOT_WATCHED = frozenset({"TURNSTILE_BUILD_ID", "TURNSTILE_MAKE_CURRENT"})
+# Kept and shown as a digest: their values are credentials (or hold them).
+SECRET_PARTS = ("KEY", "PASSWORD", "SECRET", "TOKEN", "URL", "META")
+
+
+def watched_settings(env: Mapping[str, str]) -> dict[str, str]:
+    """The variables of `env` a worker reads, secrets as digests."""
+    out = {}
+    for name, value in env.items():
+        if not name.startswith(WATCHED) or name in NOT_WATCHED:
+            continue
+        if any(part in name for part in SECRET_PARTS) and value:
+            value = "sha256:" + hashlib.sha256(value.encode()).hexdigest()[:12]
+        out[name] = value
+    return out
+
+
+class SettingsChanged(RuntimeError):
+    """`up` with other settings than the running stack's."""
 
 
 def temporal_binary() -> str:
@@ -93,8 +124,10 @@ def dev_build_id() -> str:
 
 
 class Stack:
-    def __init__(self, settings: Settings, dev_services: Sequence[DevService] = ()) -> None:
+    def __init__(self, settings: Settings, dev_services: Sequence[DevService] = (),
+                 env: Mapping[str, str] | None = None) -> None:
         self.settings = settings
+        self.env = watched_settings(os.environ if env is None else env)
         self.dev_services = list(dev_services)
         self.data = settings.data_dir
         self.pids = self.data / "pids"
@@ -144,7 +177,9 @@ class Stack:
             self._start_dev_service(service)
         deployment = self.deployment()
         name = "worker" if deployment is None else f"worker-{deployment.build_id}"
-        if not self._alive(name):
+        if self._alive(name):
+            self.refuse_changed_settings(name)
+        else:
             env = {} if deployment is None else {"TURNSTILE_BUILD_ID": deployment.build_id,
                                                  "TURNSTILE_MAKE_CURRENT": "always"}
             marker = b"worker serving task queue" if deployment is None else b" current"
@@ -152,6 +187,31 @@ class Stack:
         if deployment is not None:
             self._drain_others(deployment)
         log.info("stack is up; `make down` stops it")
+
+    def _settings_file(self, name: str) -> Path:
+        return self.pids / f"{name}.settings.json"
+
+    def changed_settings(self, name: str) -> list[str]:
+        """What differs between the settings worker `name` was started with
+        and this `up`'s, one line per variable (empty: none, or not known)."""
+        f = self._settings_file(name)
+        if not f.exists():
+            return []
+        started: dict[str, str] = json.loads(f.read_text())
+        lines = []
+        for var in sorted(set(started) | set(self.env)):
+            was, now = started.get(var), self.env.get(var)
+            if was != now:
+                lines.append(f"  {var}: {'unset' if was is None else repr(was)} when the stack "
+                             f"started, now {'unset' if now is None else repr(now)}")
+        return lines
+
+    def refuse_changed_settings(self, name: str) -> None:
+        changed = self.changed_settings(name)
+        if changed:
+            raise SettingsChanged(
+                "the stack is up with other settings than these:\n" + "\n".join(changed)
+                + "\nto use them: `make down` first, then `make up` (or `make run`) again")
 
     def _start_dev_service(self, service: DevService) -> None:
         if self._alive(service.name):
@@ -174,6 +234,7 @@ class Stack:
         logfile = self.logs / f"{name}.log"
         offset = logfile.stat().st_size if logfile.exists() else 0
         self._spawn(name, [sys.executable, str(PROJECT_ROOT / "worker.py")], env)
+        self._settings_file(name).write_text(json.dumps(self.env, sort_keys=True))
 
         def said() -> bytes:
             with open(logfile, "rb") as f:
@@ -240,11 +301,13 @@ class Stack:
         services = [n for n in found if n not in workers and n != "temporal"]
         for name in [*workers, *services, "temporal"]:
             self._stop(name)
+        for f in self.pids.glob("*.settings.json") if self.pids.exists() else ():
+            f.unlink(missing_ok=True)
 
 
-def main(argv: list[str] | None = None, apps: Sequence[App] = ()) -> None:
-    """`up` / `down`; `apps` (starter.py passes the reference app) hand the
-    dev services they need."""
+def main(argv: list[str] | None = None, apps: Sequence[App] = ()) -> int:
+    """`up` / `down`; `apps` (starter.py passes the served apps) hand the
+    dev services they need. 2: `up` with other settings than the running stack's."""
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     log.setLevel(logging.INFO)
     parser = argparse.ArgumentParser(description=__doc__)
@@ -252,8 +315,13 @@ def main(argv: list[str] | None = None, apps: Sequence[App] = ()) -> None:
     args = parser.parse_args(argv)
     settings = Settings.from_env()
     stack = Stack(settings, dev_services_of(apps, settings))
-    stack.up() if args.action == "up" else stack.down()
+    try:
+        stack.up() if args.action == "up" else stack.down()
+    except SettingsChanged as changed:
+        log.error("%s", changed)
+        return 2
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

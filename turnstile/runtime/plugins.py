@@ -10,10 +10,10 @@ then adds MCP servers to the services they name (all services by default).
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Iterable
 
 from turnstile.engine.errors import ConfigurationError
+from turnstile.runtime.apps import import_named
 from turnstile.runtime.config import Settings
 from turnstile.runtime.mcp.config import parse_mcp_servers
 from turnstile.runtime.services import Service, ServiceRegistry
@@ -23,10 +23,7 @@ def load_services(settings: Settings, services: Iterable[Service] = ()) -> Servi
     """`services` (worker.py passes the reference app's) plus every plugin's."""
     registry = ServiceRegistry(services)
     for spec in settings.plugins:
-        module_name, _, func_name = spec.strip().partition(":")
-        if not func_name:
-            raise ConfigurationError(f"TURNSTILE_PLUGINS entry {spec!r} must be module:function")
-        register = getattr(importlib.import_module(module_name), func_name)
+        register = import_named("TURNSTILE_PLUGINS", spec)
         register(registry)
     for server in parse_mcp_servers(settings.mcp_servers):
         unknown = sorted(set(server.services or ()) - set(registry.names()))

@@ -20,6 +20,7 @@ from turnstile.engine.memory_window import MemoryWindow
 from turnstile.engine.output_format import output_spec
 from turnstile.engine.pipeline_spec import PipelinePolicy, PipelineSpec
 from turnstile.engine.specs import LoopPolicy, ServiceSpec
+from turnstile.providers.base import ModelProvider
 from turnstile.runtime.guardrails import Guardrail, component_name
 from turnstile.runtime.mcp.config import MCPServer
 from turnstile.runtime.mcp.toolset import MCPToolset
@@ -84,10 +85,14 @@ class Service:
     output_type: type[BaseModel] | None = None  # steps 9 and 16
     moderator: Moderator | None = None  # step 11
     output_guardrails: list[Guardrail] = field(default_factory=list)  # step 15
-    # -- approvals and outbound messages (README, "Approvals") --
+    # -- approvals and outbound messages (docs/approvals-guide.md) --
     approvers: ApproverResolver | None = None  # default: any named reviewer but the requester
     allow_self_approval: bool = False
     outbound: OutboundPolicy = field(default_factory=OutboundPolicy)
+    # The model of this service's turns when the worker has none (LLM_BASE_URL
+    # unset), instead of the offline demo planner: e.g. a function model
+    # (turnstile.testing.FunctionModel) for an offline demo.
+    offline_model: ModelProvider | None = None
 
     def __post_init__(self) -> None:
         # One namespace of tool names across static tools and catalogues.

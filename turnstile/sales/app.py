@@ -8,9 +8,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from turnstile.engine.approvals import OutboundPolicy
-from turnstile.runtime.apps import App, DevService
-from turnstile.runtime.config import Settings
+from turnstile import App, BackgroundContext, Database, DevService, OutboundPolicy, Settings
 from turnstile.sales.planner import SalesScript
 from turnstile.sales.schema import TABLES
 from turnstile.sales.service import DEFAULT_OUTBOUND, build_sales_service
@@ -28,6 +26,24 @@ def dev_services(settings: Settings) -> Sequence[DevService]:
     return (DevService("smtp", command, settings.smtp_host, settings.smtp_port),)
 
 
+def run_email_sender(ctx: BackgroundContext) -> None:
+    """The e-mail sender (turnstile.sales.sender): delivers queued mails until
+    the worker stops."""
+    from turnstile.sales.sender import SenderConfig, run_sender
+
+    config = SenderConfig(stale_after_seconds=ctx.settings.sender_stale_seconds,
+                          metric_meter=ctx.metric_meter)
+    run_sender(ctx.db, ctx.settings, ctx.stop, 0.5, config)
+
+
+def seed_sales(db: Database, rows: int | None) -> str:
+    from turnstile.sales.seed import seed
+
+    n = seed(db, rows=5000 if rows is None else rows)
+    return f"seeded {n} sales records into {db.dialect}"
+
+
 def build_sales_app(outbound: OutboundPolicy = DEFAULT_OUTBOUND) -> App:
     return App(name="sales", services=(build_sales_service(outbound),), tables=TABLES,
-               demo_script=SalesScript(), dev_services=dev_services)
+               demo_script=SalesScript(), dev_services=dev_services,
+               background={"e-mail sender": run_email_sender}, seed=seed_sales)

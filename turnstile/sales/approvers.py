@@ -18,9 +18,8 @@ from collections.abc import Iterable, Mapping
 
 import sqlalchemy as sa
 
-from turnstile.runtime.services import ApproverContext
+from turnstile import ApproverContext, Database
 from turnstile.sales.schema import approver
-from turnstile.stores.db import Database
 
 
 def table_approvers(ctx: ApproverContext) -> Mapping[str, Iterable[str]]:

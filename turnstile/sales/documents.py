@@ -9,7 +9,7 @@ message).
 
 from __future__ import annotations
 
-from turnstile.stores.retrieval_index import Document
+from turnstile import Document
 
 SALES_DOCUMENTS = [
     Document(

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from turnstile.engine.approvals import OutboundPolicy
-from turnstile.runtime.services import Service
-from turnstile.runtime.tools import ToolRegistry
+from turnstile import OutboundPolicy, Service, ToolRegistry
 from turnstile.sales.approvers import table_approvers
 from turnstile.sales.documents import SALES_DOCUMENTS
 from turnstile.sales.tools import (

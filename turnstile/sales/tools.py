@@ -24,16 +24,13 @@ import sqlalchemy as sa
 from pydantic import AfterValidator, BaseModel, Field
 from sqlalchemy.dialects import postgresql, sqlite
 
-from turnstile.engine.errors import ToolArgumentError
-from turnstile.runtime.config import Settings
-from turnstile.runtime.tools import ToolContext, ToolExecutionError, Undo, tool
+from turnstile import Settings, ToolArgumentError, ToolContext, ToolExecutionError, Undo, tool
 from turnstile.sales import outbox
 from turnstile.sales.access import tool_connection, tool_transaction
 from turnstile.sales.outbox import EmailStatus, EmailTask
 from turnstile.sales.query import IsoDate, Money, SalesQueryResult, run_sales_query
 from turnstile.sales.schema import FOLLOWUP_ROLE, follow_up_task, now_text, sales_daily_total
 from turnstile.sales.sender import SenderConfig
-from turnstile.stores.db import Dialect
 
 # No "%" (or "!") in the local part: relaying syntax the allow-list would misread.
 _EMAIL = re.compile(r"[A-Za-z0-9._+-]+@[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}")
@@ -183,7 +180,7 @@ def createFollowUpTask(
     )
 
 
-def _insert_new_follow_ups(dialect: Dialect) -> sa.Insert:
+def _insert_new_follow_ups(dialect: str) -> sa.Insert:
     """INSERT of follow-up rows that skips the ones this call already made."""
     insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
     return insert(follow_up_task).on_conflict_do_nothing(

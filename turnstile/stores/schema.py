@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from functools import cache
 from importlib import resources
 from urllib.parse import unquote, urlparse
@@ -81,11 +81,21 @@ def current(db: Database) -> str | None:
         return MigrationContext.configure(conn).get_current_revision()
 
 
-def upgrade(db: Database, revision: str = "head", *,
-            tables: Iterable[sa.Table] = ()) -> str | None:
+# The apps whose tables the revisions themselves make: the reference app's
+# tables were part of the one schema before apps were chosen (TURNSTILE_APPS),
+# so revisions 0001-0004 make them — when that app is served.
+REVISION_APPS = frozenset({"sales"})
+
+
+def upgrade(db: Database, revision: str = "head", *, tables: Iterable[sa.Table] = (),
+            apps: Mapping[str, Sequence[sa.Table]] | None = None) -> str | None:
     """Migrate `db` to `revision` (newest by default); returns the revision
-    it is at afterwards. `tables`: the apps' tables, whose privileges
-    (`info`) are granted afterwards."""
+    it is at afterwards. `apps`: the served apps' names and tables (None:
+    every app the revisions know, as before apps were chosen). An app's
+    tables the revisions do not make are created, as declared, when missing
+    (in the same transaction). `tables` and the apps' tables: whose
+    privileges (`info`) are granted afterwards."""
+    tables = list(dict.fromkeys([*tables, *(t for ts in (apps or {}).values() for t in ts)]))
     if db.dialect == "sqlite":
         db.path.parent.mkdir(parents=True, exist_ok=True)
     engine = _migration_engine(db)
@@ -96,7 +106,10 @@ def upgrade(db: Database, revision: str = "head", *,
             _stamp_v0_1(conn)
             config = alembic_config()
             config.attributes["connection"] = conn
+            config.attributes["apps"] = None if apps is None else frozenset(apps)
             command.upgrade(config, revision)
+            if apps is not None and revision == "head":
+                _create_app_tables(conn, apps)
             if db.dialect == "postgresql":
                 granted = [*metadata.sorted_tables, *tables]
                 _grant_reader(conn, reader_role(db), granted)
@@ -105,6 +118,23 @@ def upgrade(db: Database, revision: str = "head", *,
     if engine is not engine_for(db.url):
         engine.dispose()
     return now
+
+
+def _create_app_tables(conn: sa.Connection, apps: Mapping[str, Sequence[sa.Table]]) -> None:
+    present = set(sa.inspect(conn).get_table_names())
+    for name, app_tables in apps.items():
+        missing = sorted(t.name for t in app_tables if t.name not in present)
+        if not missing:
+            continue
+        if name in REVISION_APPS:
+            raise SchemaError(
+                f"the database was migrated without the {name!r} app (TURNSTILE_APPS): its "
+                f"tables {missing} are made by the core revisions, which already ran. Serve "
+                f"it on a fresh database (DATABASE_URL), or one migrated with it")
+        for table in app_tables:
+            if table.name in missing:
+                table.create(conn)
+                log.info("app %s: created table %s", name, table.name)
 
 
 @cache

@@ -10,7 +10,7 @@ Revises:
 from __future__ import annotations
 
 import sqlalchemy as sa
-from alembic import op
+from alembic import context, op
 
 revision = "0001"
 down_revision = None
@@ -32,6 +32,15 @@ V0_1_TABLES = frozenset({
 TS = sa.Text().with_variant(sa.Text(collation="C"), "postgresql")
 FLAG = sa.Integer().with_variant(sa.Boolean(), "postgresql")
 BIG_ID = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+
+
+def serves_sales() -> bool:
+    """Are the sales app's tables made? The reference app's tables were
+    made by these revisions before apps were chosen (TURNSTILE_APPS); a
+    database migrated for other apps only leaves them out
+    (turnstile.stores.schema passes the served apps; None: every app)."""
+    apps = context.config.attributes.get("apps")
+    return apps is None or "sales" in apps
 
 
 # v0.1 wrote `TEXT PRIMARY KEY` / `INTEGER PRIMARY KEY` without NOT NULL: SQLite then allows NULL in
@@ -155,6 +164,56 @@ def upgrade() -> None:
         op.execute("""CREATE VIRTUAL TABLE retrieval_fts USING fts5(
             service UNINDEXED, doc_id UNINDEXED, title, body,
             tokenize = 'porter unicode61')""")
+    sales = serves_sales()
+    if sales:
+        _sales_tables(pg)
+    if pg:
+        # v0.1 made the read-only role here when it could; a DDL user without
+        # CREATEROLE leaves it to the operator (deploy/postgres does it).
+        grant = f"GRANT SELECT ON sales_record TO {READER_ROLE};" if sales else ""
+        op.execute(f"""DO $$
+        BEGIN
+            IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '{READER_ROLE}') THEN
+                BEGIN
+                    CREATE ROLE {READER_ROLE} LOGIN;
+                EXCEPTION
+                    WHEN duplicate_object OR unique_violation THEN NULL;
+                    WHEN insufficient_privilege THEN
+                        RAISE NOTICE 'cannot create role {READER_ROLE}: set DATABASE_READONLY_URL';
+                END;
+            END IF;
+            IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '{READER_ROLE}') THEN
+                BEGIN
+                    EXECUTE 'GRANT USAGE ON SCHEMA ' || quote_ident(current_schema())
+                        || ' TO {READER_ROLE}';
+                    {grant}
+                EXCEPTION
+                    WHEN insufficient_privilege THEN
+                        RAISE NOTICE 'cannot grant SELECT on sales_record to {READER_ROLE}';
+                END;
+            END IF;
+        END
+        $$""")
+    if sales:
+        op.create_index("sales_record_time_amount_idx", "sales_record",
+                        ["create_time", "amount_cents"])
+        op.create_index("email_task_due_idx", "email_task", ["status", "next_attempt_at"])
+    op.create_table(
+        "turn_stream",
+        sa.Column("workflow_id", sa.Text, nullable=False),
+        sa.Column("response_seq", sa.BigInteger, nullable=False, autoincrement=False),
+        sa.Column("attempt", sa.Integer, nullable=False, autoincrement=False),
+        sa.Column("chunk", sa.Integer, nullable=False, autoincrement=False),
+        sa.Column("text", sa.Text, nullable=False),
+        sa.Column("done", sa.Integer, nullable=False, server_default="0"),
+        sa.Column("created_at", sa.Text, nullable=False),
+        sa.PrimaryKeyConstraint("workflow_id", "response_seq", "attempt", "chunk"),
+    )
+    op.create_index("turn_stream_created", "turn_stream", ["created_at"])
+
+
+def _sales_tables(pg: bool) -> None:
+    """The sales app's tables of v0.1 (sales_record, follow_up_task, email_task)."""
     op.create_table(
         "sales_record",
         sa.Column("id", BIG_ID, primary_key=True, autoincrement=False, nullable=True),
@@ -196,47 +255,6 @@ def upgrade() -> None:
         sa.Column("sent_at", TS),
         sa.Column("possibly_sent", FLAG, nullable=False, server_default=sa.false()),
     )
-    if pg:
-        # v0.1 made the read-only role here when it could; a DDL user without
-        # CREATEROLE leaves it to the operator (deploy/postgres does it).
-        op.execute(f"""DO $$
-        BEGIN
-            IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '{READER_ROLE}') THEN
-                BEGIN
-                    CREATE ROLE {READER_ROLE} LOGIN;
-                EXCEPTION
-                    WHEN duplicate_object OR unique_violation THEN NULL;
-                    WHEN insufficient_privilege THEN
-                        RAISE NOTICE 'cannot create role {READER_ROLE}: set DATABASE_READONLY_URL';
-                END;
-            END IF;
-            IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '{READER_ROLE}') THEN
-                BEGIN
-                    EXECUTE 'GRANT USAGE ON SCHEMA ' || quote_ident(current_schema())
-                        || ' TO {READER_ROLE}';
-                    GRANT SELECT ON sales_record TO {READER_ROLE};
-                EXCEPTION
-                    WHEN insufficient_privilege THEN
-                        RAISE NOTICE 'cannot grant SELECT on sales_record to {READER_ROLE}';
-                END;
-            END IF;
-        END
-        $$""")
-    op.create_index("sales_record_time_amount_idx", "sales_record",
-                    ["create_time", "amount_cents"])
-    op.create_index("email_task_due_idx", "email_task", ["status", "next_attempt_at"])
-    op.create_table(
-        "turn_stream",
-        sa.Column("workflow_id", sa.Text, nullable=False),
-        sa.Column("response_seq", sa.BigInteger, nullable=False, autoincrement=False),
-        sa.Column("attempt", sa.Integer, nullable=False, autoincrement=False),
-        sa.Column("chunk", sa.Integer, nullable=False, autoincrement=False),
-        sa.Column("text", sa.Text, nullable=False),
-        sa.Column("done", sa.Integer, nullable=False, server_default="0"),
-        sa.Column("created_at", sa.Text, nullable=False),
-        sa.PrimaryKeyConstraint("workflow_id", "response_seq", "attempt", "chunk"),
-    )
-    op.create_index("turn_stream_created", "turn_stream", ["created_at"])
 
 
 def downgrade() -> None:

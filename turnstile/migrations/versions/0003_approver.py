@@ -1,6 +1,6 @@
 """`approver(service, tool, reviewer)`: who may decide the approvals of a
-service's tool calls (the reference service's approver policy; README,
-"Approvals"). Empty: the default policy, any named reviewer except the user
+service's tool calls (the reference service's approver policy;
+docs/approvals-guide.md). Empty: the default policy, any named reviewer except the user
 who asked.
 
 Revision ID: 0003
@@ -10,7 +10,7 @@ Revises: 0002
 from __future__ import annotations
 
 import sqlalchemy as sa
-from alembic import op
+from alembic import context, op
 
 revision = "0003"
 down_revision = "0002"
@@ -18,7 +18,18 @@ branch_labels = None
 depends_on = None
 
 
+def serves_sales() -> bool:
+    """Are the sales app's tables made? The reference app's tables were
+    made by these revisions before apps were chosen (TURNSTILE_APPS); a
+    database migrated for other apps only leaves them out
+    (turnstile.stores.schema passes the served apps; None: every app)."""
+    apps = context.config.attributes.get("apps")
+    return apps is None or "sales" in apps
+
+
 def upgrade() -> None:
+    if not serves_sales():
+        return
     op.create_table(
         "approver",
         sa.Column("service", sa.Text, nullable=False),

@@ -27,7 +27,7 @@ Revises: 0003
 
 from __future__ import annotations
 
-from alembic import op
+from alembic import context, op
 
 revision = "0004"
 down_revision = "0003"
@@ -73,12 +73,23 @@ def _make_role(role: str) -> str:
     $$"""
 
 
+def serves_sales() -> bool:
+    """Are the sales app's tables made? The reference app's tables were
+    made by these revisions before apps were chosen (TURNSTILE_APPS); a
+    database migrated for other apps only leaves them out
+    (turnstile.stores.schema passes the served apps; None: every app)."""
+    apps = context.config.attributes.get("apps")
+    return apps is None or "sales" in apps
+
+
 def upgrade() -> None:
     pg = op.get_bind().dialect.name == "postgresql"
     op.create_index("tool_execution_log_time", "tool_execution_log",
                     ["start_time", "user_id", "tool_name", "status"])
     op.create_index("tool_execution_log_status_time", "tool_execution_log",
                     ["status", "start_time"])
+    if not serves_sales():
+        return
     if not pg:
         for event in ("INSERT", "UPDATE OF recipient"):
             name = "insert" if event == "INSERT" else "update"

