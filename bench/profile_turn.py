@@ -70,7 +70,8 @@ OWNERS: tuple[tuple[str, tuple[str, ...]], ...] = (
                  "turnstile/stores/audit", "turnstile/stores/call_key")),
 )
 INNER: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("tracing", ("opentelemetry/", "temporalio/contrib/opentelemetry", "turnstile/runtime/tracing")),
+    ("tracing", ("opentelemetry/", "temporalio/contrib/opentelemetry",
+                 "turnstile/runtime/tracing")),
     ("metrics", ("prometheus", "temporalio/runtime.py", "turnstile/runtime/metrics")),
     ("database", ("sqlalchemy/", "sqlite3/", "psycopg", "turnstile/stores/", "turnstile/db.py",
                   "turnstile/sales/query", "alembic/")),
