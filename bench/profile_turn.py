@@ -5,6 +5,7 @@
     .venv/bin/python -m bench.profile_turn --turns 200 --raw /tmp/turn.pyspy.txt
     .venv/bin/python -m bench.profile_turn --no-profile --rounds 3   # CPU-ms only
     .venv/bin/python -m bench.profile_turn --env TURNSTILE_AUDIT=off
+    .venv/bin/python -m bench.profile_turn --processes 2 --no-profile   # worker.py --processes 2
 
 The turn of bench/turns.py (the reference `sales-assistant`: audit, memory,
 retrieval, lock and tracing on, as a default worker runs; 3 model calls to the
@@ -19,7 +20,10 @@ does. Two figures:
 
 1. **worker CPU-ms per turn**, unprofiled: `--rounds` batches of `--turns`
    turns at `--concurrency`, each batch's worker CPU / turns (the median and
-   every round are printed);
+   every round are printed), with the dev server's and this process's (the
+   client and the scripted model server) beside it; with `--processes N` the
+   workers' figure is the sum over the N worker processes (and their
+   supervisor);
 2. **the profile**: one more batch with py-spy attached (`--gil`: only the
    thread holding the GIL is sampled, so samples approximate Python CPU time);
    every sample is put under one concern (`concern()`), printed in ms per turn
@@ -44,7 +48,7 @@ import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
-from bench.bench_support import DevServer, WorkerProc, connect
+from bench.bench_support import DevServer, WorkerProc, connect, process_cpu_seconds
 from bench.profile_summary import _split
 from bench.turns import ROOT, SYSTEMS, run_batch, scripted_model
 from tests.support.fake_llm import FakeLLM
@@ -124,6 +128,26 @@ def by_concern(raw: str) -> tuple[int, Counter[str], dict[str, Counter[str]]]:
     return total, counts, leaves
 
 
+def _own_cpu_seconds() -> float:
+    t = os.times()
+    return t.user + t.system
+
+
+def worker_processes_cpu(worker: WorkerProc) -> dict[int, float]:
+    """CPU seconds of the worker process and of its children (`--processes
+    N`: the N workers under their supervisor), by pid, read from /proc while
+    they run."""
+    pid = worker.proc.pid
+    pids = [pid, *map(int, Path(f"/proc/{pid}/task/{pid}/children").read_text().split())]
+    out = {}
+    for p in pids:
+        try:
+            out[p] = process_cpu_seconds(p)
+        except FileNotFoundError:  # exited meanwhile
+            continue
+    return out
+
+
 def report(raw: str, turns: int, rate: int, process_ms: float, top: int = 3) -> str:
     total, counts, leaves = by_concern(raw)
 
@@ -157,25 +181,42 @@ async def profile(args: argparse.Namespace, workdir: Path) -> None:
         env = {"TEMPORAL_ADDRESS": server.address, "DATABASE_URL": db_url,
                "LLM_BASE_URL": fake.url, "TURNSTILE_DATA_DIR": str(workdir),
                "PYTHONPATH": str(ROOT), "TURNSTILE_TASK_QUEUE": queue, **extra}
-        worker = WorkerProc(system.command, env, workdir / "worker.log", system.ready, cwd=ROOT)
+        command, ready = system.command, system.ready
+        if args.processes > 1:
+            command = [*command, "--processes", str(args.processes)]
+            ready = f"all {args.processes} worker processes serving task queue"
+        worker = WorkerProc(command, env, workdir / "worker.log", ready, cwd=ROOT)
         await run_batch(client, system, queue, args.warmup, 1)  # imports, pools, caches
         await run_batch(client, system, queue, args.concurrency, args.concurrency)
-        per_round = []
+        per_round, split = [], []
         for _ in range(args.rounds):
-            cpu0, server0 = worker.cpu_seconds(), server.cpu_seconds()
+            procs0 = worker_processes_cpu(worker)
+            cpu0 = (sum(procs0.values()), server.cpu_seconds(), _own_cpu_seconds())
             _, wall, _ = await run_batch(client, system, queue, args.turns, args.concurrency)
-            cpu, srv = worker.cpu_seconds() - cpu0, server.cpu_seconds() - server0
-            per_round.append((1000 * cpu / args.turns, 1000 * srv / args.turns,
-                              args.turns / wall))
+            procs1 = worker_processes_cpu(worker)
+            cpu1 = (sum(procs1.values()), server.cpu_seconds(), _own_cpu_seconds())
+            per_round.append([1000 * (b - a) / args.turns for a, b in zip(cpu0, cpu1, strict=True)]
+                             + [args.turns / wall])
+            split.append(", ".join(
+                f"pid {p} {1000 * (cpu - procs0.get(p, 0)) / args.turns:.1f}"
+                for p, cpu in procs1.items()))
         load = os.getloadavg()
-        print(f"worker CPU-ms per sales turn at concurrency {args.concurrency} "
+        print(f"worker CPU-ms per sales turn at concurrency {args.concurrency}, "
+              f"{args.processes} worker process(es) "
               f"({args.turns} turns per round; load {load[0]:.2f}/{load[1]:.2f}/{load[2]:.2f}"
               f"{'; ' + ' '.join(args.env) if args.env else ''}):")
-        for i, (w, s, tps) in enumerate(per_round, 1):
-            print(f"  round {i}: worker {w:.1f} ms, dev server {s:.1f} ms, {tps:.1f} turns/s")
-        print(f"  median: worker {statistics.median(r[0] for r in per_round):.1f} ms per turn, "
-              f"dev server {statistics.median(r[1] for r in per_round):.1f} ms per turn")
-        if args.no_profile:
+        for i, (w, srv, own, tps) in enumerate(per_round, 1):
+            print(f"  round {i}: workers {w:.1f} ms, dev server {srv:.1f} ms, client + model "
+                  f"server {own:.1f} ms, {tps:.1f} turns/s"
+                  + (f" (by process, the supervisor first: {split[i - 1]})"
+                     if args.processes > 1 else ""))
+        print("  median: " + ", ".join(
+            f"{name} {statistics.median(r[i] for r in per_round):.1f}{unit}"
+            for i, (name, unit) in enumerate((("workers", " ms"), ("dev server", " ms"),
+                                               ("client + model server", " ms"),
+                                               ("turns/s", ""))))
+              + " per turn")
+        if args.no_profile or args.processes > 1:
             return
         spy_bin = shutil.which("py-spy", path=str(Path(sys.executable).parent)) \
             or shutil.which("py-spy")
@@ -217,6 +258,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=int, default=200, help="py-spy samples per second")
     parser.add_argument("--raw", type=Path, default=None, help="keep py-spy's raw stacks here")
     parser.add_argument("--no-profile", action="store_true", help="CPU-ms per turn only")
+    parser.add_argument("--processes", type=int, default=1, metavar="N",
+                        help="worker.py --processes N (figures only, no profile)")
     parser.add_argument("--env", nargs="*", default=[], metavar="VAR=VALUE",
                         help="set in the worker's environment (e.g. TURNSTILE_AUDIT=off)")
     parser.add_argument("-v", "--verbose", action="store_true")
