@@ -180,12 +180,12 @@ async def profile(args: argparse.Namespace, workdir: Path) -> None:
         extra = dict(a.partition("=")[::2] for a in args.env)
         env = {"TEMPORAL_ADDRESS": server.address, "DATABASE_URL": db_url,
                "LLM_BASE_URL": fake.url, "TURNSTILE_DATA_DIR": str(workdir),
-               "PYTHONPATH": str(ROOT), "TURNSTILE_TASK_QUEUE": queue, **extra}
+               "PYTHONPATH": str(args.root), "TURNSTILE_TASK_QUEUE": queue, **extra}
         command, ready = system.command, system.ready
         if args.processes > 1:
             command = [*command, "--processes", str(args.processes)]
             ready = f"all {args.processes} worker processes serving task queue"
-        worker = WorkerProc(command, env, workdir / "worker.log", ready, cwd=ROOT)
+        worker = WorkerProc(command, env, workdir / "worker.log", ready, cwd=args.root)
         await run_batch(client, system, queue, args.warmup, 1)  # imports, pools, caches
         await run_batch(client, system, queue, args.concurrency, args.concurrency)
         per_round, split = [], []
@@ -262,6 +262,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="worker.py --processes N (figures only, no profile)")
     parser.add_argument("--env", nargs="*", default=[], metavar="VAR=VALUE",
                         help="set in the worker's environment (e.g. TURNSTILE_AUDIT=off)")
+    parser.add_argument("--root", type=Path, default=ROOT,
+                        help="the checkout whose worker.py runs (e.g. an earlier commit's, "
+                             "`git archive` into a directory: before/after a change)")
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
