@@ -9,6 +9,7 @@ import asyncio
 import os
 import re
 import signal
+import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,7 @@ from turnstile.engine.contract import (
     TurnResult,
     TurnStatus,
 )
-from turnstile.runtime.processes import child_args, processes_from_env
+from turnstile.runtime.processes import Supervisor, child_args, processes_from_env
 from turnstile.sales.smtp_server import LocalSmtpServer, read_mailbox
 
 TURNS = 4
@@ -132,3 +133,52 @@ async def test_two_processes_poll_complete_turns_and_mail_once(
     assert not any(Path(f"/proc/{k}").exists() for k in kids)  # both stopped with it
     subjects = sorted(m["Subject"] for m in mails)
     assert subjects == sorted(f"mail number {i}" for i in range(TURNS))  # each once
+
+
+CHILD = r"""
+import os, signal, sys, time
+index = os.environ["TURNSTILE_WORKER_INDEX"]
+with open(sys.argv[1], "a") as f:
+    f.write(f"{index} {os.getpid()} {' '.join(sys.argv[2:])}\n")
+if sys.argv[2:3] == ["fatal"]:
+    sys.exit(3)
+starts = [line for line in open(sys.argv[1]) if line.startswith(index + " ")]
+if index == "1" and len(starts) == 1:
+    sys.exit(1)  # the first start of process 1 dies: the supervisor restarts it
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+fd = int(os.environ["TURNSTILE_READY_FD"])
+os.write(fd, b"r")
+os.close(fd)
+while True:
+    time.sleep(1)
+"""
+
+
+async def test_a_child_that_dies_is_restarted_and_sigterm_stops_all(tmp_path: Path) -> None:
+    starts = tmp_path / "starts"
+    sup = Supervisor(2, [sys.executable, "-c", CHILD, str(starts)], ["--processes", "2"],
+                     grace_seconds=5)
+    running = asyncio.ensure_future(sup.run())
+
+    def lines() -> list[list[str]]:
+        return [ln.split() for ln in starts.read_text().splitlines()] if starts.exists() else []
+
+    await wait_until(lambda: len([ln for ln in lines() if ln[0] == "1"]) == 2
+                     and all(s.ready.is_set() for s in sup.slots),
+                     what="process 1 restarted and both ready", timeout=30)
+    first = [ln for ln in lines() if ln[0] == "0"]
+    others = [ln for ln in lines() if ln[0] == "1"]
+    assert len(first) == 1 and first[0][2:] == []  # the first: the sender's, no --no-sender
+    assert all(ln[2:] == ["--no-sender"] for ln in others)
+    sup.stop(signal.SIGTERM)
+    assert await asyncio.wait_for(running, 20) == 0
+    for _, pid, *_ in lines():
+        assert not Path(f"/proc/{pid}").exists()  # stopped and reaped
+
+
+async def test_a_status_no_restart_can_change_stops_the_group(tmp_path: Path) -> None:
+    starts = tmp_path / "starts"
+    sup = Supervisor(3, [sys.executable, "-c", CHILD, str(starts), "fatal"], [],
+                     grace_seconds=5)
+    assert await asyncio.wait_for(sup.run(), 20) == 3
+    assert len(starts.read_text().splitlines()) == 1  # the others never started
