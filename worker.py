@@ -12,6 +12,7 @@ import asyncio
 import concurrent.futures
 import logging
 import signal
+import sys
 import threading
 from datetime import timedelta
 
@@ -37,6 +38,7 @@ from turnstile.runtime.client import connect, metrics_runtime
 from turnstile.runtime.config import Settings
 from turnstile.runtime.mcp import connections as mcp_connections
 from turnstile.runtime.plugins import load_services
+from turnstile.runtime.processes import report_ready, supervise
 from turnstile.runtime.search_attributes import ensure_search_attributes
 from turnstile.runtime.tracing import interceptors as tracing_interceptors, setup_tracing
 from turnstile.runtime.upgrade import older_turns, refusal
@@ -125,9 +127,18 @@ async def run(argv: list[str] | None = None) -> None:
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--no-sender", action="store_true", help="do not run the e-mail sender")
     group.add_argument("--sender-only", action="store_true", help="run only the e-mail sender")
+    parser.add_argument("--processes", type=int, default=1, metavar="N",
+                        help="run N worker processes, the e-mail sender in the first "
+                             "(turnstile.runtime.processes; docs/scaling.md)")
     args = parser.parse_args(argv)
 
     settings = Settings.from_env()
+    if args.processes != 1:
+        if args.processes < 1 or args.sender_only:
+            parser.error("--processes takes a number of at least 1, and not with --sender-only")
+        raise SystemExit(await supervise(args.processes, [sys.executable, __file__],
+                                         sys.argv[1:] if argv is None else argv,
+                                         settings.shutdown_grace_seconds))
     # What is served is loaded first: an app or plugin that cannot be
     # imported is the only thing said (main: one line, exit 2).
     served = apps(settings)
@@ -182,6 +193,7 @@ async def run(argv: list[str] | None = None) -> None:
             deployment = deployment_of(settings)
             if deployment is not None:
                 log.info("%s", await settle_current(client, deployment, settings.make_current))
+            report_ready()  # to the supervisor of `--processes N`, if any
             await done.wait()
             log.info("shutting down: running activities get %.0f s to finish",
                      settings.shutdown_grace_seconds)

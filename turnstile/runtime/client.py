@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar, Self, cast
 
 from pydantic import TypeAdapter
 from temporalio.api.common.v1 import Payload
@@ -16,6 +16,7 @@ from temporalio.converter import (
     DataConverter,
     DefaultPayloadConverter,
     JSONPlainPayloadConverter,
+    SerializationContext,
 )
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 
@@ -57,10 +58,34 @@ _ENCODINGS = tuple(_PYDANTIC_JSON if isinstance(c, JSONPlainPayloadConverter) el
 
 class PydanticPayloadConverter(CompositePayloadConverter):
     """temporalio.contrib.pydantic's payload converter (the same encodings, the
-    same JSON), built from the process's shared encoding converters."""
+    same JSON), one instance per process: the SDK calls the class for every
+    DataConverter it derives — several per workflow activation and per
+    activity task (a serialization context, a store context, the
+    command-aware converter) — and building the composite each time was ~2%
+    of a turn's worker CPU (bench/profile_turn.py). It holds no per-context
+    state; a context that one of its encodings would take gets an instance
+    of its own (with_context)."""
 
-    def __init__(self) -> None:
-        super().__init__(*_ENCODINGS)
+    _shared: ClassVar[dict[type, CompositePayloadConverter]] = {}
+
+    def __new__(cls) -> Self:
+        shared = PydanticPayloadConverter._shared.get(cls)
+        if shared is None:
+            shared = super().__new__(cls)
+            CompositePayloadConverter.__init__(shared, *_ENCODINGS)
+            PydanticPayloadConverter._shared[cls] = shared
+        return cast(Self, shared)
+
+    def __init__(self) -> None:  # built once, in __new__
+        pass
+
+    def with_context(self, context: SerializationContext) -> Self:
+        converters = self.get_converters_with_context(context)
+        if converters is None:
+            return self
+        own = super().__new__(type(self))  # not the shared one: it would change for all
+        own._set_converters(*converters)
+        return own
 
 
 def converter(settings: Settings) -> DataConverter:
@@ -116,3 +141,4 @@ def metrics_runtime(settings: Settings) -> Runtime | None:
 
 def web_ui_url(settings: Settings, workflow_id: str) -> str:
     return f"{settings.web_ui_url}/namespaces/{settings.temporal_namespace}/workflows/{workflow_id}"
+

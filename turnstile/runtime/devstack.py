@@ -43,6 +43,7 @@ from pathlib import Path
 from turnstile.runtime.apps import App, DevService, dev_services_of
 from turnstile.runtime.client import connect
 from turnstile.runtime.config import PROJECT_ROOT, Settings
+from turnstile.runtime.processes import processes_from_env
 from turnstile.runtime.versioning import Deployment, default_build_id, pinned_running
 
 log = logging.getLogger("turnstile.runtime.devstack")
@@ -233,7 +234,14 @@ class Stack:
     def _start_worker(self, name: str, env: dict[str, str], marker: bytes) -> None:
         logfile = self.logs / f"{name}.log"
         offset = logfile.stat().st_size if logfile.exists() else 0
-        self._spawn(name, [sys.executable, str(PROJECT_ROOT / "worker.py")], env)
+        # TURNSTILE_WORKER_PROCESSES (default: one per core) worker processes,
+        # the e-mail sender in one (turnstile.runtime.processes); the pid file
+        # holds the supervisor, whose process group `down` signals.
+        processes = processes_from_env()
+        self._spawn(name, [sys.executable, str(PROJECT_ROOT / "worker.py"),
+                           "--processes", str(processes)], env)
+        if processes > 1:
+            marker = b"worker processes serving task queue"
         self._settings_file(name).write_text(json.dumps(self.env, sort_keys=True))
 
         def said() -> bytes:
