@@ -9,6 +9,7 @@ import pytest
 from turnstile.engine import errors
 from turnstile.providers.openai_compat import IncompleteStreamError, RetryableModelError
 from turnstile.providers.openai_stream import IncompleteStream
+from turnstile.runtime.apps import AppLoadError
 from turnstile.runtime.guardrails import GuardrailError
 from turnstile.runtime.mcp.connection import MCPCallLost, MCPUnavailable
 from turnstile.runtime.tools import ToolExecutionError
@@ -75,6 +76,7 @@ STABLE = {
     errors.CallTakenOver: "CallTakenOver",  # a later attempt claimed the call
     errors.CallNotRecorded: "CallNotRecorded",  # the call journal's record failed
     errors.BudgetExceeded: "BudgetExceeded",  # the user's daily token budget is spent
+    AppLoadError: "AppLoadError",  # an app or plugin the environment names cannot be loaded
 }
 
 
