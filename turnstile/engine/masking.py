@@ -59,6 +59,10 @@ _EMAIL = regex.compile(
 _U_ESCAPE = re.compile(r"\\+u([0-9a-fA-F]{4})")
 _DOTS = str.maketrans({"\u3002": ".", "\uff61": ".", "\uff0e": "."})
 _MAYBE_PHONE = re.compile(r"\d(?:[\s().\-/]{0,3}\d){6}")
+# Dates and times, which the matcher never takes for numbers: text whose only
+# seven digits are in them is not given to the matcher (most log lines).
+_TIMES = re.compile(r"\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?"
+                    r"(?:Z|[+-]\d{2}:?\d{2})?)?")
 _GLUE = frozenset("-_")  # a number joined to letters by these is an id's part
 
 SENSITIVE_FIELDS = frozenset({"password", "secret", "token", "api_key", "apikey",
@@ -104,7 +108,7 @@ def _mask_addresses(text: str) -> str:
 
 
 def _mask_phones(text: str) -> str:
-    if not _MAYBE_PHONE.search(text):
+    if not _MAYBE_PHONE.search(text) or not _MAYBE_PHONE.search(_TIMES.sub(" ", text)):
         return text
     out: list[str] = []
     done = 0
