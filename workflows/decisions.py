@@ -88,6 +88,22 @@ class Decisions:
             decided_at=workflow.now().isoformat())
         return decision
 
+    def reject_pending(self, reviewer: str, note: str) -> list[str]:
+        """Reject every call that waits and has no decision yet, as `reviewer`
+        with `note` (a steer: workflows/steering.py). The ids rejected; none
+        when a decision came first for each."""
+        s = self.s
+        rejected = []
+        for call_id, pending in s.pending.items():
+            if call_id in s.decisions:
+                continue
+            s.decisions[call_id] = ApprovalDecision(
+                tool_call_id=call_id, tool_name=pending.tool_name, approved=False,
+                reviewer=clean_note(reviewer)[:200], note=note,
+                decided_at=workflow.now().isoformat())
+            rejected.append(call_id)
+        return rejected
+
 
 def _quoted(text: str) -> str:
     return repr(clean_note(text)[:200]).encode("ascii", "backslashreplace").decode("ascii")

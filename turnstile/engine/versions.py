@@ -111,3 +111,9 @@ NAMES_AS_IDENTITIES = "names-as-identities"
 # A decision that arrives in the same activation as its approval deadline
 # stands (the deadline used to overwrite it). Asked only in that case.
 DECISION_BEATS_DEADLINE = "decision-beats-deadline"
+
+# A turn that finds its conversation busy at begin_turn says so at once: its
+# step is `queued` (status query, TurnstileStatus), with whom it waits behind
+# (docs/steering.md). Asked only on that path, so a turn that is not queued
+# carries no marker, and one queued before replays along the path it took.
+QUEUED_VISIBLE = "queued-visible"
