@@ -25,7 +25,7 @@ from temporalio import activity
 from temporalio.client import Client
 
 from turnstile.engine.contract import SteerSignal
-from turnstile.engine.errors import NewMessageRefused
+from turnstile.engine.errors import ConversationBusy, NewMessageRefused
 from turnstile.runtime.steering import steer
 from turnstile.stores.lock import ConversationLocks, Holder
 
@@ -39,7 +39,8 @@ POLL_SECONDS = 0.05
 async def new_message(client: Client, locks: ConversationLocks, conversation_id: str,
                       holder: Holder, me: Holder, user_id: str, policy: str) -> bool:
     """The holder waits for an approval: True when this turn now holds the
-    lock (it steered the holder); False to queue. Raises NewMessageRefused."""
+    lock (it steered the holder); False to queue. Raises NewMessageRefused,
+    and ConversationBusy when another new turn took the lock first."""
     if policy == "refuse":
         raise NewMessageRefused(
             f"conversation {conversation_id!r} waits for an approval in turn "
@@ -57,6 +58,8 @@ async def new_message(client: Client, locks: ConversationLocks, conversation_id:
         now = await asyncio.to_thread(locks.acquire, conversation_id, me)
         if now is None:
             return True
-        if now.workflow_id != holder.workflow_id:  # another new turn was first
-            return False
+        if now.workflow_id != holder.workflow_id:  # another new turn was first: behind it
+            queued = f"queued behind turn {now.workflow_id}"
+            raise ConversationBusy(f"conversation {conversation_id!r} is in use by turn "
+                                   f"{now.workflow_id}; this turn waits until it ends", queued)
     return False

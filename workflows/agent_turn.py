@@ -144,8 +144,8 @@ class AgentTurn(ApprovalHandlers, Steering, TurnEnding):
             if queued:
                 s.step, s.queued_behind = TurnPhase.LOAD_MEMORY, ""
         if memory.steered:
-            s.event("steered", f"turn {memory.steered} waited for an approval: its waiting "
-                               "calls were rejected, the user sent a new message")
+            s.event("steered", f"turn {memory.steered} waited for an approval: asked it to "
+                               "give way (steer), then took the conversation")
         s.tool_names = list(begun.tool_names)
         s.revision, s.begun = Revision(begun.revision), True
         s.search_attributes = spec.search_attributes
