@@ -13,7 +13,9 @@ from typing import Any
 
 from temporalio.client import Client, WorkflowHandle, WorkflowQueryFailedError
 from temporalio.common import SearchAttributeKey
+from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
+from temporalio.worker import Replayer
 
 from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.processes import free_port
@@ -41,6 +43,7 @@ from turnstile.sales.smtp_server import LocalSmtpServer, read_mailbox
 from turnstile.stores.audit import AuditLog
 from turnstile.stores.db import Database
 from turnstile.stores.memory import MemoryStore
+from workflows import AgentTurn
 
 NEW_MESSAGE = "the user sent a new message"
 SA_STATUS = SearchAttributeKey.for_keyword("TurnstileStatus")
@@ -102,6 +105,7 @@ async def test_a_new_message_steers_a_turn_waiting_for_an_approval(
             await approve_all(new)
             answered = await new.result()
             held = await progress(waiting)
+            replayed = [await replays(h) for h in (waiting, new)]
             audit = AuditLog(db).rows(waiting.id)
             decided = decisions(db, waiting.id)
             memory = MemoryStore(db).messages("c-steer")
@@ -116,6 +120,7 @@ async def test_a_new_message_steers_a_turn_waiting_for_an_approval(
     assert NEW_MESSAGE in steered.error.message and new.id in steered.error.message
     assert [(c.id, c.status) for c in steered.tool_calls] == [("e1", CallStatus.REJECTED)]
     assert any(e.step == "steered" for e in held.events)
+    assert replayed == [None, None]  # both histories replay with today's code
     # It never asked the model again: three requests, its own first and the new turn's two.
     assert len(fake_llm.requests) == 3 and fake_llm.refusals == []
     assert [(r.tool_name, r.status) for r in audit] == [("createEmailTask", "FAILED")]
@@ -197,13 +202,14 @@ async def test_queue_waits_visibly_behind_the_turn_waiting_for_an_approval(
         still = await wait_pending(waiting)  # the waiting turn is untouched
         await approve_all(waiting)
         first, second = await waiting.result(), await queued.result()
+        replayed = await replays(queued)
     behind = f"queued behind turn {waiting.id}, waiting for an approval"
     assert seen.step == TurnPhase.QUEUED and seen.queued_behind == behind
     assert said == behind and attribute == TurnPhase.QUEUED
     assert [p.tool_call_id for p in still] == ["e1"]
     assert first.status == TurnStatus.COMPLETED and first.tool_calls[0].status == "completed"
     assert second.status == TurnStatus.COMPLETED, second.error
-    assert fake_llm.refusals == []
+    assert fake_llm.refusals == [] and replayed is None
 
 
 async def test_refuse_ends_the_new_turn_at_once(client: Client, task_queue: str, db: Database,
@@ -240,6 +246,14 @@ def test_an_unknown_policy_is_a_configuration_error() -> None:
         assert "steer, queue, refuse" in str(exc)
     else:
         raise AssertionError("an unknown on_new_message was accepted")
+
+
+async def replays(handle: WorkflowHandle[Any, Any]) -> BaseException | None:
+    """Replay a turn's history with today's workflow code: its failure, or None."""
+    history = await handle.fetch_history()
+    replayer = Replayer(workflows=[AgentTurn], data_converter=pydantic_data_converter)
+    return (await replayer.replay_workflow(history, raise_on_replay_failure=False)
+            ).replay_failure
 
 
 async def _queued_status(handle: WorkflowHandle[Any, Any]) -> TurnProgress:
