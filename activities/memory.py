@@ -15,6 +15,7 @@ from temporalio import activity
 from activities.pipeline import deliver
 from activities.runs import as_current_run, holder_gone, run_is_current
 from activities.runtime import Activities, application_error, turn_workflow_id
+from activities.steering import WAITING_FOR_APPROVAL, new_message
 from turnstile.engine.activity_io import (
     APPEND_MESSAGES,
     LOAD_MEMORY,
@@ -29,16 +30,19 @@ from turnstile.engine.errors import (
     ConversationOwnershipError,
     DatabaseUnavailable,
     MemoryConflictError,
+    NewMessageRefused,
     ResetConflict,
     RunSuperseded,
 )
+from turnstile.runtime.steering import holder_awaits_approval
 from turnstile.stores import runs, superseded
 from turnstile.stores.lock import ConversationLocks, Holder
 
 log = logging.getLogger("turnstile.activities")
 
 # Failures no retry can fix: the turn ends with their type.
-REFUSED = (ConversationOwnershipError, MemoryConflictError, ResetConflict, RunSuperseded)
+REFUSED = (ConversationOwnershipError, MemoryConflictError, ResetConflict, RunSuperseded,
+           NewMessageRefused)
 
 
 class MemoryActivities(Activities):
@@ -47,28 +51,36 @@ class MemoryActivities(Activities):
         """Step 1 when the conversation was busy at begin_turn: retried by the
         server (ConversationBusy) until the turn holding it ends."""
         try:
-            return await self.load(req.conversation_id, req.user_id, req.execution_chain)
+            return await self.load(req.conversation_id, req.user_id, req.execution_chain,
+                                   req.on_new_message)
         except REFUSED as exc:
             raise application_error(exc, non_retryable=True) from exc
         except (DatabaseUnavailable, ConversationBusy) as exc:
             raise application_error(exc, non_retryable=False) from exc
 
-    async def load(self, conv: str, user_id: str, chain: str = "") -> MemorySnapshot:
+    async def load(self, conv: str, user_id: str, chain: str = "",
+                   on_new_message: str = "queue") -> MemorySnapshot:
         """Step 1: check ownership, take the conversation's lock, read a snapshot.
         A run that starts its turn over (reset to the turn's start, a workflow
         retry) supersedes everything an earlier run of its turn wrote.
         Raises ConversationOwnershipError, ConversationBusy, DatabaseUnavailable,
-        ResetConflict, RunSuperseded, MemoryConflictError."""
+        ResetConflict, RunSuperseded, MemoryConflictError, NewMessageRefused.
+        `on_new_message`: what to do when the holder waits for an approval
+        (docs/steering.md)."""
         wf_id = turn_workflow_id()
-        await self._lock(conv, user_id, chain)
+        steered = await self._lock(conv, user_id, chain, on_new_message)
         if not chain:
-            return await asyncio.to_thread(self._open, conv, user_id, wf_id, chain, None)
+            snapshot = await asyncio.to_thread(self._open, conv, user_id, wf_id, chain, None)
+            snapshot.steered = steered
+            return snapshot
         try:
             # One thread hop for what follows the lock (each step its own
             # transaction, as before): nothing of this turn is in this run's
             # history yet, so the claim's horizon is 0.
-            return await as_current_run(
+            snapshot = await as_current_run(
                 chain, lambda w: self._open(conv, user_id, wf_id, chain, w))
+            snapshot.steered = steered
+            return snapshot
         except ResetConflict:  # refused: the conversation is not this run's to hold
             info = activity.info()
             await asyncio.to_thread(ConversationLocks(self.rt.db).release, conv, Holder(
@@ -96,15 +108,17 @@ class MemoryActivities(Activities):
         self.rt.memory.check_owner(conversation_id, user_id)
         return locks.acquire(conversation_id, me)
 
-    async def _lock(self, conversation_id: str, user_id: str, chain: str) -> None:
-        """Check the conversation is the user's, then take its lock."""
+    async def _lock(self, conversation_id: str, user_id: str, chain: str,
+                    on_new_message: str = "queue") -> str:
+        """Check the conversation is the user's, then take its lock. Returns
+        the turn this one steered to take it ("" when none)."""
         info = activity.info()
         me = Holder(info.workflow_id or "", info.workflow_run_id or "", chain or None)
         locks = ConversationLocks(self.rt.db)
         holder = await asyncio.to_thread(self._owner_and_lock, conversation_id, user_id,
                                          locks, me)
         if holder is None:
-            return
+            return ""
         client = activity.client()
         if holder.same_turn(me):
             # An earlier run of this turn (a reset replaced it): the turn keeps
@@ -113,14 +127,21 @@ class MemoryActivities(Activities):
                 raise RunSuperseded(f"run {me.run_id} of turn {me.workflow_id} is no longer "
                                     "its workflow's current run")
             if await asyncio.to_thread(locks.take_over, conversation_id, holder, me):
-                return
+                return ""
         elif await holder_gone(client, holder) and await asyncio.to_thread(
                 locks.take_over, conversation_id, holder, me):
             activity.logger.warning("took over the lock of %s from ended turn %s",
                                     conversation_id, holder.workflow_id)
-            return
+            return ""
+        elif await holder_awaits_approval(client, holder):
+            if await new_message(client, locks, conversation_id, holder, me, user_id,
+                                 on_new_message):
+                return holder.workflow_id
+            queued = f"queued behind turn {holder.workflow_id}, {WAITING_FOR_APPROVAL}"
+            raise ConversationBusy(f"conversation {conversation_id!r}: {queued}", queued)
+        queued = f"queued behind turn {holder.workflow_id}"
         raise ConversationBusy(f"conversation {conversation_id!r} is in use by turn "
-                               f"{holder.workflow_id}; this turn waits until it ends")
+                               f"{holder.workflow_id}; this turn waits until it ends", queued)
 
     @activity.defn(name=RELEASE_CONVERSATION)
     async def release_conversation(self, req: ReleaseInput) -> None:

@@ -55,15 +55,15 @@ class TurnActivities:
     async def begin_turn(self, req: BeginTurnInput) -> BeginTurnResult:
         # In a thread: a service's approvers may come from the database.
         spec = await asyncio.to_thread(self.service.describe, req.service)
-        busy = None
+        busy, queued = None, ""
         try:
             snapshot: MemorySnapshot | None = await self.memory.load(
-                req.conversation_id, req.user_id, req.execution_chain)
+                req.conversation_id, req.user_id, req.execution_chain, spec.on_new_message)
         except ConversationBusy as exc:
             # Another turn holds the conversation: the workflow waits in the
             # activity load_memory, retried by the server (a local activity
             # would retry on this worker and fill history with timers).
-            snapshot, busy = None, str(exc)
+            snapshot, busy, queued = None, str(exc), exc.queued_behind
         except REFUSED as exc:  # e.g. a foreign conversation, a reset that conflicts
             raise application_error(exc, non_retryable=True) from exc
         except DatabaseUnavailable as exc:
@@ -75,7 +75,8 @@ class TurnActivities:
         # of each (activities.model), so history holds only the tools a turn uses.
         names = [t.name for t in spec.tools]
         return BeginTurnResult(spec=spec.model_copy(update={"tools": []}), tool_names=names,
-                               memory=snapshot, busy=busy, revision=TURN_REVISION,
+                               memory=snapshot, busy=busy, queued_behind=queued,
+                               revision=TURN_REVISION,
                                opened=opened)
 
     async def _open_turn(self, req: BeginTurnInput, opening: TurnOpening,

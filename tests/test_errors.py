@@ -24,6 +24,8 @@ STABLE = {
     errors.ConversationOwnershipError: "ConversationNotOwned",
     errors.UnknownToolError: "UnknownTool",
     errors.ConversationBusy: "ConversationBusy",
+    errors.NewMessageRefused: "NewMessageRefused",
+    errors.TurnSteered: "TurnSteered",
     errors.RunSuperseded: "RunSuperseded",
     errors.ResetConflict: "ResetConflict",
     RunUnconfirmed: "RunUnconfirmed",  # internal: a claim waits for Temporal's word

@@ -105,7 +105,7 @@ async def test_reset_after_a_tool_call_takes_another_path(
             return any(e["step"] == "conversation_busy" for e in events)
 
         await wait_until(busy, what="the other turn found the conversation busy")
-        other_waits = (await other.query("status"))["step"] == "load_memory" and len(
+        other_waits = (await other.query("status"))["step"] == "queued" and len(
             fake_llm.requests) == 5
         await after.signal("approve", ApproveSignal(tool_call_id=pending.tool_call_id,
                                                     reviewer="carol"))

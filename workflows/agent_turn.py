@@ -43,6 +43,7 @@ with workflow.unsafe.imports_passed_through():
     from turnstile.engine.specs import ServiceSpec
     from turnstile.engine.turn_input_rules import turn_input_problem
     from turnstile.engine.versions import (
+        QUEUED_VISIBLE,
         TURN_INPUT_DOOR,
         UNEXPECTED_ENDS_TURN,
         Revision,
@@ -53,6 +54,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.model_loop import ModelLoop
     from workflows.pipeline_steps import PipelineSteps
     from workflows.state import TurnState, TurnStopped
+    from workflows.steering import Steering
     from workflows.turn_end import TurnEnding
 
 
@@ -76,9 +78,9 @@ FAILS_THE_TURN: tuple[type[BaseException], ...] = (
 
 
 @workflow.defn(name=WORKFLOW_TYPE)
-class AgentTurn(ApprovalHandlers, TurnEnding):
+class AgentTurn(ApprovalHandlers, Steering, TurnEnding):
     """The pipeline's order (docs/pipeline.md); its queries, signals and update
-    are ApprovalHandlers', its endings TurnEnding's."""
+    are ApprovalHandlers', the `steer` signal Steering's, its endings TurnEnding's."""
 
     def __init__(self) -> None:
         self.s = TurnState()
@@ -194,11 +196,20 @@ class AgentTurn(ApprovalHandlers, TurnEnding):
         spec, memory = begun.spec, begun.memory
         if memory is None:  # another turn holds the conversation: wait, visibly
             s.event("conversation_busy", begun.busy or "")
+            queued = bool(begun.queued_behind) and workflow.patched(QUEUED_VISIBLE)
+            if queued:
+                await self._queued(turn, spec, begun.queued_behind)
             memory = await s.activity(
                 io.load_memory, io.LoadMemoryInput(conversation_id=turn.conversation_id,
                                                    user_id=turn.user_id,
-                                                   execution_chain=s.chain),
+                                                   execution_chain=s.chain,
+                                                   on_new_message=spec.on_new_message),
                 "load_memory (waits for the conversation)", TurnStatus.REFUSED)
+            if queued:
+                s.step, s.queued_behind = TurnPhase.LOAD_MEMORY, ""
+        if memory.steered:
+            s.event("steered", f"turn {memory.steered} waited for an approval: asked it to "
+                               "give way (steer), then took the conversation")
         s.tool_names = list(begun.tool_names)
         s.revision, s.begun = Revision(begun.revision), True
         s.search_attributes = spec.search_attributes
@@ -217,6 +228,16 @@ class AgentTurn(ApprovalHandlers, TurnEnding):
         metrics.repairs(len(memory.repaired))
         metrics.turn_started(spec.name)
         return steps, memory
+
+    async def _queued(self, turn: TurnInput, spec: ServiceSpec, behind: str) -> None:
+        """Waiting for the conversation, visibly: step `queued`, the status
+        query's `queued_behind`, the search attribute (docs/steering.md)."""
+        s = self.s
+        s.step, s.queued_behind = TurnPhase.QUEUED, behind
+        s.event("queued", behind)
+        s.search_attributes = spec.search_attributes
+        turn.service = spec.name
+        await s.publish()
 
     async def _pipeline(self, turn: TurnInput) -> Any:
         s = self.s

@@ -251,6 +251,22 @@ class Decisions:
             return f"the edited arguments were refused: {reviewed.error}", None
         return None, r.arguments
 
+    def reject_pending(self, reviewer: str, note: str) -> list[str]:
+        """Reject every call that waits and has no decision yet, as `reviewer`
+        with `note` (a steer: workflows/steering.py). The ids rejected; none
+        when a decision came first for each."""
+        s = self.s
+        rejected = []
+        for call_id, pending in s.pending.items():
+            if call_id in s.decisions:
+                continue
+            s.decisions[call_id] = ApprovalDecision(
+                tool_call_id=call_id, tool_name=pending.tool_name, approved=False,
+                reviewer=clean_note(reviewer)[:200], note=note,
+                decided_at=workflow.now().isoformat())
+            rejected.append(call_id)
+        return rejected
+
     # -- refusals ----------------------------------------------------------------
     async def unreadable(self, read: Unreadable, door: str) -> None:
         """A payload that is no decision: refused and recorded — except in a

@@ -20,6 +20,7 @@ with workflow.unsafe.imports_passed_through():
     from turnstile.engine.turn_rules import FinalAnswer, RunTools, next_step
     from workflows.pipeline_steps import PipelineSteps, Prepared
     from workflows.state import TurnState, TurnStopped
+    from workflows.steering import steered_stop
     from workflows.tool_options import listing_options, model_options
     from workflows.tool_round import RoundWrites, ToolRound
 
@@ -61,6 +62,8 @@ class ModelLoop:
             self.round = ToolRound(s, self.turn, spec, self.breakers)
             await self.round.run(step.calls, s.alloc(len(step.calls)))
             self.round = None
+            if s.steered is not None:  # a new message: the new turn asks the model
+                raise steered_stop(s, spec)
 
     async def _honest_ending(self, response: io.ModelCallResult) -> io.ModelCallResult:
         """Only a natural stop is a complete answer (turnstile.engine.endings).

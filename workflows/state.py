@@ -21,6 +21,7 @@ with workflow.unsafe.imports_passed_through():
         AuditStatus,
         CallStatus,
         PendingApproval,
+        SteerSignal,
         ToolCallRecord,
         TurnEvent,
         TurnInput,
@@ -145,6 +146,11 @@ class TurnState:
         self.decisions: dict[str, ApprovalDecision] = {}
         self.refused: list[str] = []
         self.refused_total = 0
+        # A new turn of the user steered this one (workflows/steering.py): the
+        # signal, and the calls its steer rejected.
+        self.steered: SteerSignal | None = None
+        self.steered_calls: list[str] = []
+        self.queued_behind = ""  # while queued: "queued behind turn X, ..."
         # Refused decisions, audited when the round or the turn ends.
         self.refusals: list[io.AuditEntry] = []
         self.usage = Usage()

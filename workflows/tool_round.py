@@ -12,7 +12,7 @@ with their audit rows.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, CancelledError
@@ -34,6 +34,7 @@ with workflow.unsafe.imports_passed_through():
     from turnstile.engine.specs import ServiceSpec
     from workflows.approval_wait import await_decision
     from workflows.state import TurnState, TurnStopped, failure_reason, recorded_arguments
+    from workflows.steering import steered_rejection
     from workflows.tool_options import listing_options, tool_options
 
 
@@ -134,9 +135,12 @@ class ToolRound:
                 self.s.argument_errors[call.name] = count + 1
                 self._settle(rec, seq, call, rules.after_validation(reviewed.error, count, loop))
                 return
-            approval = await await_decision(self.s, call, tool, reviewed)
+            approval = (steered_rejection(self.s, call) if self.s.steered is not None
+                        else await await_decision(self.s, call, tool, reviewed))
         if approval is not None:
             rejected = rules.after_review(call.name, approval, loop)
+            if rejected is not None and call.id in self.s.steered_calls:
+                rejected = replace(rejected, stop=None)  # the turn ends `steered` instead
             if rejected is not None:
                 self.writes.decisions.append(approval)
                 self._settle(rec, seq, call, rejected)

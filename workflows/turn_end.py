@@ -101,8 +101,13 @@ class TurnEnding:
         events = self.steps.events
         if self.locked:
             taken = events.take()  # "turn completed" rides with the release
+            # A steered turn's new turns signal it while it ends: as an activity,
+            # its release is in history before the final workflow task, which a
+            # signal arriving meanwhile fails and retries (a local activity would
+            # be run again, after the new turn took the conversation).
+            release = self.s.activity if self.s.steered is not None else self.s.local
             try:
-                await self.s.local(
+                await release(
                     io.release_conversation, io.ReleaseInput(
                         conversation_id=turn.conversation_id, user_id=turn.user_id,
                         execution_chain=self.s.chain, next_seq=self.s.seq, events=taken),

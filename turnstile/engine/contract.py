@@ -23,6 +23,9 @@ class Handlers(StrEnum):
     APPROVE = "approve"  # signal ApproveSignal
     REJECT = "reject"  # signal RejectSignal
     REVIEW = "review"  # update ReviewInput -> ApprovalDecision
+    # signal SteerSignal: a new turn of the conversation steers this one
+    # (Service.on_new_message="steer"; docs/steering.md)
+    STEER = "steer"
 
 
 class TurnPhase(StrEnum):
@@ -30,6 +33,9 @@ class TurnPhase(StrEnum):
     search attribute); once it ends, the step is its TurnStatus value."""
 
     STARTING = "starting"
+    # Another turn holds the conversation; `TurnProgress.queued_behind` says
+    # which, and whether it waits for an approval (docs/steering.md).
+    QUEUED = "queued"
     LOAD_MEMORY = "load_memory"
     PREPARE = "prepare"
     MODEL_CALL = "model_call"
@@ -61,6 +67,10 @@ class TurnStatus(StrEnum):
     # Cancelled (`temporal workflow cancel`): the workflow ends Canceled, so no
     # TurnResult carries it; the "turn completed" event and metrics do.
     CANCELLED = "cancelled"
+    # A new message of the user steered the turn while it waited for an
+    # approval (Service.on_new_message="steer"): its waiting calls were
+    # rejected, and the new turn continues the conversation (docs/steering.md).
+    STEERED = "steered"
 
 
 class CallStatus(StrEnum):
@@ -150,6 +160,9 @@ class TurnProgress(BaseModel):
     refused_signals: list[str] = Field(default_factory=list)  # the last 100, texts cut
     refused_signals_total: int = 0  # every refused decision, kept or not
     events: list[TurnEvent] = Field(default_factory=list)
+    # While the step is `queued`: "queued behind turn X" (", waiting for an
+    # approval" when X is parked on one); "" otherwise.
+    queued_behind: str = ""
 
 
 # --- approvals ---------------------------------------------------------------
@@ -182,6 +195,16 @@ class ReviewInput(BaseModel):
     note: str = ""
     arguments: dict[str, Any] | None = None
     arguments_digest: str | None = None
+
+
+class SteerSignal(BaseModel):
+    """The `steer` signal: a new turn (`turn_id`) of the same user on the
+    conversation arrived while this turn waits for an approval. Sent by the
+    new turn's lock activity, repeatedly if need be: applying it twice changes
+    nothing (docs/steering.md)."""
+
+    turn_id: str
+    user_id: str
 
 
 class PendingApproval(BaseModel):

@@ -98,7 +98,7 @@ class MessageTooLong(TurnstileError):
 
 # Errors that mean "this turn may not run", not "it failed": a turn an
 # activity stops with one of these ends `refused` (workflows/state.py).
-REFUSING_ERRORS = frozenset({"MessageTooLong", "BudgetExceeded"})
+REFUSING_ERRORS = frozenset({"MessageTooLong", "BudgetExceeded", "NewMessageRefused"})
 
 
 class BudgetExceeded(TurnstileError):
@@ -118,9 +118,28 @@ class DecisionRefused(TurnstileError):
 
 
 class ConversationBusy(TurnstileError):
-    """Another turn of the conversation is running; this one waits (retryable)."""
+    """Another turn of the conversation is running; this one waits (retryable).
+    `queued_behind`: "queued behind turn X" (", waiting for an approval" when
+    X is parked on one), for the waiting turn's status (docs/steering.md)."""
 
     error_type = "ConversationBusy"
+
+    def __init__(self, message: str, queued_behind: str = "") -> None:
+        super().__init__(message)
+        self.queued_behind = queued_behind
+
+
+class NewMessageRefused(TurnstileError):
+    """A new turn arrived while the conversation's turn waits for an approval,
+    and the service's `on_new_message` is "refuse": the new turn ends
+    `refused` at once, holding nothing (docs/steering.md)."""
+
+
+class TurnSteered(TurnstileError):
+    """The turn waited for an approval when the user sent a new message
+    (`on_new_message="steer"`): its waiting calls were rejected with the
+    reason "the user sent a new message" and it ended `steered` without
+    asking the model again; the new turn continues (docs/steering.md)."""
 
 
 class RunSuperseded(TurnstileError):

@@ -23,6 +23,9 @@ class LoadMemoryInput(BaseModel):
     # is held by the turn, so a reset run of it keeps the lock ("" in turns
     # recorded before reset runs were tracked: held by the run).
     execution_chain: str = ""
+    # The turn's service's policy while the holder waits for an approval
+    # (ServiceSpec.on_new_message; docs/steering.md). Absent: queue.
+    on_new_message: str = "queue"
 
 
 class ReleaseInput(BaseModel):
@@ -51,6 +54,9 @@ class MemorySnapshot(BaseModel):
     # Tool calls of ended turns that had no result and got one at this load
     # (turnstile.stores.journal.repair_orphans): "call_id (tool): outcome".
     repaired: list[str] = Field(default_factory=list)
+    # The turn that waited for an approval and that this one steered to take
+    # the conversation (on_new_message="steer"); "" when none.
+    steered: str = ""
 
 
 class TurnOpening(BaseModel):
@@ -94,6 +100,9 @@ class BeginTurnResult(BaseModel):
     tool_names: list[str]
     memory: MemorySnapshot | None  # None: the conversation is busy (`busy` says with what)
     busy: str | None = None
+    # With `busy`: "queued behind turn X" (", waiting for an approval" when X
+    # is parked on one) for the turn's status (docs/steering.md).
+    queued_behind: str = ""
     # The worker's revision of the turn's version (turnstile.engine.versions):
     # the turn takes the commands of this revision. 0: recorded before revisions.
     revision: int = 0

@@ -17,6 +17,9 @@ from turnstile.engine.breakers import BreakerPolicy
 from turnstile.engine.memory_window import MemoryWindow
 from turnstile.engine.pipeline_spec import PipelineSpec
 
+OnNewMessage = Literal["steer", "queue", "refuse"]
+ON_NEW_MESSAGE: tuple[OnNewMessage, ...] = ("steer", "queue", "refuse")
+
 
 def recorded(spec: BaseModel) -> dict[str, Any]:
     """A spec as history records it: the fields that differ from their
@@ -137,6 +140,10 @@ class ServiceSpec(BaseModel):
     memory: MemoryWindow = Field(default_factory=MemoryWindow)
     approvals: ApprovalPolicy = Field(default_factory=ApprovalPolicy)  # who may decide
     outbound: OutboundPolicy = Field(default_factory=OutboundPolicy)  # where mail may go
+    # A new turn while this service's turn of the conversation waits for an
+    # approval (docs/steering.md): "queue" waits for the lock (visibly),
+    # "steer" rejects the waiting calls and runs at once, "refuse" ends it.
+    on_new_message: OnNewMessage = "queue"
 
     def tool(self, name: str) -> ToolSpec | None:
         return next((t for t in self.tools if t.name == name), None)

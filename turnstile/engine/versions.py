@@ -139,3 +139,9 @@ DECISIONS_READ_BY_PRODUCT = "decisions-read-by-product"
 # A refused decision is audited at once by its handler (one local activity),
 # not when the round or the turn ends. Asked only when a decision is refused.
 REFUSALS_AUDITED_AT_ONCE = "refusals-audited-at-once"
+
+# A turn that finds its conversation busy at begin_turn says so at once: its
+# step is `queued` (status query, TurnstileStatus), with whom it waits behind
+# (docs/steering.md). Asked only on that path, so a turn that is not queued
+# carries no marker, and one queued before replays along the path it took.
+QUEUED_VISIBLE = "queued-visible"

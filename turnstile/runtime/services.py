@@ -19,7 +19,7 @@ from turnstile.engine.errors import ConfigurationError, MCPServerUnavailable, Un
 from turnstile.engine.memory_window import MemoryWindow
 from turnstile.engine.output_format import output_spec
 from turnstile.engine.pipeline_spec import PipelinePolicy, PipelineSpec
-from turnstile.engine.specs import LoopPolicy, ServiceSpec
+from turnstile.engine.specs import ON_NEW_MESSAGE, LoopPolicy, OnNewMessage, ServiceSpec
 from turnstile.providers.base import ModelProvider
 from turnstile.runtime.guardrails import Guardrail, component_name
 from turnstile.runtime.mcp.config import MCPServer
@@ -93,8 +93,17 @@ class Service:
     # unset), instead of the offline demo planner: e.g. a function model
     # (turnstile.testing.FunctionModel) for an offline demo.
     offline_model: ModelProvider | None = None
+    # A new turn while a turn of the conversation waits for an approval
+    # (docs/steering.md): "queue" (wait for it, visibly), "steer" (reject its
+    # waiting calls, "the user sent a new message", and run at once) or
+    # "refuse" (end the new turn `refused`).
+    on_new_message: OnNewMessage = "queue"
 
     def __post_init__(self) -> None:
+        if self.on_new_message not in ON_NEW_MESSAGE:
+            raise ConfigurationError(
+                f"service {self.name!r}: on_new_message must be one of "
+                f"{', '.join(ON_NEW_MESSAGE)}, not {self.on_new_message!r}")
         # One namespace of tool names across static tools and catalogues.
         seen = set(self.tools.names())
         for p in self.providers:
@@ -193,6 +202,7 @@ class Service:
             memory=memory,
             approvals=ApprovalPolicy(allow_self_approval=self.allow_self_approval),
             outbound=self.outbound,
+            on_new_message=self.on_new_message,
         )
 
     def approval_policy(self, ctx: ApproverContext) -> ApprovalPolicy:

@@ -63,4 +63,7 @@ def build_sales_service(outbound: OutboundPolicy = DEFAULT_OUTBOUND) -> Service:
         documents=SALES_DOCUMENTS,  # step 5: policies retrieved into the user message
         approvers=table_approvers,  # the `approver` table; empty = the default policy
         outbound=outbound,
+        # A new message while a turn waits for its e-mail's approval rejects
+        # that call and is answered at once (docs/steering.md).
+        on_new_message="steer",
     )
