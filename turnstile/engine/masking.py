@@ -44,6 +44,13 @@ from turnstile.engine.safe_text import safe_text
 # numbers; every other country's numbers are found when written with "+".
 PHONE_REGION = "US"
 
+# libphonenumber loads each region's metadata on first use, by importing a
+# module. Inside workflow code (a preview masked in the turn's state) that
+# import would run in Temporal's sandbox, which refuses phonenumbers' module
+# lock: load every region now, when this module is imported (passed through,
+# once per worker), so masking never imports anything during a turn.
+phonenumbers.PhoneMetadata.load_all()
+
 # A run of text that may hold an address: up to space, quotes and brackets.
 _RUN = re.compile(r"[^\s\"<>()\[\]{},`|]{3,}")
 # What a run holding an escaped or spelled "@" holds (others are left as they are).
