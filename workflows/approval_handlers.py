@@ -33,7 +33,8 @@ class ApprovalHandlers:
         s = self.s
         return TurnProgress(step=s.step, round_trips=s.round_trips, tool_calls=s.calls,
                             pending_approvals=list(s.pending.values()),
-                            refused_signals=s.refused, events=s.events)
+                            refused_signals=s.refused, events=s.events,
+                            events_offset=s.events_dropped)
 
     @workflow.query(name=Handlers.PENDING_APPROVALS)
     def pending_approvals(self) -> list[PendingApproval]:

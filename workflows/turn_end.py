@@ -57,6 +57,7 @@ class TurnEnding:
                                   message="the turn was cancelled")
             await roll_back(s, self.spec, turn, error, None)
         s.step = TurnStatus.CANCELLED  # the status query's (no command: replay-safe)
+        s.event("turn_completed", f"cancelled, {s.round_trips} round trip(s)")
         assert self.steps is not None
         self.steps.events.turn_completed(None, TurnStatus.CANCELLED)
         metrics.turn_ended(turn.service, TurnStatus.CANCELLED)

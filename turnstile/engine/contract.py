@@ -144,6 +144,10 @@ class TurnProgress(BaseModel):
     pending_approvals: list[PendingApproval] = Field(default_factory=list)
     refused_signals: list[str] = Field(default_factory=list)
     events: list[TurnEvent] = Field(default_factory=list)
+    # The absolute index of events[0]: the turn keeps its latest events only,
+    # so a reader resumes by absolute offset (TurnHandle.events). 0 from a
+    # worker before 0.4.
+    events_offset: int = 0
 
 
 # --- approvals ---------------------------------------------------------------
