@@ -242,5 +242,5 @@ async def test_a_turn_whose_worker_is_gone_is_one_row(
         await client.get_workflow_handle(alive.id).signal("approve", {
             "tool_call_id": "p1", "reviewer": "carol"})
         await client.get_workflow_handle(alive.id).result()
-    await client.get_workflow_handle(orphan.id).terminate("test: its worker is gone")
+    await client.get_workflow_handle(orphan.id).terminate(reason="test: its worker is gone")
     _ = _post  # (the decision forms are tested in the tests above)

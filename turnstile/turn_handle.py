@@ -36,6 +36,7 @@ from temporalio.client import (
     WorkflowExecutionStatus,
     WorkflowFailureError,
     WorkflowHandle,
+    WorkflowHistoryEventFilterType,
     WorkflowQueryFailedError,
 )
 from temporalio.exceptions import CancelledError, TerminatedError, TimeoutError as WorkflowTimeout
@@ -183,7 +184,18 @@ class TurnHandle:
                     continue  # reset: the new run carries the turn on
                 cause = failure.cause
                 reason = str(cause.message if hasattr(cause, "message") else cause or failure)
+                if ending is TurnTerminatedError:
+                    reason = await self._termination_reason() or reason
                 raise ending(self.id, reason, await self._last_progress()) from failure
+
+    async def _termination_reason(self) -> str | None:
+        """The operator's reason, from the run's close event (the SDK's error
+        carries only a generic text)."""
+        async for event in self._handle().fetch_history_events(
+                event_filter_type=WorkflowHistoryEventFilterType.CLOSE_EVENT):
+            reason = event.workflow_execution_terminated_event_attributes.reason
+            return str(reason) or None
+        return None
 
     async def outcome(self) -> TurnOutcome:
         """How the turn ended, as a value (waits for the end)."""
