@@ -39,6 +39,7 @@ from activities.runtime import (
     with_heartbeat,
 )
 from turnstile.engine.activity_io import EXECUTE_TOOL, ToolExecInput, ToolOutcome
+from turnstile.engine.approvals import ran_call
 from turnstile.engine.contract import AuditStatus, CallStatus
 from turnstile.engine.errors import (
     CallNotRecorded,
@@ -133,9 +134,11 @@ class ToolActivities(Activities):
     def _ending(req: ToolExecInput, text: str, status: CallStatus, is_error: bool,
                 state: dict[str, Any] | None, *, audit: AuditStatus, error: str | None,
                 attempt: int | None) -> Ending:
+        ran = ran_call(req.call, req.approval)  # approved with edits: the reviewer's arguments
         return Ending(
             workflow_id=turn_workflow_id(), chain=req.execution_chain,
-            conversation_id=req.conversation_id, user_id=req.user_id, call=req.call,
+            conversation_id=req.conversation_id, user_id=req.user_id, call=ran,
+            model_call=req.call if ran is not req.call else None,
             seq=req.result_seq, outcome=status, text=text, is_error=is_error,
             audit_status=audit, audit_error=error, decision=req.approval, state=state,
             attempt=attempt)
@@ -158,7 +161,8 @@ class ToolActivities(Activities):
             raise
 
     async def _execute(self, req: ToolExecInput) -> ToolOutcome:
-        wf_id, call, chain = turn_workflow_id(), req.call, req.execution_chain
+        wf_id, chain = turn_workflow_id(), req.execution_chain
+        call = ran_call(req.call, req.approval)  # checked again below, as the model's would be
         service = self.rt.services.get(req.service)
         tool = await find_tool(service, call.name, LISTING_HEARTBEAT_SECONDS)
         if tool is None:  # the workflow checks names first; a stale spec can still get here

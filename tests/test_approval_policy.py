@@ -80,16 +80,20 @@ async def test_only_allowed_reviewers_decide_and_every_outcome_is_audited(
 
     assert result.status == TurnStatus.COMPLETED
     assert result.tool_calls[0].status == CallStatus.COMPLETED
-    assert len(progress.refused_signals) == 2
+    # Every refusal, whichever door (two signals, one update), is recorded and audited.
+    assert len(progress.refused_signals) == progress.refused_signals_total == 3
     assert "'alice' requested this call" in progress.refused_signals[0]
     assert "'mallory' is not an approver" in progress.refused_signals[1]
+    assert "'mallory' is not an approver" in progress.refused_signals[2]
     refusals = rows(db, "SELECT tool_name, input_params, status, error_message FROM "
                         "tool_execution_log WHERE workflow_id = :wf AND status = :status "
                         "ORDER BY execution_id", wf=handle.id, status="APPROVAL_REFUSED")
-    assert [r["tool_name"] for r in refusals] == ["createEmailTask"] * 2
+    assert [r["tool_name"] for r in refusals] == ["createEmailTask"] * 3
     assert '"reviewer": "alice"' in refusals[0]["input_params"]
     assert "requested this call" in refusals[0]["error_message"]
     assert "not an approver" in refusals[1]["error_message"]
+    assert '"door": "update review"' in refusals[2]["input_params"]
+    assert "not an approver" in refusals[2]["error_message"]
     assert rows(db, "SELECT reviewer, approved FROM approval_decision WHERE workflow_id = :wf",
                 wf=handle.id) == [{"reviewer": "ops-lead", "approved": 1}]
     assert len(rows(db, "SELECT * FROM email_task")) == 1

@@ -6,21 +6,20 @@ Temporal finds the handlers on the workflow class through its bases.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from temporalio import workflow
+from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from turnstile.engine.contract import (
         ApprovalDecision,
-        ApproveSignal,
         Handlers,
         PendingApproval,
-        RejectSignal,
-        ReviewInput,
         TurnProgress,
     )
-    from turnstile.engine.errors import DecisionRefused
-    from workflows.decisions import Decisions, Refused
+    from workflows.decisions import Decisions
     from workflows.state import TurnState
 
 
@@ -33,34 +32,33 @@ class ApprovalHandlers:
         s = self.s
         return TurnProgress(step=s.step, round_trips=s.round_trips, tool_calls=s.calls,
                             pending_approvals=list(s.pending.values()),
-                            refused_signals=s.refused, events=s.events,
-                            events_offset=s.events_dropped)
+                            refused_signals=s.refused, refused_signals_total=s.refused_total,
+                            events=s.events, events_offset=s.events_dropped)
 
     @workflow.query(name=Handlers.PENDING_APPROVALS)
     def pending_approvals(self) -> list[PendingApproval]:
         return list(self.s.pending.values())
 
-    @workflow.signal(name=Handlers.APPROVE)
-    def approve(self, signal: ApproveSignal) -> None:
-        self.decisions.decide(signal.tool_call_id, True, signal.reviewer, signal.comment)
+    # Signals and the update take their raw payloads: the product reads each
+    # one (workflows/decisions.py), so none is dropped by the SDK's decoder.
+    # One dynamic signal handler: `approve`, `reject`, and any other name
+    # (refused and recorded).
+    @workflow.signal(dynamic=True)
+    async def decision_signal(self, name: str, args: Sequence[RawValue]) -> None:
+        await self.decisions.on_signal(name, args)
 
-    @workflow.signal(name=Handlers.REJECT)
-    def reject(self, signal: RejectSignal) -> None:
-        self.decisions.decide(signal.tool_call_id, False, signal.reviewer, signal.reason)
+    # Likewise one dynamic update handler: `review`; its validator refuses any
+    # other name, and a payload over the size limits, before history.
+    @workflow.update(dynamic=True)
+    async def decision_update(self, name: str, args: Sequence[RawValue]) -> ApprovalDecision:
+        """`review`: the decision that took effect; refused with the reason
+        (DecisionRefused), audited."""
+        return await self.decisions.on_review(args)
 
-    @workflow.update(name=Handlers.REVIEW)
-    def review(self, decision: ReviewInput) -> ApprovalDecision:
-        """The decision that took effect; refused with the reason (DecisionRefused)."""
-        taken = self.decisions.decide(decision.tool_call_id, decision.approved,
-                                      decision.reviewer, decision.note)
-        if isinstance(taken, Refused):  # another decision won the race since validation
-            raise ApplicationError(taken.reason, type=DecisionRefused.error_type,
+    @decision_update.validator
+    def _validate_update(self, name: str, args: Sequence[RawValue]) -> None:
+        if name != Handlers.REVIEW:
+            raise ApplicationError(f"no update named {name[:60]!r}: this turn takes "
+                                   f"{Handlers.REVIEW!r}", type="UnknownUpdate",
                                    non_retryable=True)
-        return taken
-
-    @review.validator
-    def _validate_review(self, decision: ReviewInput) -> None:
-        reason = self.decisions.refusal(decision.tool_call_id, decision.reviewer,
-                                        replaying_rules=False)
-        if reason:
-            raise ApplicationError(reason, type=DecisionRefused.error_type, non_retryable=True)
+        self.decisions.validate_review(args)

@@ -58,7 +58,8 @@ async def await_decision(s: TurnState, call: ToolCall, tool: ToolSpec,
     decision = s.decisions[call.id]
     decision.tool_name = call.name
     verdict = "approved" if decision.approved else "rejected"
-    s.event("approval", f"{call.name} {verdict} by {decision.reviewer}")
+    edited = " with edits" if decision.arguments is not None else ""
+    s.event("approval", f"{call.name} {verdict}{edited} by {decision.reviewer}")
     metrics.approval_decided(call.name, "deadline" if decision.reviewer == "deadline"
                              and not decision.approved else verdict, now)
     s.step = TurnPhase.TOOLS

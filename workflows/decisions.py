@@ -1,31 +1,61 @@
-"""Reviewers' decisions on a turn's pending approvals (docs/contract.md,
-"Approvals"): who may decide, what takes effect, what is refused.
+"""Reviewers' decisions on a turn's pending approvals (docs/approvals.md):
+who may decide, what takes effect, what is refused.
 
-A decision arrives as the `approve`/`reject` signals or the `review` update.
-It takes effect only for a call that waits, from a reviewer the service's
-approver policy allows (names compared as identities,
-turnstile.engine.identity), and only once: the first decision stands, later
-ones — and the approval deadline — are refused or ignored. A refused
-decision is never silently dropped: it is in the status query, the log and
-the audit log; through `review` the reviewer gets the reason as a
+A decision arrives as the `approve`/`reject` signals or the `review` update
+(workflows/approval_handlers.py), read from its raw payload by the product
+(turnstile.engine.decision_payloads). It takes effect only for a call that
+waits, from a reviewer the service's approver policy allows (names compared
+as identities, turnstile.engine.identity), bound to the arguments the
+reviewer saw when it names their digest, and only once: the first decision
+stands, later ones — and the approval deadline — are refused or ignored.
+An approval may carry the reviewer's complete edited arguments: they are
+checked again as the model's were (the tool's schema and validation, the
+outbound policy: the `review_call` activity) before the decision is taken.
+
+A refused decision is never silently dropped: it is in the status query
+(bounded, counted), the log and the audit log (APPROVAL_REFUSED, written at
+once by the handler); through `review` the reviewer gets the reason as a
 `DecisionRefused` error, and on success the decision that took effect.
+
+To add a way of deciding (e.g. a new message rejecting every pending call),
+build a `DecisionRequest` and `await take(request)`, or call `decide` for
+a decision that needs no check of edits.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import json
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
 
 from temporalio import workflow
+from temporalio.common import RawValue, RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from turnstile.engine.approvals import approval_refusal
-    from turnstile.engine.contract import ApprovalDecision
+    from turnstile.engine import activity_io as io
+    from turnstile.engine.approvals import approval_refusal, arguments_digest, canonical_json
+    from turnstile.engine.contract import ApprovalDecision, PendingApproval
+    from turnstile.engine.decision_payloads import (
+        DecisionKind,
+        DecisionRequest,
+        Unreadable,
+        oversize,
+        read_decision,
+    )
+    from turnstile.engine.errors import DecisionRefused
     from turnstile.engine.masking import mask_text
+    from turnstile.engine.messages import ToolCall
     from turnstile.engine.specs import ServiceSpec
-    from turnstile.engine.turn_input_rules import NOTE_MAX, clean_note
-    from turnstile.engine.versions import NAMES_AS_IDENTITIES
-    from workflows.state import TurnState
+    from turnstile.engine.turn_input_rules import clean_note
+    from turnstile.engine.versions import (
+        DECISIONS_READ_BY_PRODUCT,
+        NAMES_AS_IDENTITIES,
+        REFUSALS_AUDITED_AT_ONCE,
+    )
+    from workflows.state import TurnState, TurnStopped, failure_reason
 
 
 @dataclass(frozen=True)
@@ -36,21 +66,99 @@ class Refused:
     reason: str
 
 
+# Checking edited arguments is a `review_call` activity awaited by the
+# reviewer's update: short, few retries (a refusal says it could not check).
+EDIT_CHECK_TIMEOUT = timedelta(seconds=15)
+EDIT_CHECK_RETRY = RetryPolicy(maximum_attempts=3, initial_interval=timedelta(seconds=0.5))
+
+
+def decoded(args: Sequence[RawValue]) -> tuple[Any, int, str | None]:
+    """(value, size in bytes, problem) of a handler's raw payloads: the one
+    JSON value a decision is, never decoded past DECISION_PAYLOAD_MAX."""
+    from turnstile.engine.decision_payloads import DECISION_PAYLOAD_MAX
+
+    if len(args) != 1:
+        return None, 0, f"expected one payload (the decision), got {len(args)}"
+    payload = args[0].payload
+    size = len(payload.data)
+    if size > DECISION_PAYLOAD_MAX:
+        return None, size, None  # read_decision/oversize say so, unread
+    encoding = payload.metadata.get("encoding", b"").decode("utf-8", "replace")
+    if encoding != "json/plain":
+        return None, size, f"encoding {encoding[:40]!r} is not JSON"
+    try:
+        return json.loads(payload.data), size, None
+    except (ValueError, RecursionError) as exc:
+        return None, size, f"not JSON ({str(exc)[:80]})"
+
+
 class Decisions:
     def __init__(self, s: TurnState, spec: Callable[[], ServiceSpec]) -> None:
         self.s, self.spec = s, spec
 
-    def refusal(self, call_id: str, reviewer: str, *, replaying_rules: bool = True) -> str | None:
+    # -- the doors ---------------------------------------------------------------
+    async def on_signal(self, name: str, args: Sequence[RawValue]) -> None:
+        """Any signal: `approve` and `reject` are decisions; anything else is refused."""
+        kinds = {k.value: k for k in (DecisionKind.APPROVE, DecisionKind.REJECT)}
+        kind = kinds.get(name)
+        if kind is None:
+            await self.unreadable(Unreadable(
+                verb=clean_note(name)[:60] or "signal", tool_call_id="", reviewer="",
+                reason=f"unknown signal {_quoted(name)} (this turn takes approve, reject)"),
+                "signal")
+            return
+        value, size, problem = decoded(args)
+        read = (Unreadable(verb=kind.value, tool_call_id="", reviewer="",
+                           reason=f"unreadable {kind.value} payload: {problem}")
+                if problem else read_decision(kind, value, size=size, cut_note=True))
+        if isinstance(read, Unreadable):
+            await self.unreadable(read, f"signal {kind.value}")
+            return
+        await self.take(read, f"signal {kind.value}")
+
+    def validate_review(self, args: Sequence[RawValue]) -> None:
+        """The `review` update's validator: refuses only what must not enter
+        history (over the size limits). Everything else is accepted, so its
+        refusal is recorded and audited by the handler."""
+        value, size, _ = decoded(args)
+        problem = oversize(DecisionKind.REVIEW, value, size)
+        if problem:
+            raise ApplicationError(problem, type=DecisionRefused.error_type, non_retryable=True)
+
+    async def on_review(self, args: Sequence[RawValue]) -> ApprovalDecision:
+        """The decision that took effect; refused (audited) with the reason."""
+        value, size, problem = decoded(args)
+        read = (Unreadable(verb="review", tool_call_id="", reviewer="",
+                           reason=f"unreadable review payload: {problem}")
+                if problem else read_decision(DecisionKind.REVIEW, value, size=size,
+                                              cut_note=False))
+        if isinstance(read, Unreadable):
+            await self.unreadable(read, "update review")
+            raise ApplicationError(read.reason, type=DecisionRefused.error_type,
+                                   non_retryable=True)
+        taken = await self.take(read, "update review")
+        if isinstance(taken, Refused):
+            raise ApplicationError(taken.reason, type=DecisionRefused.error_type,
+                                   non_retryable=True)
+        return taken
+
+    # -- the rules ---------------------------------------------------------------
+    def refusal(self, call_id: str, reviewer: str, *, replaying_rules: bool = True,
+                digest: str | None = None) -> str | None:
         """Why this decision may not be applied (None: it may).
-        `replaying_rules=False` (an update's validator, never replayed) applies
-        today's rules without asking which rules the turn's history followed."""
+        `replaying_rules=False` applies today's rules without asking which
+        rules the turn's history followed."""
         s = self.s
         pending = s.pending.get(call_id)
         if call_id in s.decisions:
-            return f"tool call {call_id!r} was already decided"
+            return f"tool call {_quoted(call_id)} was already decided"
         if pending is None:
-            return (f"no pending approval for tool call {call_id!r}; pending: "
+            return (f"no pending approval for tool call {_quoted(call_id)}; pending: "
                     f"{sorted(s.pending) or 'none'}")
+        if digest is not None and digest != _digest(pending):
+            return (f"stale decision: the call's arguments changed since the reviewer saw "
+                    f"them (digest {_quoted(digest[:16])}..., the pending call's is "
+                    f"{_digest(pending)[:16]}...); look again")
         requester = s.turn.user_id if s.turn is not None else ""
 
         def by(identity: bool) -> str | None:
@@ -68,25 +176,119 @@ class Decisions:
             return before
         return today
 
-    def decide(self, call_id: str, approved: bool, reviewer: str, note: str) -> (
-            ApprovalDecision | Refused):
-        """The decision that took effect, or the reason it was refused (audited)."""
+    async def take(self, r: DecisionRequest, door: str) -> ApprovalDecision | Refused:
+        """Check `r` (edits included) and apply it, or refuse it (audited).
+        Without edits nothing is awaited before the decision is applied."""
+        reason = self.refusal(r.tool_call_id, r.reviewer, digest=r.digest)
+        arguments = r.arguments
+        if reason is None and arguments is not None:
+            reason, arguments = await self._check_edits(r)
+            if reason is None:  # another decision may have won while the edits were checked
+                reason = self.refusal(r.tool_call_id, r.reviewer, digest=r.digest)
+        if reason:
+            await self._refused(r.tool_call_id, r.verb, r.reviewer, reason, door,
+                                edited=r.arguments)
+            return Refused(reason)
+        return self.decide(r.tool_call_id, r.approved, r.reviewer, r.note, arguments=arguments)
+
+    def decide(self, call_id: str, approved: bool, reviewer: str, note: str, *,
+               arguments: dict[str, Any] | None = None) -> ApprovalDecision | Refused:
+        """Apply a decision already checked by `take` (or one the turn takes
+        itself): the decision that took effect, or Refused (queued for audit)."""
         s = self.s
         reason = self.refusal(call_id, reviewer)
-        verb = "approve" if approved else "reject"
-        kept_reviewer = clean_note(reviewer)[:200]
         if reason:
             pending = s.pending.get(call_id)
+            verb = "approve" if approved else "reject"
             s.refuse(clean_note(call_id)[:200], pending.tool_name if pending else "", verb,
-                     kept_reviewer,
-                     f"{verb} by {_quoted(kept_reviewer)} for {_quoted(call_id)} refused: "
-                     f"{reason}")
+                     clean_note(reviewer)[:200], _refusal_text(verb, reviewer, call_id, reason))
             return Refused(reason)
         decision = s.decisions[call_id] = ApprovalDecision(
             tool_call_id=call_id, tool_name=s.pending[call_id].tool_name, approved=approved,
-            reviewer=kept_reviewer, note=mask_text(clean_note(note))[:NOTE_MAX],
-            decided_at=workflow.now().isoformat())
+            reviewer=clean_note(reviewer)[:200], note=mask_text(clean_note(note)),
+            decided_at=workflow.now().isoformat(), arguments=arguments)
         return decision
+
+    async def _check_edits(self, r: DecisionRequest) -> tuple[str | None, dict[str, Any] | None]:
+        """(why the edited arguments are refused, the arguments to run with:
+        None when they equal the model's)."""
+        pending = self.s.pending[r.tool_call_id]
+        assert r.arguments is not None
+        if not r.approved:
+            return "edited arguments come only with an approval", None
+        try:
+            edited = canonical_json(r.arguments)
+        except (ValueError, TypeError, RecursionError) as exc:
+            return f"the edited arguments cannot be written as JSON: {exc}", None
+        if isinstance(pending.arguments, dict) and edited == canonical_json(pending.arguments):
+            return None, None  # no edit: a plain approval
+        tool = self.spec().tool(pending.tool_name)
+        limit = tool.max_argument_bytes if tool is not None else 64 * 1024
+        if len(edited.encode("utf-8", "surrogatepass")) > limit:
+            return (f"the edited arguments are over {pending.tool_name}'s limit of "
+                    f"{limit} bytes"), None
+        turn = self.s.turn
+        assert turn is not None
+        call = ToolCall(id=r.tool_call_id, name=pending.tool_name, arguments=edited)
+        try:
+            reviewed = await self.s.execute(
+                io.review_call, io.ReviewCallInput(service=turn.service, call=call),
+                f"check edited {pending.tool_name}",
+                {"start_to_close_timeout": EDIT_CHECK_TIMEOUT, "retry_policy": EDIT_CHECK_RETRY})
+        except ActivityError as exc:
+            return f"the edited arguments could not be checked: {failure_reason(exc)}", None
+        if not reviewed.valid:
+            return f"the edited arguments were refused: {reviewed.error}", None
+        return None, r.arguments
+
+    # -- refusals ----------------------------------------------------------------
+    async def unreadable(self, read: Unreadable, door: str) -> None:
+        """A payload that is no decision: refused and recorded — except in a
+        turn begun before the product read payloads, which replays as the SDK
+        dropped it."""
+        if not workflow.patched(DECISIONS_READ_BY_PRODUCT):
+            workflow.logger.warning("dropped %s: %s", door, read.reason[:200])
+            return
+        await self._refused(read.tool_call_id, read.verb, read.reviewer, read.reason, door)
+
+    async def _refused(self, call_id: str, verb: str, reviewer: str, reason: str, door: str,
+                       edited: dict[str, Any] | None = None) -> None:
+        """Record a refusal; audit it at once once the turn has begun (else
+        when its round or the turn ends)."""
+        s = self.s
+        pending = s.pending.get(call_id)
+        details: dict[str, object] = {"door": door}
+        if edited is not None:
+            text = _json_or_none(edited)
+            details["arguments"] = (json.loads(text) if text is not None and len(text) <= 4000
+                                    else "(edited arguments, not kept: over 4000 characters)")
+        at_once = s.begun and s.turn is not None and workflow.patched(REFUSALS_AUDITED_AT_ONCE)
+        entry = s.refuse(clean_note(call_id)[:200] or "(no call)",
+                         pending.tool_name if pending else "", verb, clean_note(reviewer)[:200],
+                         _refusal_text(verb, reviewer, call_id, reason), queue=not at_once,
+                         details=details)
+        if not at_once:
+            return
+        try:
+            await s.append([], audit=[entry])
+        except TurnStopped as stop:  # written with the round's or the turn's end instead
+            workflow.logger.warning("refusal not audited yet: %s", stop)
+            s.refusals.append(entry)
+
+
+def _digest(pending: PendingApproval) -> str:
+    return pending.arguments_digest or arguments_digest(pending.arguments)
+
+
+def _json_or_none(value: Any) -> str | None:
+    try:
+        return canonical_json(value)
+    except (ValueError, TypeError, RecursionError):
+        return None
+
+
+def _refusal_text(verb: str, reviewer: str, call_id: str, reason: str) -> str:
+    return f"{verb} by {_quoted(reviewer)} for {_quoted(call_id)} refused: {reason}"
 
 
 def _quoted(text: str) -> str:

@@ -27,6 +27,7 @@ with workflow.unsafe.imports_passed_through():
         TurnPhase,
         TurnStatus,
     )
+    from turnstile.engine.decision_payloads import REFUSAL_TEXT_MAX, REFUSALS_KEPT
     from turnstile.engine.errors import REFUSING_ERRORS, ResetConflict, TurnstileError
     from turnstile.engine.masking import mask_any, mask_json_text
     from turnstile.engine.messages import ChatMessage, ToolCall, Usage
@@ -140,6 +141,7 @@ class TurnState:
         self.pending: dict[str, PendingApproval] = {}
         self.decisions: dict[str, ApprovalDecision] = {}
         self.refused: list[str] = []
+        self.refused_total = 0
         # Refused decisions, audited when the round or the turn ends.
         self.refusals: list[io.AuditEntry] = []
         self.usage = Usage()
@@ -184,15 +186,23 @@ class TurnState:
         workflow.logger.info("%s: %s", step, detail)
 
     def refuse(self, call_id: str, tool_name: str, verb: str, reviewer: str,
-               reason: str) -> None:
-        """A decision that is not applied: in the status query, the log and
-        (when the round or the turn ends) the audit log."""
-        workflow.logger.warning(reason)
-        self.refused.append(reason)
-        self.refusals.append(io.AuditEntry(
-            call_id=f"{call_id}/refused-{len(self.refused)}", tool_name=tool_name or "(none)",
-            arguments=json.dumps({"decision": verb, "reviewer": reviewer}),
-            status=AuditStatus.APPROVAL_REFUSED, error=reason))
+               reason: str, *, queue: bool = True,
+               details: dict[str, object] | None = None) -> io.AuditEntry:
+        """A decision that is not applied: in the status query (the last
+        REFUSALS_KEPT, texts cut, all counted), the log and the audit log —
+        its entry, queued for the round's or the turn's end unless `queue`
+        is False (the caller writes it at once)."""
+        workflow.logger.warning(reason[:REFUSAL_TEXT_MAX])
+        self.refused_total += 1
+        self.refused.append(reason[:REFUSAL_TEXT_MAX])
+        del self.refused[:-REFUSALS_KEPT]
+        entry = io.AuditEntry(
+            call_id=f"{call_id}/refused-{self.refused_total}", tool_name=tool_name or "(none)",
+            arguments=json.dumps({"decision": verb, "reviewer": reviewer, **(details or {})}),
+            status=AuditStatus.APPROVAL_REFUSED, error=reason[:REFUSAL_TEXT_MAX])
+        if queue:
+            self.refusals.append(entry)
+        return entry
 
     def take_refusals(self) -> list[io.AuditEntry]:
         taken, self.refusals = self.refusals, []

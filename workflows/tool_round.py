@@ -19,6 +19,7 @@ from temporalio.exceptions import ActivityError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
     from turnstile.engine import activity_io as io, attributes as attr, tool_round_rules as rules
+    from turnstile.engine.approvals import ran_call
     from turnstile.engine.breakers import Breakers
     from turnstile.engine.contract import (
         ApprovalDecision,
@@ -32,7 +33,7 @@ with workflow.unsafe.imports_passed_through():
     from turnstile.engine.messages import ChatMessage, ToolCall
     from turnstile.engine.specs import ServiceSpec
     from workflows.approval_wait import await_decision
-    from workflows.state import TurnState, TurnStopped, failure_reason
+    from workflows.state import TurnState, TurnStopped, failure_reason, recorded_arguments
     from workflows.tool_options import listing_options, tool_options
 
 
@@ -140,6 +141,9 @@ class ToolRound:
                 self.writes.decisions.append(approval)
                 self._settle(rec, seq, call, rejected)
                 return
+        model_call, call = call, ran_call(call, approval)
+        if call is not model_call:  # approved with edits: the tool runs with the reviewer's
+            rec.arguments = recorded_arguments(call)
         self.s.event("tool_call", f"{call.name} {bounded_arguments(call.arguments)}")
         self.open[seq] = (call, rec, True)
         try:
@@ -147,7 +151,7 @@ class ToolRound:
                 io.execute_tool,
                 io.ToolExecInput(conversation_id=self.turn.conversation_id,
                                  user_id=self.turn.user_id, service=self.turn.service,
-                                 call=call, result_seq=seq, approval=approval,
+                                 call=model_call, result_seq=seq, approval=approval,
                                  execution_chain=self.s.chain),
                 tool.summary or call.name, tool_options(tool))
         except ActivityError as exc:

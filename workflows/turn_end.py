@@ -82,6 +82,8 @@ class TurnEnding:
             await self.s.flush()  # e.g. the user message of a turn stopped before its model call
         except TurnStopped as stop:
             self.s.event("record_failed", str(stop))
+        if not workflow.all_handlers_finished():  # e.g. a refusal being audited
+            await workflow.wait_condition(workflow.all_handlers_finished)
         refusals = self.s.take_refusals()
         if refusals:  # e.g. a refused signal, then a cancel before the round ended
             try:

@@ -19,7 +19,9 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from turnstile.engine.contract import ApprovalDecision
 from turnstile.engine.identity import name_key
+from turnstile.engine.messages import ToolCall
 
 ANY_TOOL = "*"
 
@@ -128,3 +130,41 @@ def outbound_findings(policy: OutboundPolicy, recipients: Mapping[str, Any]) -> 
                     f"{field}: recipient domain {domain!r} is not allowed for this service "
                     f"(allowed: {', '.join(sorted(allowed))})")
     return problems, notes
+
+
+def changed_fields(before: Any, after: Mapping[str, Any]) -> list[str]:
+    """The top-level fields a reviewer's edit changed, added or removed."""
+    old = before if isinstance(before, Mapping) else {}
+    return sorted(k for k in set(old) | set(after)
+                  if k not in old or k not in after or canonical_json(old[k])
+                  != canonical_json(after[k]))
+
+
+def _shown_value(value: Any, limit: int = 300) -> str:
+    text = canonical_json(value) if not isinstance(value, str) else repr(value)
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+def edit_note(reviewer: str, before: Any, after: Mapping[str, Any]) -> str:
+    """What the model is told when a reviewer edited its call before it ran
+    (the first line of the call's result in memory): who, and each change."""
+    old = before if isinstance(before, Mapping) else {}
+    changes = []
+    for field in changed_fields(before, after):
+        if field not in after:
+            changes.append(f"{field}: removed (was {_shown_value(old[field])})")
+        elif field not in old:
+            changes.append(f"{field}: added {_shown_value(after[field])}")
+        else:
+            changes.append(f"{field}: {_shown_value(old[field])} -> "
+                           f"{_shown_value(after[field])}")
+    return (f"[The reviewer {reviewer!r} edited this call's arguments before approving it; "
+            f"it ran with the edited arguments. Changes: {'; '.join(changes) or 'none'}.]")
+
+
+def ran_call(call: ToolCall, approval: ApprovalDecision | None) -> ToolCall:
+    """The call as it runs: `call` itself, or — approved with edits — the
+    same call with the reviewer's arguments (the model's stays in memory)."""
+    if approval is None or approval.arguments is None:
+        return call
+    return ToolCall(id=call.id, name=call.name, arguments=canonical_json(approval.arguments))

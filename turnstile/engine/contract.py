@@ -142,7 +142,8 @@ class TurnProgress(BaseModel):
     round_trips: int
     tool_calls: list[ToolCallRecord]
     pending_approvals: list[PendingApproval] = Field(default_factory=list)
-    refused_signals: list[str] = Field(default_factory=list)
+    refused_signals: list[str] = Field(default_factory=list)  # the last 100, texts cut
+    refused_signals_total: int = 0  # every refused decision, kept or not
     events: list[TurnEvent] = Field(default_factory=list)
     # The absolute index of events[0]: the turn keeps its latest events only,
     # so a reader resumes by absolute offset (TurnHandle.events). 0 from a
@@ -204,6 +205,8 @@ class ApprovalDecision(BaseModel):
     reviewer: str
     note: str = ""
     decided_at: str = ""
+    # Approved with edits: the reviewer's complete arguments, which the tool runs with.
+    arguments: dict[str, Any] | None = None
 
 
 TurnProgress.model_rebuild()

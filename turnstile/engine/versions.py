@@ -111,3 +111,12 @@ NAMES_AS_IDENTITIES = "names-as-identities"
 # A decision that arrives in the same activation as its approval deadline
 # stands (the deadline used to overwrite it). Asked only in that case.
 DECISION_BEATS_DEADLINE = "decision-beats-deadline"
+
+# Every decision payload is read by the product (turnstile.engine.decision_payloads):
+# one the SDK used to drop (a number as tool_call_id, no reviewer, not JSON, an
+# unknown signal name) is refused and recorded. Asked only for such a payload.
+DECISIONS_READ_BY_PRODUCT = "decisions-read-by-product"
+
+# A refused decision is audited at once by its handler (one local activity),
+# not when the round or the turn ends. Asked only when a decision is refused.
+REFUSALS_AUDITED_AT_ONCE = "refusals-audited-at-once"

@@ -40,6 +40,7 @@ The endings, each one transaction:
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -48,10 +49,12 @@ import sqlalchemy as sa
 
 from turnstile.engine import attributes as attr
 from turnstile.engine.activity_io import AuditEntry
+from turnstile.engine.approvals import changed_fields, edit_note
 from turnstile.engine.contract import ApprovalDecision, AuditStatus, CallStatus
 from turnstile.engine.errors import CallTakenOver
 from turnstile.engine.messages import ChatMessage, ToolCall
 from turnstile.stores import journal_writes as w, ledger, superseded
+from turnstile.stores.audit import mask
 from turnstile.stores.call_key import CallKey
 from turnstile.stores.db import Connection, Database, Transaction
 from turnstile.stores.journal_repair import Repair, open_calls, owner_of, repair_orphans
@@ -95,6 +98,10 @@ class Ending:
     # ledger row is not this attempt's to write (the call was never claimed —
     # an unknown tool, invalid arguments — or an earlier attempt completed it).
     attempt: int | None = None
+    # Approved with edits: the model's own call (`call` ran with the
+    # reviewer's arguments). Memory's result then says what was changed, and
+    # the audit log holds an APPROVED_WITH_EDITS row with both versions.
+    model_call: ToolCall | None = None
 
     @property
     def key(self) -> CallKey:
@@ -107,7 +114,13 @@ class Ending:
                                       attr.WORKFLOW_ID: self.workflow_id}
         if self.state:
             attributes[attr.STATE] = self.state
-        return ChatMessage(role="tool", content=self.text, tool_call_id=self.call.id,
+        text = self.text
+        if self.model_call is not None and self.decision is not None:
+            after = _parsed(self.call)
+            if isinstance(after, dict):
+                note = edit_note(self.decision.reviewer, _parsed(self.model_call), after)
+                text = f"{note}\n{text}"
+        return ChatMessage(role="tool", content=text, tool_call_id=self.call.id,
                            is_error=self.is_error, attributes=attributes)
 
 
@@ -130,6 +143,13 @@ class _Result(NamedTuple):
 
     content: str | None
     attributes: str | None
+
+
+def _parsed(call: ToolCall) -> Any:
+    try:
+        return json.loads(call.arguments)
+    except ValueError:
+        return call.arguments
 
 
 def _execution(key: CallKey, conversation_id: str, user_id: str, call: ToolCall,
@@ -238,11 +258,29 @@ class CallJournal:
             w.record_decision(conn, key, e.call.name, e.decision)
         if not self.audit_enabled:
             return
+        if e.model_call is not None and e.decision is not None:
+            self._audit_edits(conn, e, e.model_call, e.decision)
         if w.audit_opened(conn, key.execution_id) is None:
             w.settle_audit(conn, _execution(key, e.conversation_id, e.user_id, e.call),
                            e.audit_status, e.audit_error or "")
         else:
             w.close_audit(conn, key.execution_id, e.audit_status, e.audit_error)
+
+    @staticmethod
+    def _audit_edits(conn: Connection, e: Ending, model_call: ToolCall,
+                     decision: ApprovalDecision) -> None:
+        """The row of an approval with edits: who edited, the model's arguments
+        and the reviewer's (masked as every audit row), what changed."""
+        before, after = _parsed(model_call), _parsed(e.call)
+        changed = changed_fields(before, after) if isinstance(after, dict) else []
+        record = ToolCall(id=f"{e.call.id}/edited", name=e.call.name, arguments=json.dumps(
+            {"edited_by": decision.reviewer, "model_arguments": before,
+             "reviewer_arguments": after, "changed": changed}, ensure_ascii=False))
+        key = CallKey(e.workflow_id, e.chain, record.id)
+        w.add_audit(conn, _execution(key, e.conversation_id, e.user_id, record),
+                    AuditStatus.APPROVED_WITH_EDITS,
+                    mask(f"approved with edits by {decision.reviewer}: "
+                           f"{', '.join(changed) or 'no field'} changed"))
 
     def attempt_failed(self, key: CallKey, error: str, attempt: int) -> None:
         """An attempt that ended without a result (the tool raised): the ledger
