@@ -51,24 +51,33 @@ class Message:
     created_at: str
 
 
+def _execution(r: sa.Row[tuple[object, ...]], suffix: str = "") -> str:
+    return execution_id(str(r.workflow_id), str(r.tool_call_id) + suffix,
+                        str(r.execution_chain or ""))
+
+
+# The call journal's row of an approval with edits: the call's own id + this
+# (turnstile.stores.journal, `_audit_edits`), both versions masked.
+EDITED = "/edited"
+
+
 def _decided(rows: list[sa.Row[tuple[object, ...]]], audit: dict[str, tuple[str, str, str]]
              ) -> list[Decided]:
     out = []
     for r in rows:
-        ex = execution_id(str(r.workflow_id), str(r.tool_call_id), str(r.execution_chain or ""))
-        status, params, user = audit.get(ex, ("", "", ""))
+        _, _, user = audit.get(_execution(r), ("", "", ""))
+        status, params, edit_user = audit.get(_execution(r, EDITED), ("", "", ""))
         out.append(Decided(
             workflow_id=str(r.workflow_id), tool_call_id=str(r.tool_call_id),
             tool_name=str(r.tool_name), approved=bool(r.approved), reviewer=str(r.reviewer),
-            note=str(r.note or ""), decided_at=str(r.decided_at), requester=user,
+            note=str(r.note or ""), decided_at=str(r.decided_at), requester=user or edit_user,
             edits=params if status == AuditStatus.APPROVED_WITH_EDITS else None))
     return out
 
 
 def _audit_of(db: Database, rows: list[sa.Row[tuple[object, ...]]]
               ) -> dict[str, tuple[str, str, str]]:
-    ids = [execution_id(str(r.workflow_id), str(r.tool_call_id), str(r.execution_chain or ""))
-           for r in rows]
+    ids = [_execution(r, suffix) for r in rows for suffix in ("", EDITED)]
     if not ids:
         return {}
     with db.connect(readonly=True) as conn:
