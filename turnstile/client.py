@@ -40,6 +40,7 @@ from temporalio.common import SearchAttributeKey
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
+from turnstile.approvals_listing import QUERY_TIMEOUT, ApprovalsListing
 from turnstile.engine.contract import (
     WORKFLOW_TYPE,
     ApprovalDecision,
@@ -76,10 +77,6 @@ _CONVERSATION = SearchAttributeKey.for_keyword("TurnstileConversation")
 _USER = SearchAttributeKey.for_keyword("TurnstileUser")
 _SERVICE = SearchAttributeKey.for_keyword("TurnstileService")
 
-# How long one turn's `pending_approvals` query may take in a listing: a
-# turn whose build's workers are gone never answers, and must not hold up
-# the others (they are asked concurrently).
-QUERY_TIMEOUT = timedelta(seconds=0.8)
 
 
 class ApprovalRefused(ClientError):
@@ -137,6 +134,7 @@ class TurnstileClient:
                  query_timeout: timedelta = QUERY_TIMEOUT) -> None:
         self.temporal, self.settings = client, settings
         self.query_timeout = query_timeout
+        self._listing = ApprovalsListing(client, query_timeout)
 
     @classmethod
     async def connect(cls, settings: Settings | None = None) -> TurnstileClient:
@@ -167,10 +165,10 @@ class TurnstileClient:
                         service: str | None = None) -> Approvals:
         """Calls waiting for a decision across running turns, newest first: a
         visibility query on the turns' search attributes, then each turn's
-        `pending_approvals` query, all at once, each within `query_timeout`; a
-        turn whose query fails or does not answer in time is one
-        `UnansweredTurn`. With `reviewer`, their own calls (which they may
-        not decide) are left out."""
+        `pending_approvals` query, concurrently, each within `query_timeout`;
+        a turn whose query fails or does not answer in time is one
+        `UnansweredTurn` (turnstile.approvals_listing). With `reviewer`, their
+        own calls (which they may not decide) are left out."""
         query = "TurnstilePendingApprovals > 0 AND ExecutionStatus = 'Running'"
         if service:
             query += f" AND TurnstileService = '{_quoted(service)}'"
@@ -178,7 +176,7 @@ class TurnstileClient:
         if reviewer is not None:
             turns = [wf for wf in turns
                      if not same_person(reviewer, wf.typed_search_attributes.get(_USER) or "")]
-        answers = await asyncio.gather(*(self._pending_of(wf) for wf in turns))
+        answers = await self._listing.answers(turns, complete=not service)
         views: list[PendingApprovalView] = []
         unanswered: list[UnansweredTurn] = []
         for wf, answer in zip(turns, answers, strict=True):
@@ -190,25 +188,6 @@ class TurnstileClient:
                           for p in answer]
         views.sort(key=lambda v: v.requested_at, reverse=True)
         return Approvals(pending=views, unanswered=unanswered)
-
-    async def _pending_of(self, wf: WorkflowExecution) -> list[PendingApproval] | str:
-        """One turn's pending calls, or why it did not say (never raises)."""
-        seconds = self.query_timeout.total_seconds()
-        try:
-            pending: list[PendingApproval] = await asyncio.wait_for(
-                self.temporal.get_workflow_handle(wf.id, run_id=wf.run_id).query(
-                    Handlers.PENDING_APPROVALS, result_type=list[PendingApproval],
-                    rpc_timeout=self.query_timeout), seconds)
-            return pending
-        except TimeoutError:
-            return f"did not answer within {seconds:g} s (are its build's workers running?)"
-        except WorkflowQueryFailedError as err:
-            log.warning("pending_approvals of %s failed: %s", wf.id, err)
-            return f"its query failed: {err}"
-        except RPCError as err:
-            if "already completed" in err.message or "not found" in err.message.lower():
-                return []  # it ended meanwhile
-            return f"did not answer: {err.message}"
 
     async def pending_approval(self, workflow_id: str,
                                tool_call_id: str) -> PendingApprovalView | None:
@@ -250,6 +229,7 @@ class TurnstileClient:
         the pending call's digest the reviewer saw (refused as stale when the
         call changed since)."""
         handle = self.temporal.get_workflow_handle(workflow_id)
+        self._listing.forget(workflow_id)
         try:
             decision: ApprovalDecision = await handle.execute_update(
                 Handlers.REVIEW, ReviewInput(tool_call_id=tool_call_id, reviewer=reviewer,
