@@ -130,7 +130,8 @@ class ApprovalsListing:
             except RPCError as err:
                 if "already completed" in err.message or err.status == RPCStatusCode.NOT_FOUND:
                     return []  # it ended meanwhile
-                if err.status == RPCStatusCode.DEADLINE_EXCEEDED:
+                if (err.status == RPCStatusCode.DEADLINE_EXCEEDED
+                        or "timeout" in err.message.lower()):  # the rpc_timeout expired
                     self._silent[key] = (time.monotonic(), late)
                     return late
                 return f"did not answer: {err.message}"
