@@ -6,6 +6,7 @@
     python starter.py status|pending WORKFLOW_ID
     python starter.py stream WORKFLOW_ID   (partial model text of a streaming service)
     python starter.py approve|reject WORKFLOW_ID TOOL_CALL_ID --reviewer NAME [--note TEXT]
+                            [--digest HEX] [--arguments JSON (approve with edits)]
     python starter.py inbox [--host 127.0.0.1] [--port 8234] [--allow-dev-login-on-network]
     python starter.py audit [--since 1h] [--tool T] [--user U] [--status S] [--limit N]
                             [--top [--over N] | --failures] [--json]
@@ -173,25 +174,40 @@ async def stream(args: argparse.Namespace, ctx: Context) -> int:
 
 
 async def approve(args: argparse.Namespace, ctx: Context) -> int:
+    edited = None
+    if getattr(args, "arguments", None) is not None:
+        try:
+            edited = json.loads(args.arguments)
+        except ValueError as err:
+            out(f"--arguments is not JSON: {err}")
+            return 2
+        if not isinstance(edited, dict):
+            out("--arguments must be a JSON object: the complete edited arguments")
+            return 2
     return await review(await ctx.turns(), args.workflow_id, args.cmd == "approve",
-                        args.tool_call_id, args.reviewer, args.note)
+                        args.tool_call_id, args.reviewer, args.note, arguments=edited,
+                        digest=getattr(args, "digest", None))
 
 
 async def review(turns: TurnstileClient, workflow_id: str, approved: bool,
-                 call_id: str, reviewer: str, note: str) -> int:
+                 call_id: str, reviewer: str, note: str, *,
+                 arguments: dict[str, object] | None = None, digest: str | None = None) -> int:
     """`approve`/`reject` through the `review` update (turnstile.client): print
     the decision that took effect, or the refusal and its reason (exit 1) —
-    never "sent"."""
+    never "sent". `arguments`: the reviewer's complete edited arguments;
+    `digest`: the pending call's arguments_digest the reviewer saw."""
     verb = "approve" if approved else "reject"
     try:
-        taken = await turns.review(workflow_id, call_id, approved, reviewer, note)
+        taken = await turns.review(workflow_id, call_id, approved, reviewer, note,
+                                   arguments=arguments, arguments_digest=digest)
     except ApprovalRefused as err:
         out(f"{verb} refused for {call_id}: {err.reason}")
         return 1
     except TurnNotFound as err:  # no such turn, or it has ended
         out(f"{verb} refused for {call_id}: {err}")
         return 1
-    verdict = "approved" if taken.approved else "rejected"
+    verdict = ("approved with edits" if taken.arguments is not None else "approved"
+               ) if taken.approved else "rejected"
     out(f"{taken.tool_name} {taken.tool_call_id} {verdict} by {taken.reviewer} "
         f"at {taken.decided_at}")
     return 0
@@ -351,6 +367,12 @@ def parser() -> argparse.ArgumentParser:
         p_review.add_argument("tool_call_id")
         p_review.add_argument("--reviewer", required=True)
         p_review.add_argument("--note", default="")
+        p_review.add_argument("--digest", default=None,
+                              help="the arguments_digest shown with the pending call: "
+                                   "refused as stale if the call changed since")
+        if name == "approve":
+            p_review.add_argument("--arguments", default=None, metavar="JSON",
+                                  help="approve with edits: the complete edited arguments")
     p_audit = sub.add_parser("audit", help="ask the audit log: calls, --top callers, --failures")
     p_audit.add_argument("--since", default=None,
                          help="window start: 1h, 30m, 7d, or an ISO time (summaries: 1h)")

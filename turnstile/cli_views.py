@@ -22,7 +22,10 @@ def signal_command(workflow_id: str, p: PendingApproval, reviewer: str,
                    name: Handlers = Handlers.APPROVE) -> str:
     """A command a reviewer can paste: every value shell-quoted, so a hostile
     call id or workflow id is data, never shell code."""
-    payload = json.dumps({"tool_call_id": p.tool_call_id, "reviewer": reviewer})
+    decision = {"tool_call_id": p.tool_call_id, "reviewer": reviewer}
+    if p.arguments_digest:  # bound to what the reviewer saw (refused as stale otherwise)
+        decision["arguments_digest"] = p.arguments_digest
+    payload = json.dumps(decision)
     return shlex.join(["temporal", "workflow", "signal", "--workflow-id", workflow_id,
                        "--name", name.value, "--input", payload])
 
@@ -38,6 +41,8 @@ def describe_pending(p: PendingApproval) -> list[str]:
     lines.append("    arguments: " + json.dumps(p.arguments, ensure_ascii=False, indent=2)
                  .replace("\n", "\n    "))
     lines += [f"    !! {note}" for note in p.notes]
+    if p.arguments_digest:
+        lines.append(f"    arguments digest: {p.arguments_digest}")
     return lines
 
 

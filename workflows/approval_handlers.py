@@ -19,6 +19,7 @@ with workflow.unsafe.imports_passed_through():
         PendingApproval,
         TurnProgress,
     )
+    from turnstile.engine.errors import DecisionRefused
     from workflows.decisions import Decisions
     from workflows.state import TurnState
 
@@ -59,6 +60,6 @@ class ApprovalHandlers:
     def _validate_update(self, name: str, args: Sequence[RawValue]) -> None:
         if name != Handlers.REVIEW:
             raise ApplicationError(f"no update named {name[:60]!r}: this turn takes "
-                                   f"{Handlers.REVIEW!r}", type="UnknownUpdate",
+                                   f"{Handlers.REVIEW!r}", type=DecisionRefused.error_type,
                                    non_retryable=True)
         self.decisions.validate_review(args)

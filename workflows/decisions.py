@@ -39,6 +39,7 @@ with workflow.unsafe.imports_passed_through():
     from turnstile.engine.approvals import approval_refusal, arguments_digest, canonical_json
     from turnstile.engine.contract import ApprovalDecision, PendingApproval
     from turnstile.engine.decision_payloads import (
+        DECISION_PAYLOAD_MAX,
         DecisionKind,
         DecisionRequest,
         Unreadable,
@@ -75,8 +76,6 @@ EDIT_CHECK_RETRY = RetryPolicy(maximum_attempts=3, initial_interval=timedelta(se
 def decoded(args: Sequence[RawValue]) -> tuple[Any, int, str | None]:
     """(value, size in bytes, problem) of a handler's raw payloads: the one
     JSON value a decision is, never decoded past DECISION_PAYLOAD_MAX."""
-    from turnstile.engine.decision_payloads import DECISION_PAYLOAD_MAX
-
     if len(args) != 1:
         return None, 0, f"expected one payload (the decision), got {len(args)}"
     payload = args[0].payload
