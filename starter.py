@@ -7,7 +7,7 @@
     python starter.py stream WORKFLOW_ID   (partial model text of a streaming service)
     python starter.py approve|reject WORKFLOW_ID TOOL_CALL_ID --reviewer NAME [--note TEXT]
                             [--digest HEX] [--arguments JSON (approve with edits)]
-    python starter.py inbox [--host 127.0.0.1] [--port 8234]   (the approvals inbox)
+    python starter.py inbox [--host 127.0.0.1] [--port 8234] [--allow-dev-login-on-network]
     python starter.py audit [--since 1h] [--tool T] [--user U] [--status S] [--limit N]
                             [--top [--over N] | --failures] [--json]
     python starter.py usage [--since 7d|ISO] [--until ISO] [--user U] [--service S] [--json]
@@ -126,10 +126,10 @@ async def follow(turn: TurnHandle, turns: TurnstileClient,
             progress = await turn.status()
         except Exception:  # noqa: BLE001 - not yet queryable (no workflow task run yet)
             progress = None
-        if progress:
-            for ev in progress.events[seen:]:
+        if progress:  # absolute offsets: the turn keeps its latest events only
+            for ev in progress.events[max(0, seen - progress.events_offset):]:
                 out(f"  [{ev.step}] {ev.detail}")
-            seen = len(progress.events)
+            seen = progress.events_offset + len(progress.events)
             for p in progress.pending_approvals:
                 if p.tool_call_id in announced:
                     continue
@@ -146,7 +146,7 @@ async def follow(turn: TurnHandle, turns: TurnstileClient,
         await asyncio.wait([result_task], timeout=poll)
     result = result_task.result()
     final = await turn.status()
-    for ev in final.events[seen:]:
+    for ev in final.events[max(0, seen - final.events_offset):]:
         out(f"  [{ev.step}] {ev.detail}")
     return result
 
@@ -328,8 +328,13 @@ async def stack(args: argparse.Namespace, ctx: Context) -> int:
 
 async def inbox(args: argparse.Namespace, ctx: Context) -> int:
     from turnstile.inbox.app import serve
+    from turnstile.inbox.security import InboxConfigError
 
-    await asyncio.to_thread(serve, args.host, args.port)
+    try:
+        await asyncio.to_thread(serve, args.host, args.port, args.allow_dev_login_on_network)
+    except InboxConfigError as unsafe:
+        out(f"refusing to start the inbox: {unsafe}")
+        return 2
     return 0
 
 
@@ -386,6 +391,9 @@ def parser() -> argparse.ArgumentParser:
     p_inbox = sub.add_parser("inbox", help="the approvals inbox in the browser")
     p_inbox.add_argument("--host", default="127.0.0.1")
     p_inbox.add_argument("--port", type=int, default=8234)
+    p_inbox.add_argument("--allow-dev-login-on-network", action="store_true",
+                         help="serve the development login (anyone may name themselves) on a "
+                              "non-loopback --host anyway")
     sub.add_parser("check", help="compare memory, journal, audit, approvals and "
                    "the world tables; exit 1 on any disagreement or anything "
                    "awaiting repair, 2 if Temporal cannot say whether a lock's "

@@ -124,12 +124,16 @@ def what_was_unread(err: BaseException) -> str:
 
 def classified(err: BaseException, activity_type: str) -> ApplicationError | None:
     """The non-retryable failure `err` stands for, or None: raise it as it is."""
-    if isinstance(err, FailureError | asyncio.CancelledError):
-        return None  # the activity decided (ApplicationError), or it was cancelled
+    if isinstance(err, asyncio.CancelledError):
+        return None
+    # A refusal of the data by the database, also beneath an error the activity
+    # raised (e.g. CallNotRecorded), is the same on every attempt.
     category = refused_data(err)
-    if category is not None:
+    if category is not None and not (isinstance(err, ApplicationError) and err.non_retryable):
         return ApplicationError(f"{category}; retrying cannot help",
                                 type=DatabaseRefusedData.error_type, non_retryable=True)
+    if isinstance(err, FailureError):
+        return None  # the activity decided (ApplicationError)
     bad = unreadable(err)
     if bad is None:
         return None

@@ -1,8 +1,9 @@
 """The approvals inbox (turnstile.inbox) against a real dev server, worker and
 the strict fake model: a pending call listed across turns with its full
-arguments escaped, the development login, CSRF, the requester's own call
-refused with its reason, a decision that takes effect, and the proxy-header
-identity."""
+arguments escaped, the development login (with its CSRF token), CSRF on
+decisions, the requester's own call refused with its reason, a decision that
+takes effect, and the proxy-header identity. The hardening has its own file
+(tests/test_inbox_hardening.py)."""
 
 from __future__ import annotations
 
@@ -33,9 +34,19 @@ async def _pending_turn(turns: Any, user: str) -> Any:
     return handle
 
 
-def _settings(server: DevServer, queue: str) -> Settings:
+def _settings(server: DevServer, queue: str, database_url: str | None = None) -> Settings:
     return Settings.from_env({"TEMPORAL_ADDRESS": server.address,
-                              "TURNSTILE_TASK_QUEUE": queue})
+                              "TURNSTILE_TASK_QUEUE": queue,
+                              **({"DATABASE_URL": database_url} if database_url else {})})
+
+
+async def login(tc: TestClient, name: str) -> Any:
+    """The development login as a browser does it: the form (its CSRF token), then the post."""
+    tc.cookies.clear()
+    form = (await _get(tc, "/login")).text
+    token = re.search(r'name="csrf" value="([0-9a-f]+)"', form)
+    assert token is not None, form
+    return await _post(tc, "/login", data={"name": name, "csrf": token.group(1)})
 
 
 async def _get(tc: TestClient, url: str, **kw: Any) -> Any:
@@ -69,12 +80,12 @@ async def test_review_in_the_browser_development_login(
         with TestClient(build_app(_settings(temporal_server, task_queue), secret="s"),
                         follow_redirects=False) as tc:
             assert (await _get(tc, "/")).status_code == 303  # who are you?
-            bad = await _post(tc, "/login", data={"name": "bob\u200b"})
-            assert bad.status_code == 400
-            assert (await _post(tc, "/login", data={"name": "carol"})).status_code == 303
+            # The login form carries a CSRF token: a post without it is refused.
+            assert (await _post(tc, "/login", data={"name": "carol"})).status_code == 403
+            assert (await login(tc, "bob\u200b")).status_code == 400
+            assert (await login(tc, "carol")).status_code == 303
             await _listed(tc, handle.id)  # carol's inbox lists alice's call
-            tc.cookies.clear()
-            await _post(tc, "/login", data={"name": "alice"})
+            await login(tc, "alice")
             own = (await _get(tc, "/")).text  # alice's own call is not in her inbox ...
             assert f"/calls/{handle.id}/p1" not in own
             detail = (await _get(tc, f"/calls/{handle.id}/p1")).text
@@ -91,8 +102,7 @@ async def test_review_in_the_browser_development_login(
                                  data={"decision": "approve", "csrf": "0" * 64})
             assert forged.status_code == 403
             # Carol, in her own session, approves.
-            tc.cookies.clear()
-            await _post(tc, "/login", data={"name": "carol"})
+            await login(tc, "carol")
             detail = (await _get(tc, f"/calls/{handle.id}/p1")).text
             token = re.search(r'name="csrf" value="([0-9a-f]+)"', detail)
             assert token is not None
@@ -107,6 +117,7 @@ async def test_identity_from_the_proxy_header(
         client: Client, temporal_server: DevServer, task_queue: str, tmp_path: Path,
         fake_llm: FakeLLM, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TURNSTILE_INBOX_IDENTITY_HEADER", "X-Forwarded-User")
+    monkeypatch.setenv("TURNSTILE_INBOX_PROXY_SECRET", "from-the-proxy")
     fake_llm.script(tool_reply(("p1", "sendMoneySlowly", {"to": "bob@example.com", "amount": 1})),
                     text_reply("paid"))
     async with running_worker(client, task_queue, f"sqlite:///{tmp_path}/t.db",
@@ -114,12 +125,11 @@ async def test_identity_from_the_proxy_header(
         handle = await _pending_turn(turns, f"u-{uuid.uuid4().hex[:4]}")
         with TestClient(build_app(_settings(temporal_server, task_queue), secret="s"),
                         follow_redirects=False) as tc:
-            page = await _listed(tc, handle.id)  # anyone may look
-            assert "you can look, not decide" in page
             anonymous = await _post(tc, f"/calls/{handle.id}/p1", data={"decision": "approve"})
-            assert anonymous.status_code == 403
+            assert anonymous.status_code == 401
             assert (await _get(tc, "/login")).status_code == 404
-            who = {"X-Forwarded-User": "dave"}
+            who = {"X-Forwarded-User": "dave", "X-Turnstile-Proxy-Secret": "from-the-proxy"}
+            await _listed(tc, handle.id, headers=who)
             detail = (await _get(tc, f"/calls/{handle.id}/p1", headers=who)).text
             token = re.search(r'name="csrf" value="([0-9a-f]+)"', detail)
             assert token is not None

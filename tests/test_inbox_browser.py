@@ -5,6 +5,13 @@ model wrote with a <script> in it; the page lists it; the requester's own
 approval is refused with the reason shown; another reviewer approves; the
 turn completes and exactly one mail arrives. The subject renders as text.
 
+A second reviewer edits the e-mail in place: an outside recipient is
+refused on the page (the call stays pending, the edit stays in the form),
+then a recipient inside the allow-list and a new subject are approved; the
+mail that arrives over SMTP carries the edits, the audit has an
+APPROVED_WITH_EDITS row, the model's next request says what was edited and
+the "decided" view shows it.
+
 With TURNSTILE_SCREENSHOTS=DIR the list and detail pages are saved there as
 PNG (docs/ holds the ones the README shows)."""
 
@@ -53,8 +60,7 @@ class Browser:
     def login(self, name: str) -> None:
         from selenium.webdriver.common.by import By
 
-        self.driver.delete_all_cookies()
-        self.driver.get(f"{self.base}/login")
+        self.driver.get(f"{self.base}/login")  # the form sets its CSRF cookie
         self.driver.find_element(By.NAME, "name").send_keys(name)
         self.driver.find_element(By.CSS_SELECTOR, "form button").click()
         self.wait_for("reviewer")  # the login's redirect has landed, the cookie is set
@@ -78,9 +84,13 @@ class Browser:
 
     def decide(self, button: str, note: str) -> str:
         from selenium.webdriver.common.by import By
+        from selenium.webdriver.support import expected_conditions as ec
+        from selenium.webdriver.support.ui import WebDriverWait
 
         self.wait_for("note").send_keys(note)
+        page = self.driver.find_element(By.TAG_NAME, "html")
         self.driver.find_element(By.ID, button).click()
+        WebDriverWait(self.driver, 20).until(ec.staleness_of(page))  # the answer's page
         return str(self.wait_for("outcome").text)
 
     def wait_for(self, name: str) -> Any:
@@ -109,7 +119,8 @@ def _review(base: str, workflow_id: str, shots: Path | None) -> dict[str, Any]:
         # Another reviewer, from the list.
         browser.login("carol")
         browser.open_call(workflow_id, "e1", shot="inbox")
-        arguments = browser.text("arguments")
+        # The subject, a review field, is edited in place: its text is the input's value.
+        arguments = browser.wait_for("edit-subject").get_attribute("value")
         title = str(browser.driver.title)
         left = browser.text("left")
         message = browser.text("message")
@@ -131,7 +142,8 @@ async def test_a_reviewer_approves_in_the_browser(
     fake_llm.script(tool_reply(("e1", "createEmailTask", mail)), text_reply("queued"))
     port, smtp = free_port(), free_port()
     settings = Settings.from_env({"TEMPORAL_ADDRESS": temporal_server.address,
-                                  "TURNSTILE_TASK_QUEUE": task_queue})
+                                  "TURNSTILE_TASK_QUEUE": task_queue,
+                                  "DATABASE_URL": f"sqlite:///{tmp_path}/t.db"})
     server = uvicorn.Server(uvicorn.Config(build_app(settings), host="127.0.0.1", port=port,
                                            log_level="warning"))
     serving = threading.Thread(target=server.run, daemon=True)
@@ -164,3 +176,97 @@ async def test_a_reviewer_approves_in_the_browser(
     assert seen["message"] == "remind ops about the renewal"  # what the user asked
     assert result.status == TurnStatus.COMPLETED
     assert sent == 1 and len(mails) == 1 and mails[0]["To"] == "ops@example.com"
+
+
+def _edit(base: str, workflow_id: str, shots: Path | None) -> dict[str, Any]:
+    from selenium.webdriver.common.by import By
+
+    browser = Browser(base, shots)
+    seen: dict[str, Any] = {}
+    try:
+        browser.login("carol")
+        browser.open_call(workflow_id, "e1", shot="inbox" if shots else None)
+        body = browser.driver.find_elements(By.CSS_SELECTOR, "#arguments .text.value")
+        seen["body"] = [str(b.text) for b in body]
+        seen["messages"] = browser.text("messages")
+
+        def set_field(name: str, value: str) -> None:
+            field = browser.wait_for(f"edit-{name}")
+            field.clear()
+            field.send_keys(value)
+
+        set_field("to", "boss@outside.org")
+        seen["outside"] = browser.decide("approve", "to the boss")
+        seen["kept"] = browser.wait_for("edit-to").get_attribute("value")
+        set_field("to", "sales@example.com")
+        set_field("subject", "Renewal for Q4 (edited)")
+        browser.wait_for("note").clear()
+        seen["approved"] = browser.decide("approve", "sales handles it")
+        seen["edited"] = browser.text("edited")
+        browser.driver.get(f"{base}/decided")
+        seen["decided"] = str(browser.wait_for("decided").text)
+        return seen
+    finally:
+        browser.driver.quit()
+
+
+@pytest.mark.skipif(not (CHROMIUM and DRIVER),
+                    reason="Debian's chromium and chromium-driver are not installed "
+                           "(.ci/run installs them)")
+async def test_a_reviewer_edits_the_mail_and_approves_in_the_browser(
+        client: Client, temporal_server: DevServer, task_queue: str, tmp_path: Path,
+        fake_llm: FakeLLM, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.support.sql import fetchall
+
+    monkeypatch.delenv("TURNSTILE_INBOX_IDENTITY_HEADER", raising=False)
+    body = "Hello ops,\nplease renew the contract.\n\nThanks"
+    mail = {"to": "ops@example.com", "subject": "Renewal for Q4", "body": body}
+    fake_llm.script(tool_reply(("e1", "createEmailTask", mail)), text_reply("queued"))
+    port, smtp = free_port(), free_port()
+    database_url = f"sqlite:///{tmp_path}/t.db"
+    settings = Settings.from_env({"TEMPORAL_ADDRESS": temporal_server.address,
+                                  "TURNSTILE_TASK_QUEUE": task_queue,
+                                  "DATABASE_URL": database_url})
+    server = uvicorn.Server(uvicorn.Config(build_app(settings), host="127.0.0.1", port=port,
+                                           log_level="warning"))
+    serving = threading.Thread(target=server.run, daemon=True)
+    smtp_env = {"SMTP_HOST": "127.0.0.1", "SMTP_PORT": str(smtp)}
+    with LocalSmtpServer(tmp_path / "mail", port=smtp):
+        async with running_worker(client, task_queue, database_url,
+                                  [build_sales_service()], llm_url=fake_llm.url,
+                                  env=smtp_env) as turns:
+            handle = await turns.start("remind ops about the renewal", user="alice",
+                                       service="sales-assistant")
+            await wait_pending(handle)
+            serving.start()
+            try:
+                seen = await asyncio.to_thread(_edit, f"http://127.0.0.1:{port}",
+                                               handle.id, None)
+            finally:
+                server.should_exit = True
+                await asyncio.to_thread(serving.join, 10)
+            result = await handle.result()
+            sent = deliver_due(turns.rt.db, Settings.from_env(
+                {"DATABASE_URL": turns.rt.db.url, **smtp_env}), SenderConfig())
+            with turns.rt.db.connect() as conn:
+                audit = fetchall(conn, "SELECT status, input_params, error_message FROM "
+                                       "tool_execution_log WHERE workflow_id = :w",
+                                 {"w": handle.id})
+        mails = read_mailbox(tmp_path / "mail")
+    # The body as text, with its line breaks; the user's message beside it.
+    assert any("please renew the contract.\n\nThanks" in b for b in seen["body"]), seen
+    assert "remind ops about the renewal" in seen["messages"]
+    # An outside recipient: refused on the page, the edit kept to be corrected.
+    assert "Refused" in seen["outside"] and "outside.org" in seen["outside"], seen
+    assert seen["kept"] == "boss@outside.org"
+    assert "createEmailTask approved by carol" in seen["approved"]
+    assert "subject" in seen["edited"] and "to" in seen["edited"]
+    assert "approved with edits" in seen["decided"]
+    assert result.status == TurnStatus.COMPLETED
+    assert sent == 1 and len(mails) == 1
+    assert mails[0]["To"] == "sales@example.com"
+    assert mails[0]["Subject"] == "Renewal for Q4 (edited)"
+    edited = [row for row in audit if row["status"] == "APPROVED_WITH_EDITS"]
+    assert len(edited) == 1 and "subject" in edited[0]["error_message"]
+    told = [m for m in fake_llm.requests[-1]["messages"] if m["role"] == "tool"]
+    assert told and "Renewal for Q4 (edited)" in told[-1]["content"]

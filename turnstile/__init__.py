@@ -37,6 +37,12 @@ if TYPE_CHECKING:
         ClientError as ClientError,
         TurnHandle as TurnHandle,
         TurnNotFound as TurnNotFound,
+        TurnCancelledError as TurnCancelledError,
+        TurnEndedError as TurnEndedError,
+        TurnFailedError as TurnFailedError,
+        TurnOutcome as TurnOutcome,
+        TurnTerminatedError as TurnTerminatedError,
+        TurnTimedOutError as TurnTimedOutError,
         TurnstileClient as TurnstileClient,
     )
     from turnstile.engine.approvals import OutboundPolicy as OutboundPolicy
@@ -166,6 +172,12 @@ _WHERE: dict[str, str] = {
     "ClientError": "turnstile.client",
     "TurnHandle": "turnstile.client",
     "TurnNotFound": "turnstile.client",
+    "TurnCancelledError": "turnstile.client",
+    "TurnEndedError": "turnstile.client",
+    "TurnFailedError": "turnstile.client",
+    "TurnOutcome": "turnstile.client",
+    "TurnTerminatedError": "turnstile.client",
+    "TurnTimedOutError": "turnstile.client",
     "TurnstileClient": "turnstile.client",
 }
 
@@ -179,7 +191,7 @@ __all__ = [
     "ServiceRegistry", "Settings", "SystemMessageContext", "Tool", "ToolArgumentError",
     "ToolCall", "ToolContext", "ToolExecutionError", "ToolInterrupted", "ToolOutcome",
     "ToolProvider", "ToolRegistry", "ToolResult", "TurnHandle", "TurnInput", "TurnNotFound",
-    "TurnResult", "TurnstileClient", "TurnstileError", "Undo", "call", "tool",
+    "TurnResult", "TurnCancelledError", "TurnEndedError", "TurnFailedError", "TurnOutcome", "TurnTerminatedError", "TurnTimedOutError", "TurnstileClient", "TurnstileError", "Undo", "call", "tool",
 ]
 
 

@@ -4,46 +4,50 @@ API, a ticket system) and for `starter.py`.
     client = await TurnstileClient.connect()          # Settings.from_env()
     turn = await client.start_turn(TurnInput(conversation_id="c-1", user_id="alice",
                                              message="hello"))
-    async for event in turn.events():                 # steps, tool calls, approvals
+    async for event in turn.events():                 # steps, tool calls, approvals, the end
         print(event.step, event.detail)
-    result = await turn.result()
+    result = await turn.result()                      # or a TurnEndedError
 
     for p in await client.pending_approvals(reviewer="bob"):
-        decision = await client.review(p.workflow_id, p.tool_call_id, True, "bob", "ok")
+        decision = await client.review(p.workflow_id, p.tool_call_id, True, "bob", "ok",
+                                       arguments_digest=p.arguments_digest)
 
 It needs Temporal only: the database is reached only when a payload was
 claim-checked into it (turnstile.stores.payload_store: above
 TURNSTILE_PAYLOAD_THRESHOLD), through DATABASE_URL. Errors are typed:
 `TurnNotFound`, `ApprovalRefused` (with the turn's reason) and its kind
-`AlreadyDecided`.
+`AlreadyDecided`; a turn that ends without a result raises a
+`TurnEndedError` (`TurnCancelledError`, `TurnTerminatedError`,
+`TurnTimedOutError`, `TurnFailedError`: turnstile.turn_handle).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import logging
+from datetime import timedelta
 from typing import Any
 
 from pydantic import BaseModel
 from temporalio.client import (
     Client,
-    WorkflowExecutionStatus,
+    WorkflowExecution,
     WorkflowHandle,
+    WorkflowQueryFailedError,
     WorkflowUpdateFailedError,
 )
 from temporalio.common import SearchAttributeKey
 from temporalio.exceptions import ApplicationError
-from temporalio.service import RPCError, RPCStatusCode
+from temporalio.service import RPCError
 
+from turnstile.approvals_listing import QUERY_TIMEOUT, ApprovalsListing
 from turnstile.engine.contract import (
     WORKFLOW_TYPE,
     ApprovalDecision,
     Handlers,
     PendingApproval,
     ReviewInput,
-    TurnEvent,
     TurnInput,
-    TurnProgress,
     TurnResult,
 )
 from turnstile.engine.identity import same_person
@@ -51,21 +55,30 @@ from turnstile.runtime.client import connect
 from turnstile.runtime.config import Settings
 from turnstile.stores.db import Database
 from turnstile.stores.transcript import Transcript, read_transcript
+from turnstile.turn_handle import (
+    ClientError,
+    TurnCancelledError,
+    TurnEndedError,
+    TurnFailedError,
+    TurnHandle,
+    TurnNotFound,
+    TurnOutcome,
+    TurnTerminatedError,
+    TurnTimedOutError,
+    not_found,
+)
 
-__all__ = ["AlreadyDecided", "ApprovalRefused", "ClientError", "PendingApprovalView",
-           "TurnHandle", "TurnNotFound", "TurnstileClient"]
+__all__ = ["AlreadyDecided", "ApprovalRefused", "Approvals", "ClientError",
+           "PendingApprovalView", "TurnCancelledError", "TurnEndedError", "TurnFailedError",
+           "TurnHandle", "TurnNotFound", "TurnOutcome", "TurnTerminatedError",
+           "TurnTimedOutError", "TurnstileClient", "UnansweredTurn"]
+
+log = logging.getLogger(__name__)
 
 _CONVERSATION = SearchAttributeKey.for_keyword("TurnstileConversation")
 _USER = SearchAttributeKey.for_keyword("TurnstileUser")
 _SERVICE = SearchAttributeKey.for_keyword("TurnstileService")
 
-
-class ClientError(Exception):
-    """Something the client was asked that the turns could not do."""
-
-
-class TurnNotFound(ClientError):
-    """No such turn, or it is no longer running (for what needs it running)."""
 
 
 class ApprovalRefused(ClientError):
@@ -99,96 +112,31 @@ class PendingApprovalView(BaseModel):
     message: str | None = None  # the turn's user message (pending_approval only)
 
 
-class TurnHandle:
-    """One turn: its result, progress and events, and cancel."""
+class UnansweredTurn(BaseModel):
+    """A turn with pending approvals whose `pending_approvals` query did not
+    answer (failed, or not within the timeout: e.g. its build's workers are
+    gone). One row of the inbox, saying so."""
 
-    def __init__(self, handle: WorkflowHandle[Any, TurnResult],
-                 database_url: str | None = None) -> None:
-        self._handle = handle
-        self._database_url = database_url  # for streamed answer text (turn_stream)
+    workflow_id: str
+    conversation_id: str = ""
+    requester: str = ""
+    service: str = ""
+    reason: str
 
-    @property
-    def id(self) -> str:
-        return self._handle.id
 
-    async def result(self) -> TurnResult:
-        try:
-            result: TurnResult = await self._handle.result()
-            return result
-        except RPCError as err:
-            raise _not_found(err, self.id) from err
+class Approvals(BaseModel):
+    """`TurnstileClient.approvals()`: the calls waiting, and the turns that did not say."""
 
-    async def status(self) -> TurnProgress:
-        try:
-            progress: TurnProgress = await self._handle.query(Handlers.STATUS,
-                                                              result_type=TurnProgress)
-            return progress
-        except RPCError as err:
-            raise _not_found(err, self.id) from err
-
-    async def pending(self) -> list[PendingApproval]:
-        """The calls of this turn waiting for a decision (the `pending_approvals` query)."""
-        try:
-            pending: list[PendingApproval] = await self._handle.query(
-                Handlers.PENDING_APPROVALS, result_type=list[PendingApproval])
-            return pending
-        except RPCError as err:
-            raise _not_found(err, self.id) from err
-
-    async def cancel(self) -> None:
-        """`temporal workflow cancel`: calls settled, effects undone, then Canceled."""
-        try:
-            await self._handle.cancel()
-        except RPCError as err:
-            raise _not_found(err, self.id) from err
-
-    async def running(self) -> bool:
-        try:
-            return (await self._handle.describe()).status == WorkflowExecutionStatus.RUNNING
-        except RPCError as err:
-            raise _not_found(err, self.id) from err
-
-    async def events(self, offset: int = 0, poll: float = 0.2,
-                     text: bool = False) -> AsyncIterator[TurnEvent]:
-        """The turn's events from `offset` on (step changes, tool calls, approvals
-        awaited and decided, the end), as they happen; ends when the turn has
-        ended and every event was given. Resume with the count already seen
-        (the turn keeps its last 200 events). `text=True`: also the partial
-        answer of a streaming service as it arrives, as `answer_text` events
-        (read from the database's `turn_stream`, so this needs DATABASE_URL;
-        they do not count toward `offset`)."""
-        seen = offset
-        position: tuple[int, int, int] = (-1, 0, -1)
-        stream_db = None
-        if text:
-            from turnstile.stores.db import Database
-
-            stream_db = Database(self._database_url or Settings.from_env().database_url)
-        while True:
-            alive = await self.running()
-            if stream_db is not None:
-                from turnstile.stores.streaming import read_stream
-
-                rows = await asyncio.to_thread(read_stream, stream_db, self.id, position)
-                for row in rows:
-                    position = row.position
-                    yield TurnEvent(step="answer_text", detail=row.text)
-            try:
-                progress = await self.status()
-            except RPCError:  # no workflow task has run yet: nothing to say
-                progress = None
-            if progress is not None:
-                for event in progress.events[seen:]:
-                    yield event
-                seen = max(seen, len(progress.events))
-            if not alive:
-                return
-            await asyncio.sleep(poll)
+    pending: list[PendingApprovalView]
+    unanswered: list[UnansweredTurn]
 
 
 class TurnstileClient:
-    def __init__(self, client: Client, settings: Settings) -> None:
+    def __init__(self, client: Client, settings: Settings,
+                 query_timeout: timedelta = QUERY_TIMEOUT) -> None:
         self.temporal, self.settings = client, settings
+        self.query_timeout = query_timeout
+        self._listing = ApprovalsListing(client, query_timeout)
 
     @classmethod
     async def connect(cls, settings: Settings | None = None) -> TurnstileClient:
@@ -196,8 +144,8 @@ class TurnstileClient:
         return cls(await connect(settings), settings)
 
     def turn(self, workflow_id: str) -> TurnHandle:
-        return TurnHandle(self.temporal.get_workflow_handle(workflow_id, result_type=TurnResult),
-                          self.settings.database_url)
+        """The turn of this workflow id (its latest run, followed across resets)."""
+        return TurnHandle(self.temporal, workflow_id, database_url=self.settings.database_url)
 
     async def start_turn(self, turn: TurnInput, workflow_id: str | None = None) -> TurnHandle:
         import uuid
@@ -206,45 +154,55 @@ class TurnstileClient:
         handle = await self.temporal.start_workflow(
             WORKFLOW_TYPE, turn, id=wf_id, task_queue=self.settings.task_queue,
             result_type=TurnResult)
-        return TurnHandle(handle, self.settings.database_url)
+        return TurnHandle(self.temporal, wf_id, handle.result_run_id,
+                          self.settings.database_url)
 
     async def pending_approvals(self, reviewer: str | None = None,
                                 service: str | None = None) -> list[PendingApprovalView]:
-        """Calls waiting for a decision across running turns, newest first:
-        a visibility query on the turns' search attributes, then each turn's
-        `pending_approvals` query. With `reviewer`, their own calls (which they
-        may not decide) are left out."""
+        """Calls waiting for a decision across running turns, newest first
+        (`approvals().pending`: a turn that does not answer is left out)."""
+        return (await self.approvals(reviewer, service)).pending
+
+    async def approvals(self, reviewer: str | None = None,
+                        service: str | None = None) -> Approvals:
+        """Calls waiting for a decision across running turns, newest first: a
+        visibility query on the turns' search attributes, then each turn's
+        `pending_approvals` query, concurrently, each within `query_timeout`;
+        a turn whose query fails or does not answer in time is one
+        `UnansweredTurn` (turnstile.approvals_listing). With `reviewer`, their
+        own calls (which they may not decide) are left out."""
         query = "TurnstilePendingApprovals > 0 AND ExecutionStatus = 'Running'"
         if service:
             query += f" AND TurnstileService = '{_quoted(service)}'"
+        turns = [wf async for wf in self.temporal.list_workflows(query)]
+        if reviewer is not None:
+            turns = [wf for wf in turns
+                     if not same_person(reviewer, wf.typed_search_attributes.get(_USER) or "")]
+        answers = await self._listing.answers(turns, complete=not service)
         views: list[PendingApprovalView] = []
-        async for wf in self.temporal.list_workflows(query):
-            attrs = wf.typed_search_attributes
-            try:
-                pending = await self.temporal.get_workflow_handle(wf.id).query(
-                    Handlers.PENDING_APPROVALS, result_type=list[PendingApproval])
-            except RPCError:  # it ended meanwhile
-                continue
-            requester = attrs.get(_USER) or ""
-            if reviewer is not None and same_person(reviewer, requester):
-                continue
-            views += [PendingApprovalView(
-                workflow_id=wf.id, conversation_id=attrs.get(_CONVERSATION) or "",
-                requester=requester, service=attrs.get(_SERVICE) or "",
-                **p.model_dump()) for p in pending]
+        unanswered: list[UnansweredTurn] = []
+        for wf, answer in zip(turns, answers, strict=True):
+            ids = _ids(wf)
+            if isinstance(answer, str):
+                unanswered.append(UnansweredTurn(workflow_id=wf.id, reason=answer, **ids))
+            else:
+                views += [PendingApprovalView(workflow_id=wf.id, **ids, **p.model_dump())
+                          for p in answer]
         views.sort(key=lambda v: v.requested_at, reverse=True)
-        return views
+        return Approvals(pending=views, unanswered=unanswered)
 
     async def pending_approval(self, workflow_id: str,
                                tool_call_id: str) -> PendingApprovalView | None:
         """One call waiting for a decision, asked of its turn directly (not
-        through visibility, which lags): None when it does not wait."""
+        through visibility, which lags): None when it does not wait (or its
+        turn does not answer within `query_timeout`)."""
         handle = self.temporal.get_workflow_handle(workflow_id)
         try:
-            pending = await handle.query(Handlers.PENDING_APPROVALS,
-                                         result_type=list[PendingApproval])
+            pending = await asyncio.wait_for(handle.query(
+                Handlers.PENDING_APPROVALS, result_type=list[PendingApproval],
+                rpc_timeout=self.query_timeout), self.query_timeout.total_seconds() * 2)
             attrs = (await handle.describe()).typed_search_attributes
-        except RPCError:
+        except (RPCError, WorkflowQueryFailedError, TimeoutError):
             return None
         for p in pending:
             if p.tool_call_id == tool_call_id:
@@ -273,6 +231,7 @@ class TurnstileClient:
         the pending call's digest the reviewer saw (refused as stale when the
         call changed since)."""
         handle = self.temporal.get_workflow_handle(workflow_id)
+        self._listing.forget(workflow_id)
         try:
             decision: ApprovalDecision = await handle.execute_update(
                 Handlers.REVIEW, ReviewInput(tool_call_id=tool_call_id, reviewer=reviewer,
@@ -287,7 +246,7 @@ class TurnstileClient:
                 raise AlreadyDecided(reason) from err
             raise ApprovalRefused(reason) from err
         except RPCError as err:
-            raise _not_found(err, workflow_id) from err
+            raise not_found(err, workflow_id) from err
 
 
     async def conversation(self, conversation_id: str) -> Transcript:
@@ -299,11 +258,10 @@ class TurnstileClient:
         return await asyncio.to_thread(read_transcript, db, conversation_id)
 
 
-def _not_found(err: RPCError, workflow_id: str) -> Exception:
-    if err.status == RPCStatusCode.NOT_FOUND or "already completed" in err.message:
-        return TurnNotFound(f"turn {workflow_id!r} is not running or does not exist "
-                            f"({err.message})")
-    return err
+def _ids(wf: WorkflowExecution) -> dict[str, Any]:
+    attrs = wf.typed_search_attributes
+    return {"conversation_id": attrs.get(_CONVERSATION) or "",
+            "requester": attrs.get(_USER) or "", "service": attrs.get(_SERVICE) or ""}
 
 
 def _quoted(value: str) -> str:

@@ -34,7 +34,8 @@ class ApprovalHandlers:
         return TurnProgress(step=s.step, round_trips=s.round_trips, tool_calls=s.calls,
                             pending_approvals=list(s.pending.values()),
                             refused_signals=s.refused, refused_signals_total=s.refused_total,
-                            events=s.events, queued_behind=s.queued_behind)
+                            events=s.events, queued_behind=s.queued_behind,
+                            events_offset=s.events_dropped)
 
     @workflow.query(name=Handlers.PENDING_APPROVALS)
     def pending_approvals(self) -> list[PendingApproval]:

@@ -142,6 +142,7 @@ class TurnState:
         self.round_trips = 0
         self.calls: list[ToolCallRecord] = []
         self.events: list[TurnEvent] = []
+        self.events_dropped = 0  # events trimmed off the front of `events`
         self.pending: dict[str, PendingApproval] = {}
         self.decisions: dict[str, ApprovalDecision] = {}
         self.refused: list[str] = []
@@ -189,7 +190,9 @@ class TurnState:
 
     def event(self, step: str, detail: str) -> None:
         self.events.append(TurnEvent(step=step, detail=detail))
-        del self.events[:-MAX_EVENTS]
+        if len(self.events) > MAX_EVENTS:  # state only (no command): replay-safe
+            self.events_dropped += len(self.events) - MAX_EVENTS
+            del self.events[:-MAX_EVENTS]
         workflow.logger.info("%s: %s", step, detail)
 
     def refuse(self, call_id: str, tool_name: str, verb: str, reviewer: str,

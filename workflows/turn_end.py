@@ -59,6 +59,7 @@ class TurnEnding:
                                   message="the turn was cancelled")
             await roll_back(s, self.spec, turn, error, None)
         s.step = TurnStatus.CANCELLED  # the status query's (no command: replay-safe)
+        s.event("turn_completed", f"cancelled, {s.round_trips} round trip(s)")
         s.pending.clear()
         # The search attributes say the turn ended cancelled, with no approval
         # pending (a turn cancelled while it waited kept `awaiting_approval`

@@ -163,6 +163,10 @@ class TurnProgress(BaseModel):
     # While the step is `queued`: "queued behind turn X" (", waiting for an
     # approval" when X is parked on one); "" otherwise.
     queued_behind: str = ""
+    # The absolute index of events[0]: the turn keeps its latest events only,
+    # so a reader resumes by absolute offset (TurnHandle.events). 0 from a
+    # worker before 0.4.
+    events_offset: int = 0
 
 
 # --- approvals ---------------------------------------------------------------

@@ -1,177 +1,282 @@
 """`python starter.py inbox`: pending approvals across turns, in the browser.
 
 Starlette + Jinja2 (autoescaped: arguments come from a model and may carry
-markup), no JavaScript: the list refreshes itself every few seconds, forms
-post. Every decision goes through `TurnstileClient.review`, so the turn's own
-rules apply (self-approval, approver lists, already decided, past the
-deadline) and a refusal is shown with its reason.
+markup); one small script (static/inbox.js, no build step) refreshes the
+list in place (fetch: what a reviewer types stays), shows times relative in
+the reviewer's time zone and counts deadlines down. Every decision goes
+through `TurnstileClient.review` with the digest of the call the reviewer
+saw, so the turn's own rules apply (self-approval, approver lists, already
+decided, past the deadline, stale, an edit that fails validation) and a
+refusal is shown with its reason.
 
-Who the reviewer is:
-
-- `TURNSTILE_INBOX_IDENTITY_HEADER` set (e.g. `X-Forwarded-User`): the value
-  of that header, set by an authenticating proxy in front of the inbox; a
-  request without it may look but not act.
-- unset (development): a name entered once per browser session, kept in a
-  signed cookie.
-
-Forms carry a CSRF token bound to the reviewer (an HMAC of the identity with
-the process's secret, `TURNSTILE_INBOX_SECRET` or a random one per start).
+Identity and the page's protections: turnstile.inbox.security (docs/inbox.md).
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
-import json
-import os
+import asyncio
+import logging
 import secrets
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.applications import Starlette
+from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
-from starlette.routing import Route
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
 
-from turnstile.client import ApprovalRefused, TurnNotFound, TurnstileClient
+from turnstile.client import ApprovalRefused, PendingApprovalView, TurnNotFound, TurnstileClient
+from turnstile.engine.contract import ApprovalDecision
 from turnstile.engine.identity import name_problem
 from turnstile.engine.masking import mask_value
 from turnstile.engine.turn_input_rules import id_problem
+from turnstile.inbox import records
+from turnstile.inbox.security import (
+    COOKIE,
+    LOGIN_COOKIE,
+    Identity,
+    InboxSecurity,
+    check_host,
+    security_headers,
+)
+from turnstile.inbox.views import (
+    EditProblem,
+    as_json,
+    changed_fields,
+    edited_arguments,
+    fields,
+    matches,
+    shown_arguments,
+    utc_text,
+)
 from turnstile.runtime.config import Settings
+from turnstile.stores.db import Database
 
-COOKIE = "turnstile_reviewer"
+__all__ = ["build_app", "serve", "shown_arguments"]
 
-
-def shown_arguments(arguments: Any, review_fields: Any) -> Any:
-    """The arguments as the reviewer sees them: masked as the audit log masks
-    them, except the fields the reviewer must see to decide (the tool's
-    review fields, e.g. an e-mail's recipient)."""
-    if not isinstance(arguments, dict):
-        return mask_value(arguments)
-    keep = set(review_fields)
-    return {k: (v if k in keep else mask_value(v)) for k, v in arguments.items()}
-TEMPLATES = Environment(loader=FileSystemLoader(Path(__file__).parent / "templates"),
+log = logging.getLogger(__name__)
+HERE = Path(__file__).parent
+TEMPLATES = Environment(loader=FileSystemLoader(HERE / "templates"),
                         autoescape=select_autoescape(default=True, default_for_string=True))
+TEMPLATES.filters["utc"] = utc_text
+
+
+class Headers(BaseHTTPMiddleware):
+    """Every answer: not framed, a CSP whose only inline script is by nonce."""
+
+    async def dispatch(self, request: Request, call_next: RequestResponseEndpoint) -> Response:
+        request.state.nonce = secrets.token_urlsafe(16)
+        response = await call_next(request)
+        response.headers.update(security_headers(request.state.nonce))
+        return response
 
 
 class Inbox:
     def __init__(self, settings: Settings, client: TurnstileClient | None = None,
                  secret: str | None = None) -> None:
         self.settings = settings
-        self.header = os.environ.get("TURNSTILE_INBOX_IDENTITY_HEADER") or None
-        self.web_ui = settings.web_ui_url
-        key = secret or os.environ.get("TURNSTILE_INBOX_SECRET") or secrets.token_hex(32)
-        self.secret = key.encode()
+        self.security = InboxSecurity.from_env(secret=secret)
+        self.header = self.security.header
         self._client = client
+        self.db = Database(settings.database_url, readonly_url=settings.database_readonly_url)
 
     async def client(self) -> TurnstileClient:
         if self._client is None:  # connected on the server's own event loop
             self._client = await TurnstileClient.connect(self.settings)
         return self._client
 
-    # -- identity and CSRF -----------------------------------------------------
-    def _sign(self, value: str) -> str:
-        return hmac.new(self.secret, value.encode(), hashlib.sha256).hexdigest()
-
-    def reviewer(self, request: Request) -> str | None:
-        if self.header:
-            name = request.headers.get(self.header, "").strip()
-            return name or None
-        raw = request.cookies.get(COOKIE, "")
-        name, _, mac = raw.rpartition(".")
-        if name and hmac.compare_digest(mac, self._sign("name:" + name)):
-            from urllib.parse import unquote
-
-            return unquote(name)
-        return None
-
-    def csrf(self, reviewer: str) -> str:
-        return self._sign("csrf:" + reviewer)
-
-    def render(self, name: str, status: int = 200, **context: Any) -> HTMLResponse:
+    def render(self, request: Request, name: str, status: int = 200,
+               **context: Any) -> HTMLResponse:
         body = TEMPLATES.get_template(name).render(
-            header=self.header, web_ui=self.web_ui,
-            namespace=self.settings.temporal_namespace, **context)
+            header=self.header, web_ui=self.settings.web_ui_url,
+            namespace=self.settings.temporal_namespace,
+            nonce=getattr(request.state, "nonce", ""), **context)
         return HTMLResponse(body, status_code=status)
 
-    # -- pages -------------------------------------------------------------------
-    async def index(self, request: Request) -> Response:
-        reviewer = self.reviewer(request)
-        if reviewer is None and not self.header:
-            return RedirectResponse("/login", status_code=303)
-        service = request.query_params.get("service") or None
-        tool = request.query_params.get("tool") or None
-        pending = await (await self.client()).pending_approvals(reviewer=reviewer,
-                                                                 service=service)
-        if tool:
-            pending = [p for p in pending if p.tool_name == tool]
-        return self.render("index.html", reviewer=reviewer, pending=pending,
-                           service=service or "", tool=tool or "")
+    def who(self, request: Request) -> tuple[str | None, Response | None]:
+        """The reviewer, or the answer for a request that has none (no data)."""
+        identity: Identity = self.security.identify(request)
+        if identity.problem:
+            return None, self.render(request, "message.html", 400, title="Refused",
+                                     text=identity.problem)
+        if identity.name is None:
+            if self.header:
+                return None, self.render(
+                    request, "message.html", 401, title="Who are you?",
+                    text=f"Sign in through your organisation's proxy (it sets {self.header}).")
+            if request.method == "GET":
+                return None, RedirectResponse("/login", status_code=303)
+            return None, self.render(request, "message.html", 403, title="Who are you?",
+                                     text="Deciding needs a reviewer's identity.")
+        return identity.name, None
 
+    async def _read(self, what: Any, *args: Any) -> Any:
+        """A database read for a page, or None (said on the page) when it fails."""
+        try:
+            return await asyncio.to_thread(what, self.db, *args)
+        except Exception as err:  # noqa: BLE001 - the page still answers without it
+            log.warning("inbox: %s failed: %s", getattr(what, "__name__", what), err)
+            return None
+
+    # -- the list ----------------------------------------------------------------
+    async def _rows(self, request: Request, reviewer: str) -> dict[str, Any]:
+        q = request.query_params
+        service, tool, text = (q.get("service", "").strip(), q.get("tool", "").strip(),
+                               q.get("q", "").strip())
+        found = await (await self.client()).approvals(reviewer=reviewer)
+        pending = [p for p in found.pending
+                   if matches(service, p.service) and matches(tool, p.tool_name)
+                   and matches(text, p.tool_name, p.requester, p.conversation_id, p.workflow_id,
+                               *p.highlights.values())]
+        unanswered = [u for u in found.unanswered
+                      if matches(service, u.service)
+                      and matches(text, u.requester, u.conversation_id, u.workflow_id)]
+        return {"pending": pending, "unanswered": unanswered, "service": service,
+                "tool": tool, "q": text}
+
+    async def index(self, request: Request) -> Response:
+        reviewer, refused = self.who(request)
+        if refused:
+            return refused
+        assert reviewer is not None
+        return self.render(request, "index.html", reviewer=reviewer,
+                           **await self._rows(request, reviewer))
+
+    async def rows(self, request: Request) -> Response:
+        """The list's rows only: what the page's script fetches to refresh."""
+        reviewer, refused = self.who(request)
+        if refused:
+            return refused
+        assert reviewer is not None
+        return self.render(request, "rows.html", **await self._rows(request, reviewer))
+
+    async def decided(self, request: Request) -> Response:
+        reviewer, refused = self.who(request)
+        if refused:
+            return refused
+        text = request.query_params.get("q", "").strip()
+        rows = await self._read(records.recent_decisions, 100, text)
+        return self.render(request, "decided.html", reviewer=reviewer, rows=rows, q=text)
+
+    # -- login (development) ---------------------------------------------------
     async def login(self, request: Request) -> Response:
         if self.header:
-            return self.render("message.html", 404, title="No login here",
+            return self.render(request, "message.html", 404, title="No login here",
                                text=f"Reviewers are identified by the {self.header} header.")
+        current = self.security.identify(request).name
         if request.method == "GET":
-            return self.render("login.html", error=None)
+            nonce = secrets.token_hex(16)
+            page = self.render(request, "login.html", error=None, reviewer=current,
+                               csrf=self.security.login_token(nonce))
+            page.set_cookie(LOGIN_COOKIE, nonce, httponly=True, samesite="strict")
+            return page
         form = await request.form()
+        if not self.security.login_ok(request, str(form.get("csrf", ""))):
+            return self.render(request, "message.html", 403, title="Refused",
+                               text="The login form's token does not match (CSRF): "
+                                    "open the login page again.")
         name = str(form.get("name", "")).strip()
         # A name the identity rule refuses could decide nothing (docs/identity.md).
         problem = id_problem("name", name) or (
             f"name: {name_problem(name)}" if name_problem(name) else None)
         if problem:
-            return self.render("login.html", 400, error=problem)
+            nonce = request.cookies.get(LOGIN_COOKIE, "")
+            return self.render(request, "login.html", 400, error=problem, reviewer=current,
+                               csrf=self.security.login_token(nonce))
         response = RedirectResponse("/", status_code=303)
-        value = quote(name, safe="")
-        response.set_cookie(COOKIE, f"{value}.{self._sign('name:' + value)}", httponly=True,
+        response.set_cookie(COOKIE, self.security.login_cookie(name), httponly=True,
                             samesite="strict")
+        response.delete_cookie(LOGIN_COOKIE)
         return response
 
+    # -- one call ----------------------------------------------------------------
     async def call(self, request: Request) -> Response:
         workflow_id = request.path_params["workflow_id"]
         call_id = request.path_params["tool_call_id"]
-        reviewer = self.reviewer(request)
+        reviewer, refused = self.who(request)
+        if refused:
+            return refused
+        assert reviewer is not None
         client = await self.client()
-        outcome: dict[str, Any] = {}
+        context: dict[str, Any] = {"form": {}}
         status = 200
         if request.method == "POST":
-            form = await request.form()
-            if reviewer is None:
-                return self.render("message.html", 403, title="Who are you?",
-                                   text="Deciding needs a reviewer's identity.")
-            if not hmac.compare_digest(str(form.get("csrf", "")), self.csrf(reviewer)):
-                return self.render("message.html", 403, title="Refused",
+            form = {k: str(v) for k, v in (await request.form()).items()}
+            if not self.security.csrf_ok(reviewer, form.get("csrf", "")):
+                return self.render(request, "message.html", 403, title="Refused",
                                    text="The form's token does not match (CSRF).")
-            approved = form.get("decision") == "approve"
-            try:
-                outcome["decision"] = await client.review(
-                    workflow_id, call_id, approved, reviewer, str(form.get("note", "")))
-            except (ApprovalRefused, TurnNotFound) as err:
-                outcome["refused"] = str(err)
-                status = 409
+            status = await self._decide(client, workflow_id, call_id, reviewer, form, context)
         view = await client.pending_approval(workflow_id, call_id)
-        # JSON as the reviewer reads it (characters, not \u escapes); Jinja escapes it.
-        arguments = json.dumps(shown_arguments(view.arguments, view.highlights),
-                               ensure_ascii=False, indent=2, default=str) if view else None
-        return self.render("call.html", status, reviewer=reviewer, view=view, arguments=arguments,
+        if view is not None:
+            shown = shown_arguments(view.arguments, view.highlights)
+            context.update(fields=fields(shown, view.highlights), arguments_json=as_json(shown),
+                           messages=await self._read(records.recent_messages,
+                                                     view.conversation_id))
+        else:
+            context["decided"] = await self._read(records.decision_of, workflow_id, call_id)
+        if "decision" in context:
+            context["next_call"] = await self._next_call(client, reviewer, workflow_id, call_id)
+        return self.render(request, "call.html", status, reviewer=reviewer, view=view,
                            workflow_id=workflow_id, tool_call_id=call_id,
-                           csrf=self.csrf(reviewer) if reviewer else "",
-                           **outcome)
+                           csrf=self.security.csrf(reviewer), **context)
+
+    async def _decide(self, client: TurnstileClient, workflow_id: str, call_id: str,
+                      reviewer: str, form: dict[str, str], context: dict[str, Any]) -> int:
+        approved = form.get("decision") == "approve"
+        digest = form.get("arguments_digest") or None
+        arguments = None
+        if approved:
+            view = await client.pending_approval(workflow_id, call_id)
+            if view is not None:
+                try:
+                    arguments = edited_arguments(view.arguments, list(view.highlights), form)
+                except EditProblem as problem:
+                    context.update(refused=str(problem), form=form)
+                    return 400
+                context["edited"] = changed_fields(view.arguments, arguments)
+        try:
+            decision: ApprovalDecision = await client.review(
+                workflow_id, call_id, approved, reviewer, form.get("note", ""),
+                arguments=arguments, arguments_digest=digest)
+        except (ApprovalRefused, TurnNotFound) as err:
+            # The reviewer's edits stay in the form, to be corrected.
+            context.update(refused=str(err), form=form if arguments is not None else {})
+            return 409
+        context["decision"] = decision
+        return 200
+
+    async def _next_call(self, client: TurnstileClient, reviewer: str, workflow_id: str,
+                         call_id: str) -> PendingApprovalView | None:
+        found = await client.approvals(reviewer=reviewer)
+        return next((p for p in found.pending
+                     if (p.workflow_id, p.tool_call_id) != (workflow_id, call_id)), None)
 
 
 def build_app(settings: Settings | None = None, client: TurnstileClient | None = None,
               secret: str | None = None) -> Starlette:
     inbox = Inbox(settings or Settings.from_env(), client, secret)
-    return Starlette(routes=[
+    app = Starlette(routes=[
         Route("/", inbox.index),
+        Route("/rows", inbox.rows),
+        Route("/decided", inbox.decided),
         Route("/login", inbox.login, methods=["GET", "POST"]),
-        Route("/calls/{workflow_id}/{tool_call_id}", inbox.call, methods=["GET", "POST"]),
+        # A workflow id may hold "/" (the default embeds the conversation id):
+        # the path converter takes all of it up to the last segment, the call id.
+        Route("/calls/{workflow_id:path}/{tool_call_id}", inbox.call, methods=["GET", "POST"]),
+        Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ])
+    app.add_middleware(Headers)
+    app.state.inbox = inbox
+    return app
 
 
-def serve(host: str = "127.0.0.1", port: int = 8234) -> None:
+def serve(host: str = "127.0.0.1", port: int = 8234,
+          allow_dev_login_on_network: bool = False) -> None:
     import uvicorn
 
-    uvicorn.run(build_app(), host=host, port=port, log_level="info")
+    app = build_app()
+    check_host(host, app.state.inbox.security, allow_dev_login_on_network)
+    uvicorn.run(app, host=host, port=port, log_level="info")
