@@ -35,15 +35,15 @@ if TYPE_CHECKING:
     from turnstile.client import (
         ApprovalRefused as ApprovalRefused,
         ClientError as ClientError,
-        TurnHandle as TurnHandle,
-        TurnNotFound as TurnNotFound,
         TurnCancelledError as TurnCancelledError,
         TurnEndedError as TurnEndedError,
         TurnFailedError as TurnFailedError,
+        TurnHandle as TurnHandle,
+        TurnNotFound as TurnNotFound,
         TurnOutcome as TurnOutcome,
+        TurnstileClient as TurnstileClient,
         TurnTerminatedError as TurnTerminatedError,
         TurnTimedOutError as TurnTimedOutError,
-        TurnstileClient as TurnstileClient,
     )
     from turnstile.engine.approvals import OutboundPolicy as OutboundPolicy
     from turnstile.engine.breakers import BreakerPolicy as BreakerPolicy
@@ -191,7 +191,9 @@ __all__ = [
     "ServiceRegistry", "Settings", "SystemMessageContext", "Tool", "ToolArgumentError",
     "ToolCall", "ToolContext", "ToolExecutionError", "ToolInterrupted", "ToolOutcome",
     "ToolProvider", "ToolRegistry", "ToolResult", "TurnHandle", "TurnInput", "TurnNotFound",
-    "TurnResult", "TurnCancelledError", "TurnEndedError", "TurnFailedError", "TurnOutcome", "TurnTerminatedError", "TurnTimedOutError", "TurnstileClient", "TurnstileError", "Undo", "call", "tool",
+    "TurnResult",
+    "TurnCancelledError", "TurnEndedError", "TurnFailedError", "TurnOutcome", "TurnTerminatedError", "TurnTimedOutError",
+    "TurnstileClient", "TurnstileError", "Undo", "call", "tool",
 ]
 
 

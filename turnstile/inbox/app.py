@@ -31,7 +31,6 @@ from starlette.staticfiles import StaticFiles
 from turnstile.client import ApprovalRefused, PendingApprovalView, TurnNotFound, TurnstileClient
 from turnstile.engine.contract import ApprovalDecision
 from turnstile.engine.identity import name_problem
-from turnstile.engine.masking import mask_value
 from turnstile.engine.turn_input_rules import id_problem
 from turnstile.inbox import records
 from turnstile.inbox.security import (
