@@ -192,7 +192,8 @@ __all__ = [
     "ToolCall", "ToolContext", "ToolExecutionError", "ToolInterrupted", "ToolOutcome",
     "ToolProvider", "ToolRegistry", "ToolResult", "TurnHandle", "TurnInput", "TurnNotFound",
     "TurnResult",
-    "TurnCancelledError", "TurnEndedError", "TurnFailedError", "TurnOutcome", "TurnTerminatedError", "TurnTimedOutError",
+    "TurnCancelledError", "TurnEndedError", "TurnFailedError", "TurnOutcome",
+    "TurnTerminatedError", "TurnTimedOutError",
     "TurnstileClient", "TurnstileError", "Undo", "call", "tool",
 ]
 
