@@ -24,11 +24,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from temporalio.client import WorkflowFailureError
-from temporalio.exceptions import CancelledError
-
 from activities import Runtime
-from turnstile.client import TurnHandle, TurnstileClient
+from turnstile.client import TurnCancelledError, TurnHandle, TurnstileClient
 from turnstile.engine.contract import ApprovalDecision, PendingApproval, TurnInput, TurnResult
 from turnstile.engine.messages import ChatMessage
 from turnstile.providers import ModelProvider, build_provider
@@ -209,9 +206,8 @@ class TestStack:
         await turn.cancel()
         try:
             await turn.result()
-        except WorkflowFailureError as err:
-            if not isinstance(err.cause, CancelledError):
-                raise
+        except TurnCancelledError:
+            pass
 
     def memory(self, conversation_id: str) -> list[ChatMessage]:
         """The conversation as memory holds it (system message first)."""
