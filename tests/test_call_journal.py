@@ -4,7 +4,9 @@ SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
+import json
 import uuid
+from dataclasses import replace
 
 import pytest
 
@@ -13,6 +15,7 @@ from turnstile.engine import attributes as attr
 from turnstile.engine.contract import ApprovalDecision, AuditStatus, CallStatus
 from turnstile.engine.errors import CallTakenOver, MemoryConflictError
 from turnstile.engine.messages import ChatMessage, ToolCall
+from turnstile.inbox import records
 from turnstile.stores import journal_writes
 from turnstile.stores.audit import AuditLog, execution_id
 from turnstile.stores.call_key import CallKey
@@ -20,6 +23,7 @@ from turnstile.stores.db import Database
 from turnstile.stores.journal import CallJournal, Ending, Start
 from turnstile.stores.ledger import ToolLedger
 from turnstile.stores.memory import MemoryStore
+from turnstile.stores.transcript import read_transcript
 
 CALL = ToolCall(id="call_0", name="createEmailTask", arguments='{"to": "ops@example.com"}')
 
@@ -129,6 +133,44 @@ def test_with_the_audit_off_the_other_facts_are_still_written(db: Database) -> N
     j.finish(ending(wf, conv, 1, begin(j, wf, conv)))
     assert facts(db, wf) == {"tool_call_ledger": 1, "tool_execution_log": 0,
                              "approval_decision": 1, "chat_message": 1}
+
+
+def test_an_approval_with_edits_keeps_the_reviewers_arguments_masked(db: Database) -> None:
+    """The decision row holds the arguments the call ran with, masked as the
+    audit masks them (migration 0010), with the audit off too; the inbox's
+    "decided" view and `conversation show` read them from there. A plain
+    decision holds none."""
+    wf, conv = f"wf-{uuid.uuid4().hex[:8]}", f"c-{uuid.uuid4().hex[:8]}"
+    edited = {"to": "sales@example.com", "subject": "Renewal (final)"}
+    j = CallJournal(db, MemoryStore(db), audit_enabled=False)
+    MemoryStore(db).check_owner(conv, "alice")
+    MemoryStore(db).put(conv, 0, ChatMessage(role="assistant", tool_calls=[CALL]), wf, "run-1")
+    plain = ending(wf, conv, 1, begin(j, wf, conv))
+    ran = ToolCall(id=CALL.id, name=CALL.name, arguments=json.dumps(edited))
+    j.finish(replace(plain, call=ran, model_call=CALL, decision=plain.decision.model_copy(
+        update={"arguments": edited})))
+    with db.connect() as conn:
+        row = fetchone(conn, "SELECT approved, reviewer, edited_arguments FROM "
+                             "approval_decision WHERE workflow_id = :wf", {"wf": wf})
+    assert row is not None and (row["approved"], row["reviewer"]) == (1, "bob")
+    stored = json.loads(row["edited_arguments"])
+    assert stored["subject"] == "Renewal (final)"
+    assert stored["to"] != "sales@example.com" and stored["to"].endswith("@example.com")
+    assert facts(db, wf)["tool_execution_log"] == 0  # no audit row to fall back on
+    [decided] = records.recent_decisions(db, query=wf)
+    assert decided.verdict == "approved with edits"
+    assert decided.edited_text is not None and "Renewal (final)" in decided.edited_text
+    assert decided.edits is None
+    [entry] = [e for e in read_transcript(db, conv).entries if e.calls]
+    decision = entry.calls[0].decision
+    assert decision is not None and decision.edited_arguments == stored
+    shown = "\n".join(read_transcript(db, conv).lines())
+    assert "approved with edits by bob" in shown and "Renewal (final)" in shown
+    # A plain approval (another call of another turn): no edits kept.
+    other = f"wf-{uuid.uuid4().hex[:8]}"
+    j.finish(ending(other, conv, 2, begin(j, other, conv)))
+    [plain_decided] = records.recent_decisions(db, query=other)
+    assert plain_decided.verdict == "approved" and plain_decided.edited_arguments is None
 
 
 def test_a_repaired_call_that_never_started_can_never_start(db: Database) -> None:

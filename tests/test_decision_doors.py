@@ -242,7 +242,10 @@ async def test_approve_with_edits_sends_the_edited_mail_and_says_so(
     assert "Renewal reminder (final)" in call_row["input_params"]
     refusals = audit(db, handle.id, "APPROVAL_REFUSED")
     assert len(refusals) == 3 and any("stale" in r["error_message"] for r in refusals)
-    assert [d["note"] for d in rows(db, "SELECT note FROM approval_decision")] == ["tightened"]
+    [decided] = rows(db, "SELECT note, edited_arguments FROM approval_decision")
+    assert decided["note"] == "tightened"
+    # The decision row keeps what ran, masked as the audit row (migration 0010).
+    assert json.loads(decided["edited_arguments"]) == params["reviewer_arguments"]
     # The model's next request: its own call, and a result that says what changed.
     messages = fake_llm.requests[1]["messages"]
     [asked] = [m for m in messages if m["role"] == "assistant" and m.get("tool_calls")]

@@ -249,6 +249,43 @@ def test_revision_0008_only_adds(fresh_url: str) -> None:
         ("model_usage_user_time", ("user_id", "recorded_at"), False)]
 
 
+def test_revision_0010_decision_edits_only_adds(fresh_url: str) -> None:
+    """The reviewer's edits on the decision (0010_decision_edits) add one
+    nullable column, nothing else; a decision written as the previous
+    release's worker writes it (without the column) reads it as NULL, and
+    downgrading drops it again."""
+    db = Database(fresh_url)
+    upgrade(db, "0009")
+    before = schema_of(db)
+    upgrade(db, "0010_decision_edits")
+    after = schema_of(db)
+    assert {t: after[t] for t in before if t != "approval_decision"} == {
+        t: shape for t, shape in before.items() if t != "approval_decision"}
+    old, new = before["approval_decision"], after["approval_decision"]
+    assert {k: v for k, v in new.items() if k != "columns"} == {
+        k: v for k, v in old.items() if k != "columns"}
+    assert new["columns"] == [*old["columns"], ("edited_arguments", "TEXT", True, "none")]
+    with db.connect() as conn:
+        conn.execute("INSERT INTO approval_decision (workflow_id, execution_chain, tool_call_id,"
+                     " tool_name, approved, reviewer, note, decided_at) VALUES ('wf', '', 'c1',"
+                     " 'createEmailTask', 1, 'bob', '', '2026-12-01T00:00:00+00:00')")
+        assert fetchall(conn, "SELECT reviewer, edited_arguments FROM approval_decision") == [
+            {"reviewer": "bob", "edited_arguments": None}]
+    downgrade_to(db, "0009")
+    assert schema_of(db) == before
+
+
+def downgrade_to(db: Database, revision: str) -> None:
+    from alembic import command
+
+    from turnstile.stores.schema import alembic_config
+
+    with engine_for(db.url).begin() as conn:
+        config = alembic_config()
+        config.attributes["connection"] = conn
+        command.downgrade(config, revision)
+
+
 # The previous release (v0.2.0) made the schema through revision 0006.
 PREVIOUS_RELEASE_HEAD = "0006"
 

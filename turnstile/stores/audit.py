@@ -74,6 +74,9 @@ approval_decision = sa.Table(
     *_texts("reviewer"),
     sa.Column("note", sa.Text),
     *_texts("decided_at"),
+    # Approved with edits: the reviewer's arguments the tool ran with, masked
+    # and bounded as `masked_params` keeps arguments (migration 0010); NULL otherwise.
+    sa.Column("edited_arguments", sa.Text),
 )
 
 

@@ -153,9 +153,11 @@ def add_audit(conn: Connection, run: Execution, status: AuditStatus, error: str)
 
 def record_decision(conn: Connection, key: CallKey, tool_name: str,
                     d: ApprovalDecision) -> None:
-    """Who decided what about the call, and when (the first record stands)."""
+    """Who decided what about the call, and when, with the reviewer's edited
+    arguments (masked) for an approval with edits (the first record stands)."""
+    edited = masked_params(d.arguments) if d.approved and d.arguments is not None else None
     conn.execute(_insert(conn, approval_decision).values(
         workflow_id=key.workflow_id, execution_chain=key.chain, tool_call_id=key.call_id,
         tool_name=tool_name, approved=int(d.approved), reviewer=d.reviewer, note=d.note,
-        decided_at=d.decided_at,
+        decided_at=d.decided_at, edited_arguments=edited,
     ).on_conflict_do_nothing(index_elements=list(approval_decision.primary_key)))

@@ -7,7 +7,8 @@ numbers, secrets), each tool result with its marks — what the turn did to it a
 was written: rolled back, not run, interrupted, rejected, repaired (written
 by a later turn for a call whose turn ended without one), superseded (the
 call belonged to a run a reset replaced), effect may remain — and, for calls
-that waited for a person, the decision and who made it (`approval_decision`).
+that waited for a person, the decision and who made it (`approval_decision`),
+with the reviewer's arguments when the call was approved with edits.
 Read only; `Transcript` is a pydantic model, so its JSON reads back as itself.
 """
 
@@ -34,6 +35,9 @@ class Decision(BaseModel):
     reviewer: str
     note: str = ""
     decided_at: str = ""
+    # Approved with edits: the reviewer's arguments the call ran with, masked
+    # (`approval_decision.edited_arguments`); parsed JSON when it parses.
+    edited_arguments: Any = None
 
 
 class CallView(BaseModel):
@@ -79,11 +83,20 @@ class Transcript(BaseModel):
                     if not isinstance(c.arguments, str) else c.arguments
                 out.append(f"    -> call {c.name} {c.id} {args}")
                 if c.decision is not None:
-                    verdict = "approved" if c.decision.approved else "rejected"
-                    note = f": {c.decision.note}" if c.decision.note else ""
-                    out.append(f"       {verdict} by {c.decision.reviewer} at "
-                               f"{c.decision.decided_at}{note}")
+                    out.extend(_decision_lines(c.decision))
         return out
+
+
+def _decision_lines(d: Decision) -> list[str]:
+    edited = d.edited_arguments is not None
+    verdict = "rejected" if not d.approved else "approved with edits" if edited else "approved"
+    note = f": {d.note}" if d.note else ""
+    lines = [f"       {verdict} by {d.reviewer} at {d.decided_at}{note}"]
+    if edited:
+        args = d.edited_arguments if isinstance(d.edited_arguments, str) else json.dumps(
+            d.edited_arguments, ensure_ascii=False)
+        lines.append(f"       ran with {args}")
+    return lines
 
 
 def marks_of(role: str, content: str | None, attributes: dict[str, Any]) -> list[str]:
@@ -124,12 +137,15 @@ def read_transcript(db: Database, conversation_id: str) -> Transcript:
         decided = conn.execute(sa.select(
             approval_decision.c.workflow_id, approval_decision.c.tool_call_id,
             approval_decision.c.approved, approval_decision.c.reviewer,
-            approval_decision.c.note, approval_decision.c.decided_at).where(
+            approval_decision.c.note, approval_decision.c.decided_at,
+            approval_decision.c.edited_arguments).where(
             approval_decision.c.workflow_id.in_(
                 {r.workflow_id for r in rows if r.workflow_id}))).all()
     decisions = {(d.workflow_id, d.tool_call_id): Decision(
         approved=bool(d.approved), reviewer=d.reviewer, note=d.note or "",
-        decided_at=d.decided_at or "") for d in decided}
+        decided_at=d.decided_at or "",
+        edited_arguments=None if d.edited_arguments is None else _arguments(d.edited_arguments))
+        for d in decided}
     names: dict[str, str] = {}
     entries = []
     for row in rows:
