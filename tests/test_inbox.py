@@ -2,8 +2,9 @@
 the strict fake model: a pending call listed across turns with its full
 arguments escaped, the development login (with its CSRF token), CSRF on
 decisions, the requester's own call refused with its reason, a decision that
-takes effect, and the proxy-header identity. The hardening has its own file
-(tests/test_inbox_hardening.py)."""
+takes effect, and the proxy-header identity; what the pages read from the
+database (the conversation's messages, the decision) on SQLite and
+PostgreSQL. The hardening has its own file (tests/test_inbox_hardening.py)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from tests.test_client import plain_service
 from turnstile.engine.contract import TurnStatus
 from turnstile.inbox.app import build_app
 from turnstile.runtime.config import Settings
+from turnstile.stores.db import Database
 
 XSS = "<script>alert('x')</script>"
 
@@ -68,16 +70,16 @@ async def _listed(tc: TestClient, workflow_id: str, **kw: Any) -> str:
 
 
 async def test_review_in_the_browser_development_login(
-        client: Client, temporal_server: DevServer, task_queue: str, tmp_path: Path,
+        client: Client, temporal_server: DevServer, task_queue: str, db: Database,
         fake_llm: FakeLLM, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("TURNSTILE_INBOX_IDENTITY_HEADER", raising=False)
     fake_llm.script(tool_reply(("p1", "sendMoneySlowly", {"to": f"bob{XSS}@example.com",
                                                           "amount": 7})),
                     text_reply("paid"))
-    async with running_worker(client, task_queue, f"sqlite:///{tmp_path}/t.db",
+    async with running_worker(client, task_queue, db.url,
                               [plain_service()], llm_url=fake_llm.url) as turns:
         handle = await _pending_turn(turns, "alice")
-        with TestClient(build_app(_settings(temporal_server, task_queue), secret="s"),
+        with TestClient(build_app(_settings(temporal_server, task_queue, db.url), secret="s"),
                         follow_redirects=False) as tc:
             assert (await _get(tc, "/")).status_code == 303  # who are you?
             # The login form carries a CSRF token: a post without it is refused.
@@ -104,12 +106,17 @@ async def test_review_in_the_browser_development_login(
             # Carol, in her own session, approves.
             await login(tc, "carol")
             detail = (await _get(tc, f"/calls/{handle.id}/p1")).text
+            # The conversation's recent messages, read from the database.
+            assert 'id="messages"' in detail and "pay bob" in detail
             token = re.search(r'name="csrf" value="([0-9a-f]+)"', detail)
             assert token is not None
             done = await _post(tc, f"/calls/{handle.id}/p1",
                                data={"decision": "approve", "note": "ok", "csrf": token.group(1)})
             assert done.status_code == 200 and "sendMoneySlowly approved by carol" in done.text
-        result = await handle.result()
+            result = await handle.result()
+            # The decided call's page says who decided, from `approval_decision`.
+            decided = (await _get(tc, f"/calls/{handle.id}/p1")).text
+            assert re.search(r"Decided: <b>approved</b> by <b>carol</b>", decided), decided
     assert result.status == TurnStatus.COMPLETED
 
 
@@ -120,10 +127,11 @@ async def test_identity_from_the_proxy_header(
     monkeypatch.setenv("TURNSTILE_INBOX_PROXY_SECRET", "from-the-proxy")
     fake_llm.script(tool_reply(("p1", "sendMoneySlowly", {"to": "bob@example.com", "amount": 1})),
                     text_reply("paid"))
-    async with running_worker(client, task_queue, f"sqlite:///{tmp_path}/t.db",
+    url = f"sqlite:///{tmp_path}/t.db"
+    async with running_worker(client, task_queue, url,
                               [plain_service()], llm_url=fake_llm.url) as turns:
         handle = await _pending_turn(turns, f"u-{uuid.uuid4().hex[:4]}")
-        with TestClient(build_app(_settings(temporal_server, task_queue), secret="s"),
+        with TestClient(build_app(_settings(temporal_server, task_queue, url), secret="s"),
                         follow_redirects=False) as tc:
             anonymous = await _post(tc, f"/calls/{handle.id}/p1", data={"decision": "approve"})
             assert anonymous.status_code == 401

@@ -6,7 +6,8 @@ no personal data; no page can be framed and no inline script runs without
 the page's nonce; a workflow id with "/" is listed, opened and decided, and
 the decided call's page says who decided; a turn whose worker is gone is one
 row of the list, which still answers at once; unsafe settings refuse to
-start."""
+start. What the inbox reads from the database (the conversation's messages,
+the decisions) is read on SQLite and PostgreSQL (the `db` fixture)."""
 
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ from turnstile.client import TurnstileClient
 from turnstile.engine.contract import TurnStatus
 from turnstile.inbox.app import build_app
 from turnstile.inbox.security import InboxConfigError, InboxSecurity, check_host
+from turnstile.stores.db import Database
 
 ROOT = Path(__file__).resolve().parents[1]
 SECRET = "from-the-proxy"
@@ -53,19 +55,19 @@ def _header_env(monkeypatch: pytest.MonkeyPatch, **extra: str) -> None:
 
 
 async def test_header_mode_one_bound_identity_and_nothing_for_anonymous(
-        client: Client, temporal_server: DevServer, task_queue: str, tmp_path: Path,
+        client: Client, temporal_server: DevServer, task_queue: str, db: Database,
         fake_llm: FakeLLM, monkeypatch: pytest.MonkeyPatch) -> None:
     _header_env(monkeypatch, TURNSTILE_INBOX_PROXY_SECRET=SECRET)
     requester = f"carol-{uuid.uuid4().hex[:4]}"
     fake_llm.script(tool_reply(("p1", "sendMoneySlowly", {"to": "bob@example.com",
                                                           "amount": 4})),
                     text_reply("paid"))
-    async with running_worker(client, task_queue, f"sqlite:///{tmp_path}/t.db",
+    async with running_worker(client, task_queue, db.url,
                               [plain_service()], llm_url=fake_llm.url) as turns:
         handle = await turns.start("pay bob for the renewal", user=requester, service="test")
         await wait_pending(handle)
         call = f"/calls/{handle.id}/p1"
-        with TestClient(build_app(_settings(temporal_server, task_queue)),
+        with TestClient(build_app(_settings(temporal_server, task_queue, db.url)),
                         follow_redirects=False) as tc:
             # Anonymous: no data at all, on every page.
             for url in ("/", "/rows", "/decided", call):
@@ -74,7 +76,10 @@ async def test_header_mode_one_bound_identity_and_nothing_for_anonymous(
                 for personal in (requester, "bob@", "renewal", handle.id):
                     assert personal not in page.text, (url, personal)
             ops = {"X-Forwarded-User": "ops-lead", "X-Turnstile-Proxy-Secret": SECRET}
-            token = _token((await _get(tc, call, headers=ops)).text)
+            page = (await _get(tc, call, headers=ops)).text
+            token = _token(page)
+            # The reviewer sees the conversation's recent messages (from the database).
+            assert 'id="messages"' in page and "pay bob for the renewal" in page
             # The proxy appended its header after the client's own: refused.
             repeated = [("X-Forwarded-User", "ops-lead"), ("X-Forwarded-User", requester),
                         ("X-Turnstile-Proxy-Secret", SECRET)]
@@ -97,7 +102,9 @@ async def test_header_mode_one_bound_identity_and_nothing_for_anonymous(
             done = await _post(tc, call, headers=ops, data={
                 "decision": "approve", "note": "ok", "csrf": token})
             assert done.status_code == 200 and "approved by ops-lead" in done.text
-        result = await handle.result()
+            result = await handle.result()
+            board = (await _get(tc, "/decided", headers=ops)).text
+            assert handle.id in board and requester in board and "ops-lead" in board
     assert result.status == TurnStatus.COMPLETED
 
 
@@ -167,13 +174,13 @@ def _csp_nonce(response: Any) -> str:
 
 
 async def test_a_slash_id_framing_and_the_decided_call(
-        client: Client, temporal_server: DevServer, task_queue: str, tmp_path: Path,
+        client: Client, temporal_server: DevServer, task_queue: str, db: Database,
         fake_llm: FakeLLM, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("TURNSTILE_INBOX_IDENTITY_HEADER", raising=False)
     fake_llm.script(tool_reply(("p1", "sendMoneySlowly", {"to": "bob@example.com",
                                                           "amount": 2})),
                     text_reply("paid"))
-    url = f"sqlite:///{tmp_path}/t.db"
+    url = db.url
     workflow_id = f"turn-tickets/43-{uuid.uuid4().hex[:8]}"
     async with running_worker(client, task_queue, url, [plain_service()],
                               llm_url=fake_llm.url) as turns:

@@ -286,8 +286,8 @@ def downgrade_to(db: Database, revision: str) -> None:
         command.downgrade(config, revision)
 
 
-# The previous release (v0.2.0) made the schema through revision 0006.
-PREVIOUS_RELEASE_HEAD = "0006"
+# The previous release (v0.3.0) made the schema through revision 0008.
+PREVIOUS_RELEASE_HEAD = "0008"
 
 
 def test_revisions_after_the_previous_release_only_add(fresh_url: str) -> None:

@@ -1,7 +1,7 @@
 """Expand, then contract, tried as an operator upgrades: the previous
 release's worker keeps working on the schema this release migrates to.
 
-The previous release is the `v0.2.0` tag (or, in a clone without tags, its
+The previous release is the `v0.3.0` tag (or, in a clone without tags, its
 commit, an ancestor of main), extracted with `git archive` and run as its own
 `worker.py` process (with this environment's libraries: the releases share
 their dependencies). It starts on its own schema and parks a turn on the
@@ -39,9 +39,9 @@ from turnstile.engine.contract import (
 from turnstile.stores.db import Database
 from turnstile.stores.schema import current, head_revision, upgrade
 
-PREVIOUS_RELEASE = "v0.2.0"
-PREVIOUS_RELEASE_COMMIT = "0a34d3d53164cbeb7c461b24ff8a4329725c2854"
-PREVIOUS_HEAD = "0006"
+PREVIOUS_RELEASE = "v0.3.0"
+PREVIOUS_RELEASE_COMMIT = "9dd608fdc17d1e2693e77acb99b2db35d5e82c30"
+PREVIOUS_HEAD = "0008"
 MAIL = {"to": "ops@example.com", "subject": "Follow up", "body": "C0001"}
 
 
@@ -100,9 +100,11 @@ async def test_the_previous_release_completes_an_approved_email_on_the_migrated_
         worker.stop()
     with db.connect() as conn:
         mails = fetchall(conn, "SELECT recipient FROM email_task")
-        decisions = fetchall(conn, "SELECT reviewer, approved FROM approval_decision "
-                                   "WHERE workflow_id = :wf", {"wf": handle.id})
+        decisions = fetchall(conn, "SELECT reviewer, approved, edited_arguments FROM "
+                                   "approval_decision WHERE workflow_id = :wf", {"wf": handle.id})
         audit = fetchall(conn, "SELECT status FROM tool_execution_log WHERE workflow_id = :wf",
                                {"wf": handle.id})
-    assert len(mails) == 1 and decisions == [{"reviewer": "carol", "approved": 1}]
+    # The old worker's decision: the columns it knows, the new one (0010) left NULL.
+    assert len(mails) == 1 and decisions == [
+        {"reviewer": "carol", "approved": 1, "edited_arguments": None}]
     assert [a["status"] for a in audit] == ["COMPLETED"]
