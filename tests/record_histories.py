@@ -5,8 +5,14 @@
 Runs the main scenarios — the demo turn (offline planner, approval, e-mail
 queued), an approval rejection, a compensation, a breaker trip, an answer
 cut twice at the length limit (continuation, then `truncated`), an answer
-withheld by the provider's content filter — on a fresh dev server and writes
-each history to tests/histories/NAME.json (only the NAMEs given, if any). Commit the
+withheld by the provider's content filter — and the paths of approvals v2
+(docs/steering.md, docs/approvals.md): a turn waiting for an approval steered
+by a new message (`steered`) and the new turn that steered it
+(`steered_new_turn`), a turn queued behind one waiting for an approval
+(`queued`), a new message refused meanwhile (`new_message_refused`), and an
+e-mail approved with the reviewer's edits through the `review` update
+(`approved_with_edits`) — on a fresh dev server and writes each history to
+tests/histories/NAME.json (only the NAMEs given, if any). Commit the
 files: replaying them on every run makes a workflow change that would break
 turns in flight fail CI. Re-record only for a deliberate, versioned change
 (turnstile.engine.versions: bump TURN_VERSION, keep the old files in
@@ -24,14 +30,24 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client, WorkflowHandle, WorkflowQueryFailedError
+from temporalio.service import RPCError
 
 from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.processes import free_port
 from tests.support.services import make_service
 from tests.support.temporal_server import DevServer, connect
-from tests.support.turns import Turns, running_worker
-from turnstile.engine.contract import ApproveSignal, PendingApproval, RejectSignal
+from tests.support.turns import Turns, running_worker, wait_pending
+from turnstile.engine.approvals import arguments_digest
+from turnstile.engine.contract import (
+    ApproveSignal,
+    Handlers,
+    PendingApproval,
+    RejectSignal,
+    TurnPhase,
+    TurnProgress,
+)
+from turnstile.runtime.services import Service
 from turnstile.sales.planner import demo_planner
 from turnstile.sales.seed import seed
 from turnstile.sales.service import build_sales_service
@@ -83,6 +99,108 @@ async def scenario(client: Client, fake: FakeLLM, tmp: Path, name: str,
     async with running_worker(client, f"rec-{name}", f"sqlite:///{tmp}/{name}.db", services,
                               provider=provider, llm_url=None if provider else fake.url) as turns:
         await save(name, await body(turns))
+
+
+async def scenarios(client: Client, fake: FakeLLM, tmp: Path, names: list[str],
+                    services: list[Service],
+                    body: Callable[[Turns], Awaitable[list[WorkflowHandle]]]) -> None:
+    """A scenario of several turns on one worker: one history per name, in
+    the order `body` returns their handles."""
+    if sys.argv[1:] and not set(names) & set(sys.argv[1:]):
+        return
+    async with running_worker(client, f"rec-{names[0]}", f"sqlite:///{tmp}/{names[0]}.db",
+                              services, llm_url=fake.url) as turns:
+        handles = await body(turns)
+        for name, handle in zip(names, handles, strict=True):
+            await save(name, handle)
+
+
+def mail(call_id: str, subject: str, to: str = "ops@example.com") -> dict[str, Any]:
+    return tool_reply((call_id, "createEmailTask", {"to": to, "subject": subject,
+                                                    "body": "Please follow up."}))
+
+
+def sales_service(on_new_message: str) -> Service:
+    service = build_sales_service()
+    service.on_new_message = on_new_message  # type: ignore[assignment]
+    return service
+
+
+async def queued_status(handle: WorkflowHandle) -> None:
+    """Until the turn says it is queued (it has begun and found the
+    conversation held)."""
+    for _ in range(400):
+        try:
+            seen = await handle.query(Handlers.STATUS, result_type=TurnProgress)
+            if seen.step == TurnPhase.QUEUED:
+                return
+        except (RPCError, WorkflowQueryFailedError):  # no workflow task has run yet
+            pass
+        await asyncio.sleep(0.05)
+    raise TimeoutError(f"{handle.id} never said it was queued")
+
+
+async def record_approvals_v2(client: Client, fake: FakeLLM, tmp: Path) -> None:
+    """Steer, queue, refuse (docs/steering.md) and approve with edits."""
+
+    async def steered(turns: Turns) -> list[WorkflowHandle]:
+        fake.script(mail("e1", "Old subject"), mail("e2", "New subject"),
+                    text_reply("Queued the new mail."))
+        waiting = await turns.start("mail ops", service="sales-assistant",
+                                    conversation="c-steer", workflow_id="steered")
+        await wait_pending(waiting)
+        new = await turns.start("no wait: use the subject 'New subject'",
+                                service="sales-assistant", conversation="c-steer",
+                                workflow_id="steered-new-turn")
+        await waiting.result()
+        await approve_all(new, "ops-lead")
+        return [waiting, new]
+
+    await scenarios(client, fake, tmp, ["steered", "steered_new_turn"],
+                    [sales_service("steer")], steered)
+
+    async def queued(turns: Turns) -> list[WorkflowHandle]:
+        fake.script(mail("e1", "One"), text_reply("Mail queued."), text_reply("Hello."))
+        waiting = await turns.start("mail one", service="sales-assistant",
+                                    conversation="c-queue", workflow_id="queue-holder")
+        await wait_pending(waiting)
+        behind = await turns.start("hello?", service="sales-assistant",
+                                   conversation="c-queue", workflow_id="queued")
+        await queued_status(behind)
+        await approve_all(waiting, "ops-lead")
+        await behind.result()
+        return [behind]
+
+    await scenarios(client, fake, tmp, ["queued"], [sales_service("queue")], queued)
+
+    async def refused(turns: Turns) -> list[WorkflowHandle]:
+        fake.script(mail("e1", "One"), text_reply("Not sent."))
+        waiting = await turns.start("mail one", service="sales-assistant",
+                                    conversation="c-refuse", workflow_id="refuse-holder")
+        await wait_pending(waiting)
+        new = await turns.start("hello?", service="sales-assistant",
+                                conversation="c-refuse", workflow_id="new-message-refused")
+        await new.result()
+        await approve_all(waiting, "ops-lead", approve=False)
+        return [new]
+
+    await scenarios(client, fake, tmp, ["new_message_refused"], [sales_service("refuse")],
+                    refused)
+
+    async def edited(turns: Turns) -> list[WorkflowHandle]:
+        fake.script(mail("e1", "Renewal"), text_reply("Queued the edited mail."))
+        h = await turns.start("remind ops", service="sales-assistant", conversation="c-edits",
+                              workflow_id="approved-with-edits")
+        [p] = await wait_pending(h)
+        arguments = {**p.arguments, "to": "sales@example.com", "subject": "Renewal (final)"}
+        await h.execute_update(Handlers.REVIEW, {
+            "tool_call_id": p.tool_call_id, "reviewer": "bob", "approved": True,
+            "note": "sales handles it", "arguments": arguments,
+            "arguments_digest": arguments_digest(p.arguments)})
+        return [h]
+
+    await scenarios(client, fake, tmp, ["approved_with_edits"], [sales_service("steer")],
+                    edited)
 
 
 async def main() -> None:
@@ -142,6 +260,7 @@ async def main() -> None:
             return await turns.start("something filtered", workflow_id="content-filtered")
 
         await scenario(client, fake, tmp, "content_filtered", [make_service()], None, filtered)
+        await record_approvals_v2(client, fake, tmp)
     finally:
         fake.close()
         server.stop()
