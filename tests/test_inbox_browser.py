@@ -10,7 +10,7 @@ refused on the page (the call stays pending, the edit stays in the form),
 then a recipient inside the allow-list and a new subject are approved; the
 mail that arrives over SMTP carries the edits, the audit has an
 APPROVED_WITH_EDITS row, the model's next request says what was edited and
-the "decided" view shows it.
+the "decided" view shows it, with the arguments it ran with (masked).
 
 With TURNSTILE_SCREENSHOTS=DIR the list and detail pages are saved there as
 PNG (docs/ holds the ones the README shows)."""
@@ -262,6 +262,9 @@ async def test_a_reviewer_edits_the_mail_and_approves_in_the_browser(
     assert "createEmailTask approved by carol" in seen["approved"]
     assert "subject" in seen["edited"] and "to" in seen["edited"]
     assert "approved with edits" in seen["decided"]
+    # ... with the arguments it ran with, from the decision row, masked.
+    assert "Renewal for Q4 (edited)" in seen["decided"]
+    assert "s***@example.com" in seen["decided"] and "sales@example.com" not in seen["decided"]
     assert result.status == TurnStatus.COMPLETED
     assert sent == 1 and len(mails) == 1
     assert mails[0]["To"] == "sales@example.com"
