@@ -15,16 +15,18 @@ from temporalio.client import Client, WorkflowHandle
 
 from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.processes import free_port
+from tests.support.services import make_service
 from tests.support.turns import running_worker
 from turnstile.engine import attributes as attr
 from turnstile.engine.breakers import BreakerPolicy, Breakers, RanCall
 from turnstile.engine.contract import ApproveSignal, CallStatus, PendingApproval, TurnStatus
-from turnstile.engine.repeats import earlier_run, remember, repeat_key
+from turnstile.engine.repeats import ANSWER_NOW, earlier_run, remember, repeat_key
 from turnstile.engine.specs import LoopPolicy, ToolSpec
 from turnstile.runtime.config import Settings
 from turnstile.sales.sender import SenderConfig, deliver_due
 from turnstile.sales.service import build_sales_service
 from turnstile.sales.smtp_server import LocalSmtpServer, read_mailbox
+from turnstile.sales.truth import disagreements
 from turnstile.stores.audit import AuditLog
 from turnstile.stores.db import Database
 from turnstile.stores.memory import MemoryStore
@@ -75,7 +77,8 @@ async def mail_turn(client: Client, task_queue: str, tmp_path: Path, fake_llm: F
                                SenderConfig())
         mails = read_mailbox(tmp_path / "mail")
     return {"result": result, "approved": approved, "sent": sent, "mails": mails,
-            "memory": MemoryStore(db).messages("c-mail"), "audit": AuditLog(db).rows(handle.id)}
+            "memory": MemoryStore(db).messages("c-mail"), "audit": AuditLog(db).rows(handle.id),
+            "disagreements": disagreements(db)}
 
 
 async def test_identical_email_after_success_is_not_sent_again(
@@ -101,6 +104,7 @@ async def test_identical_email_after_success_is_not_sent_again(
     assert [(r.tool_name, r.status) for r in turn["audit"]] == [
         ("createEmailTask", "COMPLETED"), ("createEmailTask", "REPEATED")]
     assert "e1" in (turn["audit"][1].error_message or "")
+    assert turn["disagreements"] == []  # the truth check agrees with memory and the outbox
 
 
 @pytest.mark.parametrize("breakers", [BreakerPolicy(repeat_identical=False),
@@ -138,6 +142,30 @@ async def test_a_repeatable_tool_runs_again(client: Client, task_queue: str, tmp
     assert [r.status for r in audit] == ["COMPLETED", "COMPLETED"]  # both ran
     told = tool_messages(fake_llm.requests[2])
     assert told[0]["content"] == told[1]["content"] and "Not run again" not in told[1]["content"]
+
+
+async def test_a_model_that_keeps_repeating_is_asked_for_its_answer(
+        client: Client, task_queue: str, tmp_path: Path, fake_llm: FakeLLM) -> None:
+    """The loop of issue 36 (the same call again and again): one reservation,
+    two repeats, then one request without tools for the answer; completed,
+    the effect kept once."""
+    def model(request: dict[str, Any]) -> dict[str, Any]:
+        if "tools" not in request:
+            return text_reply("Reserved the chairs.")
+        return tool_reply((f"r{len(request['messages'])}", "reserve", {"item": "chairs"}))
+
+    fake_llm.default = model
+    async with running_worker(client, task_queue, f"sqlite:///{tmp_path}/t.db",
+                              [make_service()], llm_url=fake_llm.url) as turns:
+        result = await turns.run("reserve chairs")
+    assert result.status == TurnStatus.COMPLETED, result.error
+    assert result.answer == "Reserved the chairs."
+    assert [c.status for c in result.tool_calls] == [
+        CallStatus.COMPLETED, CallStatus.REPEATED, CallStatus.REPEATED]
+    assert len(fake_llm.requests) == 4
+    last = fake_llm.requests[-1]
+    assert "tools" not in last and last["messages"][-1] == {"role": "user",
+                                                             "content": ANSWER_NOW}
 
 
 def test_what_counts_as_the_same_call() -> None:

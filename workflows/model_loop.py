@@ -9,7 +9,7 @@ from __future__ import annotations
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from turnstile.engine import activity_io as io, endings
+    from turnstile.engine import activity_io as io, endings, repeats
     from turnstile.engine.breakers import Breakers
     from turnstile.engine.contract import CallStatus, TurnInput, TurnPhase, TurnStatus
     from turnstile.engine.errors import AnswerTruncated, ContentFiltered
@@ -68,6 +68,8 @@ class ModelLoop:
             self.round = None
             if s.steered is not None:  # a new message: the new turn asks the model
                 raise steered_stop(s, spec)
+            if self.breakers.repeats >= repeats.ANSWER_AFTER:  # only after repeat-breaker
+                return await self._answer_now()
 
     async def _honest_ending(self, response: io.ModelCallResult) -> io.ModelCallResult:
         """Only a natural stop is a complete answer (turnstile.engine.endings).
@@ -88,6 +90,16 @@ class ModelLoop:
                               answer=text, compensate=False)
         message = ChatMessage(role="assistant", content=text)
         return more.model_copy(update={"message": message, "usage": response.usage + more.usage})
+
+    async def _answer_now(self) -> str:
+        """The model keeps repeating calls that already ran (turnstile.engine.repeats):
+        its answer, asked for without tools."""
+        self.s.event("breaker", "calls repeated after the model was told; asking for the "
+                                "answer without tools")
+        response = await self._ask_again(repeats.ANSWER_NOW)
+        text = await self.answers.checked(response.message.content or "")
+        self.s.event("answer", mask_text(text[:400])[:160])
+        return text
 
     async def _ask_again(self, nudge: str) -> io.ModelCallResult:
         """Ask once more without tools, `nudge` sent after the stored conversation."""

@@ -219,6 +219,7 @@ class ToolRound:
                            audit=AuditStatus.REPEATED,
                            attributes={attr.REPEAT_OF: earlier.call_id})
         self.breakers.history.append(call.name)
+        self.breakers.repeats += 1
         self.s.event("breaker", f"{call.name}: same arguments as {earlier.call_id}, "
                                 "which completed; not run again")
         return True

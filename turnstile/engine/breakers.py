@@ -54,6 +54,7 @@ class Breakers:
     disabled: set[str] = field(default_factory=set)
     # Completed calls by repeat key (turnstile.engine.repeats.repeat_key).
     completed: dict[str, RanCall] = field(default_factory=dict)
+    repeats: int = 0  # calls the repeat breaker settled in this turn
 
     def before_round(self, names: list[str]) -> None:
         """Raise if running these calls would exceed the turn's limits."""

@@ -17,6 +17,10 @@ a status check, whose second call may answer differently) or the service's
 `idempotent` does not exempt a tool: it means the same *call* (call id) may
 run twice, not that a second call with a new id changes nothing.
 
+A model that repeats again after being told (`ANSWER_AFTER` repeats in a
+turn) is asked for its answer without tools (`ANSWER_NOW`), once; the answer
+goes through the same checks as any (an empty one is asked for once more).
+
 Pure and deterministic: the workflow (workflows/tool_round.py) asks before a
 call and records each completed call.
 """
@@ -39,6 +43,17 @@ REPEATED_TEXT = (
     "{call_id}) and succeeded, so its effect exists once. What it returned: {preview} "
     "Do not call {name} again with the same arguments; go on with the next step, or "
     "answer the user.")
+
+
+# After this many repeats in a turn the model is stuck on a call it was told
+# already ran: it is asked for its answer without tools (ANSWER_NOW), so a
+# looping model ends its turn in one more request instead of at the
+# round-trip cap.
+ANSWER_AFTER = 2
+ANSWER_NOW = (
+    "You asked again for calls that already ran in this turn, with the same arguments; "
+    "they were not run again. Their results are above. Do not call tools now: answer the "
+    "user's request in plain text with what was done.")
 
 
 def repeat_key(name: str, arguments: str) -> str | None:
