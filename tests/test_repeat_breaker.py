@@ -16,10 +16,16 @@ from temporalio.client import Client, WorkflowHandle
 from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.processes import free_port
 from tests.support.services import make_service
-from tests.support.turns import running_worker
+from tests.support.turns import running_worker, wait_pending
 from turnstile.engine import attributes as attr
 from turnstile.engine.breakers import BreakerPolicy, Breakers, RanCall
-from turnstile.engine.contract import ApproveSignal, CallStatus, PendingApproval, TurnStatus
+from turnstile.engine.contract import (
+    ApproveSignal,
+    CallStatus,
+    PendingApproval,
+    RejectSignal,
+    TurnStatus,
+)
 from turnstile.engine.repeats import ANSWER_NOW, earlier_run, remember, repeat_key
 from turnstile.engine.specs import LoopPolicy, ToolSpec
 from turnstile.runtime.config import Settings
@@ -51,17 +57,24 @@ async def approve_all(handle: WorkflowHandle[Any, Any], approved: list[str]) -> 
 
 
 async def mail_turn(client: Client, task_queue: str, tmp_path: Path, fake_llm: FakeLLM,
-                    breakers: BreakerPolicy | None = None) -> dict[str, Any]:
+                    breakers: BreakerPolicy | None = None, *,
+                    one_response: bool = False) -> dict[str, Any]:
     """One sales turn whose model calls createEmailTask twice with identical
-    arguments, then answers; every call approved, the outbox delivered."""
+    arguments (one after the other, or both in one response), then answers;
+    every call approved, the outbox delivered."""
     url = f"sqlite:///{tmp_path}/sales.db"
     db = Database(url)
     ensure_schema(db)
     port = free_port()
     env = {"SMTP_PORT": str(port), "SMTP_HOST": "127.0.0.1"}
-    fake_llm.script(tool_reply(("e1", "createEmailTask", MAIL)),
-                    tool_reply(("e2", "createEmailTask", MAIL_AGAIN)),
-                    text_reply("Queued the e-mail to ops@example.com."))
+    if one_response:
+        fake_llm.script(tool_reply(("e1", "createEmailTask", MAIL),
+                                   ("e2", "createEmailTask", MAIL_AGAIN)),
+                        text_reply("Queued the e-mail to ops@example.com."))
+    else:
+        fake_llm.script(tool_reply(("e1", "createEmailTask", MAIL)),
+                        tool_reply(("e2", "createEmailTask", MAIL_AGAIN)),
+                        text_reply("Queued the e-mail to ops@example.com."))
     service = build_sales_service()
     if breakers is not None:
         service.loop = LoopPolicy(breakers=breakers)
@@ -105,6 +118,50 @@ async def test_identical_email_after_success_is_not_sent_again(
         ("createEmailTask", "COMPLETED"), ("createEmailTask", "REPEATED")]
     assert "e1" in (turn["audit"][1].error_message or "")
     assert turn["disagreements"] == []  # the truth check agrees with memory and the outbox
+
+
+async def test_identical_calls_in_one_response_send_one_email(
+        client: Client, task_queue: str, tmp_path: Path, fake_llm: FakeLLM) -> None:
+    """Both in one response: the second waits for the first and, as it
+    completed, is a repeat of it, never reviewed."""
+    turn = await mail_turn(client, task_queue, tmp_path, fake_llm, one_response=True)
+    result = turn["result"]
+    assert result.status == TurnStatus.COMPLETED, result.error
+    assert [(c.id, c.status) for c in result.tool_calls] == [
+        ("e1", CallStatus.COMPLETED), ("e2", CallStatus.REPEATED)]
+    assert turn["approved"] == ["e1"]
+    assert turn["sent"] == 1 and len(turn["mails"]) == 1
+    told = tool_messages(fake_llm.requests[1])
+    assert [m["tool_call_id"] for m in told] == ["e1", "e2"]
+    assert "already ran in this turn" in told[1]["content"]
+    assert turn["disagreements"] == []
+
+
+async def test_the_twin_of_a_rejected_call_is_reviewed(
+        client: Client, task_queue: str, tmp_path: Path, fake_llm: FakeLLM) -> None:
+    """Only a call that completed makes a repeat: the first of two identical
+    calls rejected, the second waits for that, then goes to the reviewer."""
+    url = f"sqlite:///{tmp_path}/sales.db"
+    ensure_schema(Database(url))
+    fake_llm.script(tool_reply(("e1", "createEmailTask", MAIL),
+                               ("e2", "createEmailTask", MAIL_AGAIN)),
+                    text_reply("One e-mail queued."))
+    async with running_worker(client, task_queue, url, [build_sales_service()],
+                              llm_url=fake_llm.url) as turns:
+        handle = await turns.start("mail ops", service="sales-assistant")
+        [first] = await wait_pending(handle)
+        await handle.signal("reject", RejectSignal(tool_call_id=first.tool_call_id,
+                                                   reviewer="ops-lead"))
+        second = first
+        while second.tool_call_id == first.tool_call_id:  # until the rejection is applied
+            [second] = await wait_pending(handle)
+            await asyncio.sleep(0.05)
+        await handle.signal("approve", ApproveSignal(tool_call_id=second.tool_call_id,
+                                                     reviewer="ops-lead"))
+        result = await handle.result()
+    assert (first.tool_call_id, second.tool_call_id) == ("e1", "e2")
+    assert [(c.id, c.status) for c in result.tool_calls] == [
+        ("e1", CallStatus.REJECTED), ("e2", CallStatus.COMPLETED)]
 
 
 @pytest.mark.parametrize("breakers", [BreakerPolicy(repeat_identical=False),

@@ -129,6 +129,7 @@ class ToolRound:
     async def _one(self, call: ToolCall, rec: ToolCallRecord, seq: int) -> None:
         tool = self.spec.tool(call.name)
         loop = self.spec.loop
+        await self._after_twin(call, tool, seq)
         if self._repeated(rec, seq, call, tool):
             return
         decision = rules.before_call(call.name, tool, self.s.tool_names,
@@ -202,6 +203,19 @@ class ToolRound:
             self._breaker(call.name, executed=how.executed, failed=True)
         if how.stop is not None:
             raise TurnStopped(TurnStatus.FAILED, how.stop, call_id=call.id)
+
+    async def _after_twin(self, call: ToolCall, tool: ToolSpec | None, seq: int) -> None:
+        """An identical call earlier in the same response (a tool the repeat
+        breaker guards): wait until it has its result, so that, if it
+        completed, this one is a repeat of it instead of a second effect."""
+        if not repeats.guarded(tool, self.breakers.policy):
+            return
+        key = repeats.repeat_key(call.name, call.arguments)
+        twin = next((s for s, (c, _, _) in sorted(self.open.items()) if s < seq and key
+                     and repeats.repeat_key(c.name, c.arguments) == key), None)
+        if twin is None or not workflow.patched(REPEAT_BREAKER):
+            return
+        await workflow.wait_condition(lambda: twin not in self.open)
 
     def _repeated(self, rec: ToolCallRecord, seq: int, call: ToolCall,
                   tool: ToolSpec | None) -> bool:

@@ -15,7 +15,9 @@ a status check, whose second call may answer differently) or the service's
 `BreakerPolicy` names it in `repeatable_tools` or turns it off
 (`repeat_identical=False`, or `enabled=False` for every breaker). Note that
 `idempotent` does not exempt a tool: it means the same *call* (call id) may
-run twice, not that a second call with a new id changes nothing.
+run twice, not that a second call with a new id changes nothing. Of two
+identical calls in one response, the later waits for the earlier's result
+(workflows/tool_round.py) and is a repeat of it if it completed.
 
 A model that repeats again after being told (`ANSWER_AFTER` repeats in a
 turn) is asked for its answer without tools (`ANSWER_NOW`), once; the answer
