@@ -240,6 +240,10 @@ def test_what_counts_as_the_same_call() -> None:
     assert earlier_run(breakers, writes, "t", '{ "a" : 1 }') == RanCall("c1", "ok")
     assert earlier_run(breakers, writes, "t", '{"a": 2}') is None
     assert earlier_run(breakers, reads, "t", '{"a": 1}') is None
+    # `idempotent` is about the same call id (a retry), not a second call: still guarded,
+    # as createEmailTask (idempotent) would queue a second e-mail.
+    retry_safe = writes.model_copy(update={"idempotent": True})
+    assert earlier_run(breakers, retry_safe, "t", '{"a": 1}') == RanCall("c1", "ok")
     assert earlier_run(breakers, None, "t", '{"a": 1}') is None  # unknown tool: its own rule
     for policy in (BreakerPolicy(enabled=False), BreakerPolicy(repeat_identical=False),
                    BreakerPolicy(repeatable_tools=["t"])):
