@@ -82,7 +82,7 @@ class RequestShape:
             cap_tool_results(paired(stored), self._cap_for),
             result_cap(self.window.tool_result_max_bytes, self.window))
         if self.req.continuation:
-            messages.append(ChatMessage(role="user", content=CONTINUATION_PROMPT))
+            messages.append(ChatMessage(role="user", content=self.req.nudge or CONTINUATION_PROMPT))
         return messages, apply_window(messages, self.window, self.count, self.reserved)
 
     def full(self, stored: list[ChatMessage]) -> bool:

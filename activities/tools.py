@@ -51,6 +51,7 @@ from turnstile.engine.errors import (
     ToolArgumentError,
 )
 from turnstile.engine.masking import mask_json_text
+from turnstile.runtime.services import Service
 from turnstile.runtime.tools import (
     Tool,
     ToolContext,
@@ -82,6 +83,12 @@ def _preview(text: str) -> str:
     The full result is in memory."""
     text = mask_json_text(text[: PREVIEW_CHARS * 8])
     return text if len(text) <= PREVIEW_CHARS else text[: PREVIEW_CHARS - 1] + "…"
+
+
+def offered(service: Service) -> frozenset[str]:
+    """The tools a service offers: its own and its providers' catalogues."""
+    return frozenset(service.tools.names()).union(
+        *(p.catalogue.names() for p in service.providers))
 
 
 def rerunnable(tool: Tool) -> bool:
@@ -207,6 +214,7 @@ class ToolActivities(Activities):
             user_id=req.user_id, tool_call_id=call.id, attempt=info.attempt,
             settings=self.rt.settings, heartbeat=activity.heartbeat, execution_chain=chain,
             statement_timeout_seconds=tool.spec.statement_timeout_seconds, journal_tx=tx,
+            offered_tools=offered(self.rt.services.get(req.service)),
         )
         running = tool.start(ctx, args)
         try:

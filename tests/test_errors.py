@@ -66,6 +66,8 @@ STABLE = {
     EmptyConditionError: "EmptyConditionError",  # returned to the model as an argument error
     errors.AnswerTruncated: "AnswerTruncated",
     errors.ContentFiltered: "ContentFiltered",
+    errors.EmptyAnswer: "EmptyAnswer",  # an empty answer, asked for once more (issue 36)
+    errors.ToolCallAsText: "ToolCallAsText",  # a tool call written as text, not run
     errors.ModelResponseTooLarge: "ModelResponseTooLarge",
     errors.MCPServerUnavailable: "MCPServerUnavailable",
     IncompleteStream: "IncompleteStream",

@@ -9,7 +9,7 @@ from __future__ import annotations
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from turnstile.engine import activity_io as io, endings
+    from turnstile.engine import activity_io as io, endings, repeats
     from turnstile.engine.breakers import Breakers
     from turnstile.engine.contract import CallStatus, TurnInput, TurnPhase, TurnStatus
     from turnstile.engine.errors import AnswerTruncated, ContentFiltered
@@ -18,6 +18,7 @@ with workflow.unsafe.imports_passed_through():
     from turnstile.engine.specs import ServiceSpec
     from turnstile.engine.tool_round_rules import round_stop
     from turnstile.engine.turn_rules import FinalAnswer, RunTools, next_step
+    from workflows.answer_checks import AnswerChecks
     from workflows.pipeline_steps import PipelineSteps, Prepared
     from workflows.state import TurnState, TurnStopped
     from workflows.steering import steered_stop
@@ -34,6 +35,8 @@ class ModelLoop:
         # One set of breakers per turn: a re-ask (steps 15/16) does not reset them.
         self.breakers = Breakers(spec.loop.breakers)
         self.round: ToolRound | None = None  # the tool round under way
+        # Empty answers and tool calls written as text (workflows/answer_checks.py).
+        self.answers = AnswerChecks(state, self._ask_again, steps.answer.discard_answer)
 
     async def run(self) -> str:
         """Until the model answers: its answer."""
@@ -44,8 +47,9 @@ class ModelLoop:
             response = await self._honest_ending(await self._call_model())
             step = next_step(response.message)
             if isinstance(step, FinalAnswer):
-                s.event("answer", mask_text(step.text[:400])[:160])
-                return step.text
+                text = await self.answers.checked(step.text)
+                s.event("answer", mask_text(text[:400])[:160])
+                return text
             assert isinstance(step, RunTools)
             try:
                 await self.steps.check_moderation(wait=False)  # a flagged input runs no tools
@@ -64,6 +68,8 @@ class ModelLoop:
             self.round = None
             if s.steered is not None:  # a new message: the new turn asks the model
                 raise steered_stop(s, spec)
+            if self.breakers.repeats >= repeats.ANSWER_AFTER:  # only after repeat-breaker
+                return await self._answer_now()
 
     async def _honest_ending(self, response: io.ModelCallResult) -> io.ModelCallResult:
         """Only a natural stop is a complete answer (turnstile.engine.endings).
@@ -84,6 +90,20 @@ class ModelLoop:
                               answer=text, compensate=False)
         message = ChatMessage(role="assistant", content=text)
         return more.model_copy(update={"message": message, "usage": response.usage + more.usage})
+
+    async def _answer_now(self) -> str:
+        """The model keeps repeating calls that already ran (turnstile.engine.repeats):
+        its answer, asked for without tools."""
+        self.s.event("breaker", "calls repeated after the model was told; asking for the "
+                                "answer without tools")
+        response = await self._ask_again(repeats.ANSWER_NOW)
+        text = await self.answers.checked(response.message.content or "")
+        self.s.event("answer", mask_text(text[:400])[:160])
+        return text
+
+    async def _ask_again(self, nudge: str) -> io.ModelCallResult:
+        """Ask once more without tools, `nudge` sent after the stored conversation."""
+        return await self._honest_ending(await self._call_model(continuation=True, nudge=nudge))
 
     async def _filtered(self) -> io.ModelCallResult:
         self.s.event("moderation", "the provider's content filter withheld the answer")
@@ -118,7 +138,8 @@ class ModelLoop:
                 s.tool_names.append(t.name)
                 s.event("tools_added", t.name)
 
-    async def _call_model(self, continuation: bool = False) -> io.ModelCallResult:
+    async def _call_model(self, continuation: bool = False,
+                          nudge: str = "") -> io.ModelCallResult:
         s, turn, spec = self.s, self.turn, self.spec
         s.step = TurnPhase.MODEL_CALL
         prelude, prelude_seq = s.take_prelude()
@@ -132,7 +153,7 @@ class ModelLoop:
                               response_seq=s.answer_seq, round=s.round_trips,
                               taken_call_ids=[c.id for c in s.calls], stream=self.stream,
                               response_format=self.response_format, window=spec.memory,
-                              continuation=continuation, prelude=prelude,
+                              continuation=continuation, nudge=nudge, prelude=prelude,
                               prelude_seq=prelude_seq, user_id=turn.user_id,
                               known_policies=[t.name for t in spec.tools]),
             summary, TurnStatus.FAILED, options=model_options(spec.loop))

@@ -18,9 +18,14 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
-    from turnstile.engine import activity_io as io, attributes as attr, tool_round_rules as rules
+    from turnstile.engine import (
+        activity_io as io,
+        attributes as attr,
+        repeats,
+        tool_round_rules as rules,
+    )
     from turnstile.engine.approvals import ran_call
-    from turnstile.engine.breakers import Breakers
+    from turnstile.engine.breakers import Breakers, RanCall
     from turnstile.engine.contract import (
         ApprovalDecision,
         AuditStatus,
@@ -31,7 +36,8 @@ with workflow.unsafe.imports_passed_through():
     )
     from turnstile.engine.masking import mask_json_text
     from turnstile.engine.messages import ChatMessage, ToolCall
-    from turnstile.engine.specs import ServiceSpec
+    from turnstile.engine.specs import ServiceSpec, ToolSpec
+    from turnstile.engine.versions import REPEAT_BREAKER
     from workflows.approval_wait import await_decision
     from workflows.state import TurnState, TurnStopped, failure_reason, recorded_arguments
     from workflows.steering import steered_rejection
@@ -52,12 +58,15 @@ class RoundWrites:
     audit: list[io.AuditEntry] = field(default_factory=list)
     decisions: list[ApprovalDecision] = field(default_factory=list)
 
-    def settle(self, seq: int, call: ToolCall, status: CallStatus, text: str) -> None:
+    def settle(self, seq: int, call: ToolCall, status: CallStatus, text: str, *,
+               is_error: bool = True, audit: AuditStatus = AuditStatus.FAILED,
+               attributes: dict[str, object] | None = None) -> None:
         self.messages.append((seq, ChatMessage(
-            role="tool", content=text, tool_call_id=call.id, is_error=True,
-            attributes={attr.TOOL_NAME: call.name, attr.OUTCOME: status.value})))
+            role="tool", content=text, tool_call_id=call.id, is_error=is_error,
+            attributes={attr.TOOL_NAME: call.name, attr.OUTCOME: status.value,
+                        **(attributes or {})})))
         self.audit.append(io.AuditEntry(call_id=call.id, tool_name=call.name,
-                                        arguments=call.arguments, status=AuditStatus.FAILED,
+                                        arguments=call.arguments, status=audit,
                                         error=f"{status.value}: {text[:300]}"))
 
 
@@ -120,6 +129,9 @@ class ToolRound:
     async def _one(self, call: ToolCall, rec: ToolCallRecord, seq: int) -> None:
         tool = self.spec.tool(call.name)
         loop = self.spec.loop
+        await self._after_twin(call, tool, seq)
+        if self._repeated(rec, seq, call, tool):
+            return
         decision = rules.before_call(call.name, tool, self.s.tool_names,
                                      self.breakers.is_disabled(call.name), loop)
         if isinstance(decision, rules.Settle):
@@ -169,6 +181,9 @@ class ToolRound:
             return
         self.open.pop(seq, None)  # the activity wrote the result
         self.s.finish(rec, out.status, out.preview)
+        if out.status is CallStatus.COMPLETED and not out.is_error:
+            repeats.remember(self.breakers, call.name, [model_call.arguments, call.arguments],
+                             RanCall(call_id=call.id, preview=out.preview))
         effects = rules.after_outcome(out.status, out.is_error, out.preview, tool,
                                       self.s.argument_errors.get(call.name, 0), loop)
         self._breaker(call.name, executed=effects.executed, failed=effects.failed)
@@ -188,6 +203,40 @@ class ToolRound:
             self._breaker(call.name, executed=how.executed, failed=True)
         if how.stop is not None:
             raise TurnStopped(TurnStatus.FAILED, how.stop, call_id=call.id)
+
+    async def _after_twin(self, call: ToolCall, tool: ToolSpec | None, seq: int) -> None:
+        """An identical call earlier in the same response (a tool the repeat
+        breaker guards): wait until it has its result, so that, if it
+        completed, this one is a repeat of it instead of a second effect."""
+        if not repeats.guarded(tool, self.breakers.policy):
+            return
+        key = repeats.repeat_key(call.name, call.arguments)
+        twin = next((s for s, (c, _, _) in sorted(self.open.items()) if s < seq and key
+                     and repeats.repeat_key(c.name, c.arguments) == key), None)
+        if twin is None or not workflow.patched(REPEAT_BREAKER):
+            return
+        await workflow.wait_condition(lambda: twin not in self.open)
+
+    def _repeated(self, rec: ToolCallRecord, seq: int, call: ToolCall,
+                  tool: ToolSpec | None) -> bool:
+        """The repeat breaker (turnstile.engine.repeats): settle a call that
+        repeats one of this turn that completed, without running it or asking
+        a reviewer. True when it did."""
+        earlier = repeats.earlier_run(self.breakers, tool, call.name, call.arguments)
+        if earlier is None or not workflow.patched(REPEAT_BREAKER):
+            return False
+        text = repeats.repeated_text(call.name, earlier)
+        self.open.pop(seq, None)
+        self.s.finish(rec, CallStatus.REPEATED, text)
+        rec.is_error = False  # the effect exists: not an error to retry
+        self.writes.settle(seq, call, CallStatus.REPEATED, text, is_error=False,
+                           audit=AuditStatus.REPEATED,
+                           attributes={attr.REPEAT_OF: earlier.call_id})
+        self.breakers.history.append(call.name)
+        self.breakers.repeats += 1
+        self.s.event("breaker", f"{call.name}: same arguments as {earlier.call_id}, "
+                                "which completed; not run again")
+        return True
 
     def _breaker(self, name: str, executed: bool, failed: bool) -> None:
         if self.breakers.record(name, executed=executed, failed=failed):

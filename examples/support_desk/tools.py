@@ -20,7 +20,7 @@ OrderId = Annotated[str, Field(pattern=r"^[A-Z]-\d{4}$", description="e.g. A-100
 Cents = Annotated[int, Field(gt=0, description="the refund in cents")]
 
 
-@tool(idempotent=True)
+@tool(idempotent=True, repeatable=True)
 def lookupOrder(ctx: ToolContext, order_id: OrderId) -> dict[str, Any]:
     """Find an order by its id: customer, amount, status."""
     with ctx.transaction() as conn:

@@ -35,7 +35,7 @@ def side_effects(db, call_key_prefix: str = "") -> list[dict]:  # type: ignore[n
                               {"prefix": call_key_prefix + "%"})
 
 
-@tool(idempotent=True)
+@tool(idempotent=True, repeatable=True)  # a pure function: asked again, it runs again
 def add(a: int, b: Annotated[int, Field(ge=0, description="non-negative")]) -> dict:
     """Add two integers."""
     return {"sum": a + b}
@@ -92,19 +92,19 @@ def refuses(reason: str = "address refused for good") -> dict:
     raise ToolExecutionError(reason, retryable=False)
 
 
-@tool(idempotent=True, max_argument_bytes=16 * 1024 * 1024)  # large-payload tests
+@tool(idempotent=True, repeatable=True, max_argument_bytes=16 * 1024 * 1024)  # large payloads
 def echo(text: str) -> dict:
     """Echo text back."""
     return {"echo": text}
 
 
-@tool(idempotent=True)
+@tool(idempotent=True, repeatable=True)
 def unlock(code: str) -> ToolResult:
     """Unlock the secret tool (state for later rounds and turns)."""
     return ToolResult(content={"unlocked": True}, state={"unlocked_by": code})
 
 
-@tool(idempotent=True)
+@tool(idempotent=True, repeatable=True)
 def secret() -> dict:
     """Only offered once unlocked."""
     return {"secret": 42}
@@ -247,7 +247,7 @@ def sendMoneySlowly(ctx: ToolContext, to: str, amount: int) -> dict:  # noqa: N8
     return sendMoney.fn(ctx, to, amount)
 
 
-@tool(idempotent=True)
+@tool(idempotent=True, repeatable=True)
 def bigResult(megabytes: float) -> str:  # noqa: N802
     """Return a result of the given size."""
     return "z" * int(megabytes * 1024 * 1024)

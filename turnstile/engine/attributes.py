@@ -27,3 +27,6 @@ REPAIRED = "turnstile.repaired"
 # call took effect and the reset run did not make it again), "unknown" (it
 # was running when its run was replaced) or "none" (it never took effect).
 SUPERSEDED_EFFECT = "turnstile.superseded_effect"
+# On the result of a call the repeat breaker did not run (outcome `repeated`):
+# the id of the earlier call of the turn, same tool and arguments, that ran.
+REPEAT_OF = "turnstile.repeat_of"

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from turnstile.engine.errors import BreakerTripped, LoopDetected, TooManyToolCalls
 
@@ -20,12 +20,29 @@ class BreakerPolicy(BaseModel):
     max_tool_executions: int = 15  # per turn → "task too complex"
     max_alternations: int = 5  # A/B/A/B switches tolerated within the window
     alternation_window: int = 12  # most recent calls examined
+    # The repeat breaker (turnstile.engine.repeats): a call with the same tool and
+    # identical arguments as a call of this turn that completed is not run (nor
+    # sent to a reviewer); the model is told what the earlier call returned.
+    # Applies to every tool not declared `@tool(repeatable=True)` and not named
+    # in `repeatable_tools`. Left out of the serialized form at their defaults,
+    # so a spec reads (and is pinned, tests/test_versions.py) as before; turns
+    # begun before it replay along their path (the patch REPEAT_BREAKER).
+    repeat_identical: bool = Field(default=True, exclude_if=lambda v: v is True)
+    repeatable_tools: list[str] = Field(default_factory=list, exclude_if=lambda v: not v)
 
 
 TOO_COMPLEX = ("task too complex: more than {cap} tool executions in one turn; split it into "
                "steps and ask again")
 DISABLED = ("Tool {name} is disabled for the rest of this turn after {n} consecutive failures. "
             "Do not call it again; answer with what you have or explain what failed.")
+
+
+@dataclass(frozen=True)
+class RanCall:
+    """A call of the turn that completed: what the repeat breaker tells the model."""
+
+    call_id: str
+    preview: str  # its result, bounded and masked (the full one is in memory)
 
 
 @dataclass
@@ -35,6 +52,9 @@ class Breakers:
     history: list[str] = field(default_factory=list)  # tool names in call order
     failures_in_row: dict[str, int] = field(default_factory=dict)
     disabled: set[str] = field(default_factory=set)
+    # Completed calls by repeat key (turnstile.engine.repeats.repeat_key).
+    completed: dict[str, RanCall] = field(default_factory=dict)
+    repeats: int = 0  # calls the repeat breaker settled in this turn
 
     def before_round(self, names: list[str]) -> None:
         """Raise if running these calls would exceed the turn's limits."""

@@ -82,6 +82,10 @@ class CallStatus(StrEnum):
     INTERRUPTED = "interrupted"  # lost mid-run, not safe to re-run
     REJECTED = "rejected"
     ROLLED_BACK = "rolled_back"
+    # Not run: the same tool with identical arguments already succeeded in this
+    # turn (the repeat breaker, turnstile.engine.repeats); the model is told what
+    # it returned. Not an error: the effect the model asked for exists.
+    REPEATED = "repeated"
 
 
 class AuditStatus(StrEnum):
@@ -99,6 +103,9 @@ class AuditStatus(StrEnum):
     # A call a reviewer approved with edited arguments ran with them: the row
     # holds both versions, masked, and who edited (docs/approvals.md).
     APPROVED_WITH_EDITS = "APPROVED_WITH_EDITS"
+    # A call the repeat breaker did not run: the same tool with identical
+    # arguments had completed earlier in the turn (`error_message` names it).
+    REPEATED = "REPEATED"
 
 
 class ToolCallRecord(BaseModel):

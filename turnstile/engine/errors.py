@@ -290,6 +290,18 @@ class ContentFiltered(TurnstileError):
     error_type = "ContentFiltered"
 
 
+class EmptyAnswer(TurnstileError):
+    """The model's final answer was empty (or only whitespace), with no tool
+    calls, and still empty when asked once more without tools (status failed;
+    turnstile.engine.answer_rules). The work done before it is kept."""
+
+
+class ToolCallAsText(TurnstileError):
+    """The model wrote a call of an offered tool as text (a JSON block naming
+    it) instead of calling it: nothing was run (status failed). Usually the
+    server's chat template or tool-call parser does not suit the model."""
+
+
 class OutputParseError(TurnstileError):
     """The model's answer did not parse into the service's return type, re-asks included."""
 

@@ -29,6 +29,10 @@ class ModelCallInput(BaseModel):
     # The previous answer hit the length limit: ask the model to go on (no
     # tools offered; the prompt is sent, never stored).
     continuation: bool = False
+    # With `continuation`: the prompt sent instead of the length-limit one (an
+    # empty answer's re-ask, turnstile.engine.answer_rules); sent, never stored.
+    # Left out of the serialized form when empty.
+    nudge: str = Field(default="", exclude_if=lambda v: not v)
     # Messages the workflow wrote since the last model call (step 10's system
     # and user messages, a re-ask), stored at `prelude_seq`... before the
     # model is asked: the activity that needs them in memory writes them.

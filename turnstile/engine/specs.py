@@ -61,6 +61,11 @@ class ToolSpec(BaseModel):
     description: str
     parameters: dict[str, Any]  # JSON schema of the arguments object
     idempotent: bool = False  # safe to run twice with the same call id
+    # A second call with the same arguments (a new call id) is harmless and may
+    # answer differently (a read, a status check): the repeat breaker
+    # (turnstile.engine.repeats) lets it run. Left out of the serialized form
+    # when False, so recorded specs read as before.
+    repeatable: bool = Field(default=False, exclude_if=lambda v: not v)
     # Every effect of the tool is written through ToolContext.transaction(), so
     # it commits with the call's record or not at all: an attempt lost mid-run
     # left nothing, and the call is run again even if it is not idempotent.

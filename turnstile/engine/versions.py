@@ -145,3 +145,24 @@ REFUSALS_AUDITED_AT_ONCE = "refusals-audited-at-once"
 # (docs/steering.md). Asked only on that path, so a turn that is not queued
 # carries no marker, and one queued before replays along the path it took.
 QUEUED_VISIBLE = "queued-visible"
+
+# The repeat breaker (turnstile.engine.repeats): a call of a tool not declared
+# repeatable, with the same arguments as a call of the turn that completed, is
+# not run and not sent to a reviewer; its result (outcome `repeated`) says what
+# the earlier call returned. Asked only when the breaker stops a call, so a turn
+# that repeats nothing carries no marker, and a turn begun before it replays
+# the repeated call it ran. Its BreakerPolicy and ToolSpec fields leave the
+# serialized forms (and tests/data/recorded_defaults.json) as they were.
+REPEAT_BREAKER = "repeat-breaker"
+
+# An empty final answer (no text, no tool calls) is asked for once more, without
+# tools, with a nudge sent after the stored conversation (the empty answer is
+# discarded); still empty, the turn ends `failed` with `EmptyAnswer`
+# (turnstile.engine.answer_rules). Asked only when an answer is empty: earlier
+# turns completed with it, and replay so.
+EMPTY_ANSWER_REASKED = "empty-answer-reasked"
+
+# A final answer that is a call of an offered tool written as text (a JSON block
+# naming it) ends the turn `failed` with `ToolCallAsText`; nothing is run.
+# Asked only for such an answer: earlier turns completed with the text.
+TOOL_CALL_AS_TEXT = "tool-call-as-text"

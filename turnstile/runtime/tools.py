@@ -58,6 +58,14 @@ class ToolContext:
     # The call journal's transaction of this attempt (turnstile.stores.journal);
     # None outside a turn (a tool called directly).
     journal_tx: Transaction | None = None
+    # The tools the call's service offers (empty outside a turn): a result that
+    # names a next step names only these (`offers`).
+    offered_tools: frozenset[str] = frozenset()
+
+    def offers(self, tool_name: str) -> bool:
+        """Does the service this call runs in offer `tool_name`? A result text
+        names a next step only in terms of tools the model can call."""
+        return tool_name in self.offered_tools
 
     @contextmanager
     def transaction(self) -> Iterator[Connection]:
@@ -257,6 +265,7 @@ class ToolOptions(TypedDict, total=False):
     name: str  # default: the function's name
     description: str  # default: its docstring
     idempotent: bool
+    repeatable: bool  # a second identical call may run (the repeat breaker)
     transactional: bool
     requires_approval: bool
     fatal_on_failure: bool
@@ -308,6 +317,7 @@ def tool(fn: Callable[..., Any] | None = None, /,
             description=o.get("description") or inspect.getdoc(f) or tool_name,
             parameters=schema,
             idempotent=o.get("idempotent", False),
+            repeatable=o.get("repeatable", False),
             transactional=o.get("transactional", False),
             requires_approval=o.get("requires_approval", False),
             fatal_on_failure=o.get("fatal_on_failure", False),

@@ -9,6 +9,13 @@ audit and memory record or not at all, so an attempt lost before the commit
 left nothing and is run again (`transactional=True`, retryEmailTask too).
 Writes are keyed by `ctx.idempotency_key` as well (the create tools are
 idempotent: the same call run twice changes nothing the second time).
+
+The reads (querySalesData, checkEmailConfig, getEmailTaskStatus) are
+`repeatable`: the repeat breaker lets the model ask them again with the same
+arguments; a write called again with identical arguments is not run
+(turnstile.engine.repeats). Every result says what was done and names a next
+step only in terms of the tools the call's service offers (`ctx.offers`):
+a service without getEmailTaskStatus is never told to check delivery with it.
 """
 
 from __future__ import annotations
@@ -24,8 +31,8 @@ import sqlalchemy as sa
 from pydantic import AfterValidator, BaseModel, Field
 from sqlalchemy.dialects import postgresql, sqlite
 
-from turnstile import Settings, ToolArgumentError, ToolContext, ToolExecutionError, Undo, tool
-from turnstile.sales import outbox
+from turnstile import Settings, ToolContext, ToolExecutionError, Undo, tool
+from turnstile.sales import outbox, result_texts as texts
 from turnstile.sales.access import tool_connection, tool_transaction
 from turnstile.sales.outbox import EmailStatus, EmailTask
 from turnstile.sales.query import IsoDate, Money, SalesQueryResult, run_sales_query
@@ -107,7 +114,7 @@ def _field(value: Any, name: str) -> Any:
 # --- querySalesData ---------------------------------------------------------
 
 
-@tool(idempotent=True, timeout_seconds=30.0)
+@tool(idempotent=True, repeatable=True, timeout_seconds=30.0)
 def querySalesData(
     ctx: ToolContext,
     startDate: Annotated[IsoDate, Field(description="first day, inclusive, YYYY-MM-DD")],
@@ -137,6 +144,7 @@ class FollowUpResult(BaseModel):
     assignee: str
     createdCount: int
     followUpTasks: list[FollowUpTask]
+    note: str = ""
 
 
 @tool(idempotent=True, transactional=True)
@@ -158,10 +166,7 @@ def createFollowUpTask(
             sa.select(daily.customer_id).distinct().where(daily.customer_id.in_(ids))).scalars()}
     unknown = [c for c in ids if c not in known]
     if unknown:
-        raise ToolArgumentError(
-            f"unknown customerIds: {', '.join(unknown)}; use the customerId values that "
-            "querySalesData returned"
-        )
+        raise texts.unknown_customers(ctx, unknown)
     key = ctx.idempotency_key
     now = now_text()
     f = follow_up_task.c
@@ -176,8 +181,8 @@ def createFollowUpTask(
     tasks = [FollowUpTask(id=int(task_id), customerId=str(customer), status=str(status))
              for task_id, customer, status in rows]
     return FollowUpResult(
-        createdByCall=key, assignee=assignee, createdCount=len(tasks), followUpTasks=tasks
-    )
+        createdByCall=key, assignee=assignee, createdCount=len(tasks), followUpTasks=tasks,
+        note=texts.follow_up_note(ctx, len(tasks), assignee))
 
 
 def _insert_new_follow_ups(dialect: str) -> sa.Insert:
@@ -211,10 +216,10 @@ class EmailConfigReport(BaseModel):
     smtpPort: int
     reachable: bool
     detail: str
-    note: str = "createEmailTask only queues a message; the sender process delivers it"
+    note: str
 
 
-@tool(idempotent=True, timeout_seconds=15.0)
+@tool(idempotent=True, repeatable=True, timeout_seconds=15.0)
 def checkEmailConfig(ctx: ToolContext) -> EmailConfigReport:
     """Which SMTP server the e-mail sender delivers to, and whether it accepts
     TCP connections right now. Sends nothing."""
@@ -228,8 +233,7 @@ def checkEmailConfig(ctx: ToolContext) -> EmailConfigReport:
         reachable, detail = False, f"cannot connect: {exc}"
     return EmailConfigReport(
         smtpHost=settings.smtp_host, smtpPort=settings.smtp_port, reachable=reachable,
-        detail=detail,
-    )
+        detail=detail, note=texts.config_note(ctx))
 
 
 class EmailTaskView(BaseModel):
@@ -256,32 +260,8 @@ class EmailTaskView(BaseModel):
             maxAttempts=SenderConfig().max_attempts, lastError=task.last_error,
             possiblySent=task.possibly_sent, createdAt=task.created_at,
             updatedAt=task.updated_at, sentAt=task.sent_at, nextAttemptAt=task.next_attempt_at,
-            messageId=task.message_id, explanation=_explain(task),
+            messageId=task.message_id, explanation=texts.explain(task),
         )
-
-
-def _explain(task: EmailTask) -> str:
-    match task.status:
-        case EmailStatus.QUEUED:
-            return "queued; nothing has been sent yet. The sender delivers it shortly"
-        case EmailStatus.SENDING:
-            return "being delivered right now"
-        case EmailStatus.SENT:
-            return f"accepted by the SMTP server at {task.sent_at}"
-        case EmailStatus.FAILED if task.possibly_sent:
-            return (
-                "delivery was interrupted: it may or may not have arrived. It is not "
-                "retried automatically; a person must check the recipient's mailbox"
-            )
-        case EmailStatus.FAILED:
-            return (
-                f"attempt {task.attempts} failed; the sender retries it at {task.next_attempt_at}"
-            )
-        case EmailStatus.DEAD:
-            return f"gave up after {task.attempts} attempt(s); it was not sent"
-        case EmailStatus.CANCELLED:
-            return "cancelled before it was sent"
-    return task.status.value
 
 
 class EmailTaskCreated(BaseModel):
@@ -301,15 +281,12 @@ def createEmailTask(
     body: Body,
 ) -> EmailTaskCreated:
     """Queue one e-mail for delivery (needs approval). Returns a taskId with
-    status QUEUED: nothing is sent yet. Follow it with getEmailTaskStatus."""
+    status QUEUED: nothing is sent yet; the sender delivers it shortly."""
     with tool_transaction(ctx, None) as conn:
         task, created = outbox.enqueue_in(conn, idempotency_key=ctx.idempotency_key,
                                           recipient=to, subject=subject, body=body)
-    note = (
-        "queued; nothing has been sent yet. Check delivery with getEmailTaskStatus"
-        if created
-        else f"this call already queued this task; current status {task.status.value}"
-    )
+    note = (texts.queued_note(ctx) if created
+            else f"this call already queued this task; current status {task.status.value}")
     return EmailTaskCreated(
         taskId=task.task_id, status=task.status, recipient=task.recipient,
         subject=task.subject, note=note,
@@ -353,19 +330,14 @@ def cancel_email_task(ctx: ToolContext, arguments: Any, result: Any) -> Undo | s
     return f"e-mail task {task.task_id} was already {task.status.value}; nothing to undo"
 
 
-def _no_task(task_id: str) -> ToolArgumentError:
-    return ToolArgumentError(
-        f"no e-mail task {task_id}; use the taskId that createEmailTask returned")
-
-
 def _task(ctx: ToolContext, task_id: str) -> EmailTask:
     task = outbox.get(ctx.db, task_id, timeout_seconds=ctx.statement_timeout_seconds)
     if task is None:
-        raise _no_task(task_id)
+        raise texts.no_task(ctx, task_id)
     return task
 
 
-@tool(idempotent=True)
+@tool(idempotent=True, repeatable=True)
 def getEmailTaskStatus(ctx: ToolContext, taskId: TaskId) -> EmailTaskView:
     """Delivery status of an e-mail task: QUEUED, SENDING, SENT, FAILED (retried
     automatically), DEAD (gave up) or CANCELLED."""
@@ -381,7 +353,7 @@ def retryEmailTask(ctx: ToolContext, taskId: TaskId) -> EmailTaskView:
     if requeued and task is not None:
         return EmailTaskView.of(task)
     if task is None:
-        raise _no_task(taskId)
+        raise texts.no_task(ctx, taskId)
     if task.status is EmailStatus.FAILED and task.possibly_sent:
         reason = (
             "its last delivery was interrupted and it may already have arrived; re-sending "
@@ -390,6 +362,6 @@ def retryEmailTask(ctx: ToolContext, taskId: TaskId) -> EmailTaskView:
     else:
         reason = (
             f"only FAILED tasks can be retried, and this one is {task.status.value} "
-            f"({_explain(task)})"
+            f"({texts.explain(task)})"
         )
     raise ToolExecutionError(f"cannot retry e-mail task {taskId}: {reason}", retryable=False)

@@ -108,7 +108,7 @@ def marks_of(role: str, content: str | None, attributes: dict[str, Any]) -> list
         marks.append("rolled back")
     if (content or "").startswith(NOT_RUN_PREFIX):
         marks.append("not run")
-    elif outcome in (CallStatus.INTERRUPTED, CallStatus.REJECTED):
+    elif outcome in (CallStatus.INTERRUPTED, CallStatus.REJECTED, CallStatus.REPEATED):
         marks.append(str(outcome))
     if attributes.get(attr.REPAIRED):
         marks.append("repaired")

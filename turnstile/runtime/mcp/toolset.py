@@ -85,6 +85,7 @@ class MCPTool(Tool):
             description=description or info.title or info.name,
             parameters=schema,
             idempotent=policy.retry_safe,
+            repeatable=policy.read_only,  # a read may be asked again (the repeat breaker)
             requires_approval=policy.requires_approval,
             start_to_close_seconds=timeout,
             heartbeat_seconds=server.heartbeat_seconds,

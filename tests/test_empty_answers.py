@@ -1,0 +1,112 @@
+"""Honest endings for answers that are not answers (issue 36): an empty
+answer is asked for once more without tools, then ends `failed`
+(`EmptyAnswer`), never `completed` with nothing; a tool call written as text
+ends `failed` (`ToolCallAsText`) without running it. Real turns: the
+scripted model server over HTTP, a Temporal dev server, SQLite."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.client import Client
+
+from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
+from tests.support.services import make_service
+from tests.support.sql import fetchall
+from tests.support.turns import running_worker
+from turnstile.engine import attributes as attr
+from turnstile.engine.answer_rules import EMPTY_NUDGE, tool_call_as_text
+from turnstile.engine.contract import CallStatus, TurnStatus
+
+
+def null_reply() -> dict[str, Any]:
+    """What chatml-function-calling answers while tools are offered: no text at all."""
+    reply = text_reply("")
+    reply["choices"][0]["message"]["content"] = None
+    return reply
+
+
+async def test_empty_twice_ends_failed_with_empty_answer(
+        client: Client, task_queue: str, tmp_path: Path, fake_llm: FakeLLM) -> None:
+    fake_llm.script(null_reply(), text_reply("  \n "))
+    async with running_worker(client, task_queue, f"sqlite:///{tmp_path}/t.db",
+                              [make_service()], llm_url=fake_llm.url) as turns:
+        result = await turns.run("who?", conversation="c-empty")
+        fake_llm.script(text_reply("Nobody."))
+        after = await turns.run("and now?", conversation="c-empty")
+        with turns.rt.db.connect() as conn:
+            stored = fetchall(conn, "SELECT role, content, attributes FROM chat_message"
+                                    " WHERE conversation_id = 'c-empty' ORDER BY seq")
+    assert result.status == TurnStatus.FAILED
+    assert result.error is not None and result.error.type == "EmptyAnswer"
+    assert "empty" in result.error.message
+    first, again, later = fake_llm.requests
+    assert "tools" in first and "tools" not in again  # asked once more, without tools
+    assert again["messages"][-1] == {"role": "user", "content": EMPTY_NUDGE}
+    assert again["messages"][-2]["role"] == "user"  # the empty answer is not sent back
+    # Memory keeps the empty answers marked discarded; later turns never see them,
+    # nor the nudge.
+    empties = [json.loads(m["attributes"] or "{}") for m in stored
+               if m["role"] == "assistant" and not (m["content"] or "").strip()]
+    assert [a.get(attr.DISCARDED) for a in empties] == ["empty_answer"] * 2
+    assert [m["role"] for m in later["messages"]] == ["system", "user", "user"]
+    assert EMPTY_NUDGE not in str(later["messages"])
+    assert after.status == TurnStatus.COMPLETED and after.answer == "Nobody."
+
+
+async def test_empty_then_text_completes(client: Client, task_queue: str, tmp_path: Path,
+                                         fake_llm: FakeLLM) -> None:
+    """After a tool round, an empty answer and then a real one: completed, with
+    the real one; the tool ran once."""
+    fake_llm.script(tool_reply(("a1", "add", {"a": 1, "b": 2})), text_reply(""),
+                    text_reply("The sum is 3."))
+    async with running_worker(client, task_queue, f"sqlite:///{tmp_path}/t.db",
+                              [make_service()], llm_url=fake_llm.url) as turns:
+        result = await turns.run("add 1 and 2")
+    assert result.status == TurnStatus.COMPLETED, result.error
+    assert result.answer == "The sum is 3."
+    assert [(c.name, c.status) for c in result.tool_calls] == [("add", CallStatus.COMPLETED)]
+    reask = fake_llm.requests[2]
+    assert "tools" not in reask
+    assert [m["role"] for m in reask["messages"][-3:]] == ["assistant", "tool", "user"]
+    assert reask["messages"][-1]["content"] == EMPTY_NUDGE
+    assert not fake_llm.refusals
+
+
+CALL_AS_TEXT = '```json\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n```'
+
+
+async def test_tool_call_written_as_text_is_not_run(
+        client: Client, task_queue: str, tmp_path: Path, fake_llm: FakeLLM) -> None:
+    fake_llm.script(text_reply(CALL_AS_TEXT))
+    async with running_worker(client, task_queue, f"sqlite:///{tmp_path}/t.db",
+                              [make_service()], llm_url=fake_llm.url) as turns:
+        result = await turns.run("add 1 and 2")
+    assert result.status == TurnStatus.FAILED
+    assert result.error is not None and result.error.type == "ToolCallAsText"
+    assert "wrote a call of add as text" in result.error.message
+    assert "--jinja" in result.error.message
+    assert result.tool_calls == [] and len(fake_llm.requests) == 1  # nothing ran, no re-ask
+
+
+@pytest.mark.parametrize(("text", "called"), [
+    (CALL_AS_TEXT, "add"),
+    ('{"name": "add", "arguments": {"a": 1}}', "add"),
+    ('<tool_call>\n{"name": "echo", "arguments": {"text": "x"}}\n</tool_call>', "echo"),
+    ('Here it is:\n```\n[{"type": "function", "function": {"name": "add", '
+     '"arguments": "{\\"a\\": 1}"}}]\n```', "add"),
+    ('```json\n{"name": "add", "parameters": {"a": 1}}\n```', "add"),
+    # Answers, not calls:
+    ('```json\n{"name": "launchRockets", "arguments": {}}\n```', None),  # not offered
+    ('{"name": "add"}', None),  # no arguments
+    ('{"sum": 3}', None),
+    ("The sum is 3.", None),
+    ("", None),
+    ("I would call add with a=1, b=2:\n```json\n{\"name\": \"add\", \"arguments\": {}}\n```\n"
+     + "Then the result is reported, with a long explanation around it. " * 5, None),
+])
+def test_what_counts_as_a_call_written_as_text(text: str, called: str | None) -> None:
+    assert tool_call_as_text(text, ["add", "echo"]) == called

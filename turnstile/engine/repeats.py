@@ -1,0 +1,101 @@
+"""The repeat breaker (docs/design.md, "Circuit breakers"): no repeated side
+effects from the model.
+
+A small model may call the same tool with the same arguments again and
+again (issue 36: `createEmailTask` 15 times, 14 identical e-mails sent). Once
+a call has completed in a turn, a later call of the same tool with identical
+arguments (compared as canonical JSON: key order and spacing do not count)
+is not run and not sent to a reviewer: its result tells the model that the
+call already ran and what it returned. Outcome `repeated`, `is_error` false
+(the effect the model asked for exists; an error would invite another try),
+audit status `REPEATED`.
+
+It applies to every tool unless the tool is declared `repeatable` (a read or
+a status check, whose second call may answer differently) or the service's
+`BreakerPolicy` names it in `repeatable_tools` or turns it off
+(`repeat_identical=False`, or `enabled=False` for every breaker). Note that
+`idempotent` does not exempt a tool: it means the same *call* (call id) may
+run twice, not that a second call with a new id changes nothing. Of two
+identical calls in one response, the later waits for the earlier's result
+(workflows/tool_round.py) and is a repeat of it if it completed.
+
+A model that repeats again after being told (`ANSWER_AFTER` repeats in a
+turn) is asked for its answer without tools (`ANSWER_NOW`), once; the answer
+goes through the same checks as any (an empty one is asked for once more).
+
+Pure and deterministic: the workflow (workflows/tool_round.py) asks before a
+call and records each completed call.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from turnstile.engine.approvals import canonical_json
+from turnstile.engine.breakers import BreakerPolicy, Breakers, RanCall
+from turnstile.engine.specs import ToolSpec
+
+# Arguments longer than this are not compared (parsing them in workflow code
+# costs time; no tool takes them by default: ToolSpec.max_argument_bytes).
+REPEAT_KEY_LIMIT = 256 * 1024
+
+REPEATED_TEXT = (
+    "Not run again: {name} already ran in this turn with exactly these arguments (call "
+    "{call_id}) and succeeded, so its effect exists once. What it returned: {preview} "
+    "Do not call {name} again with the same arguments; go on with the next step, or "
+    "answer the user.")
+
+
+# After this many repeats in a turn the model is stuck on a call it was told
+# already ran: it is asked for its answer without tools (ANSWER_NOW), so a
+# looping model ends its turn in one more request instead of at the
+# round-trip cap.
+ANSWER_AFTER = 2
+ANSWER_NOW = (
+    "You asked again for calls that already ran in this turn, with the same arguments; "
+    "they were not run again. Their results are above. Do not call tools now: answer the "
+    "user's request in plain text with what was done.")
+
+
+def repeat_key(name: str, arguments: str) -> str | None:
+    """What makes two calls the same: the tool and its arguments as JSON
+    values (raw text when they do not parse). None: not compared (too long)."""
+    if len(arguments) > REPEAT_KEY_LIMIT:
+        return None
+    try:
+        text = canonical_json(json.loads(arguments))
+    except (ValueError, RecursionError):
+        text = arguments
+    return hashlib.sha256(f"{name}\x00{text}".encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def guarded(tool: ToolSpec | None, policy: BreakerPolicy) -> bool:
+    """Does the repeat breaker apply to calls of `tool`?"""
+    return (tool is not None and policy.enabled and policy.repeat_identical
+            and not tool.repeatable and tool.name not in policy.repeatable_tools)
+
+
+def earlier_run(breakers: Breakers, tool: ToolSpec | None, name: str,
+                arguments: str) -> RanCall | None:
+    """The call of this turn that completed with the same tool and arguments,
+    when the breaker applies; None runs the call as usual."""
+    if not guarded(tool, breakers.policy):
+        return None
+    key = repeat_key(name, arguments)
+    return None if key is None else breakers.completed.get(key)
+
+
+def remember(breakers: Breakers, name: str, arguments: list[str], ran: RanCall) -> None:
+    """A call completed: later calls with any of `arguments` (the model's, and a
+    reviewer's edited ones it ran with) are repeats of it. The first stays."""
+    for args in arguments:
+        key = repeat_key(name, args)
+        if key is not None:
+            breakers.completed.setdefault(key, ran)
+
+
+def repeated_text(name: str, earlier: RanCall) -> str:
+    """The result the model reads for a call the breaker did not run."""
+    return REPEATED_TEXT.format(name=name, call_id=earlier.call_id,
+                                preview=earlier.preview or "(no text)")

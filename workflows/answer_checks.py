@@ -1,0 +1,53 @@
+"""Honest endings for final answers that are not answers (issue 36;
+turnstile.engine.answer_rules): an empty answer is asked for once more
+without tools, then ends the turn `failed` (`EmptyAnswer`); a tool call
+written as text ends it `failed` (`ToolCallAsText`) without running it.
+Each new path asks its patch (turnstile.engine.versions) only when it is
+taken, so a turn that answers plainly carries no marker. Deterministic code
+only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from turnstile.engine import activity_io as io, answer_rules as rules
+    from turnstile.engine.contract import TurnStatus
+    from turnstile.engine.errors import EmptyAnswer, ToolCallAsText
+    from turnstile.engine.versions import EMPTY_ANSWER_REASKED, TOOL_CALL_AS_TEXT
+    from workflows.state import TurnState, TurnStopped
+
+AskAgain = Callable[[str], Awaitable[io.ModelCallResult]]  # the nudge -> the new response
+Discard = Callable[[str], Awaitable[None]]  # the reason -> the latest answer discarded
+
+
+class AnswerChecks:
+    """One per turn: the empty-answer re-ask happens once in a turn, however
+    many answers the output guardrails ask for."""
+
+    def __init__(self, state: TurnState, ask_again: AskAgain, discard: Discard) -> None:
+        self.s, self.ask_again, self.discard = state, ask_again, discard
+        self.reasked = False
+
+    async def checked(self, text: str) -> str:
+        """The final answer, or the turn ends (TurnStopped)."""
+        s = self.s
+        name = rules.tool_call_as_text(text, s.tool_names)
+        if name is not None and workflow.patched(TOOL_CALL_AS_TEXT):
+            s.event("answer", f"a call of {name} written as text: not run")
+            raise TurnStopped(TurnStatus.FAILED,
+                              ToolCallAsText(rules.TOOL_CALL_AS_TEXT_MESSAGE.format(name=name)),
+                              compensate=False)
+        if not rules.is_empty(text) or not workflow.patched(EMPTY_ANSWER_REASKED):
+            return text
+        await self.discard("empty_answer")  # never sent to the model again
+        if self.reasked:
+            raise TurnStopped(TurnStatus.FAILED, EmptyAnswer(rules.EMPTY_MESSAGE),
+                              compensate=False)
+        self.reasked = True
+        s.event("empty_answer", "the answer was empty; asking once more without tools")
+        response = await self.ask_again(rules.EMPTY_NUDGE)
+        return await self.checked(response.message.content or "")
