@@ -32,6 +32,7 @@ with workflow.unsafe.imports_passed_through():
     from turnstile.engine.masking import mask_json_text
     from turnstile.engine.messages import ChatMessage, ToolCall
     from turnstile.engine.specs import ServiceSpec
+    from turnstile.engine.turn_rules import approval_step
     from workflows.approval_wait import await_decision
     from workflows.state import TurnState, TurnStopped, failure_reason, recorded_arguments
     from workflows.steering import steered_rejection
@@ -135,8 +136,11 @@ class ToolRound:
                 self.s.argument_errors[call.name] = count + 1
                 self._settle(rec, seq, call, rules.after_validation(reviewed.error, count, loop))
                 return
+            # The loop's "await approval" step (steered: rejected at once instead).
             approval = (steered_rejection(self.s, call) if self.s.steered is not None
-                        else await await_decision(self.s, call, tool, reviewed))
+                        else await await_decision(self.s, approval_step(
+                            call, tool.review_fields, tool.approval_timeout_seconds,
+                            reviewed.notes, workflow.now())))
         if approval is not None:
             rejected = rules.after_review(call.name, approval, loop)
             if rejected is not None and call.id in self.s.steered_calls:
