@@ -10,6 +10,7 @@ from __future__ import annotations
 import typing
 from collections.abc import Callable
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 
@@ -19,6 +20,7 @@ from turnstile.engine.errors import IllegalTransition, TurnstileError
 from turnstile.engine.messages import ToolCall
 from turnstile.engine.turn_machine import (
     ANY,
+    RUNNING,
     TRANSITIONS,
     Move,
     Phase,
@@ -298,3 +300,24 @@ def test_the_loops_next_step_has_an_await_approval_alternative() -> None:
                                 1.5, None, NOW)
     assert unvalidated.pending.arguments == "not json" and not unvalidated.pending.validated
     assert unvalidated.pending.highlights == {} and unvalidated.pending.notes == []
+
+
+def test_the_design_doc_shows_the_table_the_code_has() -> None:
+    """docs/design.md, "The turn's phases": one row per move, its sources,
+    target and event as TRANSITIONS has them."""
+    text = (Path(__file__).resolve().parents[1] / "docs" / "design.md").read_text()
+    section = text[text.index("## The turn's phases"):text.index("## Tool calling")]
+    rows = [[c.strip() for c in line.strip("|").split("|")]
+            for line in section.splitlines() if line.startswith("| ")][1:]
+    names = {frozenset(ANY): "any", frozenset(RUNNING): "running",
+             frozenset(ANY - {TurnPhase.STARTING}): "any but starting"}
+    expected = []
+    for move, rule in TRANSITIONS.items():
+        sources = names.get(rule.sources) or ", ".join(sorted(p.value for p in rule.sources))
+        if isinstance(rule.to, TurnPhase | TurnStatus):
+            to = rule.to.value
+        else:
+            to = "(stays)" if rule.to is None else "its status"
+        expected.append([move.value, sources, to, rule.event or "—"])
+    assert [[r[0], r[1], r[2], r[3].split(",")[0]] for r in rows] == expected
+    assert [r[4] != "—" for r in rows] == [rule.publishes for rule in TRANSITIONS.values()]
