@@ -130,6 +130,22 @@ def test_only_the_machine_writes_the_phase_the_pending_calls_and_the_decisions()
         assert text in (ROOT / name).read_text(), (name, text)
 
 
+def test_the_search_attributes_change_only_through_a_transition() -> None:
+    """The one upsert (TurnState.publish) is issued by TurnState.enter, with
+    the `Moved` of a transition that changes them; nothing else upserts."""
+    calls = {}
+    for path in WORKFLOW_CODE:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+                    node.func.attr in ("publish", "upsert_search_attributes", "upsert_memo"):
+                calls.setdefault(node.func.attr, []).append(
+                    f"{path.relative_to(ROOT)}:{ast.unparse(node.func)}")
+    assert calls == {"publish": ["workflows/state.py:self.publish"],
+                     "upsert_search_attributes": ["workflows/state.py:workflow."
+                                                  "upsert_search_attributes"],
+                     "upsert_memo": ["workflows/state.py:workflow.upsert_memo"]}
+
+
 def test_the_turn_state_only_reads_the_machine() -> None:
     """TurnState's phase, pending calls, decisions and steer are properties
     without a setter (writing one raises), reading the machine's views."""

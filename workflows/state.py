@@ -329,8 +329,8 @@ class TurnState:
     async def publish(self) -> None:
         """Make the turn findable: search attributes when the namespace has them
         (`temporal workflow list --query 'TurnstilePendingApprovals > 0'`), else
-        the memo. Called on transitions only (an approval wait begins or ends,
-        the turn ends): one history event each."""
+        the memo. Issued for the machine's transitions that change them
+        (`enter`; TRANSITIONS' `publishes`): one history event each."""
         if self.turn is None:
             return
         if self.search_attributes:

@@ -3,7 +3,7 @@
 `TurnMachine` holds where a turn is (its phase: a `TurnPhase` while it runs,
 its `TurnStatus` once it ended), the calls waiting for a reviewer, the
 decisions taken on them and whether a new message steered the turn. Its
-transitions are the only writers of these (tests/test_turn_machine.py
+transitions are the only writers of these (tests/test_turn_machine_writers.py
 checks that no workflow module writes them); each checks the table
 `TRANSITIONS`, emits the turn's event for it and says whether it changes
 the turn's search attributes (`Moved.publishes`: the workflow issues the
