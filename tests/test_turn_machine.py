@@ -18,6 +18,8 @@ from turnstile.engine.approvals import arguments_digest
 from turnstile.engine.contract import ApprovalDecision, SteerSignal, TurnPhase, TurnStatus
 from turnstile.engine.errors import IllegalTransition, TurnstileError
 from turnstile.engine.messages import ToolCall
+from turnstile.engine.specs import ToolSpec
+from turnstile.engine.tool_round_rules import approval_step
 from turnstile.engine.turn_machine import (
     ANY,
     RUNNING,
@@ -26,13 +28,7 @@ from turnstile.engine.turn_machine import (
     Phase,
     TurnMachine,
 )
-from turnstile.engine.turn_rules import (
-    AwaitApproval,
-    FinalAnswer,
-    NextStep,
-    RunTools,
-    approval_step,
-)
+from turnstile.engine.turn_rules import AwaitApproval, FinalAnswer, NextStep, RunTools
 
 NOW = datetime(2026, 12, 5, 8, 0, tzinfo=UTC)
 ALL_PHASES: list[Phase] = [*TurnPhase, *TurnStatus]
@@ -44,7 +40,13 @@ def call(call_id: str = "c1", name: str = "sendEmail") -> ToolCall:
 
 
 def waiting(call_id: str = "c1") -> AwaitApproval:
-    return approval_step(call(call_id), ["to", "subject"], 60.0, ["external: no"], NOW)
+    return approval_step(call(call_id), tool(["to", "subject"], 60.0), ["external: no"], NOW)
+
+
+def tool(review_fields: list[str], timeout: float) -> ToolSpec:
+    return ToolSpec(name="sendEmail", description="send", parameters={"type": "object"},
+                    requires_approval=True, review_fields=review_fields,
+                    approval_timeout_seconds=timeout)
 
 
 def decision(call_id: str = "c1", approved: bool = True, reviewer: str = "carol",
@@ -296,8 +298,8 @@ def test_the_loops_next_step_has_an_await_approval_alternative() -> None:
     assert p.highlights == {"to": "ops@example.com", "subject": "hi"}
     assert p.arguments_digest == arguments_digest(p.arguments)
     assert (p.requested_at, p.deadline) == (NOW.isoformat(), "2026-12-05T08:01:00+00:00")
-    unvalidated = approval_step(ToolCall(id="r", name="raw", arguments="not json"), ["to"],
-                                1.5, None, NOW)
+    unvalidated = approval_step(ToolCall(id="r", name="raw", arguments="not json"),
+                                tool(["to"], 1.5), None, NOW)
     assert unvalidated.pending.arguments == "not json" and not unvalidated.pending.validated
     assert unvalidated.pending.highlights == {} and unvalidated.pending.notes == []
 

@@ -32,7 +32,6 @@ with workflow.unsafe.imports_passed_through():
     from turnstile.engine.masking import mask_json_text
     from turnstile.engine.messages import ChatMessage, ToolCall
     from turnstile.engine.specs import ServiceSpec
-    from turnstile.engine.turn_rules import approval_step
     from workflows.approval_wait import await_decision
     from workflows.state import TurnState, TurnStopped, failure_reason, recorded_arguments
     from workflows.steering import steered_rejection
@@ -138,9 +137,8 @@ class ToolRound:
                 return
             # The loop's "await approval" step (steered: rejected at once instead).
             approval = (steered_rejection(self.s, call) if self.s.steered is not None
-                        else await await_decision(self.s, approval_step(
-                            call, tool.review_fields, tool.approval_timeout_seconds,
-                            reviewed.notes, workflow.now())))
+                        else await await_decision(self.s, rules.approval_step(
+                            call, tool, reviewed.notes, workflow.now())))
         if approval is not None:
             rejected = rules.after_review(call.name, approval, loop)
             if rejected is not None and call.id in self.s.steered_calls:

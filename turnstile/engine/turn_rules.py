@@ -5,10 +5,9 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
-from turnstile.engine.approvals import arguments_digest
 from turnstile.engine.contract import PendingApproval
 from turnstile.engine.errors import TemplateVariableMissing
 from turnstile.engine.messages import ChatMessage, ToolCall
@@ -56,9 +55,9 @@ class AwaitApproval:
     the loop's interruption (as openai-agents' NextStepInterruption), beside
     a final answer and running tools. The tool round takes this step for a
     call whose tool requires approval once its arguments passed validation
-    (`approval_step`); the turn's state machine enters `awaiting_approval`
-    with it (TurnMachine.await_approval). `pending` is what reviewers see;
-    the deadline rejects the call after `timeout_seconds`."""
+    (`tool_round_rules.approval_step`); the turn's state machine enters
+    `awaiting_approval` with it (TurnMachine.await_approval). `pending` is
+    what reviewers see; the deadline rejects the call after `timeout_seconds`."""
 
     call: ToolCall
     pending: PendingApproval
@@ -76,19 +75,3 @@ def next_step(message: ChatMessage) -> FinalAnswer | RunTools:
         return RunTools(calls=list(message.tool_calls))
     return FinalAnswer(text=message.content or "")
 
-
-def approval_step(call: ToolCall, review_fields: list[str], timeout_seconds: float,
-                  notes: list[str] | None, now: datetime) -> AwaitApproval:
-    """The wait of a call that needs approval: the reviewer sees the call's
-    full arguments (its record keeps them masked), the fields that matter
-    first, the validation's notes (None: not validated) and the deadline."""
-    arguments = parsed_arguments(call.arguments)
-    highlights = ({f: arguments[f] for f in review_fields if f in arguments}
-                  if isinstance(arguments, dict) else {})
-    timeout = timedelta(seconds=timeout_seconds)
-    pending = PendingApproval(
-        tool_call_id=call.id, tool_name=call.name, arguments=arguments,
-        highlights=highlights, notes=notes or [], validated=notes is not None,
-        arguments_digest=arguments_digest(arguments),
-        requested_at=now.isoformat(), deadline=(now + timeout).isoformat())
-    return AwaitApproval(call=call, pending=pending, since=now, timeout_seconds=timeout_seconds)
