@@ -305,5 +305,6 @@ class TurnMachine:
 
     def end(self, status: TurnStatus, round_trips: int) -> Moved:
         """Nothing waits any more (the search attributes say 0)."""
+        moved = self._move(Move.END, f"{status.value}, {round_trips} round trip(s)", to=status)
         self._pending.clear()
-        return self._move(Move.END, f"{status.value}, {round_trips} round trip(s)", to=status)
+        return moved
