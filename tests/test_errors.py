@@ -35,6 +35,7 @@ STABLE = {
     errors.DecisionRefused: "DecisionRefused",
     errors.DatabaseRefusedData: "DatabaseRefusedData",
     errors.UnexpectedError: "UnexpectedError",
+    errors.IllegalTransition: "IllegalTransition",  # a move the turn's machine refuses
     errors.UnreadableData: "UnreadableData",
     errors.TemplateVariableMissing: "TemplateVariableMissing",
     errors.ModelRequestRejected: "ModelRequestRejected",

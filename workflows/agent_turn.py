@@ -33,7 +33,6 @@ with workflow.unsafe.imports_passed_through():
         WORKFLOW_TYPE,
         TurnErrorInfo,
         TurnInput,
-        TurnPhase,
         TurnResult,
         TurnStatus,
     )
@@ -172,8 +171,7 @@ class AgentTurn(ApprovalHandlers, Steering, TurnEnding):
     def _refused_at_door(self, turn: TurnInput, problem: str) -> TurnResult:
         """The input breaks a rule of the door (turnstile.engine.turn_input_rules):
         refused before the turn holds anything — no lock, no row, no activity."""
-        self.s.step = TurnStatus.REFUSED
-        self.s.event("turn_refused", problem)
+        self.s.machine.refuse(problem)
         metrics.turn_ended("", TurnStatus.REFUSED.value)
         return TurnResult(
             status=TurnStatus.REFUSED, workflow_id=workflow.info().workflow_id, tool_calls=[],
@@ -184,7 +182,7 @@ class AgentTurn(ApprovalHandlers, Steering, TurnEnding):
         """1. load chat memory (a snapshot: where to write next), with the
         service's spec as this worker runs it: one local activity."""
         s = self.s
-        s.step = TurnPhase.LOAD_MEMORY
+        s.machine.begin()
         assert self.steps is not None
         opening = self.steps.opening()  # steps 4-5 for begin_turn, if the service lets it
         begun = await s.local(
@@ -206,7 +204,7 @@ class AgentTurn(ApprovalHandlers, Steering, TurnEnding):
                                                    on_new_message=spec.on_new_message),
                 "load_memory (waits for the conversation)", TurnStatus.REFUSED)
             if queued:
-                s.step, s.queued_behind = TurnPhase.LOAD_MEMORY, ""
+                s.machine.take_conversation()
         if memory.steered:
             s.event("steered", f"turn {memory.steered} waited for an approval: asked it to "
                                "give way (steer), then took the conversation")
@@ -218,11 +216,11 @@ class AgentTurn(ApprovalHandlers, Steering, TurnEnding):
         steps = self.steps = PipelineSteps(s, turn, spec)
         if begun.opened is not None and s.revision.opens_in_begin_turn:
             steps.take_opened(opening, begun.opened)
-        if s.revision.findable_at_start:  # found by conversation, user, service at once
-            await s.publish()
+        # Found by conversation, user, service at once (from revision 1).
+        await s.enter(s.machine.begun(memory.message_count,
+                                      findable=s.revision.findable_at_start))
         self.locked = True  # begin_turn took the conversation's lock
         s.seq = memory.next_seq
-        s.event("load_memory", f"{memory.message_count} stored message(s)")
         for note in memory.repaired:  # calls an ended turn left without a result
             s.event("memory_repaired", note)
         metrics.repairs(len(memory.repaired))
@@ -233,11 +231,10 @@ class AgentTurn(ApprovalHandlers, Steering, TurnEnding):
         """Waiting for the conversation, visibly: step `queued`, the status
         query's `queued_behind`, the search attribute (docs/steering.md)."""
         s = self.s
-        s.step, s.queued_behind = TurnPhase.QUEUED, behind
-        s.event("queued", behind)
+        queued = s.machine.queue(behind)
         s.search_attributes = spec.search_attributes
         turn.service = spec.name
-        await s.publish()
+        await s.enter(queued)
 
     async def _pipeline(self, turn: TurnInput) -> Any:
         s = self.s

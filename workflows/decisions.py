@@ -18,9 +18,11 @@ A refused decision is never silently dropped: it is in the status query
 once by the handler); through `review` the reviewer gets the reason as a
 `DecisionRefused` error, and on success the decision that took effect.
 
-To add a way of deciding (e.g. a new message rejecting every pending call),
-build a `DecisionRequest` and `await take(request)`, or call `decide` for
-a decision that needs no check of edits.
+To add a way of deciding, build a `DecisionRequest` and `await
+take(request)`, or call `decide` for a decision that needs no check of
+edits. The decision itself is written by the turn's machine
+(turnstile.engine.turn_machine: `decide`; a steer rejects every waiting
+call there, `steer`).
 """
 
 from __future__ import annotations
@@ -213,11 +215,10 @@ class Decisions:
             s.refuse(clean_note(call_id)[:200], pending.tool_name if pending else "", verb,
                      clean_note(reviewer)[:200], _refusal_text(verb, reviewer, call_id, reason))
             return Refused(reason)
-        decision = s.decisions[call_id] = ApprovalDecision(
+        return s.machine.decide(ApprovalDecision(
             tool_call_id=call_id, tool_name=s.pending[call_id].tool_name, approved=approved,
             reviewer=clean_note(reviewer)[:200], note=mask_text(clean_note(note)),
-            decided_at=workflow.now().isoformat(), arguments=arguments)
-        return decision
+            decided_at=workflow.now().isoformat(), arguments=arguments))
 
     async def _check_edits(self, r: DecisionRequest) -> tuple[str | None, dict[str, Any] | None]:
         """(why the edited arguments are refused, the arguments to run with:
@@ -250,22 +251,6 @@ class Decisions:
         if not reviewed.valid:
             return f"the edited arguments were refused: {reviewed.error}", None
         return None, r.arguments
-
-    def reject_pending(self, reviewer: str, note: str) -> list[str]:
-        """Reject every call that waits and has no decision yet, as `reviewer`
-        with `note` (a steer: workflows/steering.py). The ids rejected; none
-        when a decision came first for each."""
-        s = self.s
-        rejected = []
-        for call_id, pending in s.pending.items():
-            if call_id in s.decisions:
-                continue
-            s.decisions[call_id] = ApprovalDecision(
-                tool_call_id=call_id, tool_name=pending.tool_name, approved=False,
-                reviewer=clean_note(reviewer)[:200], note=note,
-                decided_at=workflow.now().isoformat())
-            rejected.append(call_id)
-        return rejected
 
     # -- refusals ----------------------------------------------------------------
     async def unreadable(self, read: Unreadable, door: str) -> None:

@@ -11,7 +11,7 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     from turnstile.engine import activity_io as io, endings, repeats
     from turnstile.engine.breakers import Breakers
-    from turnstile.engine.contract import CallStatus, TurnInput, TurnPhase, TurnStatus
+    from turnstile.engine.contract import CallStatus, TurnInput, TurnStatus
     from turnstile.engine.errors import AnswerTruncated, ContentFiltered
     from turnstile.engine.masking import mask_text
     from turnstile.engine.messages import ChatMessage, ToolCall
@@ -62,7 +62,7 @@ class ModelLoop:
             if limit is not None:
                 await self._record_unrun(step.calls, str(limit))
                 raise TurnStopped(TurnStatus.FAILED, limit)
-            s.step = TurnPhase.TOOLS
+            s.machine.start_round()
             self.round = ToolRound(s, self.turn, spec, self.breakers)
             await self.round.run(step.calls, s.alloc(len(step.calls)))
             self.round = None
@@ -141,7 +141,7 @@ class ModelLoop:
     async def _call_model(self, continuation: bool = False,
                           nudge: str = "") -> io.ModelCallResult:
         s, turn, spec = self.s, self.turn, self.spec
-        s.step = TurnPhase.MODEL_CALL
+        s.machine.call_model()
         prelude, prelude_seq = s.take_prelude()
         s.answer_seq = s.alloc(1)
         summary = f"model round {s.round_trips + 1}" + (" continuation" if continuation else "")

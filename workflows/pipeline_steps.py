@@ -18,7 +18,7 @@ from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from turnstile.engine import activity_io as io
-    from turnstile.engine.contract import TurnInput, TurnPhase, TurnStatus
+    from turnstile.engine.contract import TurnInput, TurnStatus
     from turnstile.engine.errors import (
         InputGuardrailFailed,
         InputGuardrailFatal,
@@ -84,7 +84,7 @@ class PipelineSteps:
 
     async def prepare(self) -> Prepared:
         """Steps 2-9: the messages the model is asked with, and how."""
-        self.s.step = TurnPhase.PREPARE
+        self.s.machine.prepare()
         system = await self.system_message()  # 2. system message (+ transformer)
         user = self.user_message()  # 3. user message from its template
         # 4-5 (begin_turn ran them when it could: then nothing is scheduled here)

@@ -16,7 +16,6 @@ with workflow.unsafe.imports_passed_through():
         RollbackCause,
         TurnErrorInfo,
         TurnInput,
-        TurnPhase,
         TurnStatus,
     )
     from turnstile.engine.masking import mask_text
@@ -30,7 +29,7 @@ async def roll_back(s: TurnState, spec: ServiceSpec | None, turn: TurnInput,
                     error: TurnErrorInfo, failing_call: str | None) -> TurnStatus:
     """Compensate completed calls in reverse order of completion."""
     assert spec is not None
-    s.step = TurnPhase.COMPENSATING
+    s.machine.compensate()
     cause = RollbackCause(type=error.type, message=error.message, call_id=failing_call)
     failed = []
     for call, rec in reversed(s.compensable):

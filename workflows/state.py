@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Mapping, Sequence
 from typing import TypeVar
 
 from pydantic import BaseModel
@@ -25,13 +26,13 @@ with workflow.unsafe.imports_passed_through():
         ToolCallRecord,
         TurnEvent,
         TurnInput,
-        TurnPhase,
         TurnStatus,
     )
     from turnstile.engine.decision_payloads import REFUSAL_TEXT_MAX, REFUSALS_KEPT
     from turnstile.engine.errors import REFUSING_ERRORS, ResetConflict, TurnstileError
     from turnstile.engine.masking import mask_any, mask_json_text
     from turnstile.engine.messages import ChatMessage, ToolCall, Usage
+    from turnstile.engine.turn_machine import Moved, Phase, TurnMachine
     from turnstile.engine.turn_rules import parsed_arguments
     from turnstile.engine.versions import TURN_VERSION, Revision
     from workflows import turn_metrics as metrics
@@ -138,20 +139,15 @@ class TurnState:
         # record; turnstile.engine.versions): which commands this turn issues.
         self.revision = Revision()
         self.begun = False  # begin_turn has returned (and `revision` is the turn's)
-        self.step: TurnPhase | TurnStatus = TurnPhase.STARTING
+        # The turn's phase, its pending calls, the decisions on them and the
+        # steer: written only by the machine's transitions (read below).
+        self.machine = TurnMachine(self.event)
         self.round_trips = 0
         self.calls: list[ToolCallRecord] = []
         self.events: list[TurnEvent] = []
         self.events_dropped = 0  # events trimmed off the front of `events`
-        self.pending: dict[str, PendingApproval] = {}
-        self.decisions: dict[str, ApprovalDecision] = {}
         self.refused: list[str] = []
         self.refused_total = 0
-        # A new turn of the user steered this one (workflows/steering.py): the
-        # signal, and the calls its steer rejected.
-        self.steered: SteerSignal | None = None
-        self.steered_calls: list[str] = []
-        self.queued_behind = ""  # while queued: "queued behind turn X, ..."
         # Refused decisions, audited when the round or the turn ends.
         self.refusals: list[io.AuditEntry] = []
         self.usage = Usage()
@@ -169,6 +165,38 @@ class TurnState:
         # is left when the turn ends without another model call.
         self.prelude: list[ChatMessage] = []
         self.prelude_seq = 0
+
+    # -- the machine's state, read-only (turnstile.engine.turn_machine) ----------
+    @property
+    def step(self) -> Phase:
+        return self.machine.phase
+
+    @property
+    def pending(self) -> Mapping[str, PendingApproval]:
+        return self.machine.pending
+
+    @property
+    def decisions(self) -> Mapping[str, ApprovalDecision]:
+        return self.machine.decisions
+
+    @property
+    def steered(self) -> SteerSignal | None:
+        """A new turn of the user steered this one (workflows/steering.py)."""
+        return self.machine.steered
+
+    @property
+    def steered_calls(self) -> Sequence[str]:
+        return self.machine.steered_calls
+
+    @property
+    def queued_behind(self) -> str:
+        return self.machine.queued_behind
+
+    async def enter(self, moved: Moved) -> None:
+        """The search-attribute change a transition owes (one upsert), where
+        the caller's history has it."""
+        if moved.publishes:
+            await self.publish()
 
     # -- records ---------------------------------------------------------------
     def new_call(self, call: ToolCall) -> ToolCallRecord:
@@ -301,8 +329,8 @@ class TurnState:
     async def publish(self) -> None:
         """Make the turn findable: search attributes when the namespace has them
         (`temporal workflow list --query 'TurnstilePendingApprovals > 0'`), else
-        the memo. Called on transitions only (an approval wait begins or ends,
-        the turn ends): one history event each."""
+        the memo. Issued for the machine's transitions that change them
+        (`enter`; TRANSITIONS' `publishes`): one history event each."""
         if self.turn is None:
             return
         if self.search_attributes:

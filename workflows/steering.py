@@ -38,7 +38,6 @@ with workflow.unsafe.imports_passed_through():
     from turnstile.engine.messages import ToolCall
     from turnstile.engine.specs import ServiceSpec
     from turnstile.engine.turn_input_rules import clean_note
-    from workflows.decisions import Decisions
     from workflows.state import TurnState, TurnStopped
 
 NEW_MESSAGE = "the user sent a new message"
@@ -46,38 +45,24 @@ NEW_MESSAGE = "the user sent a new message"
 
 class Steering:
     s: TurnState
-    decisions: Decisions
 
     @workflow.signal(name=Handlers.STEER)
     def steer(self, signal: SteerSignal) -> None:
+        """Applied or ignored (an event says which) by the turn's machine."""
         s = self.s
-        by = clean_note(signal.turn_id)[:200]
-        if s.steered is not None:
-            s.event("steer_ignored", f"turn {by}: already steered by turn {s.steered.turn_id}")
-            return
-        if s.turn is None or signal.user_id != s.turn.user_id:
-            s.event("steer_ignored", f"turn {by}: not a message of this turn's user")
-            return
-        rejected = self.decisions.reject_pending(s.turn.user_id, NEW_MESSAGE)
-        if not rejected:
-            s.event("steer_ignored", f"turn {by}: no call waits for a decision")
-            return
-        s.steered = signal.model_copy(update={"turn_id": by})
-        s.steered_calls = rejected
-        s.event("steered", f"turn {by}: {NEW_MESSAGE}; rejected {', '.join(rejected)}")
+        requester = s.turn.user_id if s.turn is not None else None
+        s.machine.steer(clean_note(signal.turn_id)[:200], signal, requester,
+                        reviewer=clean_note(requester or "")[:200], note=NEW_MESSAGE,
+                        decided_at=workflow.now().isoformat())
 
 
 def steered_rejection(s: TurnState, call: ToolCall) -> ApprovalDecision:
     """A call of the steered round that reaches its approval after the steer:
     rejected at once, as the waiting ones were."""
     assert s.steered is not None and s.turn is not None
-    decision = s.decisions[call.id] = ApprovalDecision(
-        tool_call_id=call.id, tool_name=call.name, approved=False,
-        reviewer=clean_note(s.turn.user_id)[:200], note=NEW_MESSAGE,
-        decided_at=workflow.now().isoformat())
-    s.steered_calls.append(call.id)
-    s.event("approval", f"{call.name} rejected: {NEW_MESSAGE}")
-    return decision
+    return s.machine.reject_steered(call.id, call.name,
+                                    reviewer=clean_note(s.turn.user_id)[:200],
+                                    note=NEW_MESSAGE, decided_at=workflow.now().isoformat())
 
 
 def steered_stop(s: TurnState, spec: ServiceSpec) -> TurnStopped:

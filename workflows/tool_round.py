@@ -147,8 +147,10 @@ class ToolRound:
                 self.s.argument_errors[call.name] = count + 1
                 self._settle(rec, seq, call, rules.after_validation(reviewed.error, count, loop))
                 return
+            # The loop's "await approval" step (steered: rejected at once instead).
             approval = (steered_rejection(self.s, call) if self.s.steered is not None
-                        else await await_decision(self.s, call, tool, reviewed))
+                        else await await_decision(self.s, rules.approval_step(
+                            call, tool, reviewed.notes, workflow.now())))
         if approval is not None:
             rejected = rules.after_review(call.name, approval, loop)
             if rejected is not None and call.id in self.s.steered_calls:

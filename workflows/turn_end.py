@@ -58,14 +58,12 @@ class TurnEnding:
             error = TurnErrorInfo(type=TurnCancelled.error_type,
                                   message="the turn was cancelled")
             await roll_back(s, self.spec, turn, error, None)
-        s.step = TurnStatus.CANCELLED  # the status query's (no command: replay-safe)
-        s.event("turn_completed", f"cancelled, {s.round_trips} round trip(s)")
-        s.pending.clear()
+        cancelled = s.machine.cancel(s.round_trips)  # nothing waits any more
         # The search attributes say the turn ended cancelled, with no approval
         # pending (a turn cancelled while it waited kept `awaiting_approval`
         # and its count). A turn cancelled before this rule replays without.
         if workflow.patched(CANCEL_PUBLISHED):
-            await s.publish()
+            await s.enter(cancelled)
         assert self.steps is not None
         self.steps.events.turn_completed(None, TurnStatus.CANCELLED)
         metrics.turn_ended(turn.service, TurnStatus.CANCELLED)
@@ -126,9 +124,7 @@ class TurnEnding:
                       error: TurnErrorInfo | None) -> TurnResult:
         """17. "turn completed" event, return."""
         s = self.s
-        s.step = status
-        s.pending.clear()  # ended: nothing waits (the search attributes say 0)
-        s.event("turn_completed", f"{status.value}, {s.round_trips} round trip(s)")
+        ended = s.machine.end(status, s.round_trips)  # nothing waits (the attributes say 0)
         result = TurnResult(
             status=status, answer=answer, round_trips=s.round_trips, tool_calls=s.calls,
             error=error, workflow_id=workflow.info().workflow_id,
@@ -139,6 +135,6 @@ class TurnEnding:
         # Delivered while the conversation is released.
         self.steps.events.turn_completed(result, status)
         await self._release(turn)
-        await s.publish()
+        await s.enter(ended)  # once the conversation is released
         await self.steps.events.delivered()
         return result

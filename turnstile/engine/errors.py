@@ -317,6 +317,14 @@ class UnexpectedError(TurnstileError):
     while it holds its conversation (workflows/agent_turn.py)."""
 
 
+class IllegalTransition(TurnstileError):
+    """A move the turn's state machine does not allow from the phase the turn
+    is in (turnstile.engine.turn_machine.TRANSITIONS): a bug of the workflow
+    code. Raised in the turn's own code, it ends the turn `failed` with
+    `UnexpectedError` naming the phase and this error, as any unexpected
+    exception does (workflows/agent_turn.py): never a hang."""
+
+
 class UnreadableData(TurnstileError):
     """An activity met data no retry can read: a value that fails its type
     (pydantic validation), text that cannot be decoded or encoded, a value of

@@ -8,7 +8,8 @@ and what happened, what it does next:
 - before a call: run it, wait for approval first, or settle it without running
   (unknown tool, a tool a breaker disabled);
 - after validation (calls that need approval): settle invalid arguments
-  before any reviewer is asked;
+  before any reviewer is asked, or wait for one (`approval_step`: the
+  loop's `AwaitApproval` step);
 - after a review: run the approved call, settle a rejected one;
 - after the activity: a failure after retries goes back to the model (or ends
   the turn for a fatal tool); an outcome feeds the breakers, the saga, and the
@@ -21,9 +22,11 @@ server (`tests/test_tool_round_rules.py`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 
+from turnstile.engine.approvals import arguments_digest
 from turnstile.engine.breakers import DISABLED, Breakers, BreakerTripped
-from turnstile.engine.contract import ApprovalDecision, CallStatus
+from turnstile.engine.contract import ApprovalDecision, CallStatus, PendingApproval
 from turnstile.engine.errors import (
     FatalToolFailure,
     RoundTripCapExceeded,
@@ -32,7 +35,9 @@ from turnstile.engine.errors import (
     TurnstileError,
     UnknownToolError,
 )
+from turnstile.engine.messages import ToolCall
 from turnstile.engine.specs import LoopPolicy, ToolSpec
+from turnstile.engine.turn_rules import AwaitApproval, parsed_arguments
 
 
 @dataclass(frozen=True)
@@ -108,6 +113,26 @@ def after_validation(error: str, argument_errors: int, loop: LoopPolicy) -> Sett
     if loop.on_invalid_arguments == "fail" or argument_errors + 1 > loop.argument_error_budget:
         stop = ToolArgumentError(error)
     return Settle(CallStatus.INVALID_ARGUMENTS, error, executed=False, stop=stop)
+
+
+def approval_step(call: ToolCall, tool: ToolSpec, notes: list[str] | None,
+                  now: datetime) -> AwaitApproval:
+    """A call whose tool requires approval, validated: the loop's next step
+    for it is to wait for a reviewer (turn_rules.AwaitApproval). The reviewer
+    sees the call's full arguments (its record keeps them masked), the
+    tool's review fields first, the validation's notes (None: not
+    validated) and the deadline."""
+    arguments = parsed_arguments(call.arguments)
+    highlights = ({f: arguments[f] for f in tool.review_fields if f in arguments}
+                  if isinstance(arguments, dict) else {})
+    timeout = timedelta(seconds=tool.approval_timeout_seconds)
+    pending = PendingApproval(
+        tool_call_id=call.id, tool_name=call.name, arguments=arguments,
+        highlights=highlights, notes=notes or [], validated=notes is not None,
+        arguments_digest=arguments_digest(arguments),
+        requested_at=now.isoformat(), deadline=(now + timeout).isoformat())
+    return AwaitApproval(call=call, pending=pending, since=now,
+                         timeout_seconds=tool.approval_timeout_seconds)
 
 
 def after_review(name: str, decision: ApprovalDecision, loop: LoopPolicy) -> Settle | None:

@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
+from turnstile.engine.contract import PendingApproval
 from turnstile.engine.errors import TemplateVariableMissing
 from turnstile.engine.messages import ChatMessage, ToolCall
 from turnstile.engine.safe_text import has_unsafe_text, safe_text
@@ -36,7 +38,7 @@ def parsed_arguments(raw: str) -> Any:
     return safe_text(raw) if has_unsafe_text(parsed) else parsed
 
 
-# --- what the loop does after a model response (a typed union, not flags) ---
+# --- what the loop does next (a typed union, not flags) ---
 @dataclass(frozen=True)
 class FinalAnswer:
     text: str
@@ -47,10 +49,29 @@ class RunTools:
     calls: list[ToolCall]
 
 
-NextStep = FinalAnswer | RunTools
+@dataclass(frozen=True)
+class AwaitApproval:
+    """A call of the round waits for a reviewer's decision before it runs:
+    the loop's interruption (as openai-agents' NextStepInterruption), beside
+    a final answer and running tools. The tool round takes this step for a
+    call whose tool requires approval once its arguments passed validation
+    (`tool_round_rules.approval_step`); the turn's state machine enters
+    `awaiting_approval` with it (TurnMachine.await_approval). `pending` is
+    what reviewers see; the deadline rejects the call after `timeout_seconds`."""
+
+    call: ToolCall
+    pending: PendingApproval
+    since: datetime
+    timeout_seconds: float
 
 
-def next_step(message: ChatMessage) -> NextStep:
+NextStep = FinalAnswer | RunTools | AwaitApproval
+
+
+def next_step(message: ChatMessage) -> FinalAnswer | RunTools:
+    """After a model response: its answer, or its tool calls to run (a call
+    that needs approval becomes an `AwaitApproval` in its round)."""
     if message.tool_calls:
         return RunTools(calls=list(message.tool_calls))
     return FinalAnswer(text=message.content or "")
+
