@@ -12,7 +12,10 @@ As strict as a real endpoint: a chat request that is not a valid OpenAI Chat
 Completions request (tests/support/openai_conformance.py: the official request
 types, and every tool call answered exactly once) is refused with a 400, as
 OpenAI refuses it; a request above `max_request_bytes` is refused with a 400
-`context_length_exceeded`. Each recorded request carries `_bytes`, the size of
+`context_length_exceeded`. An assistant message with `tool_calls` and
+`"content": null` is refused with a 500 and a validation-error body, as
+llama-cpp-python's server refuses it (issue 36: the double is as strict as
+the strictest real server). Each recorded request carries `_bytes`, the size of
 the body as received. `cut_streams` cuts that many upcoming streams midway
 (no final chunk, no `[DONE]`), as a dropped connection does.
 """
@@ -87,6 +90,24 @@ def sse_chunks(reply: dict[str, Any], piece: int = 6) -> list[dict[str, Any]]:
     if reply.get("usage"):
         out.append({**base, "choices": [], "usage": reply["usage"]})
     return out
+
+
+def null_content_beside_calls(body: dict[str, Any]) -> int | None:
+    """The index of the first assistant message with tool calls and null content."""
+    for i, m in enumerate(body.get("messages") or []):
+        if isinstance(m, dict) and m.get("role") == "assistant" and m.get("tool_calls") \
+                and "content" in m and m["content"] is None:
+            return i
+    return None
+
+
+def llama_cpp_python_validation_error(index: int) -> str:
+    """The 500 llama-cpp-python 0.3's server answers a request its request
+    model cannot read (its route handler wraps the validation error)."""
+    detail = [{"type": "string_type", "loc": ["body", "messages", index, "typed-dict", "content"],
+               "msg": "Input should be a valid string", "input": None}]
+    return json.dumps({"error": {"message": f"1 validation error: {detail}",
+                                 "type": "internal_server_error", "param": None, "code": None}})
 
 
 class FakeLLM:
@@ -194,6 +215,12 @@ class FakeLLM:
         """A 400 where a real endpoint refuses (the request is recorded all the same).
         llama.cpp's server takes a request without `model`; OpenAI and Ollama do
         not, so a missing model is checked as if one were configured."""
+        null = null_content_beside_calls(body)
+        if null is not None:
+            with self._lock:
+                self.refusals.append(f"messages[{null}].content is null beside tool_calls")
+                self.requests.append({**body, "_refused": self.refusals[-1], "_bytes": length})
+            return Raw(500, llama_cpp_python_validation_error(null))
         if self.max_request_bytes is not None and length > self.max_request_bytes:
             why = f"context_length_exceeded: {length:,} bytes > {self.max_request_bytes:,}"
         else:
