@@ -111,10 +111,11 @@ def llama_cpp_python_validation_error(index: int) -> str:
 
 
 class FakeLLM:
-    def __init__(self, keep_alive: bool = False) -> None:
+    def __init__(self, keep_alive: bool = False, port: int = 0) -> None:
         """`keep_alive`: HTTP/1.1 with persistent connections, as real
         endpoints (vLLM, Ollama, OpenAI) serve; the default, HTTP/1.0, closes
-        every connection after its response."""
+        every connection after its response. `port`: 0 for any free one (a
+        test that brings a server back where a turn expects it names it)."""
         self.replies: list[Reply] = []
         self.requests: list[dict[str, Any]] = []
         self.default: Reply | None = None
@@ -198,7 +199,7 @@ class FakeLLM:
                 self.wfile.write(b"data: [DONE]\n\n")
                 self.wfile.flush()
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self._thread.start()

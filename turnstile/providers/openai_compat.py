@@ -60,7 +60,7 @@ class InvalidRequestAnswer(RetryableModelError):
 
     error_type = ModelUnavailable.error_type
 
-    def __init__(self, message: str, status: int, body: str,
+    def __init__(self, message: str, status: int = 500, body: str = "",
                  retry_after: float | None = None) -> None:
         super().__init__(message, retry_after)
         self.status = status
