@@ -126,6 +126,9 @@ class FakeLLM:
         self.cut_streams = 0
         self.cut_mid_line = False  # cut streams end inside a line, not between events
         self.refusals: list[str] = []  # why requests were refused with a 400
+        # Refuse null content beside tool_calls with a 500, as llama-cpp-python
+        # does (only a test of an older release's worker turns it off).
+        self.null_content_refused = True
         self.connections = 0  # accepted so far
         self._lock = threading.Lock()
         fake = self
@@ -216,7 +219,7 @@ class FakeLLM:
         """A 400 where a real endpoint refuses (the request is recorded all the same).
         llama.cpp's server takes a request without `model`; OpenAI and Ollama do
         not, so a missing model is checked as if one were configured."""
-        null = null_content_beside_calls(body)
+        null = null_content_beside_calls(body) if self.null_content_refused else None
         if null is not None:
             with self._lock:
                 self.refusals.append(f"messages[{null}].content is null beside tool_calls")
@@ -257,6 +260,7 @@ class FakeLLM:
             self.cut_streams = 0
             self.cut_mid_line = False
             self.refusals.clear()
+            self.null_content_refused = True
 
     def close(self) -> None:
         self.server.shutdown()
