@@ -49,14 +49,10 @@ class ModelSettings(BaseModel):
     # following information where it is relevant:").
     retrieval_lead_in: str | None = None
 
-    def first_round_choice(self) -> str:
-        """What `tool_choice` names on the first request ("auto" when unset)."""
-        return self.tool_choice or "auto"
-
     def choice_for(self, round_: int, offered: list[str]) -> str | dict[str, object]:
         """The wire's `tool_choice` for a request in `round_` offering `offered`:
         "auto" after the first round, and when the named tool is not offered."""
-        choice = self.first_round_choice()
+        choice = self.tool_choice
         if round_ > 0 or choice == "auto":
             return "auto"
         if choice == "required":

@@ -108,11 +108,6 @@ class Service:
             raise ConfigurationError(
                 f"service {self.name!r}: on_new_message must be one of "
                 f"{', '.join(ON_NEW_MESSAGE)}, not {self.on_new_message!r}")
-        choice = self.model.tool_choice
-        if choice not in TOOL_CHOICE_MODES and choice not in self.tools.names():
-            raise ConfigurationError(
-                f"service {self.name!r}: tool_choice must be auto, required or one of "
-                f"its tools ({', '.join(self.tools.names()) or 'none'}), not {choice!r}")
         # One namespace of tool names across static tools and catalogues.
         seen = set(self.tools.names())
         for p in self.providers:
@@ -123,12 +118,23 @@ class Service:
                 seen.add(name)
         for server in self.mcp_servers:
             self._add_toolset(server)
+        self._check_tool_choice(seen)
         if self.retriever is None and self.documents:
             self.retriever = FullTextRetriever(self.documents)
         if self.output_type is not None and not (
                 isinstance(self.output_type, type) and issubclass(self.output_type, BaseModel)):
             raise ConfigurationError(
                 f"service {self.name!r}: output_type must be a pydantic model class")
+
+    def _check_tool_choice(self, names: set[str]) -> None:
+        """A named tool_choice names one of the service's tools (an MCP
+        server's are not known before it is listed: any name passes then)."""
+        choice = self.model.tool_choice
+        if choice in TOOL_CHOICE_MODES or choice in names or self.mcp_servers:
+            return
+        raise ConfigurationError(
+            f"service {self.name!r}: tool_choice must be auto, required or one of its "
+            f"tools ({', '.join(sorted(names)) or 'none'}), not {choice!r}")
 
     def add_mcp_server(self, server: MCPServer) -> MCPToolset:
         """Let the service use an MCP server's tools (TURNSTILE_MCP_SERVERS uses this)."""
