@@ -12,6 +12,7 @@ from typing import TypeVar
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.model_refusals import RefusalCount
 from activities.model_request import RequestShape, build_request, read_window
 from activities.model_stream import request_model
 from activities.runs import as_current_run
@@ -38,7 +39,7 @@ from turnstile.engine.errors import (
 from turnstile.engine.messages import ChatMessage
 from turnstile.engine.specs import ToolSpec
 from turnstile.providers import ModelRequest, ModelResponse
-from turnstile.providers.openai_compat import RetryableModelError
+from turnstile.providers.openai_compat import InvalidRequestAnswer, RetryableModelError
 from turnstile.runtime.services import Service
 from turnstile.runtime.tracing import model_span, record_model_response
 from turnstile.stores import runs, usage
@@ -68,8 +69,12 @@ class ModelActivities(Activities):
     async def call_model(self, req: ModelCallInput) -> ModelCallResult:
         # Heartbeating while the model answers (streamed or not): a worker lost
         # mid-request costs the heartbeat timeout, not the request's timeout.
-        # On shutdown the request is handed back: asking again is safe.
-        return await with_heartbeat(self._call_model(req), hand_back=True)
+        # On shutdown the request is handed back: asking again is safe. The
+        # heartbeats carry the count of identical "invalid request" answers
+        # (activities/model_refusals.py).
+        refusals = RefusalCount()
+        return await with_heartbeat(self._call_model(req, refusals), hand_back=True,
+                                    details=refusals.beat)
 
     def _store(self, req: ModelCallInput, seq: int, messages: list[ChatMessage],
                horizon: int | None, w: runs.Writer | None,
@@ -155,7 +160,7 @@ class ModelActivities(Activities):
             prompt_tokens=response.usage.prompt_tokens,
             completion_tokens=response.usage.completion_tokens)
 
-    async def _call_model(self, req: ModelCallInput) -> ModelCallResult:
+    async def _call_model(self, req: ModelCallInput, refusals: RefusalCount) -> ModelCallResult:
         wf_id = turn_workflow_id()
         service = self.rt.services.get(req.service)
         if any(service.tool(name) is None for name in req.tool_names):
@@ -191,7 +196,10 @@ class ModelActivities(Activities):
                     output_tokens=response.usage.completion_tokens,
                     finish_reason=response.finish_reason,
                     tool_calls=len(response.message.tool_calls))
+        except InvalidRequestAnswer as exc:
+            raise refusals.refused(exc) from exc
         except RetryableModelError as exc:
+            refusals.other_failure()
             delay = timedelta(seconds=exc.retry_after) if exc.retry_after is not None else None
             raise ApplicationError(
                 str(exc), type=exc.error_type, next_retry_delay=delay

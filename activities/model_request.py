@@ -109,5 +109,9 @@ def build_request(rt: Runtime, service: Service, req: ModelCallInput,
         log.info("conversation %s: %d of %d stored messages sent (%d tokens; window %s)",
                  req.conversation_id, len(sent.messages), len(messages), sent.tokens,
                  shape.window.model_dump(exclude_none=True))
+    settings = req.model or service.model  # the spec's, from history
     return ModelRequest(messages=sent.messages, tools=tools,
-                        response_format=req.response_format), sent
+                        response_format=req.response_format,
+                        max_tokens=settings.max_tokens, temperature=settings.temperature,
+                        tool_choice=settings.choice_for(req.round, [t.name for t in tools]),
+                        schema_dialect=settings.schema_dialect), sent

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -102,7 +102,8 @@ class WorkerShutdown(ApplicationError):
 
 
 async def with_heartbeat(work: Awaitable[T], heartbeat_seconds: float | None = None, *,
-                         hand_back: bool = False) -> T:
+                         hand_back: bool = False,
+                         details: Callable[[], Sequence[Any]] | None = None) -> T:
     """Heartbeat while `work` runs, so a lost worker is noticed within the
     heartbeat timeout (not the much longer start-to-close timeout) and a
     cancellation reaches the work. `heartbeat_seconds` None: the activity's
@@ -112,7 +113,10 @@ async def with_heartbeat(work: Awaitable[T], heartbeat_seconds: float | None = N
     while `work` still runs, the attempt fails as retryable `WorkerShutdown`
     instead of ending as cancelled, so the server gives it to another worker
     at once. Only for work that is safe to run again (a model request), or
-    whose caller decides what a hand-back means (a tool call)."""
+    whose caller decides what a hand-back means (a tool call).
+
+    `details`: what each heartbeat carries (the model call's count of
+    identical refusals, activities/model_refusals.py); none by default."""
     if heartbeat_seconds is None:
         timeout = activity.info().heartbeat_timeout
         heartbeat_seconds = timeout.total_seconds() if timeout else None
@@ -125,15 +129,15 @@ async def with_heartbeat(work: Awaitable[T], heartbeat_seconds: float | None = N
         # (3 intervals) still notices a lost worker.
         while True:
             await asyncio.sleep(interval)
-            activity.heartbeat()
+            activity.heartbeat(*(details() if details is not None else ()))
 
     beater = asyncio.create_task(beat())
     try:
         return await work
     except asyncio.CancelledError:
-        details = activity.cancellation_details()
-        if hand_back and details is not None and details.worker_shutdown \
-                and not details.cancel_requested:
+        why = activity.cancellation_details()
+        if hand_back and why is not None and why.worker_shutdown \
+                and not why.cancel_requested:
             raise WorkerShutdown() from None
         raise
     finally:

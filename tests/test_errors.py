@@ -7,7 +7,11 @@ from __future__ import annotations
 import pytest
 
 from turnstile.engine import errors
-from turnstile.providers.openai_compat import IncompleteStreamError, RetryableModelError
+from turnstile.providers.openai_compat import (
+    IncompleteStreamError,
+    InvalidRequestAnswer,
+    RetryableModelError,
+)
 from turnstile.providers.openai_stream import IncompleteStream
 from turnstile.runtime.apps import AppLoadError
 from turnstile.runtime.guardrails import GuardrailError
@@ -41,6 +45,8 @@ STABLE = {
     errors.ModelRequestRejected: "ModelRequestRejected",
     errors.ModelUnavailable: "ModelUnavailable",
     RetryableModelError: "ModelUnavailable",  # a variant keeps its parent's name
+    InvalidRequestAnswer: "ModelUnavailable",  # ... until it repeats: ModelServerRefused
+    errors.ModelServerRefused: "ModelServerRefused",  # the same invalid-request 5xx, thrice
     errors.MalformedModelResponse: "MalformedModelResponse",
     errors.RoundTripCapExceeded: "RoundTripCapExceeded",
     errors.TooManyToolCalls: "TooManyToolCalls",

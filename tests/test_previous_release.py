@@ -74,6 +74,9 @@ async def test_the_previous_release_completes_an_approved_email_on_the_migrated_
         return tool_reply((f"e-{uuid.uuid4().hex[:6]}", "createEmailTask", MAIL))
 
     fake_llm.default = reply
+    # v0.2 sends "content": null beside tool calls (OpenAI takes it; this
+    # release sends "", which llama-cpp-python takes too: issue 36).
+    fake_llm.null_content_refused = False
     worker = WorkerProcess(tmp_path / "previous.log", env, root=old).start()
     try:
         db = Database(url)

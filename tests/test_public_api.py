@@ -23,7 +23,7 @@ PUBLIC = {"turnstile", "turnstile.testing"}
 REQUIRED = {"tool", "ToolContext", "ToolResult", "Service", "LoopPolicy", "BreakerPolicy",
             "OutboundPolicy", "MemoryWindow", "RetrySpec", "App", "TurnstileClient",
             "TurnInput", "TurnResult", "ToolExecutionError", "ToolArgumentError",
-            "ToolInterrupted", "TurnstileError"}
+            "ToolInterrupted", "TurnstileError", "ModelSettings"}
 # The reference app's modules a service author writes (its service, tools,
 # app, approvers, documents). Its other modules are the project's own
 # operator parts and reach into the stores on purpose: the truth check

@@ -61,6 +61,7 @@ if TYPE_CHECKING:
         ChatMessage as ChatMessage,
         ToolCall as ToolCall,
     )
+    from turnstile.engine.model_settings import ModelSettings as ModelSettings
     from turnstile.engine.pipeline_spec import PipelinePolicy as PipelinePolicy
     from turnstile.engine.specs import (
         LoopPolicy as LoopPolicy,
@@ -147,6 +148,7 @@ _WHERE: dict[str, str] = {
     "BreakerPolicy": "turnstile.engine.breakers",
     "OutboundPolicy": "turnstile.engine.approvals",
     "MemoryWindow": "turnstile.engine.memory_window",
+    "ModelSettings": "turnstile.engine.model_settings",
     "PipelinePolicy": "turnstile.engine.pipeline_spec",
     "ChatMessage": "turnstile.engine.messages",
     "ToolCall": "turnstile.engine.messages",
@@ -186,7 +188,7 @@ __all__ = [
     "BreakerPolicy", "Call", "ChatMessage", "ClientError", "ConfigurationError", "Connection",
     "Database", "DevService", "Document", "FunctionModel", "GuardrailResult",
     "InputGuardrailContext", "LoopPolicy", "MemoryWindow", "ModelCall", "ModelProvider",
-    "ModelRequest", "ModelResponse", "OutboundPolicy", "OutputGuardrailContext",
+    "ModelRequest", "ModelResponse", "ModelSettings", "OutboundPolicy", "OutputGuardrailContext",
     "PipelinePolicy", "ProviderContext", "Reply", "RetrySpec", "ScriptedModel", "Service",
     "ServiceRegistry", "Settings", "SystemMessageContext", "Tool", "ToolArgumentError",
     "ToolCall", "ToolContext", "ToolExecutionError", "ToolInterrupted", "ToolOutcome",

@@ -155,7 +155,8 @@ class ModelLoop:
                               response_format=self.response_format, window=spec.memory,
                               continuation=continuation, nudge=nudge, prelude=prelude,
                               prelude_seq=prelude_seq, user_id=turn.user_id,
-                              known_policies=[t.name for t in spec.tools]),
+                              known_policies=[t.name for t in spec.tools],
+                              model=spec.model),
             summary, TurnStatus.FAILED, options=model_options(spec.loop))
         for t in result.tools:  # policies of tools this turn calls for the first time
             if spec.tool(t.name) is None:

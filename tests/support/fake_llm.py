@@ -12,7 +12,10 @@ As strict as a real endpoint: a chat request that is not a valid OpenAI Chat
 Completions request (tests/support/openai_conformance.py: the official request
 types, and every tool call answered exactly once) is refused with a 400, as
 OpenAI refuses it; a request above `max_request_bytes` is refused with a 400
-`context_length_exceeded`. Each recorded request carries `_bytes`, the size of
+`context_length_exceeded`. An assistant message with `tool_calls` and
+`"content": null` is refused with a 500 and a validation-error body, as
+llama-cpp-python's server refuses it (issue 36: the double is as strict as
+the strictest real server). Each recorded request carries `_bytes`, the size of
 the body as received. `cut_streams` cuts that many upcoming streams midway
 (no final chunk, no `[DONE]`), as a dropped connection does.
 """
@@ -89,11 +92,30 @@ def sse_chunks(reply: dict[str, Any], piece: int = 6) -> list[dict[str, Any]]:
     return out
 
 
+def null_content_beside_calls(body: dict[str, Any]) -> int | None:
+    """The index of the first assistant message with tool calls and null content."""
+    for i, m in enumerate(body.get("messages") or []):
+        if isinstance(m, dict) and m.get("role") == "assistant" and m.get("tool_calls") \
+                and "content" in m and m["content"] is None:
+            return i
+    return None
+
+
+def llama_cpp_python_validation_error(index: int) -> str:
+    """The 500 llama-cpp-python 0.3's server answers a request its request
+    model cannot read (its route handler wraps the validation error)."""
+    detail = [{"type": "string_type", "loc": ["body", "messages", index, "typed-dict", "content"],
+               "msg": "Input should be a valid string", "input": None}]
+    return json.dumps({"error": {"message": f"1 validation error: {detail}",
+                                 "type": "internal_server_error", "param": None, "code": None}})
+
+
 class FakeLLM:
-    def __init__(self, keep_alive: bool = False) -> None:
+    def __init__(self, keep_alive: bool = False, port: int = 0) -> None:
         """`keep_alive`: HTTP/1.1 with persistent connections, as real
         endpoints (vLLM, Ollama, OpenAI) serve; the default, HTTP/1.0, closes
-        every connection after its response."""
+        every connection after its response. `port`: 0 for any free one (a
+        test that brings a server back where a turn expects it names it)."""
         self.replies: list[Reply] = []
         self.requests: list[dict[str, Any]] = []
         self.default: Reply | None = None
@@ -104,6 +126,9 @@ class FakeLLM:
         self.cut_streams = 0
         self.cut_mid_line = False  # cut streams end inside a line, not between events
         self.refusals: list[str] = []  # why requests were refused with a 400
+        # Refuse null content beside tool_calls with a 500, as llama-cpp-python
+        # does (only a test of an older release's worker turns it off).
+        self.null_content_refused = True
         self.connections = 0  # accepted so far
         self._lock = threading.Lock()
         fake = self
@@ -177,7 +202,7 @@ class FakeLLM:
                 self.wfile.write(b"data: [DONE]\n\n")
                 self.wfile.flush()
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self._thread.start()
@@ -194,6 +219,12 @@ class FakeLLM:
         """A 400 where a real endpoint refuses (the request is recorded all the same).
         llama.cpp's server takes a request without `model`; OpenAI and Ollama do
         not, so a missing model is checked as if one were configured."""
+        null = null_content_beside_calls(body) if self.null_content_refused else None
+        if null is not None:
+            with self._lock:
+                self.refusals.append(f"messages[{null}].content is null beside tool_calls")
+                self.requests.append({**body, "_refused": self.refusals[-1], "_bytes": length})
+            return Raw(500, llama_cpp_python_validation_error(null))
         if self.max_request_bytes is not None and length > self.max_request_bytes:
             why = f"context_length_exceeded: {length:,} bytes > {self.max_request_bytes:,}"
         else:
@@ -229,6 +260,7 @@ class FakeLLM:
             self.cut_streams = 0
             self.cut_mid_line = False
             self.refusals.clear()
+            self.null_content_refused = True
 
     def close(self) -> None:
         self.server.shutdown()

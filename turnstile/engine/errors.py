@@ -171,6 +171,15 @@ class ModelUnavailable(TurnstileError):
     error_type = "ModelUnavailable"
 
 
+class ModelServerRefused(TurnstileError):
+    """The model server answered a 5xx whose body says the request is invalid
+    (a validation error), the same answer `MODEL_REFUSAL_LIMIT` times in a
+    row: the request, not the server, is the problem, so retrying cannot
+    help (activities/model_refusals.py; docs/errors.md)."""
+
+    error_type = "ModelServerRefused"
+
+
 class MalformedModelResponse(TurnstileError):
     error_type = "MalformedModelResponse"
 

@@ -10,6 +10,7 @@ from pydantic import BaseModel, Field, field_serializer
 
 from turnstile.engine.memory_window import MemoryWindow
 from turnstile.engine.messages import ChatMessage, Usage
+from turnstile.engine.model_settings import ModelSettings
 from turnstile.engine.specs import ToolSpec, recorded
 
 
@@ -41,6 +42,13 @@ class ModelCallInput(BaseModel):
     user_id: str = ""
     # Tools whose policy the workflow already has (see ModelCallResult.tools).
     known_policies: list[str] = Field(default_factory=list)
+    # The service spec's model settings, from history (None in turns whose
+    # workflow did not pass them: the worker's current ones).
+    model: ModelSettings | None = None
+
+    @field_serializer("model")
+    def _model(self, model: ModelSettings | None) -> dict[str, Any] | None:
+        return None if model is None else recorded(model)  # its defaults are left out
 
 
 class ModelCallResult(BaseModel):

@@ -15,6 +15,7 @@ from pydantic import BaseModel, Field
 from turnstile.engine.approvals import ApprovalPolicy, OutboundPolicy
 from turnstile.engine.breakers import BreakerPolicy
 from turnstile.engine.memory_window import MemoryWindow
+from turnstile.engine.model_settings import ModelSettings
 from turnstile.engine.pipeline_spec import PipelineSpec
 
 OnNewMessage = Literal["steer", "queue", "refuse"]
@@ -149,6 +150,10 @@ class ServiceSpec(BaseModel):
     # approval (docs/steering.md): "queue" waits for the lock (visibly),
     # "steer" rejects the waiting calls and runs at once, "refuse" ends it.
     on_new_message: OnNewMessage = "queue"
+    # What the model request asks besides the conversation: max_tokens,
+    # temperature, tool_choice, the schema dialect, the compact prompt
+    # (turnstile.engine.model_settings; docs/local-models.md).
+    model: ModelSettings = Field(default_factory=ModelSettings)
 
     def tool(self, name: str) -> ToolSpec | None:
         return next((t for t in self.tools if t.name == name), None)

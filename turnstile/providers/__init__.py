@@ -29,5 +29,6 @@ def build_provider(settings: Settings, demo_scripts: Sequence[DemoScript] = ()) 
             api_key=settings.llm_api_key,
             model=settings.llm_model,
             timeout_seconds=settings.llm_timeout_seconds,
+            schema_dialect=settings.llm_schema_dialect,
         )
     return DemoPlanner(demo_scripts)

@@ -7,6 +7,7 @@ from typing import Any, Protocol
 from pydantic import BaseModel, Field
 
 from turnstile.engine.messages import ChatMessage, Usage
+from turnstile.engine.model_settings import SchemaDialect
 from turnstile.engine.specs import ToolSpec
 
 
@@ -14,6 +15,13 @@ class ModelRequest(BaseModel):
     messages: list[ChatMessage]
     tools: list[ToolSpec] = Field(default_factory=list)
     response_format: dict[str, Any] | None = None
+    # The service's ModelSettings as this request carries them (None: the
+    # server's default; activities/model_request.py fills them in).
+    max_tokens: int | None = None
+    temperature: float | None = None
+    # With tools: "auto", "required" or {"type": "function", "function": {"name": ...}}.
+    tool_choice: str | dict[str, Any] = "auto"
+    schema_dialect: SchemaDialect | None = None  # None: the provider's own
 
 
 class ModelResponse(BaseModel):

@@ -3,14 +3,19 @@ llama.cpp's llama-server...).
 
 Temporal owns retries: this client never retries by itself. It classifies
 each failure instead: 429/5xx/network are `ModelUnavailable` (retryable, with
-the server's Retry-After), other 4xx are `ModelRequestRejected`, and a body
-that is not a usable completion is `MalformedModelResponse`.
+the server's Retry-After) — a 5xx whose body says the request is invalid is
+`InvalidRequestAnswer`, which the model activity stops retrying after a few
+identical answers (`ModelServerRefused`) —, other 4xx are
+`ModelRequestRejected`, and a body that is not a usable completion is
+`MalformedModelResponse`.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
+import re
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
@@ -25,7 +30,9 @@ from turnstile.engine.errors import (
     ModelUnavailable,
 )
 from turnstile.engine.messages import ChatMessage, ToolCall, Usage
+from turnstile.engine.model_settings import SchemaDialect
 from turnstile.engine.safe_text import safe_text
+from turnstile.engine.schema_dialect import DEFAULT_DIALECT, wire_tool
 from turnstile.providers.base import ModelRequest, ModelResponse
 from turnstile.providers.openai_stream import IncompleteStream, bounded_lines, read_sse
 
@@ -42,6 +49,44 @@ class RetryableModelError(ModelUnavailable):
     def __init__(self, message: str, retry_after: float | None = None) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+
+
+class InvalidRequestAnswer(RetryableModelError):
+    """A 5xx whose body says the request is invalid (a validation error):
+    retried, but only while the server's answers differ
+    (activities/model_refusals.py ends the turn after MODEL_REFUSAL_LIMIT
+    identical ones). `fingerprint` names the answer: status and body, with
+    ids, numbers and spacing left out."""
+
+    error_type = ModelUnavailable.error_type
+
+    def __init__(self, message: str, status: int = 500, body: str = "",
+                 retry_after: float | None = None) -> None:
+        super().__init__(message, retry_after)
+        self.status = status
+        self.body = body
+        self.fingerprint = answer_fingerprint(status, body)
+
+
+# Words a server's error body uses when the request itself is invalid
+# (pydantic's "1 validation error for ...", "Input should be a valid string",
+# "Field required"; OpenAI's "invalid_request_error"; llama.cpp's "failed to
+# parse"). A gateway's 502/503 page or "Loading model" has none of them.
+_INVALID_REQUEST_WORDS = re.compile(
+    r"validation error|input should be|field required|value is not a valid|"
+    r"invalid_request_error|invalid request|unprocessable|failed to parse", re.I)
+_VOLATILE = re.compile(r"[0-9a-f]{8,}(?:-[0-9a-f]{4,})*|\d+", re.I)
+
+
+def says_invalid_request(body: str) -> bool:
+    """The error body says the request is invalid (not that the server is down)."""
+    return _INVALID_REQUEST_WORDS.search(body) is not None
+
+
+def answer_fingerprint(status: int, body: str) -> str:
+    """The same for two answers that differ only in ids, numbers or spacing."""
+    normal = " ".join(_VOLATILE.sub("#", body.lower()).split())
+    return hashlib.sha256(f"{status} {normal}".encode()).hexdigest()[:32]
 
 
 class IncompleteStreamError(RetryableModelError):
@@ -69,7 +114,10 @@ def parse_retry_after(value: str | None) -> float | None:
 
 
 def to_openai_message(m: ChatMessage) -> dict[str, Any]:
-    out: dict[str, Any] = {"role": m.role, "content": m.content}
+    # Content is never null on the wire: beside tool calls it is "" (issue 36:
+    # llama-cpp-python refuses null there with a 500; OpenAI, vLLM, Ollama and
+    # llama-server take ""), and a message without text is "" everywhere.
+    out: dict[str, Any] = {"role": m.role, "content": m.content or ""}
     if m.role == "user" and m.parts:
         # Step 6: images go after the text, in the content-parts format.
         out["content"] = [{"type": "text", "text": m.content or ""}] + [
@@ -81,8 +129,6 @@ def to_openai_message(m: ChatMessage) -> dict[str, Any]:
         ]
     if m.role == "tool":
         out["tool_call_id"] = m.tool_call_id
-        if out["content"] is None:
-            out["content"] = ""
     return out
 
 
@@ -153,8 +199,12 @@ class OpenAICompatibleProvider:
         timeout_seconds: float = 120.0,
         supports_response_format: bool = True,
         max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+        schema_dialect: SchemaDialect = DEFAULT_DIALECT,
     ) -> None:
         self.supports_response_format = supports_response_format
+        # How tool schemas are written for a service that does not choose
+        # (LLM_SCHEMA_DIALECT; turnstile.engine.schema_dialect).
+        self.schema_dialect: SchemaDialect = schema_dialect
         self.max_response_bytes = max_response_bytes
         self.base_url = base_url.rstrip("/")
         self.model = model
@@ -174,10 +224,15 @@ class OpenAICompatibleProvider:
         if self.model:
             body["model"] = self.model
         if request.tools:
-            body["tools"] = [t.openai_schema() for t in request.tools]
-            body["tool_choice"] = "auto"
+            dialect = request.schema_dialect or self.schema_dialect
+            body["tools"] = [wire_tool(t, dialect) for t in request.tools]
+            body["tool_choice"] = request.tool_choice
         if request.response_format:
             body["response_format"] = request.response_format
+        if request.max_tokens is not None:
+            body["max_tokens"] = request.max_tokens
+        if request.temperature is not None:
+            body["temperature"] = request.temperature
         return body
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
@@ -234,10 +289,17 @@ class OpenAICompatibleProvider:
 
     @staticmethod
     def _raise_for_status(resp: httpx.Response, body: bytes) -> None:
+        retry_after = parse_retry_after(resp.headers.get("retry-after"))
+        if resp.status_code >= 500:
+            text = _text(body, 2000)
+            if says_invalid_request(text):
+                raise InvalidRequestAnswer(
+                    f"model endpoint answered {resp.status_code}: {text[:300]}",
+                    resp.status_code, text, retry_after=retry_after)
         if resp.status_code == 429 or resp.status_code >= 500:
             raise RetryableModelError(
                 f"model endpoint answered {resp.status_code}: {_text(body, 300)}",
-                retry_after=parse_retry_after(resp.headers.get("retry-after")),
+                retry_after=retry_after,
             )
         if resp.status_code >= 400:
             raise ModelRequestRejected(

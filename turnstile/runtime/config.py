@@ -11,6 +11,7 @@ from temporalio.envconfig import ClientConfigProfile
 
 from turnstile.engine.contract import DEFAULT_TASK_QUEUE
 from turnstile.engine.errors import ConfigurationError
+from turnstile.engine.model_settings import SCHEMA_DIALECTS, SchemaDialect
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]  # turnstile/runtime/config.py -> repo
 DATA_DIR = Path(os.environ.get("TURNSTILE_DATA_DIR", PROJECT_ROOT / ".data"))
@@ -51,6 +52,10 @@ class Settings:
     llm_api_key: str | None = None
     llm_model: str | None = None
     llm_timeout_seconds: float = 120.0
+    # LLM_SCHEMA_DIALECT: how tool schemas are written on the wire for a service
+    # that does not choose (ModelSettings.schema_dialect): "grammar" (default;
+    # what llama.cpp's servers compile) or "full" (turnstile.engine.schema_dialect).
+    llm_schema_dialect: SchemaDialect = "grammar"
     smtp_host: str = "localhost"
     smtp_port: int = 8025
     audit: bool = True
@@ -120,6 +125,7 @@ class Settings:
             llm_api_key=e.get("LLM_API_KEY") or None,
             llm_model=e.get("LLM_MODEL") or None,
             llm_timeout_seconds=float(e.get("LLM_TIMEOUT_SECONDS") or d.llm_timeout_seconds),
+            llm_schema_dialect=_dialect(e.get("LLM_SCHEMA_DIALECT")),
             smtp_host=e.get("SMTP_HOST") or d.smtp_host,
             smtp_port=int(e.get("SMTP_PORT") or d.smtp_port),
             audit=_flag(e.get("TURNSTILE_AUDIT"), True),
@@ -157,6 +163,15 @@ def _choice(name: str, value: str | None, choices: tuple[str, ...]) -> str:
     if value.strip().lower() not in choices:
         raise ConfigurationError(f"{name} must be one of {', '.join(choices)}, not {value!r}")
     return value.strip().lower()
+
+
+def _dialect(value: str | None) -> SchemaDialect:
+    wanted = (value or "").strip().lower() or "grammar"
+    for dialect in SCHEMA_DIALECTS:
+        if dialect == wanted:
+            return dialect
+    raise ConfigurationError(
+        f"LLM_SCHEMA_DIALECT must be one of {', '.join(SCHEMA_DIALECTS)}, not {value!r}")
 
 
 def _sandbox(value: str) -> str:

@@ -17,6 +17,7 @@ from pydantic import BaseModel
 from turnstile.engine.approvals import ApprovalPolicy, OutboundPolicy
 from turnstile.engine.errors import ConfigurationError, MCPServerUnavailable, UnknownServiceError
 from turnstile.engine.memory_window import MemoryWindow
+from turnstile.engine.model_settings import TOOL_CHOICE_MODES, ModelSettings
 from turnstile.engine.output_format import output_spec
 from turnstile.engine.pipeline_spec import PipelinePolicy, PipelineSpec
 from turnstile.engine.specs import ON_NEW_MESSAGE, LoopPolicy, OnNewMessage, ServiceSpec
@@ -98,6 +99,9 @@ class Service:
     # waiting calls, "the user sent a new message", and run at once) or
     # "refuse" (end the new turn `refused`).
     on_new_message: OnNewMessage = "queue"
+    # What the model request asks besides the conversation (max_tokens,
+    # temperature, tool_choice, schema dialect, compact prompt): docs/local-models.md.
+    model: ModelSettings = field(default_factory=ModelSettings)
 
     def __post_init__(self) -> None:
         if self.on_new_message not in ON_NEW_MESSAGE:
@@ -114,12 +118,23 @@ class Service:
                 seen.add(name)
         for server in self.mcp_servers:
             self._add_toolset(server)
+        self._check_tool_choice(seen)
         if self.retriever is None and self.documents:
             self.retriever = FullTextRetriever(self.documents)
         if self.output_type is not None and not (
                 isinstance(self.output_type, type) and issubclass(self.output_type, BaseModel)):
             raise ConfigurationError(
                 f"service {self.name!r}: output_type must be a pydantic model class")
+
+    def _check_tool_choice(self, names: set[str]) -> None:
+        """A named tool_choice names one of the service's tools (an MCP
+        server's are not known before it is listed: any name passes then)."""
+        choice = self.model.tool_choice
+        if choice in TOOL_CHOICE_MODES or choice in names or self.mcp_servers:
+            return
+        raise ConfigurationError(
+            f"service {self.name!r}: tool_choice must be auto, required or one of its "
+            f"tools ({', '.join(sorted(names)) or 'none'}), not {choice!r}")
 
     def add_mcp_server(self, server: MCPServer) -> MCPToolset:
         """Let the service use an MCP server's tools (TURNSTILE_MCP_SERVERS uses this)."""
@@ -173,9 +188,10 @@ class Service:
             return None if component is None else component_name(component)
 
         return PipelineSpec(
-            policy=self.pipeline,
+            policy=compact_policy(self.pipeline, self.model),
             system_transformer=name(self.system_transformer),
-            retriever=name(self.retriever),
+            # ModelSettings(documents=False): step 5 does not run.
+            retriever=name(self.retriever) if self.model.documents else None,
             input_guardrails=[component_name(g) for g in self.input_guardrails],
             output=(output_spec(self.output_type, self.pipeline.output_format,
                                 provider_takes_schema) if self.output_type else None),
@@ -203,6 +219,7 @@ class Service:
             approvals=ApprovalPolicy(allow_self_approval=self.allow_self_approval),
             outbound=self.outbound,
             on_new_message=self.on_new_message,
+            model=self.model,
         )
 
     def approval_policy(self, ctx: ApproverContext) -> ApprovalPolicy:
@@ -229,6 +246,15 @@ class Service:
                         f"provider {p.name!r} offered {name!r}, which is not in its catalogue")
                 out.setdefault(name, t)
         return list(out.values())
+
+
+def compact_policy(policy: PipelinePolicy, model: ModelSettings) -> PipelinePolicy:
+    """`policy` with the compact prompt's retrieval lead-in, when one is set:
+    the retrieved documents follow that line instead of the template's."""
+    if model.retrieval_lead_in is None:
+        return policy
+    template = f"{{{{message}}}}\n\n{model.retrieval_lead_in}\n{{{{contents}}}}"
+    return policy.model_copy(update={"retrieval_template": template})
 
 
 class ServiceRegistry:

@@ -11,7 +11,11 @@ from collections.abc import Sequence
 from turnstile import App, BackgroundContext, Database, DevService, OutboundPolicy, Settings
 from turnstile.sales.planner import SalesScript
 from turnstile.sales.schema import TABLES
-from turnstile.sales.service import DEFAULT_OUTBOUND, build_sales_service
+from turnstile.sales.service import (
+    DEFAULT_OUTBOUND,
+    build_compact_sales_service,
+    build_sales_service,
+)
 
 LOCAL_HOSTS = ("localhost", "127.0.0.1")
 
@@ -44,6 +48,9 @@ def seed_sales(db: Database, rows: int | None) -> str:
 
 
 def build_sales_app(outbound: OutboundPolicy = DEFAULT_OUTBOUND) -> App:
-    return App(name="sales", services=(build_sales_service(outbound),), tables=TABLES,
+    # The first service is the default; sales-compact is the same scenario for
+    # small local models (docs/sales.md).
+    return App(name="sales", services=(build_sales_service(outbound),
+                                       build_compact_sales_service(outbound)), tables=TABLES,
                demo_script=SalesScript(), dev_services=dev_services,
                background={"e-mail sender": run_email_sender}, seed=seed_sales)

@@ -1,8 +1,10 @@
-"""The `sales-assistant` service: the reference application's tools and prompt."""
+"""The reference application's services: `sales-assistant` (its tools and
+prompt) and `sales-compact`, the same scenario for small local models
+(docs/sales.md, docs/local-models.md)."""
 
 from __future__ import annotations
 
-from turnstile import OutboundPolicy, Service, ToolRegistry
+from turnstile import ModelSettings, OutboundPolicy, Service, ToolRegistry
 from turnstile.sales.approvers import table_approvers
 from turnstile.sales.documents import SALES_DOCUMENTS
 from turnstile.sales.tools import (
@@ -15,6 +17,7 @@ from turnstile.sales.tools import (
 )
 
 SERVICE_NAME = "sales-assistant"
+COMPACT_SERVICE_NAME = "sales-compact"
 # Where createEmailTask may send: the demo's own domain. Others are an argument
 # error the model sees (build_sales_service(outbound=...) widens it).
 DEFAULT_OUTBOUND = OutboundPolicy(allowed_domains=["example.com"])
@@ -66,4 +69,37 @@ def build_sales_service(outbound: OutboundPolicy = DEFAULT_OUTBOUND) -> Service:
         # A new message while a turn waits for its e-mail's approval rejects
         # that call and is answered at once (docs/steering.md).
         on_new_message="steer",
+    )
+
+
+# Measured on Qwen2.5-Coder-1.5B (issue 36): with the full prompt, three
+# retrieved documents and six tools the first token is a tool call with
+# probability 0.21; a short prompt, no documents and two tools, 0.64.
+COMPACT_PROMPT = """\
+You are a sales assistant. Today is {{weekday}}, {{today}}. Use the tools; never
+invent customers or amounts. "Last week" is Monday to Sunday of the previous
+calendar week. Find customers with querySalesData (ISO dates, minAmount as a
+number). To have someone follow up, call createEmailTask once: one recipient, a
+short subject, a body listing the customers and totals. Then answer briefly: the
+customers found and the e-mail's taskId."""
+
+# What a small local model needs besides the short prompt: a bounded reply,
+# little randomness, schemas a grammar-compiling server accepts, no documents.
+COMPACT_MODEL = ModelSettings(max_tokens=1024, temperature=0.2, schema_dialect="grammar",
+                              documents=False)
+
+
+def build_compact_sales_service(outbound: OutboundPolicy = DEFAULT_OUTBOUND) -> Service:
+    """`sales-compact`: the sales scenario with a short prompt, only the two
+    tools it needs (querySalesData, createEmailTask) and no documents, for
+    small local models (docs/sales.md; bench/real_model.py runs it)."""
+    return Service(
+        name=COMPACT_SERVICE_NAME,
+        description="The sales follow-up scenario, compact: for small local models",
+        system_prompt=COMPACT_PROMPT,
+        tools=ToolRegistry([querySalesData, createEmailTask]),
+        approvers=table_approvers,
+        outbound=outbound,
+        on_new_message="steer",
+        model=COMPACT_MODEL,
     )

@@ -1,0 +1,62 @@
+"""What a service asks of its model besides the conversation (issue 36).
+
+`ModelSettings` is a `Service(model=...)` field and a `ServiceSpec` field, so
+the settings a turn ran with are recorded in its history with the other
+policies (every default here is pinned by tests/test_versions.py: a history
+that records none of them reads back as these defaults). The provider puts
+them on the wire (turnstile/providers/openai_compat.py); the compact-prompt
+options shape step 5 when the worker describes the service
+(turnstile/runtime/services.py). docs/local-models.md says which settings a
+small local model needs.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+# How tool schemas are written on the wire (turnstile/engine/schema_dialect.py):
+# "full" as the tools declare them; "grammar" without what servers that compile
+# schemas into grammars (llama.cpp's llama-server, llama-cpp-python) refuse.
+SchemaDialect = Literal["full", "grammar"]
+SCHEMA_DIALECTS: tuple[SchemaDialect, ...] = ("full", "grammar")
+
+# tool_choice values that are not a tool's name.
+TOOL_CHOICE_MODES = ("auto", "required")
+
+
+class ModelSettings(BaseModel):
+    """Per-service settings of the model request (docs/local-models.md)."""
+
+    # The reply's token limit (`max_tokens`); None: the server's own.
+    max_tokens: int | None = Field(default=None, gt=0)
+    # Sampling temperature; None: the server's default.
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    # "auto" (the model decides), "required" (it must call a tool) or a tool's
+    # name (it must call that tool). "required" and a name apply to the turn's
+    # first model request only (round 0); later requests send "auto", so the
+    # model can answer once it has what it needs.
+    tool_choice: str = "auto"
+    # The dialect of the tool schemas sent; None: the provider's
+    # (LLM_SCHEMA_DIALECT, default "grammar").
+    schema_dialect: SchemaDialect | None = None
+    # Compact prompt: False leaves step 5 (retrieval) out, so the user message
+    # carries no documents.
+    documents: bool = True
+    # Compact prompt: the line that introduces retrieved documents in the user
+    # message (None: PipelinePolicy.retrieval_template's, "Answer using the
+    # following information where it is relevant:").
+    retrieval_lead_in: str | None = None
+
+    def choice_for(self, round_: int, offered: list[str]) -> str | dict[str, object]:
+        """The wire's `tool_choice` for a request in `round_` offering `offered`:
+        "auto" after the first round, and when the named tool is not offered."""
+        choice = self.tool_choice
+        if round_ > 0 or choice == "auto":
+            return "auto"
+        if choice == "required":
+            return "required"
+        if choice in offered:
+            return {"type": "function", "function": {"name": choice}}
+        return "auto"
