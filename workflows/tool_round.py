@@ -130,7 +130,9 @@ class ToolRound:
         tool = self.spec.tool(call.name)
         loop = self.spec.loop
         await self._after_twin(call, tool, seq)
-        if self._repeated(rec, seq, call, tool):
+        # A disabled tool says so (its breaker tripped after the earlier
+        # success); only a tool that may still run is settled as a repeat.
+        if not self.breakers.is_disabled(call.name) and self._repeated(rec, seq, call, tool):
             return
         decision = rules.before_call(call.name, tool, self.s.tool_names,
                                      self.breakers.is_disabled(call.name), loop)
