@@ -99,6 +99,11 @@ async def test_tool_call_written_as_text_is_not_run(
     ('Here it is:\n```\n[{"type": "function", "function": {"name": "add", '
      '"arguments": "{\\"a\\": 1}"}}]\n```', "add"),
     ('```json\n{"name": "add", "parameters": {"a": 1}}\n```', "add"),
+    # Qwen2.5-Coder under llama-server's template (measured): several calls in
+    # <tools>, one per line, the second cut off with the answer.
+    ('<tools>\n{"name": "echo", "arguments": {"text": "x"}}\n{"name": "add", "arguments": '
+     '{"a": 1, "b":', "echo"),
+    ('{"name": "unknown", "arguments": {}}\n{"name": "add", "arguments": {"a": 1}}', "add"),
     # Answers, not calls:
     ('```json\n{"name": "launchRockets", "arguments": {}}\n```', None),  # not offered
     ('{"name": "add"}', None),  # no arguments

@@ -9,7 +9,8 @@
   offered; asked without tools, the model can write one.)
 - **A tool call written as text.** An answer that is only a call of an
   offered tool written as JSON (```json {"name": ..., "arguments": ...}```,
-  `<tool_call>...</tool_call>`, or bare) ends the turn `failed` with
+  `<tool_call>...</tool_call>`, `<tools>...</tools>`, bare, or several such
+  objects one after another) ends the turn `failed` with
   `ToolCallAsText`; the call is never run (a model whose server's chat
   template does not parse its tool calls writes them so).
 
@@ -40,7 +41,15 @@ SCAN_LIMIT = 64 * 1024
 # such as "Here is the call:").
 AROUND_LIMIT = 200
 
-_BLOCK = re.compile(r"```[A-Za-z]*[ \t]*\n?(.*?)```|<tool_call>(.*?)</tool_call>", re.S)
+# A fenced block, or a call in the tags models use for them (Hermes/Qwen
+# `<tool_call>`; `<tools>` as Qwen2.5-Coder writes under llama-server's
+# template, measured; `<function_call>`); a closing tag may be missing when the
+# answer was cut.
+_BLOCK = re.compile(
+    r"```[A-Za-z]*[ \t]*\n?(.*?)(?:```|\Z)"
+    r"|<(?:tool_call|tools|function_call)>(.*?)(?:</(?:tool_call|tools|function_call)>|\Z)",
+    re.S)
+_DECODER = json.JSONDecoder()
 
 
 def is_empty(text: str) -> bool:
@@ -68,15 +77,28 @@ def tool_call_as_text(text: str, offered: list[str]) -> str | None:
 def _called(block: str, offered: set[str]) -> str | None:
     if not block.startswith(("{", "[")):
         return None
-    try:
-        value = json.loads(block)
-    except (ValueError, RecursionError):
-        return None
-    for item in value if isinstance(value, list) else [value]:
-        name = _call_name(item)
-        if name in offered:
-            return name
+    for value in _values(block):
+        for item in value if isinstance(value, list) else [value]:
+            name = _call_name(item)
+            if name in offered:
+                return name
     return None
+
+
+def _values(block: str) -> list[Any]:
+    """The JSON values written one after another in `block` (a model writes
+    several calls one per line), up to the first text that is not JSON."""
+    values: list[Any] = []
+    at = 0
+    while at < len(block):
+        try:
+            value, at = _DECODER.raw_decode(block, at)
+        except (ValueError, RecursionError):
+            break
+        values.append(value)
+        while at < len(block) and block[at].isspace():
+            at += 1
+    return values
 
 
 def _call_name(item: Any) -> str | None:
