@@ -13,7 +13,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.model_refusals import RefusalCount
-from activities.model_request import RequestShape, build_request, read_window
+from activities.model_request import RequestShape, build_request, read_text_calls, read_window
 from activities.model_stream import request_model
 from activities.runs import as_current_run
 from activities.runtime import (
@@ -211,6 +211,8 @@ class ModelActivities(Activities):
         message = response.message
         if req.continuation:
             message.tool_calls = []  # no tools were offered: a call here has no result slot
+        elif (req.model or service.model).text_tool_calls:
+            read_text_calls(message, [t.name for t in tools])
         message.attributes[attr.WORKFLOW_ID] = wf_id
         numbered: list[bool] = []
         spent = self._usage(req, response)

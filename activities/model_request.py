@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 
 from activities.runtime import Runtime, model_name
+from turnstile.engine import answer_rules
 from turnstile.engine.activity_io import ModelCallInput
 from turnstile.engine.endings import CONTINUATION_PROMPT
 from turnstile.engine.errors import MessageTooLong
@@ -22,7 +23,7 @@ from turnstile.engine.memory_window import (
     paired,
     result_cap,
 )
-from turnstile.engine.messages import ChatMessage
+from turnstile.engine.messages import ChatMessage, ToolCall
 from turnstile.engine.specs import ToolSpec
 from turnstile.providers import ModelRequest
 from turnstile.providers.tokens import context_tokens, counter_for, window_tokens
@@ -115,3 +116,20 @@ def build_request(rt: Runtime, service: Service, req: ModelCallInput,
                         max_tokens=settings.max_tokens, temperature=settings.temperature,
                         tool_choice=settings.choice_for(req.round, [t.name for t in tools]),
                         schema_dialect=settings.schema_dialect), sent
+
+
+def read_text_calls(message: ChatMessage, offered: list[str]) -> None:
+    """`ModelSettings.text_tool_calls`: an answer that is only tool calls
+    written as text becomes those calls (ids `text-call-<n>`; the activity
+    numbers them like any call), so they are validated, reviewed, journaled
+    and answered like calls the server parsed. The text goes: it was the calls."""
+    if message.tool_calls or not message.content:
+        return
+    calls = answer_rules.calls_written_as_text(message.content, offered)
+    if not calls:
+        return
+    message.tool_calls = [ToolCall(id=f"text-call-{i}", name=name, arguments=args)
+                          for i, (name, args) in enumerate(calls)]
+    message.content = ""
+    log.info("read %d tool call(s) the model wrote as text: %s", len(calls),
+             ", ".join(name for name, _ in calls))

@@ -18,8 +18,9 @@ from tests.support.services import make_service
 from tests.support.sql import fetchall
 from tests.support.turns import running_worker
 from turnstile.engine import attributes as attr
-from turnstile.engine.answer_rules import EMPTY_NUDGE, tool_call_as_text
+from turnstile.engine.answer_rules import EMPTY_NUDGE, calls_written_as_text, tool_call_as_text
 from turnstile.engine.contract import CallStatus, TurnStatus
+from turnstile.engine.model_settings import ModelSettings
 
 
 def null_reply() -> dict[str, Any]:
@@ -115,3 +116,40 @@ async def test_tool_call_written_as_text_is_not_run(
 ])
 def test_what_counts_as_a_call_written_as_text(text: str, called: str | None) -> None:
     assert tool_call_as_text(text, ["add", "echo"]) == called
+
+
+async def test_calls_written_as_text_run_when_the_service_reads_them(
+        client: Client, task_queue: str, tmp_path: Path, fake_llm: FakeLLM) -> None:
+    """`ModelSettings(text_tool_calls=True)`: the same answer is read as the
+    calls it writes (two, in <tools>, as Qwen2.5-Coder writes them under
+    llama-server); they run as calls, memory holds them as calls with their
+    results, and a strict endpoint accepts the next request."""
+    service = make_service()
+    service.model = ModelSettings(text_tool_calls=True)
+    fake_llm.script(
+        text_reply('<tools>\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n'
+                   '{"name": "echo", "arguments": {"text": "hi"}}\n</tools>'),
+        text_reply("3, and hi."))
+    async with running_worker(client, task_queue, f"sqlite:///{tmp_path}/t.db",
+                              [service], llm_url=fake_llm.url) as turns:
+        result = await turns.run("add 1 and 2, then echo hi")
+    assert result.status == TurnStatus.COMPLETED, result.error
+    assert [(c.name, c.status) for c in result.tool_calls] == [
+        ("add", CallStatus.COMPLETED), ("echo", CallStatus.COMPLETED)]
+    second = fake_llm.requests[1]["messages"]
+    assert [m["role"] for m in second[-3:]] == ["assistant", "tool", "tool"]
+    assert second[-3]["content"] == ""
+    assert [c["function"]["name"] for c in second[-3]["tool_calls"]] == ["add", "echo"]
+    assert not fake_llm.refusals
+
+
+@pytest.mark.parametrize(("text", "calls"), [
+    (CALL_AS_TEXT, [("add", '{"a": 1, "b": 2}')]),
+    ('<tool_call>{"name": "echo", "arguments": "{\\"text\\": \\"x\\"}"}</tool_call>',
+     [("echo", '{"text": "x"}')]),
+    ('{"name": "add", "arguments": {"a": 1}}\n{"name": "launchRockets", "arguments": {}}',
+     [("add", '{"a": 1}')]),  # a tool the service does not offer is left out
+    ("The sum is 3.", []),
+])
+def test_which_calls_an_answer_writes(text: str, calls: list[tuple[str, str]]) -> None:
+    assert calls_written_as_text(text, ["add", "echo"]) == calls

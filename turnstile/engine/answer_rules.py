@@ -113,3 +113,31 @@ def _call_name(item: Any) -> str | None:
     if not any(isinstance(item.get(k), dict | str) for k in ("arguments", "parameters")):
         return None
     return name
+
+
+def calls_written_as_text(text: str, offered: list[str]) -> list[tuple[str, str]]:
+    """Every call of an offered tool that `text` writes, as (name, arguments
+    as JSON text), when the answer is only calls (the rule of
+    `tool_call_as_text`); empty otherwise. For `ModelSettings.text_tool_calls`:
+    the model activity turns them into tool calls, so validation, review and
+    the journal treat them as any call."""
+    if tool_call_as_text(text, offered) is None:
+        return []
+    names = set(offered)
+    blocks = [a or b for a, b in _BLOCK.findall(text)] or [text]
+    calls: list[tuple[str, str]] = []
+    for block in blocks:
+        block = block.strip()
+        if not block.startswith(("{", "[")):
+            continue
+        for value in _values(block):
+            for item in value if isinstance(value, list) else [value]:
+                name = _call_name(item)
+                if name not in names:
+                    continue
+                assert name is not None and isinstance(item, dict)
+                body = item["function"] if isinstance(item.get("function"), dict) else item
+                args = body.get("arguments", body.get("parameters"))
+                calls.append((name, args if isinstance(args, str)
+                              else json.dumps(args, ensure_ascii=False)))
+    return calls

@@ -48,6 +48,12 @@ class ModelSettings(BaseModel):
     # message (None: PipelinePolicy.retrieval_template's, "Answer using the
     # following information where it is relevant:").
     retrieval_lead_in: str | None = None
+    # Read tool calls the model wrote as text (a JSON call of an offered tool
+    # in ```json, <tool_call> or <tools>, the answer being nothing else) as the
+    # calls they are, for a server whose chat template does not parse this
+    # model's format (Qwen2.5-Coder under llama-server, measured). Off: such an
+    # answer ends the turn `ToolCallAsText` (turnstile/engine/answer_rules.py).
+    text_tool_calls: bool = False
 
     def choice_for(self, round_: int, offered: list[str]) -> str | dict[str, object]:
         """The wire's `tool_choice` for a request in `round_` offering `offered`:

@@ -84,9 +84,11 @@ short subject, a body listing the customers and totals. Then answer briefly: the
 customers found and the e-mail's taskId."""
 
 # What a small local model needs besides the short prompt: a bounded reply,
-# little randomness, schemas a grammar-compiling server accepts, no documents.
+# little randomness, schemas a grammar-compiling server accepts, no documents,
+# and its calls read when the server's template leaves them as text
+# (docs/local-models.md).
 COMPACT_MODEL = ModelSettings(max_tokens=1024, temperature=0.2, schema_dialect="grammar",
-                              documents=False)
+                              documents=False, text_tool_calls=True)
 
 
 def build_compact_sales_service(outbound: OutboundPolicy = DEFAULT_OUTBOUND) -> Service:
