@@ -27,6 +27,7 @@ workflow code (its data is read when the module is imported).
 
 from __future__ import annotations
 
+import functools
 import html
 import json
 import re
@@ -55,6 +56,7 @@ phonenumbers.PhoneMetadata.load_all()
 _RUN = re.compile(r"[^\s\"<>()\[\]{},`|]{3,}")
 # What a run holding an escaped or spelled "@" holds (others are left as they are).
 _AT_MARKS = ("@", "%", "&", "\\", "\uff20", "\ufe6b")
+_ANY_AT_MARK = re.compile("[" + re.escape("".join(_AT_MARKS)) + "]")
 
 # Bounded repetitions (RFC 5321 caps a local part at 64 characters): an
 # unbounded `[...]*@` backtracks quadratically over megabytes of text.
@@ -99,7 +101,7 @@ def decoded(text: str) -> str:
 
 
 def _mask_addresses(text: str) -> str:
-    if not any(mark in text for mark in _AT_MARKS):  # no run of it can hold one
+    if not _ANY_AT_MARK.search(text):  # no run of it can hold one
         return text
     out: list[str] = []
     done = 0  # text[:done] is written
@@ -151,6 +153,20 @@ def _glued(near: str) -> bool:
 
 def mask_text(text: str) -> str:
     """Mask e-mail addresses' local parts and phone numbers in plain text."""
+    if len(text) <= _REMEMBERED_CHARS:
+        return _mask_short(str(text))
+    return _mask_phones(_mask_addresses(text))
+
+
+# Short texts recur: the values of a tool result's rows (names, addresses,
+# dates) in every call and turn that reads them, the run and workflow ids on
+# every log line and span of a turn. Their masked form is remembered (pure, so
+# the same either way; bounded: at most 4,096 texts of <= 256 characters).
+_REMEMBERED_CHARS = 256
+
+
+@functools.lru_cache(maxsize=4096)
+def _mask_short(text: str) -> str:
     return _mask_phones(_mask_addresses(text))
 
 
