@@ -16,7 +16,12 @@ and park. Then:
 3. the worker is stopped (SIGTERM) and started again; RSS after restart, and
    the same approvals timed again (turns now evicted: resumed by replay);
 4. every other turn approved (20 signals in flight), all awaited: statuses
-   and `email_task` rows (one per approved call; the sender is off).
+   and `email_task` rows (one per approved call; the sender is off);
+   `--no-rest` stops after step 3.
+
+After steps 2 and 3, where the resume time went, from the sampled turns'
+histories (bench/resume_phases.py: dispatch of the workflow task, the
+worker's task, the activities' dispatch, the tool).
 
 Goals: p95 resume <= 1 s with 2,000 parked; RSS bounded by the
 cache, not by the number of parked turns; nothing lost across the restart.
@@ -38,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.bench_support import DevServer, WorkerProc, connect, free_port, percentile
+from bench.resume_phases import resume_phases
 from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.sql import fetchone
 from turnstile.engine.contract import (
@@ -182,12 +188,16 @@ async def run(args: argparse.Namespace, workdir: Path) -> None:
                                order[2 * args.sample:])
         print(line("resume, turns parked in the running worker", await timed_resumes(
             client, model, first)))
+        print(await resume_phases(client, first))
         worker.stop()
         worker = WorkerProc(command, env, workdir / "worker-2.log", ready, cwd=ROOT)
         await asyncio.sleep(2)
         print(f"worker restarted; RSS {rss_mib(worker_pid(worker)):.0f} MiB")
         print(line("resume after the restart (replayed)", await timed_resumes(
             client, model, second)))
+        print(await resume_phases(client, second))
+        if not args.rest:
+            return
         print(f"after the sampled approvals: worker RSS {rss_mib(worker_pid(worker)):.0f} MiB")
         began = time.perf_counter()
         gate = asyncio.Semaphore(20)  # approvals in flight
@@ -227,6 +237,8 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=2000)
     parser.add_argument("--cache", type=int, default=1000, help="TURNSTILE_MAX_CACHED_WORKFLOWS")
     parser.add_argument("--sample", type=int, default=30, help="approvals timed, per phase")
+    parser.add_argument("--no-rest", dest="rest", action="store_false",
+                        help="stop after the timed approvals (the others are not approved)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="turnstile-parked-") as tmp:
         asyncio.run(run(args, Path(tmp)))

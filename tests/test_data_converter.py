@@ -41,3 +41,34 @@ def test_every_converter_the_sdk_makes_shares_the_type_adapters() -> None:
     misses = cache.cache_info().misses
     assert second.payload_converter.from_payloads(payloads, [TurnStarted]) == [event]
     assert cache.cache_info().misses == misses  # the adapter the first one built
+
+
+def test_an_unchanged_payload_sequence_comes_back_itself() -> None:
+    """The SDK's visitor copies a sequence back into the activation unless the
+    converter returns the very sequence (turnstile.runtime.payload_visits). A
+    payload above the claim-check threshold still comes back as a reference:
+    tests/test_large_payloads.py runs turns through it."""
+    import asyncio
+
+    from temporalio.api.common.v1 import Payloads
+    from temporalio.converter import StorageDriverStoreContext, StorageDriverWorkflowInfo
+
+    from turnstile.runtime.config import Settings
+    from turnstile.runtime.payload_visits import VISITED, InPlaceDataConverter
+
+    for name in VISITED:  # the SDK's private methods this relies on
+        assert callable(getattr(DataConverter, name)), name
+    settings = dataclasses.replace(Settings.from_env(), payload_threshold=1024)
+    dc = client.converter(settings)
+    assert isinstance(dc, InPlaceDataConverter)
+    store = StorageDriverStoreContext(target=StorageDriverWorkflowInfo(
+        id="w", run_id="r", type="AgentTurn", namespace="default"))
+    bound = dc._with_store_context(store)
+    assert isinstance(bound, InPlaceDataConverter)
+    small = Payloads(payloads=dc.payload_converter.to_payloads(["a", {"b": 1}]))
+
+    async def visit() -> None:
+        for name in VISITED:
+            assert await getattr(bound, name)(small.payloads) is small.payloads, name
+
+    asyncio.run(visit())

@@ -158,3 +158,16 @@ def test_log_lines_are_masked_whoever_logs_them() -> None:
                                None)
     assert MaskingFilter().filter(record)
     assert "zq7log" not in record.getMessage() and "z***@example.com" in record.getMessage()
+
+
+def test_a_phone_number_beside_uuids_is_masked_and_the_uuids_are_left_alone() -> None:
+    # The SDK puts a run id on every log line: a line whose only digits are in
+    # UUIDs skips the phone matcher (turnstile.engine.masking._UUIDS), one with
+    # a number beside them does not.
+    run_id = "019aeb12-3456-7a9b-8c41-2d3e4f506172"
+    digits_only = "12345678-1234-1234-1234-123456789012"
+    line = f"asked ({{'run_id': '{run_id}', 'other': '{digits_only}'}})"
+    assert mask_text(line) == line
+    masked = mask_text(f"{line} call +1 415 555 2671 or 415-555-2672")
+    assert run_id in masked and digits_only in masked
+    assert "555 2671" not in masked and "555-2672" not in masked and masked.endswith("72")

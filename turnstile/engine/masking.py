@@ -27,6 +27,7 @@ workflow code (its data is read when the module is imported).
 
 from __future__ import annotations
 
+import functools
 import html
 import json
 import re
@@ -55,6 +56,7 @@ phonenumbers.PhoneMetadata.load_all()
 _RUN = re.compile(r"[^\s\"<>()\[\]{},`|]{3,}")
 # What a run holding an escaped or spelled "@" holds (others are left as they are).
 _AT_MARKS = ("@", "%", "&", "\\", "\uff20", "\ufe6b")
+_ANY_AT_MARK = re.compile("[" + re.escape("".join(_AT_MARKS)) + "]")
 
 # Bounded repetitions (RFC 5321 caps a local part at 64 characters): an
 # unbounded `[...]*@` backtracks quadratically over megabytes of text.
@@ -71,6 +73,12 @@ _MAYBE_PHONE = re.compile(r"\d(?:[\s().\-/]{0,3}\d){6}")
 _TIMES = re.compile(r"\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?"
                     r"(?:Z|[+-]\d{2}:?\d{2})?)?")
 _GLUE = frozenset("-_")  # a number joined to letters by these is an id's part
+# UUIDs (a run id on every SDK log line): any number the matcher finds that
+# overlaps one is glued to a hex digit, or to "-" then one, and so left alone
+# (a number spanning a whole UUID would have 32 digits), so text whose only
+# seven digits are in UUIDs is not given to the matcher either (~0.1 ms a line).
+_UUIDS = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-"
+                    r"[0-9a-fA-F]{12}")
 
 SENSITIVE_FIELDS = frozenset({"password", "secret", "token", "api_key", "apikey",
                               "authorization", "phone", "phonenumber", "phone_number"})
@@ -93,6 +101,8 @@ def decoded(text: str) -> str:
 
 
 def _mask_addresses(text: str) -> str:
+    if not _ANY_AT_MARK.search(text):  # no run of it can hold one
+        return text
     out: list[str] = []
     done = 0  # text[:done] is written
     for run in _RUN.finditer(text):
@@ -115,7 +125,8 @@ def _mask_addresses(text: str) -> str:
 
 
 def _mask_phones(text: str) -> str:
-    if not _MAYBE_PHONE.search(text) or not _MAYBE_PHONE.search(_TIMES.sub(" ", text)):
+    if not _MAYBE_PHONE.search(text) or not _MAYBE_PHONE.search(
+            _UUIDS.sub(" ", _TIMES.sub(" ", text))):
         return text
     out: list[str] = []
     done = 0
@@ -142,6 +153,20 @@ def _glued(near: str) -> bool:
 
 def mask_text(text: str) -> str:
     """Mask e-mail addresses' local parts and phone numbers in plain text."""
+    if len(text) <= _REMEMBERED_CHARS:
+        return _mask_short(str(text))
+    return _mask_phones(_mask_addresses(text))
+
+
+# Short texts recur: the values of a tool result's rows (names, addresses,
+# dates) in every call and turn that reads them, the run and workflow ids on
+# every log line and span of a turn. Their masked form is remembered (pure, so
+# the same either way; bounded: at most 4,096 texts of <= 256 characters).
+_REMEMBERED_CHARS = 256
+
+
+@functools.lru_cache(maxsize=4096)
+def _mask_short(text: str) -> str:
     return _mask_phones(_mask_addresses(text))
 
 

@@ -21,6 +21,7 @@ from temporalio.converter import (
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 
 from turnstile.runtime.config import Settings
+from turnstile.runtime.payload_visits import InPlaceDataConverter
 from turnstile.stores.db import Database
 from turnstile.stores.payload_store import data_converter as payload_data_converter
 
@@ -92,7 +93,7 @@ def converter(settings: Settings) -> DataConverter:
     """pydantic JSON, with payloads above the threshold claim-checked into the
     project's database (turnstile.stores.payload_store)."""
     db = Database(settings.database_url, readonly_url=settings.database_readonly_url)
-    base = DataConverter(payload_converter_class=PydanticPayloadConverter)
+    base = InPlaceDataConverter(payload_converter_class=PydanticPayloadConverter)
     return payload_data_converter(db, base, settings.payload_threshold)
 
 

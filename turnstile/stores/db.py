@@ -291,10 +291,14 @@ class Connection:
 
     def insert_new(self, table: sa.Table, values: Params) -> bool:
         """INSERT ... ON CONFLICT (primary key) DO NOTHING; True when the row
-        was inserted (RETURNING says so, on either engine)."""
-        key = list(table.primary_key.columns)
-        stmt = self._insert(table, values).on_conflict_do_nothing(index_elements=key)
-        return self.sa.execute(stmt.returning(key[0])).first() is not None
+        was inserted (RETURNING says so, on either engine). The statement is
+        built once per table and engine, the values sent as its parameters
+        (constructing it cost ~0.1 ms a row: memory, ledger and audit rows)."""
+        if any(isinstance(v, sa.ClauseElement) for v in values.values()):
+            key = list(table.primary_key.columns)
+            stmt = self._insert(table, values).on_conflict_do_nothing(index_elements=key)
+            return self.sa.execute(stmt.returning(key[0])).first() is not None
+        return self.sa.execute(_insert_new(self.dialect, table), dict(values)).first() is not None
 
     def upsert(self, table: sa.Table, values: Params) -> None:
         """INSERT, or on a primary key taken, UPDATE the row's other columns
@@ -305,6 +309,22 @@ class Connection:
         stmt = stmt.on_conflict_do_update(
             index_elements=key, set_={k: stmt.excluded[k] for k in values if k not in names})
         self.sa.execute(stmt)
+
+
+_INSERTS_NEW: dict[tuple[str, sa.Table], Any] = {}
+
+
+def _insert_new(dialect: Dialect, table: sa.Table) -> Any:
+    """`Connection.insert_new`'s statement for `table`, without values: they
+    are bound at execution (SQLAlchemy names the parameters by column and
+    caches the compiled form per set of columns)."""
+    stmt = _INSERTS_NEW.get((dialect, table))
+    if stmt is None:
+        key = list(table.primary_key.columns)
+        make = postgresql.insert if dialect == "postgresql" else sqlite.insert
+        stmt = make(table).on_conflict_do_nothing(index_elements=key).returning(key[0])
+        _INSERTS_NEW[(dialect, table)] = stmt  # a race builds the same statement twice
+    return stmt
 
 
 class Database:

@@ -104,13 +104,32 @@ def audit_opened(conn: Connection, execution_id: str) -> AuditStatus | None:
                        AuditStatus)
 
 
+# The audit row's upserts, built once per engine with their values bound at
+# execution: `excluded` builds an alias of the table, a Column per column,
+# and the statement was ~0.4 ms of Python per tool call.
+_AUDIT_UPSERTS: dict[tuple[str, bool], Any] = {}
+
+
+def _audit_upsert(conn: Connection, ended: bool) -> Any:
+    """INSERT the row, or on its execution id taken set its start and status,
+    and its end and error: from the values when `ended`, else NULL."""
+    stmt = _AUDIT_UPSERTS.get((conn.dialect, ended))
+    if stmt is None:
+        insert = _insert(conn, tool_execution_log)
+        new = insert.excluded
+        stmt = insert.on_conflict_do_update(
+            index_elements=[log_c.execution_id],
+            set_={"start_time": new.start_time, "status": new.status,
+                  "end_time": new.end_time if ended else None,
+                  "error_message": new.error_message if ended else None})
+        _AUDIT_UPSERTS[(conn.dialect, ended)] = stmt
+    return stmt
+
+
 def open_audit(conn: Connection, run: Execution) -> None:
     """The attempt runs the tool: the row says INITIATED (a retry's, again)."""
-    stmt = _insert(conn, tool_execution_log).values(run.values(AuditStatus.INITIATED, now_iso()))
-    conn.execute(stmt.on_conflict_do_update(
-        index_elements=[log_c.execution_id],
-        set_={"start_time": stmt.excluded.start_time, "status": stmt.excluded.status,
-              "end_time": None, "error_message": None}))
+    conn.execute(_audit_upsert(conn, ended=False),
+                 run.values(AuditStatus.INITIATED, now_iso()))
 
 
 def close_audit(conn: Connection, execution_id: str, status: AuditStatus,
@@ -131,13 +150,8 @@ def settle_audit(conn: Connection, run: Execution, status: AuditStatus, error: s
     """A call settled without running (or settled again by a retry): one
     complete row."""
     now = now_iso()
-    stmt = _insert(conn, tool_execution_log).values(
-        {**run.values(status, now), "end_time": now, "error_message": mask(error) or None})
-    conn.execute(stmt.on_conflict_do_update(
-        index_elements=[log_c.execution_id],
-        set_={"start_time": stmt.excluded.start_time, "status": stmt.excluded.status,
-              "end_time": stmt.excluded.end_time,
-              "error_message": stmt.excluded.error_message}))
+    conn.execute(_audit_upsert(conn, ended=True), {
+        **run.values(status, now), "end_time": now, "error_message": mask(error) or None})
 
 
 def add_audit(conn: Connection, run: Execution, status: AuditStatus, error: str) -> None:
