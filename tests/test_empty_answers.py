@@ -105,6 +105,10 @@ async def test_tool_call_written_as_text_is_not_run(
     ('<tools>\n{"name": "echo", "arguments": {"text": "x"}}\n{"name": "add", "arguments": '
      '{"a": 1, "b":', "echo"),
     ('{"name": "unknown", "arguments": {}}\n{"name": "add", "arguments": {"a": 1}}', "add"),
+    # ... and as XML-ish tags, also measured there.
+    ('<tools>\n<function name="echo" arguments=\'{"text": "x"}\'/>\n<func', "echo"),
+    ('<function=add>{"a": 1}</function>', "add"),
+    ('<function name="add" arguments=\'not json\'/>', None),
     # Answers, not calls:
     ('```json\n{"name": "launchRockets", "arguments": {}}\n```', None),  # not offered
     ('{"name": "add"}', None),  # no arguments
@@ -149,6 +153,9 @@ async def test_calls_written_as_text_run_when_the_service_reads_them(
      [("echo", '{"text": "x"}')]),
     ('{"name": "add", "arguments": {"a": 1}}\n{"name": "launchRockets", "arguments": {}}',
      [("add", '{"a": 1}')]),  # a tool the service does not offer is left out
+    ('<tools><function name="add" arguments=\'{"a": 1}\'/>\n'
+     '<function name="echo" arguments=\'{"text": "y"}\'/></tools>',
+     [("add", '{"a": 1}'), ("echo", '{"text": "y"}')]),
     ("The sum is 3.", []),
 ])
 def test_which_calls_an_answer_writes(text: str, calls: list[tuple[str, str]]) -> None:

@@ -50,6 +50,10 @@ _BLOCK = re.compile(
     r"|<(?:tool_call|tools|function_call)>(.*?)(?:</(?:tool_call|tools|function_call)>|\Z)",
     re.S)
 _DECODER = json.JSONDecoder()
+# `<function name="X" arguments='{...}'/>` and `<function=X>{...}</function>`.
+_FUNCTION_TAG = re.compile(
+    r"""<function\s+name="([^"]+)"\s+arguments=(?:'(.*?)'|"(.*?)")\s*/?>"""
+    r"|<function=([A-Za-z0-9_.-]+)>(.*?)(?:</function>|\Z)", re.S)
 
 
 def is_empty(text: str) -> bool:
@@ -57,32 +61,51 @@ def is_empty(text: str) -> bool:
 
 
 def tool_call_as_text(text: str, offered: list[str]) -> str | None:
-    """The name of the offered tool `text` calls in JSON instead of calling it;
-    None when the text is an answer."""
+    """The name of the offered tool `text` calls instead of calling it; None
+    when the text is an answer."""
+    calls = calls_written_as_text(text, offered)
+    return calls[0][0] if calls else None
+
+
+def calls_written_as_text(text: str, offered: list[str]) -> list[tuple[str, str]]:
+    """Every call of an offered tool that `text` writes, as (name, arguments
+    as JSON text), when the answer is only calls (at most `AROUND_LIMIT`
+    characters of other text); empty otherwise. For `ToolCallAsText` and for
+    `ModelSettings.text_tool_calls` (the model activity turns them into tool
+    calls, so validation, review and the journal treat them as any call)."""
     if len(text) > SCAN_LIMIT or not offered:
-        return None
+        return []
     blocks = [a or b for a, b in _BLOCK.findall(text)]
     around = _BLOCK.sub("", text).strip()
     if not blocks:
         blocks, around = [text], ""
     if len(around) > AROUND_LIMIT:
-        return None
-    for block in blocks:
-        name = _called(block.strip(), set(offered))
-        if name is not None:
-            return name
-    return None
+        return []
+    names = set(offered)
+    return [(name, args) for block in blocks for name, args in _calls_in(block.strip())
+            if name in names]
 
 
-def _called(block: str, offered: set[str]) -> str | None:
+def _calls_in(block: str) -> list[tuple[str, str]]:
+    """The calls `block` writes: JSON values one after another, or
+    `<function name="X" arguments='{...}'/>` / `<function=X>{...}</function>`
+    tags (both measured from Qwen2.5-Coder under llama-server)."""
+    if block.startswith("<function"):
+        found = []
+        for name, single, double, bare, body in _FUNCTION_TAG.findall(block):
+            args = single or double or body or "{}"
+            if _values(args.strip()):
+                found.append((name or bare, args.strip()))
+        return found
     if not block.startswith(("{", "[")):
-        return None
+        return []
+    found = []
     for value in _values(block):
         for item in value if isinstance(value, list) else [value]:
-            name = _call_name(item)
-            if name in offered:
-                return name
-    return None
+            call = _call(item)
+            if call is not None:
+                found.append(call)
+    return found
 
 
 def _values(block: str) -> list[Any]:
@@ -101,7 +124,7 @@ def _values(block: str) -> list[Any]:
     return values
 
 
-def _call_name(item: Any) -> str | None:
+def _call(item: Any) -> tuple[str, str] | None:
     """`{"name", "arguments"|"parameters"}`, or OpenAI's `{"function": {...}}`."""
     if not isinstance(item, dict):
         return None
@@ -110,34 +133,10 @@ def _call_name(item: Any) -> str | None:
     name = item.get("name")
     if not isinstance(name, str):
         return None
-    if not any(isinstance(item.get(k), dict | str) for k in ("arguments", "parameters")):
-        return None
-    return name
-
-
-def calls_written_as_text(text: str, offered: list[str]) -> list[tuple[str, str]]:
-    """Every call of an offered tool that `text` writes, as (name, arguments
-    as JSON text), when the answer is only calls (the rule of
-    `tool_call_as_text`); empty otherwise. For `ModelSettings.text_tool_calls`:
-    the model activity turns them into tool calls, so validation, review and
-    the journal treat them as any call."""
-    if tool_call_as_text(text, offered) is None:
-        return []
-    names = set(offered)
-    blocks = [a or b for a, b in _BLOCK.findall(text)] or [text]
-    calls: list[tuple[str, str]] = []
-    for block in blocks:
-        block = block.strip()
-        if not block.startswith(("{", "[")):
-            continue
-        for value in _values(block):
-            for item in value if isinstance(value, list) else [value]:
-                name = _call_name(item)
-                if name not in names:
-                    continue
-                assert name is not None and isinstance(item, dict)
-                body = item["function"] if isinstance(item.get("function"), dict) else item
-                args = body.get("arguments", body.get("parameters"))
-                calls.append((name, args if isinstance(args, str)
-                              else json.dumps(args, ensure_ascii=False)))
-    return calls
+    for key in ("arguments", "parameters"):
+        args = item.get(key)
+        if isinstance(args, str):
+            return name, args
+        if isinstance(args, dict):
+            return name, json.dumps(args, ensure_ascii=False)
+    return None
