@@ -115,7 +115,8 @@ def build_request(rt: Runtime, service: Service, req: ModelCallInput,
                         response_format=req.response_format,
                         max_tokens=settings.max_tokens, temperature=settings.temperature,
                         tool_choice=settings.choice_for(req.round, [t.name for t in tools]),
-                        schema_dialect=settings.schema_dialect), sent
+                        schema_dialect=settings.schema_dialect,
+                        tool_results=settings.tool_results), sent
 
 
 def read_text_calls(message: ChatMessage, offered: list[str]) -> None:

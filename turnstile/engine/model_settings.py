@@ -54,6 +54,14 @@ class ModelSettings(BaseModel):
     # model's format (Qwen2.5-Coder under llama-server, measured). Off: such an
     # answer ends the turn `ToolCallAsText` (turnstile/engine/answer_rules.py).
     text_tool_calls: bool = False
+    # How tool calls and their results travel in the request: "messages" (the
+    # OpenAI way: the assistant's `tool_calls`, one `role: tool` message per
+    # result) or "text" (the assistant's calls written into its text, the
+    # results as a user message), for a server whose chat template drops
+    # `role: tool` (llama-cpp-python's chatml-function-calling, measured: the
+    # model never saw a result and answered "[list of customer IDs]").
+    # Memory keeps them as calls and results either way.
+    tool_results: Literal["messages", "text"] = "messages"
 
     def choice_for(self, round_: int, offered: list[str]) -> str | dict[str, object]:
         """The wire's `tool_choice` for a request in `round_` offering `offered`:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, Field
 
@@ -22,6 +22,8 @@ class ModelRequest(BaseModel):
     # With tools: "auto", "required" or {"type": "function", "function": {"name": ...}}.
     tool_choice: str | dict[str, Any] = "auto"
     schema_dialect: SchemaDialect | None = None  # None: the provider's own
+    # "text": tool calls and results rendered as text (ModelSettings.tool_results).
+    tool_results: Literal["messages", "text"] = "messages"
 
 
 class ModelResponse(BaseModel):

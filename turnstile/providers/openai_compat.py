@@ -132,6 +132,33 @@ def to_openai_message(m: ChatMessage) -> dict[str, Any]:
     return out
 
 
+def calls_as_text(messages: list[ChatMessage]) -> list[ChatMessage]:
+    """`ModelSettings.tool_results="text"`: each assistant message's tool calls
+    written into its text ("Called NAME [call ID] with ARGS"), and each run of
+    tool results as one user message ("Result of NAME [call ID]: ..."), so a
+    server whose template drops `role: tool` still shows the model what its
+    calls returned. The request stays valid Chat Completions."""
+    names = {c.id: c.name for m in messages for c in m.tool_calls}
+    out: list[ChatMessage] = []
+    for m in messages:
+        if m.role == "assistant" and m.tool_calls:
+            lines = [m.content] if m.content else []
+            lines += [f"Called {c.name} [call {c.id}] with {c.arguments}" for c in m.tool_calls]
+            out.append(ChatMessage(role="assistant", content="\n".join(lines)))
+        elif m.role == "tool":
+            name = names.get(m.tool_call_id or "", "a tool")
+            error = " (error)" if m.is_error else ""
+            text = f"Result of {name} [call {m.tool_call_id}]{error}:\n{m.content or ''}"
+            if out and out[-1].role == "user" and out[-1].attributes.get("tool_results"):
+                out[-1].content = f"{out[-1].content}\n\n{text}"
+            else:
+                out.append(ChatMessage(role="user", content=text,
+                                       attributes={"tool_results": True}))
+        else:
+            out.append(m)
+    return out
+
+
 def parse_completion(body: Any) -> ModelResponse:
     """Read choices[0].message.{content,tool_calls}; anything else is malformed."""
     try:
@@ -220,7 +247,9 @@ class OpenAICompatibleProvider:
         await self._client.aclose()
 
     def payload(self, request: ModelRequest) -> dict[str, Any]:
-        body: dict[str, Any] = {"messages": [to_openai_message(m) for m in request.messages]}
+        messages = (calls_as_text(request.messages) if request.tool_results == "text"
+                    else request.messages)
+        body: dict[str, Any] = {"messages": [to_openai_message(m) for m in messages]}
         if self.model:
             body["model"] = self.model
         if request.tools:
