@@ -43,7 +43,7 @@ from turnstile.providers.openai_compat import InvalidRequestAnswer, RetryableMod
 from turnstile.runtime.services import Service
 from turnstile.runtime.tracing import model_span, record_model_response
 from turnstile.stores import runs, usage
-from turnstile.stores.db import Connection
+from turnstile.stores.connection import Connection
 from turnstile.stores.superseded import call_identity, prior_calls
 
 log = logging.getLogger("turnstile.activities")

@@ -20,7 +20,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from turnstile.engine.contract import ApprovalDecision, AuditStatus, CallStatus
 from turnstile.stores.audit import approval_decision, mask, masked_params, tool_execution_log
 from turnstile.stores.call_key import CallKey
-from turnstile.stores.db import Connection
+from turnstile.stores.connection import Connection
 from turnstile.stores.ledger import LedgerRow, LedgerStatus, tool_call_ledger
 from turnstile.stores.memory import now_iso
 

@@ -24,8 +24,10 @@ from dataclasses import dataclass
 
 import sqlalchemy as sa
 
-from turnstile.stores.db import Connection, Database, metadata, text_columns
+from turnstile.stores.connection import Connection
+from turnstile.stores.db import Database
 from turnstile.stores.memory import now_iso
+from turnstile.stores.tables import metadata, text_columns
 
 conversation_lock = sa.Table(
     "conversation_lock", metadata,

@@ -26,16 +26,10 @@ from turnstile.engine import attributes as attr
 from turnstile.engine.activity_io import MemorySnapshot
 from turnstile.engine.errors import ConversationOwnershipError, MemoryConflictError
 from turnstile.engine.messages import Attachment, ChatMessage, Role, ToolCall
-from turnstile.stores.db import (
-    FLAG_FALSE,
-    Connection,
-    Database,
-    Flag,
-    metadata,
-    stored_time,
-    text_columns,
-)
+from turnstile.stores.connection import Connection
+from turnstile.stores.db import Database
 from turnstile.stores.message_parts import delete_parts, read_parts, write_parts
+from turnstile.stores.tables import FLAG_FALSE, Flag, metadata, stored_time, text_columns
 
 
 def now_iso() -> str:

@@ -15,7 +15,8 @@ from typing import NamedTuple
 import sqlalchemy as sa
 
 from turnstile.engine.messages import Attachment
-from turnstile.stores.db import Connection, metadata, text_columns
+from turnstile.stores.connection import Connection
+from turnstile.stores.tables import metadata, text_columns
 
 chat_message_part = sa.Table(
     "chat_message_part", metadata,

@@ -51,7 +51,8 @@ import sqlalchemy as sa
 from turnstile.engine.errors import MemoryConflictError, ResetConflict, TurnstileError
 from turnstile.engine.messages import ChatMessage
 from turnstile.stores import memory, superseded
-from turnstile.stores.db import Connection, Database
+from turnstile.stores.connection import Connection
+from turnstile.stores.db import Database
 from turnstile.stores.lock import Holder, hold, holder, take_over_in
 from turnstile.stores.memory import (
     MemoryStore,

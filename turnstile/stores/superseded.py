@@ -36,7 +36,8 @@ from turnstile.engine.contract import CallStatus
 from turnstile.engine.messages import ChatMessage, Role, ToolCall
 from turnstile.stores import ledger as ledger_store
 from turnstile.stores.call_key import CallKey, execution_id
-from turnstile.stores.db import Connection, Database, metadata, text_columns
+from turnstile.stores.connection import Connection
+from turnstile.stores.db import Database
 from turnstile.stores.ledger import LedgerRow, LedgerStatus
 from turnstile.stores.memory import (
     MessageRow,
@@ -45,6 +46,7 @@ from turnstile.stores.memory import (
     message_columns,
     now_iso,
 )
+from turnstile.stores.tables import metadata, text_columns
 
 superseded_message = sa.Table(
     "superseded_message", metadata,
