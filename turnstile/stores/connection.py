@@ -66,10 +66,12 @@ class Connection:
             stmt = _text(sql) if isinstance(sql, str) else sql
             self.sa.execute(stmt, [dict(r) for r in rows])
 
-    def rows(self, stmt: sa.Executable, into: Callable[..., T]) -> list[T]:
+    def rows(self, stmt: sa.Executable, into: Callable[..., T],
+             params: Params | None = None) -> list[T]:
         """Every row, each as `into(**columns)` (a NamedTuple or dataclass
-        whose fields are the selected columns' names)."""
-        rows = [into(**r) for r in self.sa.execute(stmt).mappings()]
+        whose fields are the selected columns' names). `params`: the values
+        of a statement built once with `sa.bindparam`s."""
+        rows = [into(**r) for r in self.sa.execute(stmt, params).mappings()]
         rows_read.add(len(rows))
         return rows
 
@@ -79,9 +81,11 @@ class Connection:
         rows_read.add(row is not None)
         return None if row is None else into(**row)
 
-    def scalars(self, stmt: sa.Executable, into: Callable[[Any], T]) -> list[T]:
-        """The first column of every row, each as `into(value)` (e.g. `int`)."""
-        values = [into(v) for v in self.sa.execute(stmt).scalars()]
+    def scalars(self, stmt: sa.Executable, into: Callable[[Any], T],
+                params: Params | None = None) -> list[T]:
+        """The first column of every row, each as `into(value)` (e.g. `int`);
+        `params` as for `rows`."""
+        values = [into(v) for v in self.sa.execute(stmt, params).scalars()]
         rows_read.add(len(values))
         return values
 
