@@ -16,6 +16,10 @@ Cases:
 - `db-reads`: the two reads every memory write of a turn's run makes
   (`turnstile.stores.runs.claim`: the conversation's lock holder, the
   slots of an earlier run), on a SQLite file;
+- `memory`: what a model call reads of memory besides the claim
+  (`MemoryStore.get` of its answer's slot, `tail` of a 12-message
+  conversation for its window, with its images) and a write's watermark
+  update (`lower_answered_through`), on a SQLite file;
 - `heartbeat`: `activities.runtime.with_heartbeat` around work that returns
   at once (its own cost per activity), in Temporal's ActivityEnvironment.
 """
@@ -141,11 +145,37 @@ def db_reads() -> float:
         return best_us(reads, 5_000)
 
 
+def memory_reads() -> float:
+    import tempfile
+
+    from turnstile.engine.messages import ChatMessage
+    from turnstile.stores.db import Database
+    from turnstile.stores.memory import MemoryStore, lower_answered_through
+    from turnstile.stores.tables import metadata
+
+    db = Database(f"sqlite:///{tempfile.mkdtemp()}/micro.db")
+    metadata.create_all(db.engine)
+    store = MemoryStore(db)
+    store.check_owner("conv-1", "u1")
+    store.append("conv-1", 0, [ChatMessage(role="system", content="be brief")] + [
+        ChatMessage(role="user" if i % 2 else "assistant", content=f"message {i}")
+        for i in range(1, 12)], WF)
+    with db.connect() as conn:
+        conn_ = conn
+
+        def reads() -> None:
+            store.get("conv-1", 11, conn_)
+            store.tail("conv-1", WF, lambda _: True, conn_)
+            lower_answered_through(conn_, "conv-1", 12)
+        return best_us(reads, 2_000)
+
+
 CASES: dict[str, Callable[[], float]] = {
     "events": lambda: events(False),
     "events-on": lambda: events(True),
     "tool-span": span,
     "db-reads": db_reads,
+    "memory": memory_reads,
     "heartbeat": heartbeat,
 }
 

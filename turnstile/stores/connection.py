@@ -75,9 +75,10 @@ class Connection:
         rows_read.add(len(rows))
         return rows
 
-    def row(self, stmt: sa.Executable, into: Callable[..., T]) -> T | None:
-        """The first row as `into(**columns)`, or None."""
-        row = self.sa.execute(stmt).mappings().first()
+    def row(self, stmt: sa.Executable, into: Callable[..., T],
+            params: Params | None = None) -> T | None:
+        """The first row as `into(**columns)`, or None; `params` as for `rows`."""
+        row = self.sa.execute(stmt, params).mappings().first()
         rows_read.add(row is not None)
         return None if row is None else into(**row)
 
@@ -89,10 +90,11 @@ class Connection:
         rows_read.add(len(values))
         return values
 
-    def scalar(self, stmt: sa.Executable, into: Callable[[Any], T]) -> T | None:
+    def scalar(self, stmt: sa.Executable, into: Callable[[Any], T],
+               params: Params | None = None) -> T | None:
         """The first column of the first row as `into(value)`; None when there
-        is no row or the value is NULL."""
-        row = self.sa.execute(stmt).first()
+        is no row or the value is NULL. `params` as for `rows`."""
+        row = self.sa.execute(stmt, params).first()
         rows_read.add(row is not None)
         return None if row is None or row[0] is None else into(row[0])
 
