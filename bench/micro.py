@@ -20,6 +20,8 @@ Cases:
   (`MemoryStore.get` of its answer's slot, `tail` of a 12-message
   conversation for its window, with its images) and a write's watermark
   update (`lower_answered_through`), on a SQLite file;
+- `journal`: a tool call's ledger claim, its completion and its audit
+  row's close (turnstile.stores.journal_writes), on a SQLite file;
 - `heartbeat`: `activities.runtime.with_heartbeat` around work that returns
   at once (its own cost per activity), in Temporal's ActivityEnvironment.
 """
@@ -170,12 +172,38 @@ def memory_reads() -> float:
         return best_us(reads, 2_000)
 
 
+def journal() -> float:
+    import itertools
+    import tempfile
+
+    from turnstile.engine.contract import AuditStatus, CallStatus
+    from turnstile.stores import journal_writes as w
+    from turnstile.stores.call_key import CallKey
+    from turnstile.stores.db import Database
+    from turnstile.stores.tables import metadata
+
+    db = Database(f"sqlite:///{tempfile.mkdtemp()}/micro.db")
+    metadata.create_all(db.engine)
+    ids = itertools.count()
+    with db.connect() as conn:
+        conn_ = conn
+
+        def call() -> None:
+            key = CallKey(WF, "", f"call_{next(ids)}")
+            w.claim_first(conn_, key, "querySalesData")
+            w.complete(conn_, key, 1, outcome=CallStatus.COMPLETED, result="[]",
+                       is_error=False, state=None)
+            w.close_audit(conn_, key.execution_id, AuditStatus.COMPLETED, None)
+        return best_us(call, 2_000)
+
+
 CASES: dict[str, Callable[[], float]] = {
     "events": lambda: events(False),
     "events-on": lambda: events(True),
     "tool-span": span,
     "db-reads": db_reads,
     "memory": memory_reads,
+    "journal": journal,
     "heartbeat": heartbeat,
 }
 
