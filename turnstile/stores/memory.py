@@ -31,7 +31,6 @@ from turnstile.stores.db import Database
 from turnstile.stores.memory_tables import (
     GET,
     LAST_SEQ,
-    LOWER_ANSWERED,
     NEWEST_OTHERS,
     NEWEST_SYSTEM,
     OTHERS,
@@ -100,10 +99,17 @@ def _slot(conversation_id: str, seq: int) -> sa.ColumnElement[bool]:
     return sa.and_(m.conversation_id == conversation_id, m.seq == seq)
 
 
+# Built once: every memory write makes it (values bound at execution).
+_LOWER_ANSWERED = (sa.update(conversation)
+                   .where(cv.conversation_id == sa.bindparam("conv"),
+                          cv.answered_through >= sa.bindparam("through"))
+                   .values(answered_through=sa.bindparam("through")))
+
+
 def lower_answered_through(conn: Connection, conversation_id: str, seq: int) -> None:
     """A row written or removed at `seq`: the repair must read from there again
     (`conversation.answered_through`, turnstile.stores.journal)."""
-    conn.execute(LOWER_ANSWERED, {"conv": conversation_id, "through": seq - 1})
+    conn.execute(_LOWER_ANSWERED, {"conv": conversation_id, "through": seq - 1})
 
 
 def answered_through(conn: Connection, conversation_id: str) -> int | None:

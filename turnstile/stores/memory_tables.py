@@ -1,6 +1,6 @@
 """The tables of chat memory (turnstile.stores.memory, their one writer),
-and the statements every model call and memory write of a turn makes,
-built once with their values bound at execution: building a SELECT
+and the reads every model call and memory write of a turn makes, built
+once with their values bound at execution: building a SELECT
 (coercions, cache keys) cost several times running it (bench/micro.py
 memory)."""
 
@@ -58,7 +58,8 @@ cv = conversation.c
 _conv = m.conversation_id == sa.bindparam("conv")
 _slot = sa.and_(_conv, m.seq == sa.bindparam("seq"))
 
-# Values: conv (and seq, through, n as named).
+# Reads; values: conv (and seq, n as named). Memory's writes stay in
+# turnstile.stores.memory, each table's one writer (tests/test_one_writer.py).
 GET = sa.select(chat_message).where(_slot)
 SLOT_WRITER = sa.select(m.workflow_id, m.run_id).where(_slot)
 OWNER = sa.select(cv.user_id).where(cv.conversation_id == sa.bindparam("conv"))
@@ -69,7 +70,3 @@ NEWEST_SYSTEM = (sa.select(chat_message).where(_conv, m.role == "system")
                  .order_by(m.seq.desc()).limit(1))
 OTHERS = sa.select(chat_message).where(_conv, m.role != "system").order_by(m.seq.desc())
 NEWEST_OTHERS = OTHERS.limit(sa.bindparam("n", type_=sa.Integer))
-LOWER_ANSWERED = (sa.update(conversation)
-                  .where(cv.conversation_id == sa.bindparam("conv"),
-                         cv.answered_through >= sa.bindparam("through"))
-                  .values(answered_through=sa.bindparam("through")))
