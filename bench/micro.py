@@ -22,6 +22,10 @@ Cases:
   update (`lower_answered_through`), on a SQLite file;
 - `journal`: a tool call's ledger claim, its completion and its audit
   row's close (turnstile.stores.journal_writes), on a SQLite file;
+- `prior-calls`: a model call's read of its turn's superseded calls
+  (`superseded.prior_calls`, before numbering its calls), as the call
+  pays it: in a transaction of its own before the cut, in the one its
+  answer is written in after (where `prior_calls` takes `conn`);
 - `heartbeat`: `activities.runtime.with_heartbeat` around work that returns
   at once (its own cost per activity), in Temporal's ActivityEnvironment.
 """
@@ -197,6 +201,28 @@ def journal() -> float:
         return best_us(call, 2_000)
 
 
+def prior_calls() -> float:
+    import inspect
+    import tempfile
+
+    from turnstile.stores import superseded
+    from turnstile.stores.db import Database
+    from turnstile.stores.tables import metadata
+
+    db = Database(f"sqlite:///{tempfile.mkdtemp()}/micro.db")
+    metadata.create_all(db.engine)
+    joins = "conn" in inspect.signature(superseded.prior_calls).parameters
+    with db.connect() as conn:
+        conn_ = conn
+
+        def read() -> None:
+            if joins:
+                superseded.prior_calls(db, "conv-1", WF, RUN, conn=conn_)
+            else:
+                superseded.prior_calls(db, "conv-1", WF, RUN)
+        return best_us(read, 5_000)
+
+
 CASES: dict[str, Callable[[], float]] = {
     "events": lambda: events(False),
     "events-on": lambda: events(True),
@@ -204,6 +230,7 @@ CASES: dict[str, Callable[[], float]] = {
     "db-reads": db_reads,
     "memory": memory_reads,
     "journal": journal,
+    "prior-calls": prior_calls,
     "heartbeat": heartbeat,
 }
 
