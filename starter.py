@@ -52,7 +52,8 @@ from turnstile.runtime import log_masking
 from turnstile.runtime.apps import App, AppLoadError, load_apps, tables_by_app
 from turnstile.runtime.client import TemporalUnreachable, connect, web_ui_url
 from turnstile.runtime.config import Settings
-from turnstile.stores.db import Database, dispose_engines
+from turnstile.stores.db import Database
+from turnstile.stores.engines import dispose_engines
 from turnstile.stores.schema import upgrade
 
 __all__ = ["COMMANDS", "main", "signal_command"]

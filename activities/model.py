@@ -43,7 +43,7 @@ from turnstile.providers.openai_compat import InvalidRequestAnswer, RetryableMod
 from turnstile.runtime.services import Service
 from turnstile.runtime.tracing import model_span, record_model_response
 from turnstile.stores import runs, usage
-from turnstile.stores.db import Connection
+from turnstile.stores.connection import Connection
 from turnstile.stores.superseded import call_identity, prior_calls
 
 log = logging.getLogger("turnstile.activities")
@@ -138,14 +138,15 @@ class ModelActivities(Activities):
 
     def _keep(self, req: ModelCallInput, message: ChatMessage, numbered: list[bool],
               spent: usage.ModelCall, w: runs.Writer | None) -> None:
-        """After the response (one thread hop): its calls get ids of their own,
-        then it is stored at the slot the workflow assigned, with what the call
-        cost (turnstile.stores.usage) in the same transaction: a retried attempt
+        """After the response (one thread hop): its calls get ids of their own
+        (read in the write's transaction: one transaction, not two), then it
+        is stored at the slot the workflow assigned, with what the call cost
+        (turnstile.stores.usage) in the same transaction: a retried attempt
         finds both or neither, and never counts the call twice."""
-        if not numbered:  # once, even when the write runs again confirmed
-            self._number_calls(req, message, turn_workflow_id())
-            numbered.append(True)
         with self.rt.db.connect() as conn:
+            if not numbered:  # once, even when the write runs again confirmed
+                self._number_calls(req, message, turn_workflow_id(), conn)
+                numbered.append(True)
             self._store(req, req.response_seq, [message], None, w, conn)
             usage.record(conn, spent)
 
@@ -233,7 +234,8 @@ class ModelActivities(Activities):
             tools=policies,
         )
 
-    def _number_calls(self, req: ModelCallInput, message: ChatMessage, wf_id: str) -> None:
+    def _number_calls(self, req: ModelCallInput, message: ChatMessage, wf_id: str,
+                      conn: Connection) -> None:
         """A result is matched to its call by id, and a call's effects are keyed
         by it: a call without one, with a "/" in it, reusing one of this turn, or reusing the id
         of a superseded call of this turn that was a different call (another
@@ -242,8 +244,8 @@ class ModelActivities(Activities):
         same id keeps it: the ledger's stored result is reused, not repeated."""
         if not message.tool_calls:
             return
-        prior = prior_calls(self.rt.db, req.conversation_id, wf_id, req.execution_chain) \
-            if req.execution_chain else {}
+        prior = prior_calls(self.rt.db, req.conversation_id, wf_id, req.execution_chain,
+                            conn) if req.execution_chain else {}
         taken = set(req.taken_call_ids)
         for i, call in enumerate(message.tool_calls):
             me = call_identity(call.name, call.arguments) if prior else ""

@@ -28,7 +28,7 @@ from turnstile.engine.specs import ToolSpec
 from turnstile.providers import ModelRequest
 from turnstile.providers.tokens import context_tokens, counter_for, window_tokens
 from turnstile.runtime.services import Service
-from turnstile.stores.db import Connection
+from turnstile.stores.connection import Connection
 
 log = logging.getLogger(__name__)
 

@@ -38,9 +38,9 @@ from turnstile.engine.contract import AuditStatus, RollbackCause
 from turnstile.engine.errors import NoCompensation
 from turnstile.engine.masking import mask_text
 from turnstile.runtime.tools import ToolContext, Undo, result_to_text
-from turnstile.stores.db import Transaction
 from turnstile.stores.journal import Undone
 from turnstile.stores.ledger import LedgerStatus
+from turnstile.stores.transaction import Transaction
 
 log = logging.getLogger(__name__)
 

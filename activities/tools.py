@@ -62,10 +62,10 @@ from turnstile.runtime.tools import (
 )
 from turnstile.runtime.tracing import record_tool_outcome, tool_span
 from turnstile.stores.call_key import CallKey
-from turnstile.stores.db import Transaction, error_category
-from turnstile.stores.db_errors import db_error_text
+from turnstile.stores.db_errors import db_error_text, error_category
 from turnstile.stores.journal import Ending, Start
 from turnstile.stores.ledger import LedgerStatus
+from turnstile.stores.transaction import Transaction
 
 log = logging.getLogger(__name__)
 

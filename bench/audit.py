@@ -35,7 +35,8 @@ from urllib.parse import urlparse, urlunparse
 import psycopg
 
 from turnstile.stores import audit_queries as q
-from turnstile.stores.db import Database, dispose_engines
+from turnstile.stores.db import Database
+from turnstile.stores.engines import dispose_engines
 from turnstile.stores.schema import upgrade
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -12,7 +12,7 @@ them once), then `--turns` measured turns through a dev server, an in-process
 worker with the test service's defaults (window sized for an unnamed model:
 8,192 tokens) and the strict fake model server, which answers at once. Per
 size: turn latency p50 (start to result), rows the database returned per
-turn (turnstile.stores.db.rows_read, all of the worker's statements), bytes
+turn (turnstile.stores.connection.rows_read, all of the worker's statements), bytes
 of the model request, bytes of the turn's history. Goal: 100,000
 within 1.2x of 10 on every figure.
 """
@@ -34,7 +34,8 @@ from tests.support.services import make_service
 from tests.support.turns import running_worker
 from tests.test_long_conversations import _history
 from turnstile.engine.contract import TurnStatus
-from turnstile.stores.db import Database, rows_read
+from turnstile.stores.connection import rows_read
+from turnstile.stores.db import Database
 from turnstile.stores.schema import ensure_schema
 
 

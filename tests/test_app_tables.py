@@ -16,7 +16,8 @@ import sqlalchemy as sa
 from examples.support_desk import build_app
 from turnstile.runtime.apps import tables_by_app
 from turnstile.sales.app import build_sales_app
-from turnstile.stores.db import Database, dispose_engines
+from turnstile.stores.db import Database
+from turnstile.stores.engines import dispose_engines
 from turnstile.stores.schema import SchemaError, head_revision, upgrade
 
 SALES = {"sales_record", "sales_daily_total", "follow_up_task", "email_task", "approver"}

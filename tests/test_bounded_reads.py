@@ -24,7 +24,8 @@ from turnstile.engine.contract import TurnStatus
 from turnstile.engine.memory_window import MemoryWindow, apply_window, paired
 from turnstile.engine.messages import ChatMessage, ToolCall
 from turnstile.providers.tokens import estimate_tokens
-from turnstile.stores.db import Database, rows_read
+from turnstile.stores.connection import rows_read
+from turnstile.stores.db import Database
 from turnstile.stores.memory import MemoryStore
 
 

@@ -30,7 +30,8 @@ from turnstile.sales.schema import EMAIL_ROLE, FOLLOWUP_ROLE, SENDER_ROLE
 from turnstile.sales.seed import BIG_CUSTOMERS, seed
 from turnstile.sales.service import build_sales_service
 from turnstile.sales.smtp_server import LocalSmtpServer
-from turnstile.stores.db import Database, dispose_engines
+from turnstile.stores.db import Database
+from turnstile.stores.engines import dispose_engines
 
 ROOT = Path(__file__).resolve().parents[1]
 INIT = ROOT / "deploy" / "postgres" / "init-turnstile.sh"

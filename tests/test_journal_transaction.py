@@ -32,9 +32,10 @@ from turnstile.sales.schema import FOLLOWUP_ROLE, utc_text
 from turnstile.sales.service import build_sales_service
 from turnstile.sales.tools import createFollowUpTask
 from turnstile.stores.audit import AuditLog, execution_id
-from turnstile.stores.db import Database, Transaction, TransactionEnded
+from turnstile.stores.db import Database
 from turnstile.stores.journal import CallJournal, Ending, Start
 from turnstile.stores.memory import MemoryStore
+from turnstile.stores.transaction import Transaction, TransactionEnded
 
 ARGS = {"customerIds": ["C0001"], "assignee": "ops@example.com", "note": "call them"}
 

@@ -33,7 +33,8 @@ from turnstile.sales.planner import demo_planner
 from turnstile.sales.seed import _rows, last_week
 from turnstile.sales.service import build_sales_service
 from turnstile.sales.smtp_server import LocalSmtpServer
-from turnstile.stores.db import Database, engine_for, metadata
+from turnstile.stores.db import Database
+from turnstile.stores.engines import engine_for
 from turnstile.stores.memory import MemoryStore
 from turnstile.stores.schema import (
     SchemaError,
@@ -42,6 +43,7 @@ from turnstile.stores.schema import (
     upgrade,
     v0_1_tables,
 )
+from turnstile.stores.tables import metadata
 
 DATA = Path(__file__).parent / "data"
 ROOT = Path(__file__).resolve().parent.parent

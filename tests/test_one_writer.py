@@ -147,7 +147,7 @@ def test_every_table_has_one_writing_module() -> None:
     """Each table of the stores is written (INSERT, UPDATE, DELETE) by its
     owner only, and the owner does write it."""
     import turnstile.stores
-    from turnstile.stores.db import metadata
+    from turnstile.stores.tables import metadata
 
     for module in pkgutil.iter_modules(turnstile.stores.__path__):  # each declares its own
         importlib.import_module(f"turnstile.stores.{module.name}")
@@ -162,7 +162,7 @@ def test_every_table_has_one_writing_module() -> None:
 def test_product_code_reads_no_dict_rows() -> None:
     """Rows come back as typed rows (Connection.rows/row/scalars/scalar);
     raw-SQL dict reads are the tests' own (tests/support/sql.py)."""
-    from turnstile.stores.db import Connection
+    from turnstile.stores.connection import Connection
 
     assert not hasattr(Connection, "fetchall") and not hasattr(Connection, "fetchone")
     found = {path: n for path, src in _sources().items()

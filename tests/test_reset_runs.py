@@ -33,7 +33,7 @@ from turnstile.engine.contract import ApproveSignal, AuditStatus, CallStatus, Tu
 from turnstile.engine.errors import MemoryConflictError, ResetConflict, RunSuperseded
 from turnstile.engine.messages import Attachment, ChatMessage, ToolCall
 from turnstile.stores.audit import AuditLog
-from turnstile.stores.db import Database, Transaction
+from turnstile.stores.db import Database
 from turnstile.stores.journal import CallJournal, Ending
 from turnstile.stores.ledger import LedgerRow, LedgerStatus
 from turnstile.stores.lock import Holder
@@ -45,6 +45,7 @@ from turnstile.stores.superseded import (
     effect_of,
     superseded_messages,
 )
+from turnstile.stores.transaction import Transaction
 from turnstile.stores.truth import disagreements, notes
 
 

@@ -26,7 +26,8 @@ from turnstile.sales.query import (
 from turnstile.sales.schema import sales_record
 from turnstile.sales.seed import BIG_CUSTOMERS, last_week, seed
 from turnstile.sales.tools import querySalesData
-from turnstile.stores.db import Database, reader_url
+from turnstile.stores.db import Database
+from turnstile.stores.engines import reader_url
 
 # Also listed in tests/conftest.py; repeated so this module stands on its own.
 pytest_plugins = ["tests.support.databases"]

@@ -20,7 +20,8 @@ from turnstile.sales.planner import demo_planner
 from turnstile.sales.seed import seed
 from turnstile.sales.service import build_sales_service
 from turnstile.stores.audit import execution_id
-from turnstile.stores.db import Connection, Database
+from turnstile.stores.connection import Connection
+from turnstile.stores.db import Database
 
 
 async def test_check_agrees_after_turns_and_finds_planted_lies(

@@ -113,10 +113,8 @@ if TYPE_CHECKING:
         Undo as Undo,
         tool as tool,
     )
-    from turnstile.stores.db import (
-        Connection as Connection,
-        Database as Database,
-    )
+    from turnstile.stores.connection import Connection as Connection
+    from turnstile.stores.db import Database as Database
     from turnstile.stores.retrieval_index import Document as Document
 
 # name -> the module that holds it
@@ -157,7 +155,7 @@ _WHERE: dict[str, str] = {
     "ConfigurationError": "turnstile.engine.errors",
     "ToolArgumentError": "turnstile.engine.errors",
     "TurnstileError": "turnstile.engine.errors",
-    "Connection": "turnstile.stores.db",
+    "Connection": "turnstile.stores.connection",
     "Database": "turnstile.stores.db",
     "Document": "turnstile.stores.retrieval_index",
     "ModelProvider": "turnstile.providers.base",

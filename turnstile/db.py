@@ -16,7 +16,8 @@ from collections.abc import Sequence
 
 from turnstile.runtime.apps import App, AppLoadError, load_apps, tables_by_app
 from turnstile.runtime.config import Settings
-from turnstile.stores.db import Database, dispose_engines
+from turnstile.stores.db import Database
+from turnstile.stores.engines import dispose_engines
 from turnstile.stores.schema import current, head_revision, upgrade
 
 

@@ -1,10 +1,10 @@
 """Raw SQL reads for tests and benchmarks that check tables directly.
 
 Product code reads rows through the typed reads of
-`turnstile.stores.db.Connection` (`rows`, `row`, `scalars`, `scalar`); these
+`turnstile.stores.connection.Connection` (`rows`, `row`, `scalars`, `scalar`); these
 helpers give a test the rows of any SQL text (or Core statement) as dicts,
 so that a check can compare whole rows at a glance. They do not count in
-`turnstile.stores.db.rows_read` (the product's reads do).
+`turnstile.stores.connection.rows_read` (the product's reads do).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from turnstile.stores.db import Connection, Statement
+from turnstile.stores.connection import Connection, Statement
 
 
 def fetchall(conn: Connection, sql: Statement,

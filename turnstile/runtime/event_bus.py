@@ -28,7 +28,8 @@ def _flat(event: TurnStarted | TurnCompleted) -> dict[str, Any]:
 
 class LoggingListener:
     def __call__(self, event: TurnStarted | TurnCompleted) -> None:
-        log.info("%s %s", event.kind, event.model_dump_json())
+        if log.isEnabledFor(logging.INFO):  # the event's JSON only for a line logged
+            log.info("%s %s", event.kind, event.model_dump_json())
 
 
 class OpenTelemetryListener:
@@ -37,8 +38,12 @@ class OpenTelemetryListener:
 
     def __init__(self, tracer_provider: trace.TracerProvider | None = None) -> None:
         self.tracer = trace.get_tracer("turnstile.events", tracer_provider=tracer_provider)
+        self.provider = tracer_provider
 
     def __call__(self, event: TurnStarted | TurnCompleted) -> None:
+        provider = self.provider or trace.get_tracer_provider()
+        if isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider):
+            return  # no provider installed: the span would record nothing
         # Ids masked as on every sink (an id that holds an address).
         attrs = {k: mask_text(v) if isinstance(v, str) else v for k, v in _flat(event).items()}
         with self.tracer.start_as_current_span(f"turnstile.{event.kind}",

@@ -35,7 +35,9 @@ from turnstile.engine.specs import (
 )
 
 if TYPE_CHECKING:
-    from turnstile.stores.db import Connection, Database, Transaction
+    from turnstile.stores.connection import Connection
+    from turnstile.stores.db import Database
+    from turnstile.stores.transaction import Transaction
 
 
 @dataclass

@@ -57,7 +57,8 @@ import sqlalchemy as sa
 
 from turnstile.engine.specs import DEFAULT_STATEMENT_TIMEOUT_SECONDS
 from turnstile.runtime.tools import ToolContext, ToolExecutionError
-from turnstile.stores.db import Connection, Database
+from turnstile.stores.connection import Connection
+from turnstile.stores.db import Database
 
 log = logging.getLogger(__name__)
 

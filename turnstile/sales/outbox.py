@@ -48,7 +48,8 @@ import sqlalchemy as sa
 from turnstile.engine.specs import DEFAULT_STATEMENT_TIMEOUT_SECONDS as TIMEOUT
 from turnstile.sales.access import as_role, tool_connection
 from turnstile.sales.schema import EMAIL_ROLE, SENDER_ROLE, email_task, now_text, utc_text
-from turnstile.stores.db import Connection, Database
+from turnstile.stores.connection import Connection
+from turnstile.stores.db import Database
 
 
 class EmailStatus(StrEnum):

@@ -28,7 +28,7 @@ from turnstile.engine.errors import ToolArgumentError
 from turnstile.engine.specs import DEFAULT_STATEMENT_TIMEOUT_SECONDS
 from turnstile.sales.access import statement_timeout
 from turnstile.sales.schema import sales_daily_total
-from turnstile.stores.db import Connection
+from turnstile.stores.connection import Connection
 
 MAX_RANGE_DAYS = 366
 FULL_LIST_LIMIT = 100  # up to this many matches are all returned...

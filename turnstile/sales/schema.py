@@ -29,9 +29,9 @@ from datetime import UTC, date, datetime, time
 
 import sqlalchemy as sa
 
-from turnstile.stores.db import Flag
+from turnstile.stores.tables import Flag
 
-# The sales app's tables (the stores declare theirs on turnstile.stores.db.metadata).
+# The sales app's tables (the stores declare theirs on turnstile.stores.tables.metadata).
 metadata = sa.MetaData()
 
 SALES_INDEX = "sales_record_time_amount_idx"

@@ -32,7 +32,8 @@ from turnstile.sales.schema import (
     sales_index,
     sales_record,
 )
-from turnstile.stores.db import Connection, Database
+from turnstile.stores.connection import Connection
+from turnstile.stores.db import Database
 from turnstile.stores.schema import upgrade
 
 log = logging.getLogger(__name__)

@@ -21,7 +21,8 @@ import sqlalchemy as sa
 from turnstile.engine.contract import AuditStatus
 from turnstile.engine.masking import mask_json_text
 from turnstile.stores.call_key import execution_id, key_columns
-from turnstile.stores.db import Database, metadata
+from turnstile.stores.db import Database
+from turnstile.stores.tables import metadata
 
 __all__ = ["AuditLog", "AuditRow", "approval_decision", "execution_id", "mask",
            "masked_params", "tool_execution_log"]

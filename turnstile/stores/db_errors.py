@@ -13,11 +13,16 @@ else writes them (turnstile.engine.masking.without_db_details).
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 
 from sqlalchemy import exc
 
+from turnstile.engine.errors import DatabaseUnavailable
 from turnstile.engine.masking import mask_text, without_db_details
+from turnstile.stores.engines import Dialect
+
+log = logging.getLogger(__name__)
 
 
 def _database_error(err: BaseException) -> BaseException | None:
@@ -52,3 +57,27 @@ def db_error_text(err: BaseException) -> str:
     else:  # sqlite3 names the constraint and column, never the value
         text = f"{type(orig).__name__}: {str(orig).splitlines()[0] if str(orig) else ''}"
     return mask_text(without_db_details(text))
+
+
+def unavailable(err: BaseException, dialect: Dialect, readonly: bool) -> DatabaseUnavailable:
+    """A short, safe category for the model and memory; the detail is logged."""
+    which = "read-only connection" if readonly else "connection"
+    log.warning("database %s failed (%s): %s", which, dialect, db_error_text(err))
+    return DatabaseUnavailable(f"database unavailable ({dialect} {which} failed)")
+
+
+def error_category(err: BaseException) -> str | None:
+    """A short text for a database error that may reach the model or memory
+    (never the driver's message: it can name hosts, roles and SQL), or None
+    when `err` is not a database error."""
+    if isinstance(err, DatabaseUnavailable):
+        return str(err)
+    if isinstance(err, exc.DBAPIError):
+        if err.connection_invalidated or isinstance(err, exc.OperationalError | exc.InterfaceError):
+            return "database unavailable"
+        if isinstance(err, exc.IntegrityError):
+            return "the database refused the change (a constraint)"
+        return f"database error ({type(err).__name__})"
+    if isinstance(err, exc.SQLAlchemyError | sqlite3.Error):
+        return f"database error ({type(err).__name__})"
+    return None

@@ -56,12 +56,14 @@ from turnstile.engine.messages import ChatMessage, ToolCall
 from turnstile.stores import journal_writes as w, ledger, superseded
 from turnstile.stores.audit import mask
 from turnstile.stores.call_key import CallKey
-from turnstile.stores.db import Connection, Database, Transaction
+from turnstile.stores.connection import Connection
+from turnstile.stores.db import Database
 from turnstile.stores.journal_repair import Repair, open_calls, owner_of, repair_orphans
 from turnstile.stores.ledger import LedgerEntry, LedgerStatus
 from turnstile.stores.memory import MemoryStore, chat_message, load_attributes
 from turnstile.stores.runs import Writer, claim
 from turnstile.stores.superseded import Effect, SupersededCall
+from turnstile.stores.transaction import Transaction
 
 __all__ = ["CallJournal", "Ending", "Repair", "Start", "Undone", "open_calls"]
 

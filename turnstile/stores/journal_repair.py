@@ -25,7 +25,7 @@ from turnstile.engine.contract import AuditStatus, CallStatus
 from turnstile.engine.messages import ChatMessage, ToolCall
 from turnstile.stores import journal_writes as w, ledger
 from turnstile.stores.call_key import CallKey
-from turnstile.stores.db import Connection
+from turnstile.stores.connection import Connection
 from turnstile.stores.ledger import LedgerStatus
 from turnstile.stores.memory import (
     MemoryStore,

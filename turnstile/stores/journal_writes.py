@@ -20,7 +20,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from turnstile.engine.contract import ApprovalDecision, AuditStatus, CallStatus
 from turnstile.stores.audit import approval_decision, mask, masked_params, tool_execution_log
 from turnstile.stores.call_key import CallKey
-from turnstile.stores.db import Connection
+from turnstile.stores.connection import Connection
 from turnstile.stores.ledger import LedgerRow, LedgerStatus, tool_call_ledger
 from turnstile.stores.memory import now_iso
 
@@ -37,13 +37,12 @@ def _insert(conn: Connection, table: sa.Table) -> postgresql.Insert | sqlite.Ins
 
 
 def claim_first(conn: Connection, key: CallKey, tool_name: str) -> bool:
-    """The first attempt's claim: a STARTED row, unless the call has one."""
-    stmt = _insert(conn, tool_call_ledger).values(
-        workflow_id=key.workflow_id, execution_chain=key.chain, tool_call_id=key.call_id,
-        tool_name=tool_name, status=LedgerStatus.STARTED.value, started_at=now_iso(),
-    ).on_conflict_do_nothing(index_elements=list(tool_call_ledger.primary_key))
-    # RETURNING, not rowcount: psycopg reports none for ON CONFLICT DO NOTHING.
-    return conn.execute(stmt.returning(ledger_c.attempts)).first() is not None
+    """The first attempt's claim: a STARTED row, unless the call has one
+    (INSERT ... ON CONFLICT DO NOTHING, built once: Connection.insert_new)."""
+    return conn.insert_new(tool_call_ledger, {
+        "workflow_id": key.workflow_id, "execution_chain": key.chain,
+        "tool_call_id": key.call_id, "tool_name": tool_name,
+        "status": LedgerStatus.STARTED.value, "started_at": now_iso()})
 
 
 def claim_again(conn: Connection, key: CallKey, seen: LedgerRow) -> bool:
@@ -56,16 +55,28 @@ def claim_again(conn: Connection, key: CallKey, seen: LedgerRow) -> bool:
     return conn.execute(stmt).rowcount == 1
 
 
+# The statements of every tool call's end, built once with their values bound
+# at execution (building an UPDATE cost several times running it,
+# bench/micro.py journal). Keys: wf, chain, call (the call), claim.
+_OF_CALL = sa.and_(ledger_c.workflow_id == sa.bindparam("wf"),
+                   ledger_c.execution_chain == sa.bindparam("chain"),
+                   ledger_c.tool_call_id == sa.bindparam("call"))
+_COMPLETE = sa.update(tool_call_ledger).where(
+    _OF_CALL, ledger_c.status == LedgerStatus.STARTED.value,
+    ledger_c.attempts == sa.bindparam("claim"),
+).values(status=LedgerStatus.COMPLETED.value, result=sa.bindparam("v_result"),
+         is_error=sa.bindparam("v_is_error"), outcome=sa.bindparam("v_outcome"),
+         state=sa.bindparam("v_state"), finished_at=sa.bindparam("v_finished_at"))
+
+
 def complete(conn: Connection, key: CallKey, claim: int, *, outcome: CallStatus, result: str,
              is_error: bool, state: dict[str, Any] | None) -> bool:
     """The claimed call ended with a result; False when `claim` no longer holds."""
-    stmt = sa.update(tool_call_ledger).where(
-        key.of(tool_call_ledger), ledger_c.status == LedgerStatus.STARTED.value,
-        ledger_c.attempts == claim,
-    ).values(status=LedgerStatus.COMPLETED.value, result=result, is_error=int(is_error),
-             outcome=outcome.value, state=json.dumps(state) if state else None,
-             finished_at=now_iso())
-    return conn.execute(stmt).rowcount == 1
+    return conn.execute(_COMPLETE, {
+        "wf": key.workflow_id, "chain": key.chain, "call": key.call_id, "claim": claim,
+        "v_result": result, "v_is_error": int(is_error), "v_outcome": outcome.value,
+        "v_state": json.dumps(state) if state else None, "v_finished_at": now_iso(),
+    }).rowcount == 1
 
 
 def release(conn: Connection, key: CallKey, claim: int, error: str) -> None:
@@ -132,11 +143,15 @@ def open_audit(conn: Connection, run: Execution) -> None:
                  run.values(AuditStatus.INITIATED, now_iso()))
 
 
+_CLOSE_AUDIT = (sa.update(tool_execution_log).where(log_c.execution_id == sa.bindparam("id"))
+                .values(status=sa.bindparam("v_status"), end_time=sa.bindparam("v_end"),
+                        error_message=sa.bindparam("v_error")))
+
+
 def close_audit(conn: Connection, execution_id: str, status: AuditStatus,
                 error: str | None) -> None:
-    conn.execute(sa.update(tool_execution_log).where(log_c.execution_id == execution_id)
-                 .values(status=status.value, end_time=now_iso(),
-                         error_message=mask(error) if error else None))
+    conn.execute(_CLOSE_AUDIT, {"id": execution_id, "v_status": status.value,
+                                "v_end": now_iso(), "v_error": mask(error) if error else None})
 
 
 def close_open_audit(conn: Connection, execution_id: str, error: str) -> None:

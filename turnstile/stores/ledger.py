@@ -17,7 +17,9 @@ from pydantic import BaseModel
 
 from turnstile.engine.contract import CallStatus
 from turnstile.stores.call_key import CallKey, key_columns
-from turnstile.stores.db import Connection, Database, metadata
+from turnstile.stores.connection import Connection
+from turnstile.stores.db import Database
+from turnstile.stores.tables import metadata
 
 tool_call_ledger = sa.Table(
     "tool_call_ledger", metadata,

@@ -24,8 +24,10 @@ from dataclasses import dataclass
 
 import sqlalchemy as sa
 
-from turnstile.stores.db import Connection, Database, metadata, text_columns
+from turnstile.stores.connection import Connection
+from turnstile.stores.db import Database
 from turnstile.stores.memory import now_iso
+from turnstile.stores.tables import metadata, text_columns
 
 conversation_lock = sa.Table(
     "conversation_lock", metadata,
@@ -66,13 +68,19 @@ class Lock:
         return Holder(self.workflow_id, self.run_id, self.chain)
 
 
+_LOCKS = sa.select(lk.conversation_id, lk.workflow_id, lk.run_id,
+                   lk.execution_chain.label("chain"))
+# Built once: every memory write of a turn's run reads its conversation's lock
+# (turnstile.stores.runs.claim), and building the SELECT each time cost about
+# as much as running it (bench/micro.py db-reads).
+_LOCK_OF = _LOCKS.where(lk.conversation_id == sa.bindparam("conversation_id"))
+
+
 def locks(conn: Connection, conversation_id: str | None = None) -> list[Lock]:
     """The locks held (of `conversation_id` only, when given)."""
-    stmt = sa.select(lk.conversation_id, lk.workflow_id, lk.run_id,
-                     lk.execution_chain.label("chain"))
-    if conversation_id is not None:
-        stmt = stmt.where(lk.conversation_id == conversation_id)
-    return conn.rows(stmt, Lock)
+    if conversation_id is None:
+        return conn.rows(_LOCKS, Lock)
+    return conn.rows(_LOCK_OF, Lock, {"conversation_id": conversation_id})
 
 
 def holder(conn: Connection, conversation_id: str) -> Holder | None:

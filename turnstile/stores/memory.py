@@ -26,64 +26,32 @@ from turnstile.engine import attributes as attr
 from turnstile.engine.activity_io import MemorySnapshot
 from turnstile.engine.errors import ConversationOwnershipError, MemoryConflictError
 from turnstile.engine.messages import Attachment, ChatMessage, Role, ToolCall
-from turnstile.stores.db import (
-    FLAG_FALSE,
-    Connection,
-    Database,
-    Flag,
-    metadata,
-    stored_time,
-    text_columns,
+from turnstile.stores.connection import Connection
+from turnstile.stores.db import Database
+from turnstile.stores.memory_tables import (
+    GET,
+    LAST_SEQ,
+    NEWEST_OTHERS,
+    NEWEST_SYSTEM,
+    OTHERS,
+    OWNER,
+    SLOT_WRITER,
+    STATEFUL as STATEFUL,
+    SYSTEM_PROMPT,
+    chat_message as chat_message,
+    conversation as conversation,
+    cv,
+    m,
+    message_columns as message_columns,
 )
 from turnstile.stores.message_parts import delete_parts, read_parts, write_parts
+from turnstile.stores.tables import stored_time
 
 
 def now_iso() -> str:
     return stored_time(datetime.now(UTC))
 
 
-conversation = sa.Table(
-    "conversation", metadata,
-    sa.Column("conversation_id", sa.Text, primary_key=True),
-    sa.Column("user_id", sa.Text, nullable=False),
-    sa.Column("created_at", sa.Text, nullable=False),
-    # Every tool call at a slot up to this one has its result (migration 0007):
-    # the orphan repair reads only what lies after it. NULL: read from the start.
-    sa.Column("answered_through", sa.BigInteger),
-)
-
-# Tool results that carry cross-round state: the rows `state()` reads, indexed
-# by a partial index (its WHERE is the query's, word for word).
-STATEFUL = "role = 'tool' AND attributes LIKE '%\"turnstile.state\"%'"
-
-
-def message_columns() -> list[sa.Column[Any]]:
-    """The columns of a stored message, in chat_message and (kept for the
-    record) superseded_message."""
-    return [sa.Column("role", sa.Text, nullable=False),
-            *text_columns("content", "tool_calls", "tool_call_id", nullable=True),
-            sa.Column("is_error", Flag, nullable=False, server_default=FLAG_FALSE),
-            sa.Column("attributes", sa.Text)]
-
-
-chat_message = sa.Table(
-    "chat_message", metadata,
-    sa.Column("conversation_id", sa.Text, primary_key=True),
-    sa.Column("seq", sa.BigInteger, primary_key=True, autoincrement=False),
-    *message_columns(),
-    sa.Column("created_at", sa.Text),
-    sa.Column("workflow_id", sa.Text),
-    sa.Column("execution_chain", sa.Text),  # the writing turn's chain (migration 0005)
-    sa.Column("run_id", sa.Text),  # the writing run (0006; turnstile.stores.runs)
-    sa.Index("chat_message_call", "conversation_id", "tool_call_id"),
-    sa.Index("chat_message_writer", "conversation_id", "workflow_id"),
-    # The newest system message, and messages by role (migration 0007).
-    sa.Index("chat_message_role", "conversation_id", "role", "seq"),
-    sa.Index("chat_message_state", "conversation_id", "seq",
-             sqlite_where=sa.text(STATEFUL), postgresql_where=sa.text(STATEFUL)),
-)
-m = chat_message.c
-cv = conversation.c
 
 
 def load_attributes(text: str | None) -> dict[str, Any]:
@@ -131,12 +99,17 @@ def _slot(conversation_id: str, seq: int) -> sa.ColumnElement[bool]:
     return sa.and_(m.conversation_id == conversation_id, m.seq == seq)
 
 
+# Built once: every memory write makes it (values bound at execution).
+_LOWER_ANSWERED = (sa.update(conversation)
+                   .where(cv.conversation_id == sa.bindparam("conv"),
+                          cv.answered_through >= sa.bindparam("through"))
+                   .values(answered_through=sa.bindparam("through")))
+
+
 def lower_answered_through(conn: Connection, conversation_id: str, seq: int) -> None:
     """A row written or removed at `seq`: the repair must read from there again
     (`conversation.answered_through`, turnstile.stores.journal)."""
-    conn.execute(sa.update(conversation)
-                 .where(cv.conversation_id == conversation_id, cv.answered_through >= seq - 1)
-                 .values(answered_through=seq - 1))
+    conn.execute(_LOWER_ANSWERED, {"conv": conversation_id, "through": seq - 1})
 
 
 def answered_through(conn: Connection, conversation_id: str) -> int | None:
@@ -194,8 +167,7 @@ class MemoryStore:
         """Bind a new conversation to its user; refuse anyone else's turn on it."""
         conn.insert_new(conversation, {"conversation_id": conversation_id, "user_id": user_id,
                                        "created_at": now_iso()})
-        owner = conn.scalar(sa.select(cv.user_id).where(cv.conversation_id == conversation_id),
-                            str)
+        owner = conn.scalar(OWNER, str, {"conv": conversation_id})
         if owner != user_id:
             raise ConversationOwnershipError(
                 f"conversation {conversation_id!r} belongs to another user; "
@@ -209,13 +181,11 @@ class MemoryStore:
 
     def snapshot(self, conversation_id: str, user_id: str,
                  conn: Connection | None = None) -> MemorySnapshot:
-        mine = m.conversation_id == conversation_id
+        mine = {"conv": conversation_id}
         with self.db.joined(conn) as conn:
             self.bind(conn, conversation_id, user_id)
-            # MAX over the primary key: one index probe
-            last = conn.scalar(sa.select(sa.func.max(m.seq)).where(mine), int)
-            system = conn.scalar(sa.select(m.content).where(mine, m.role == "system")
-                                 .order_by(m.seq.desc()).limit(1), str)
+            last = conn.scalar(LAST_SEQ, int, mine)  # MAX over the primary key: one probe
+            system = conn.scalar(SYSTEM_PROMPT, str, mine)
         return MemorySnapshot(
             next_seq=0 if last is None else last + 1,
             message_count=0 if last is None else last + 1,  # slots used
@@ -243,16 +213,14 @@ class MemoryStore:
         before the oldest page (then `messages()` would give the same window),
         or the conversation's start. A page never ends inside a group of a
         call and its results; the newest user message is always read."""
-        mine = m.conversation_id == conversation_id
-        newest_first = sa.select(chat_message).order_by(m.seq.desc())
+        mine = {"conv": conversation_id}
         with self.db.joined(conn) as conn:
-            system = conn.rows(newest_first.where(mine, m.role == "system").limit(1), MessageRow)
+            system = conn.rows(NEWEST_SYSTEM, MessageRow, mine)
             # The newest page, then ranges of slots below it: a range of the
             # primary key is planned well everywhere (PostgreSQL, with stale
             # statistics, read "seq < b ORDER BY seq DESC LIMIT n" by a bitmap
             # scan of the whole conversation).
-            others = newest_first.where(mine, m.role != "system")
-            rows = conn.rows(others.limit(first_page), MessageRow)
+            rows = conn.rows(NEWEST_OTHERS, MessageRow, {**mine, "n": first_page})
             low = int(rows[-1].seq) if len(rows) == first_page else 0
             page = first_page * 4
             while low > 0:  # 0: the conversation's start was read
@@ -260,7 +228,8 @@ class MemoryStore:
                         and enough(_assembled(system + rows[::-1], {}, workflow_id))):
                     break
                 start = max(0, low - page)
-                rows.extend(conn.rows(others.where(m.seq >= start, m.seq < low), MessageRow))
+                rows.extend(conn.rows(OTHERS.where(m.seq >= start, m.seq < low), MessageRow,
+                                      mine))
                 low, page = start, page * 4
             since = int(rows[-1].seq) if rows else 0
             parts = read_parts(conn, conversation_id, since=since)
@@ -291,7 +260,7 @@ class MemoryStore:
             ) -> tuple[ChatMessage, str | None, str | None] | None:
         """The message at `seq`, the turn and the run that wrote it."""
         with self.db.joined(conn) as conn:
-            row = conn.row(sa.select(chat_message).where(_slot(conversation_id, seq)), MessageRow)
+            row = conn.row(GET, MessageRow, {"conv": conversation_id, "seq": seq})
         return None if row is None else (row.message(), row.workflow_id, row.run_id)
 
     # -- writes -------------------------------------------------------------
@@ -337,8 +306,7 @@ class MemoryStore:
                 if msg.parts:
                     write_parts(conn, conversation_id, seq, msg.parts)
                 continue
-            owner = conn.row(sa.select(m.workflow_id, m.run_id)
-                             .where(_slot(conversation_id, seq)), SlotWriter)
+            owner = conn.row(SLOT_WRITER, SlotWriter, {"conv": conversation_id, "seq": seq})
             # The same turn's retry is a no-op; another turn's row, or
             # another run's that no claim superseded, is a conflict.
             if owner is None or owner.workflow_id != workflow_id or (

@@ -15,7 +15,8 @@ from typing import NamedTuple
 import sqlalchemy as sa
 
 from turnstile.engine.messages import Attachment
-from turnstile.stores.db import Connection, metadata, text_columns
+from turnstile.stores.connection import Connection
+from turnstile.stores.tables import metadata, text_columns
 
 chat_message_part = sa.Table(
     "chat_message_part", metadata,
@@ -51,14 +52,20 @@ def write_parts(conn: Connection, conversation_id: str, seq: int,
             "url": part.url, "data": part.data, "mime_type": part.mime_type})
 
 
+_PARTS = sa.select(p.seq, p.idx, p.type, p.url, p.data, p.mime_type).order_by(p.seq, p.idx)
+# Built once: every model call's window reads them (values bound at execution).
+_PARTS_SINCE = _PARTS.where(p.conversation_id == sa.bindparam("conv"),
+                            p.seq >= sa.bindparam("since"))
+
+
 def part_rows(conn: Connection, conversation_id: str, since: int = 0,
               only: int | None = None) -> list[PartRow]:
     """The parts of the messages at `since` and after (or of the one at
     `only`), in order."""
-    where = p.seq >= since if only is None else p.seq == only
-    return conn.rows(sa.select(p.seq, p.idx, p.type, p.url, p.data, p.mime_type)
-                     .where(p.conversation_id == conversation_id, where)
-                     .order_by(p.seq, p.idx), PartRow)
+    if only is None:
+        return conn.rows(_PARTS_SINCE, PartRow, {"conv": conversation_id, "since": since})
+    return conn.rows(_PARTS.where(p.conversation_id == conversation_id, p.seq == only),
+                     PartRow)
 
 
 def read_parts(conn: Connection, conversation_id: str,

@@ -38,8 +38,9 @@ from temporalio.converter import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
-from turnstile.stores.db import Database, metadata
+from turnstile.stores.db import Database
 from turnstile.stores.memory import now_iso
+from turnstile.stores.tables import metadata
 
 log = logging.getLogger(__name__)
 

@@ -29,8 +29,10 @@ import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import TSQUERY, TSVECTOR
 
 from turnstile.engine.activity_io import Snippet
-from turnstile.stores.db import Connection, Database, metadata, text_columns
+from turnstile.stores.connection import Connection
+from turnstile.stores.db import Database
 from turnstile.stores.memory import now_iso
+from turnstile.stores.tables import metadata, text_columns
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,9 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 
 from turnstile.engine.errors import ConfigurationError
-from turnstile.stores.db import READER_ROLE, Database, engine_for, metadata
+from turnstile.stores.db import Database
+from turnstile.stores.engines import READER_ROLE, engine_for
+from turnstile.stores.tables import metadata
 
 log = logging.getLogger(__name__)
 

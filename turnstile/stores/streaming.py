@@ -23,8 +23,9 @@ from typing import NamedTuple
 
 import sqlalchemy as sa
 
-from turnstile.stores.db import Database, metadata
+from turnstile.stores.db import Database
 from turnstile.stores.memory import now_iso
+from turnstile.stores.tables import metadata
 
 FLUSH_CHARS = 64
 FLUSH_SECONDS = 0.2

@@ -36,7 +36,8 @@ from turnstile.engine.contract import CallStatus
 from turnstile.engine.messages import ChatMessage, Role, ToolCall
 from turnstile.stores import ledger as ledger_store
 from turnstile.stores.call_key import CallKey, execution_id
-from turnstile.stores.db import Connection, Database, metadata, text_columns
+from turnstile.stores.connection import Connection
+from turnstile.stores.db import Database
 from turnstile.stores.ledger import LedgerRow, LedgerStatus
 from turnstile.stores.memory import (
     MessageRow,
@@ -45,6 +46,7 @@ from turnstile.stores.memory import (
     message_columns,
     now_iso,
 )
+from turnstile.stores.tables import metadata, text_columns
 
 superseded_message = sa.Table(
     "superseded_message", metadata,
@@ -199,12 +201,21 @@ def _turn(workflow_id: str, chain: str) -> sa.ColumnElement[bool]:
                    sa.func.coalesce(t.execution_chain, "") == chain)
 
 
+# Built once: every model call that asks for tools reads it (values bound).
+_PRIOR_CALLS = sa.select(superseded_message).where(
+    t.conversation_id == sa.bindparam("conv"),
+    sa.func.coalesce(t.workflow_id, "") == sa.bindparam("wf"),
+    sa.func.coalesce(t.execution_chain, "") == sa.bindparam("chain"),
+    t.role == "assistant", t.tool_calls.is_not(None)).order_by(t.id)
+
+
 def prior_calls(db: Database, conversation_id: str, workflow_id: str,
-                chain: str) -> dict[str, str]:
-    """Call id -> call identity of every superseded call of the turn."""
-    with db.connect() as conn:
-        rows = _rows(conn, t.conversation_id == conversation_id, _turn(workflow_id, chain),
-                     t.role == "assistant", t.tool_calls.is_not(None))
+                chain: str, conn: Connection | None = None) -> dict[str, str]:
+    """Call id -> call identity of every superseded call of the turn (in
+    `conn`'s transaction when given)."""
+    with db.joined(conn) as conn:
+        rows = [SupersededRow.read(r) for r in conn.rows(_PRIOR_CALLS, _Stored, {
+            "conv": conversation_id, "wf": workflow_id, "chain": chain})]
     return {c.id: call_identity(c.name, c.arguments or "{}")
             for r in rows for c in r.message.tool_calls}
 

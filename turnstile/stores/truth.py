@@ -27,7 +27,8 @@ from turnstile.engine.contract import AuditStatus, CallStatus
 from turnstile.engine.messages import ToolCall
 from turnstile.stores import superseded
 from turnstile.stores.audit import execution_id, tool_execution_log
-from turnstile.stores.db import Connection, Database
+from turnstile.stores.connection import Connection
+from turnstile.stores.db import Database
 from turnstile.stores.journal import open_calls
 from turnstile.stores.ledger import tool_call_ledger
 from turnstile.stores.lock import Holder, locks

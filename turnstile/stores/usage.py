@@ -34,15 +34,15 @@ from typing import Any, NamedTuple
 import sqlalchemy as sa
 
 from turnstile.engine.identity import person_key
-from turnstile.stores.db import (
-    Connection,
-    Database,
+from turnstile.stores.connection import Connection
+from turnstile.stores.db import Database
+from turnstile.stores.memory import now_iso
+from turnstile.stores.tables import (
     TimeWindow,
     metadata,
     stored_time as stored_time,  # `recorded_at`'s form
     text_columns,
 )
-from turnstile.stores.memory import now_iso
 
 model_usage = sa.Table(
     "model_usage", metadata,
