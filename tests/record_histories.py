@@ -47,6 +47,7 @@ from turnstile.engine.contract import (
     TurnPhase,
     TurnProgress,
 )
+from turnstile.engine.model_settings import ModelSettings
 from turnstile.runtime.services import Service
 from turnstile.sales.planner import demo_planner
 from turnstile.sales.seed import seed
@@ -203,6 +204,35 @@ async def record_approvals_v2(client: Client, fake: FakeLLM, tmp: Path) -> None:
                     edited)
 
 
+async def record_small_models(client: Client, fake: FakeLLM, tmp: Path) -> None:
+    """The loop's rules for small models (issue 36): a repeated effectful
+    call settled without running, an empty answer asked for again, and calls
+    written as text read as calls (`ModelSettings.text_tool_calls`)."""
+
+    async def repeated(turns: Turns) -> WorkflowHandle:
+        fake.script(tool_reply(("w1", "slowWrite", {"note": "k", "seconds": 0})),
+                    tool_reply(("w2", "slowWrite", {"note": "k", "seconds": 0})),
+                    text_reply("Written once."))
+        return await turns.start("write k", workflow_id="repeat-breaker")
+
+    await scenario(client, fake, tmp, "repeat_breaker", [make_service()], None, repeated)
+
+    async def empty(turns: Turns) -> WorkflowHandle:
+        fake.script(text_reply(""), text_reply("Nobody."))
+        return await turns.start("who?", workflow_id="empty-answer")
+
+    await scenario(client, fake, tmp, "empty_answer", [make_service()], None, empty)
+
+    async def as_text(turns: Turns) -> WorkflowHandle:
+        fake.script(text_reply('<tools>\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n'
+                               "</tools>"), text_reply("3"))
+        return await turns.start("add 1 and 2", workflow_id="text-tool-calls")
+
+    service = make_service()
+    service.model = ModelSettings(text_tool_calls=True, tool_results="text")
+    await scenario(client, fake, tmp, "text_tool_calls", [service], None, as_text)
+
+
 async def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     OUT.mkdir(exist_ok=True)
@@ -261,6 +291,7 @@ async def main() -> None:
 
         await scenario(client, fake, tmp, "content_filtered", [make_service()], None, filtered)
         await record_approvals_v2(client, fake, tmp)
+        await record_small_models(client, fake, tmp)
     finally:
         fake.close()
         server.stop()

@@ -14,7 +14,9 @@ Besides the main scenarios, the paths of approvals v2 are recorded
 (tests/record_histories.py, `record_approvals_v2`): a turn waiting for an
 approval that a new message steered and the new turn that steered it, a
 turn queued behind one waiting for an approval, a new message refused
-meanwhile, and an e-mail approved with the reviewer's edits."""
+meanwhile, and an e-mail approved with the reviewer's edits; and the
+loop's rules for small models (`record_small_models`): a repeated call, an
+empty answer asked for again, calls written as text read as calls."""
 
 from __future__ import annotations
 
@@ -39,10 +41,14 @@ MAIN = {"demo", "approval_rejected", "compensation", "breaker_trip", "truncated"
 # Recorded at revision 3: the earlier revisions' folders do not have them.
 APPROVALS_V2 = {"steered", "steered_new_turn", "queued", "new_message_refused",
                 "approved_with_edits"}
+# The loop's rules for small models (issue 36), also recorded at revision 3:
+# a repeated call settled without running, an empty answer asked for again,
+# calls written as text read as calls (with results sent as text).
+SMALL_MODELS = {"repeat_breaker", "empty_answer", "text_tool_calls"}
 
 
 def test_the_main_scenarios_are_recorded() -> None:
-    assert {p.stem for p in HISTORIES} >= MAIN | APPROVALS_V2
+    assert {p.stem for p in HISTORIES} >= MAIN | APPROVALS_V2 | SMALL_MODELS
 
 
 def test_the_turns_of_the_earlier_revisions_are_kept() -> None:
