@@ -30,6 +30,12 @@ REFUSED, CRASH, RETRIED, EMPTY, TWICE, HUNG = (
     "refused-for-schema", "server-crash", "retried-beyond-bound", "completed-empty",
     "mail-sent-twice", "hung")
 MORE_MAIL = "more-than-one-mail"  # different mails: not the demo, not a repeat either
+# `completed` with an answer that is a tool call written as text (JSON naming
+# one of the sales tools) rather than an answer: not an issue-36 rule, but
+# not a success either.
+CALL_AS_ANSWER = "completed-with-call-as-text"
+SALES_TOOLS = ("querySalesData", "createFollowUpTask", "createEmailTask", "checkEmailConfig",
+               "getEmailTaskStatus", "retryEmailTask")
 
 
 @dataclass
@@ -162,6 +168,8 @@ async def inspect_run(stack: TestStack, server: str, run: int, result: Any, work
         record.flags.append(RETRIED)
     if record.ending == "completed" and not answer.strip():
         record.flags.append(EMPTY)
+    if record.ending == "completed" and any(f'"{t}"' in answer for t in SALES_TOOLS):
+        record.flags.append(CALL_AS_ANSWER)
     contents = Counter((str(m["To"]), str(m["Subject"]), _body(m)) for m in mails)
     if any(n > 1 for n in contents.values()):
         record.flags.append(TWICE)
