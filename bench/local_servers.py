@@ -9,7 +9,8 @@
 - llama-cpp-python's server (`python -m llama_cpp.server`,
   `chat_format=chatml-function-calling`): `llama-cpp-python[server]==0.3.36`
   in a venv of its own, built from source (cmake, a plain CPU build; about 30
-  minutes on two cores the first time).
+  minutes on two cores the first time;
+  LLCPP_PYTHON names one already built).
 
 Everything lands under the cache (TURNSTILE_BENCH_CACHE, default
 ~/.cache/turnstile-bench), outside the repository; nothing is committed.
@@ -35,7 +36,13 @@ MODEL_VERSION = "0.2.0"
 MODEL_FILE = "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
 MODEL_NAME = "qwen2.5-coder-1.5b-instruct"
 LLAMA_CPP_PYTHON = "llama-cpp-python[server]==0.3.36"
-LLCPP_CMAKE_ARGS = "-DGGML_BLAS=OFF -DGGML_CUDA=OFF -DGGML_VULKAN=OFF -DGGML_METAL=OFF"
+# A portable AVX2 build: the default native build (-march=native) picked up
+# this machine's AMX and AVX-512 and segfaulted on every prompt longer than one
+# token (measured on the project machine, an Intel Xeon with AMX).
+LLCPP_CMAKE_ARGS = ("-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON "
+                    "-DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF "
+                    "-DGGML_AMX_BF16=OFF -DGGML_BLAS=OFF -DGGML_CUDA=OFF -DGGML_VULKAN=OFF "
+                    "-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF")
 SERVERS = ("llama-server", "llama-cpp-python")
 
 
@@ -88,8 +95,8 @@ def ensure_llama_cpp_python() -> Path:
     print(f"building {LLAMA_CPP_PYTHON} from source into {python.parent.parent} "
           "(cmake, CPU only: slow on two cores)", flush=True)
     subprocess.run([sys.executable, "-m", "venv", str(python.parent.parent)], check=True)
-    env = {**os.environ, "CMAKE_ARGS": LLCPP_CMAKE_ARGS}
-    _pip(str(python), "install", "--quiet", LLAMA_CPP_PYTHON, env=env)
+    env = {**os.environ, "CMAKE_ARGS": LLCPP_CMAKE_ARGS, "CMAKE_BUILD_PARALLEL_LEVEL": "2"}
+    _pip(str(python), "install", "--quiet", "--no-cache-dir", LLAMA_CPP_PYTHON, env=env)
     return python
 
 
