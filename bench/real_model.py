@@ -60,8 +60,8 @@ def _value(text: str) -> Any:
         return text
 
 
-def configured_app(service_name: str | None, settings: dict[str, Any],
-                   model_timeout: float) -> tuple[App, str]:
+def configured_app(service_name: str | None, settings: dict[str, Any], model_timeout: float,
+                   max_round_trips: int | None) -> tuple[App, str]:
     """The sales app with `settings` on the chosen service's model settings and a
     model-request timeout a slow CPU needs; the service's name."""
     app = build_sales_app()
@@ -73,8 +73,10 @@ def configured_app(service_name: str | None, settings: dict[str, Any],
     def adjust(service: Service) -> Service:
         if service.name != name:
             return service
-        changes: dict[str, Any] = {"loop": service.loop.model_copy(
-            update={"model_timeout_seconds": model_timeout})}
+        loop: dict[str, Any] = {"model_timeout_seconds": model_timeout}
+        if max_round_trips is not None:
+            loop["max_round_trips"] = max_round_trips
+        changes: dict[str, Any] = {"loop": service.loop.model_copy(update=loop)}
         if settings:
             current = getattr(service, "model", None)
             if current is None:
@@ -115,13 +117,15 @@ def seed_once(stack: TestStack, app: App) -> None:
 
 async def bench_server(kind: str, model: Path, args: argparse.Namespace,
                        settings: dict[str, Any]) -> list[RunRecord]:
-    app, service = configured_app(args.service, settings, args.model_timeout)
+    app, service = configured_app(args.service, settings, args.model_timeout,
+                                  args.max_round_trips)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
     workdir = DATA / f"{kind}-{stamp}"
     server = ModelServer(kind, model, workdir / f"{kind}.log", context=args.context,
                          threads=args.threads)
     print(f"{kind}: {server.url} (log {server.log}); service {service}, "
-          f"settings {settings or 'defaults'}", flush=True)
+          f"settings {settings or 'defaults'}, max round trips "
+          f"{args.max_round_trips or 'as the service'}", flush=True)
     env = {"LLM_BASE_URL": server.url, "LLM_MODEL": MODEL_NAME,
            "LLM_TIMEOUT_SECONDS": str(int(args.model_timeout)),
            "TURNSTILE_CONTEXT_TOKENS": str(args.context)}
@@ -145,6 +149,9 @@ async def bench_server(kind: str, model: Path, args: argparse.Namespace,
                                            args.retry_bound)
                 records.append(record)
                 print(record.line(), flush=True)
+                if args.json:
+                    args.json.with_suffix(f".{kind}.partial.json").write_text(
+                        json.dumps([r.as_dict() for r in records], indent=1))
     finally:
         server.stop()
     return records
@@ -181,6 +188,8 @@ def main() -> None:
     parser.add_argument("--model-timeout", type=float, default=900.0,
                         help="one model request (LoopPolicy.model_timeout_seconds, "
                              "LLM_TIMEOUT_SECONDS): CPU inference is slow")
+    parser.add_argument("--max-round-trips", type=int, default=None,
+                        help="the service's LoopPolicy.max_round_trips (default: the service's)")
     parser.add_argument("--retry-bound", type=int, default=3,
                         help="model-call attempts beyond this are flagged (retried 5xx)")
     parser.add_argument("--context", type=int, default=16384)
