@@ -109,6 +109,12 @@ async def test_tool_call_written_as_text_is_not_run(
     ('<tools>\n<function name="echo" arguments=\'{"text": "x"}\'/>\n<func', "echo"),
     ('<function=add>{"a": 1}</function>', "add"),
     ('<function name="add" arguments=\'not json\'/>', None),
+    # llama-cpp-python's chatml-function-calling format; asked for its answer
+    # without tools after a repeat, the model wrote only the head (measured).
+    ("functions.echo:", "echo"),
+    ('functions.add:\n{"a": 1, "b": 2}\nfunctions.echo:\n{"text": "x"}', "add"),
+    ("functions.add: is how I would do it, but the sum is 3.", None),
+    ("functions.launchRockets:", None),
     # Answers, not calls:
     ('```json\n{"name": "launchRockets", "arguments": {}}\n```', None),  # not offered
     ('{"name": "add"}', None),  # no arguments
@@ -156,6 +162,7 @@ async def test_calls_written_as_text_run_when_the_service_reads_them(
     ('<tools><function name="add" arguments=\'{"a": 1}\'/>\n'
      '<function name="echo" arguments=\'{"text": "y"}\'/></tools>',
      [("add", '{"a": 1}'), ("echo", '{"text": "y"}')]),
+    ('functions.add:\n{"a": 1}\nfunctions.echo:', [("add", '{"a": 1}'), ("echo", "{}")]),
     ("The sum is 3.", []),
 ])
 def test_which_calls_an_answer_writes(text: str, calls: list[tuple[str, str]]) -> None:

@@ -9,8 +9,9 @@
   offered; asked without tools, the model can write one.)
 - **A tool call written as text.** An answer that is only a call of an
   offered tool written as JSON (```json {"name": ..., "arguments": ...}```,
-  `<tool_call>...</tool_call>`, `<tools>...</tools>`, bare, or several such
-  objects one after another) ends the turn `failed` with
+  `<tool_call>...</tool_call>`, `<tools>...</tools>`, `<function ...>` tags,
+  chatml-function-calling's `functions.NAME:`, bare, or several such
+  calls one after another) ends the turn `failed` with
   `ToolCallAsText`; the call is never run (a model whose server's chat
   template does not parse its tool calls writes them so).
 
@@ -50,6 +51,8 @@ _BLOCK = re.compile(
     r"|<(?:tool_call|tools|function_call)>(.*?)(?:</(?:tool_call|tools|function_call)>|\Z)",
     re.S)
 _DECODER = json.JSONDecoder()
+# llama-cpp-python's chatml-function-calling: `functions.NAME:` then JSON.
+_CHATML_HEAD = re.compile(r"functions\.([A-Za-z0-9_-]+):\s*")
 # `<function name="X" arguments='{...}'/>` and `<function=X>{...}</function>`.
 _FUNCTION_TAG = re.compile(
     r"""<function\s+name="([^"]+)"\s+arguments=(?:'(.*?)'|"(.*?)")\s*/?>"""
@@ -90,6 +93,8 @@ def _calls_in(block: str) -> list[tuple[str, str]]:
     """The calls `block` writes: JSON values one after another, or
     `<function name="X" arguments='{...}'/>` / `<function=X>{...}</function>`
     tags (both measured from Qwen2.5-Coder under llama-server)."""
+    if block.startswith("functions."):
+        return _chatml_calls(block)
     if block.startswith("<function"):
         found = []
         for name, single, double, bare, body in _FUNCTION_TAG.findall(block):
@@ -105,6 +110,32 @@ def _calls_in(block: str) -> list[tuple[str, str]]:
             call = _call(item)
             if call is not None:
                 found.append(call)
+    return found
+
+
+def _chatml_calls(block: str) -> list[tuple[str, str]]:
+    """llama-cpp-python's chatml-function-calling format, `functions.NAME:`
+    then the arguments as JSON, one call after another; an answer that is
+    only `functions.NAME:` (measured: asked for its answer without tools
+    after a repeat, the model wrote just that) is a call with no arguments.
+    Any other text in between: not calls."""
+    found: list[tuple[str, str]] = []
+    at = 0
+    while at < len(block):
+        head = _CHATML_HEAD.match(block, at)
+        if head is None:
+            return []
+        at = head.end()
+        args = "{}"
+        if at < len(block) and block[at] in "{[":
+            try:
+                value, at = _DECODER.raw_decode(block, at)
+            except (ValueError, RecursionError):
+                return []
+            args = json.dumps(value, ensure_ascii=False)
+        found.append((head.group(1), args))
+        while at < len(block) and block[at].isspace():
+            at += 1
     return found
 
 
