@@ -140,7 +140,10 @@ def calls_as_text(messages: list[ChatMessage]) -> list[ChatMessage]:
     calls returned. The request stays valid Chat Completions."""
     names = {c.id: c.name for m in messages for c in m.tool_calls}
     out: list[ChatMessage] = []
+    results: ChatMessage | None = None  # the user message of the current run of results
     for m in messages:
+        if m.role != "tool":
+            results = None
         if m.role == "assistant" and m.tool_calls:
             lines = [m.content] if m.content else []
             lines += [f"Called {c.name} [call {c.id}] with {c.arguments}" for c in m.tool_calls]
@@ -149,11 +152,11 @@ def calls_as_text(messages: list[ChatMessage]) -> list[ChatMessage]:
             name = names.get(m.tool_call_id or "", "a tool")
             error = " (error)" if m.is_error else ""
             text = f"Result of {name} [call {m.tool_call_id}]{error}:\n{m.content or ''}"
-            if out and out[-1].role == "user" and out[-1].attributes.get("tool_results"):
-                out[-1].content = f"{out[-1].content}\n\n{text}"
+            if results is None:
+                results = ChatMessage(role="user", content=text)
+                out.append(results)
             else:
-                out.append(ChatMessage(role="user", content=text,
-                                       attributes={"tool_results": True}))
+                results.content = f"{results.content}\n\n{text}"
         else:
             out.append(m)
     return out
