@@ -82,7 +82,8 @@ class MinimalTurn:
             reply: dict[str, Any] = await workflow.execute_activity(
                 call_model, messages, start_to_close_timeout=timedelta(seconds=180),
                 retry_policy=retry)
-            messages.append(reply)
+            # Sent back with text, never null: every server takes "" (some refuse null).
+            messages.append({**reply, "content": reply.get("content") or ""})
             calls = reply.get("tool_calls") or []
             if not calls:
                 return str(reply.get("content") or "")

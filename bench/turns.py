@@ -319,6 +319,10 @@ async def bench(args: argparse.Namespace, workdir: Path) -> tuple[list[Row], str
     server = DevServer(workdir / "temporal.log")
     fake = FakeLLM(keep_alive=True)  # persistent connections, as real endpoints
     fake.default = scripted_model()
+    # The bench's model stands for a hosted endpoint, which takes `"content":
+    # null` beside tool calls (pydantic-ai sends it); the fake refuses it by
+    # default, as llama-cpp-python does.
+    fake.null_content_refused = False
     try:
         client = await connect(server.address)
         env = {"TEMPORAL_ADDRESS": server.address, "DATABASE_URL": db_url,
