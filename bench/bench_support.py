@@ -58,7 +58,9 @@ class DevServer:
         self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
         with open(logfile, "ab") as out:
-            self.proc = subprocess.Popen(temporal_dev_command(self.port, 0, None, headless=True),
+            extra = os.environ.get("BENCH_SERVER_FLAGS", "").split()  # e.g. a dynamic config
+            self.proc = subprocess.Popen([*temporal_dev_command(self.port, 0, None, headless=True),
+                                          *extra],
                                          stdout=out, stderr=subprocess.STDOUT,
                                          start_new_session=True)
 
