@@ -7,6 +7,7 @@ tests/support/fake_llm.py, standing in for LLM_BASE_URL) to see its
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -135,6 +136,15 @@ async def test_the_model_settings_go_out_with_every_request(tmp_path: Path, seed
                     if t["function"]["name"] == "lookupOrder")
         assert "pattern" not in sent["properties"]["order_id"]
         assert "pattern" in lookupOrder.spec.parameters["properties"]["order_id"]
+
+
+def test_the_readme_shows_the_settings_as_the_desk_has_them() -> None:
+    root = Path(__file__).resolve().parent.parent
+    shown = re.search(r"<!-- example: examples/support_desk/app.py [^>]*-->\n```python\n(.*?)```",
+                      (root / "README.md").read_text(), re.S)
+    assert shown is not None, "the README lost the desk's model settings"
+    source = (root / "examples" / "support_desk" / "app.py").read_text().splitlines()
+    assert [line for line in shown.group(1).splitlines() if line not in source] == []
 
 
 def seeded_address(stack: TestStack) -> str:
