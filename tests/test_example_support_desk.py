@@ -1,9 +1,13 @@
 """The second app (examples/support_desk), tested the way its author would:
 only `turnstile` and `turnstile.testing`, real turns (a Temporal dev server,
-the worker serving just this app, SQLite, SMTP)."""
+the worker serving just this app, SQLite, SMTP). One test puts the desk in
+front of a model server on a socket (the repository's scripted one,
+tests/support/fake_llm.py, standing in for LLM_BASE_URL) to see its
+`ModelSettings` in the requests."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -12,6 +16,8 @@ import sqlalchemy as sa
 
 from examples.support_desk import build_app
 from examples.support_desk.tables import desk_order, desk_refund
+from examples.support_desk.tools import lookupOrder
+from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from turnstile.testing import ScriptedModel, TestStack, call
 
 
@@ -104,6 +110,41 @@ async def test_cancel_reverses_a_refund_already_paid(tmp_path: Path, seeded: Tes
         results = [m for m in stack.memory("c-cancel") if m.role == "tool"]
         assert [m.is_error for m in results] == [True, True]
         assert "ROLLED BACK" in (results[0].content or "").upper()
+
+
+async def test_the_model_settings_go_out_with_every_request(tmp_path: Path, seeded: TestStack,
+                                                           fake_llm: FakeLLM) -> None:
+    # A real model (LLM_BASE_URL) instead of the offline function model: the
+    # desk's ModelSettings are in each request the server receives.
+    fake_llm.script(tool_reply(("c1", "lookupOrder", {"order_id": "A-1001"})),
+                    text_reply("Order A-1001 is paid: $25.00."))
+    async with TestStack(build_app(), tmp_path, env={"LLM_BASE_URL": fake_llm.url},
+                         temporal_address=seeded_address(seeded)) as stack:
+        assert stack.apps[0].seed is not None
+        stack.apps[0].seed(stack.db, None)
+        result = await stack.run("What is the status of order A-1001?")
+    assert result.status == "completed", result.error
+    assert result.answer == "Order A-1001 is paid: $25.00."
+    assert fake_llm.refusals == []
+    assert len(fake_llm.requests) == 2  # the call, then the answer
+    for request in fake_llm.requests:
+        assert (request["max_tokens"], request["temperature"]) == (512, 0.2)
+        assert request["tool_choice"] == "auto"
+        # The worker's default dialect ("grammar") leaves OrderId's pattern
+        # out (llama.cpp's servers take it); the tool itself declares it.
+        sent = next(t["function"]["parameters"] for t in request["tools"]
+                    if t["function"]["name"] == "lookupOrder")
+        assert "pattern" not in sent["properties"]["order_id"]
+        assert "pattern" in lookupOrder.spec.parameters["properties"]["order_id"]
+
+
+def test_the_readme_shows_the_settings_as_the_desk_has_them() -> None:
+    root = Path(__file__).resolve().parent.parent
+    shown = re.search(r"<!-- example: examples/support_desk/app.py [^>]*-->\n```python\n(.*?)```",
+                      (root / "README.md").read_text(), re.S)
+    assert shown is not None, "the README lost the desk's model settings"
+    source = (root / "examples" / "support_desk" / "app.py").read_text().splitlines()
+    assert [line for line in shown.group(1).splitlines() if line not in source] == []
 
 
 def seeded_address(stack: TestStack) -> str:
