@@ -37,6 +37,7 @@ from turnstile.runtime.apps import (
 from turnstile.runtime.client import connect, metrics_runtime
 from turnstile.runtime.config import Settings
 from turnstile.runtime.mcp import connections as mcp_connections
+from turnstile.runtime.payload_visits import walk_once
 from turnstile.runtime.plugins import load_services
 from turnstile.runtime.processes import report_ready, supervise
 from turnstile.runtime.search_attributes import ensure_search_attributes
@@ -80,6 +81,7 @@ LOCAL_ACTIVITY_SLOTS = 32
 
 def build_worker(client: Client, rt: Runtime, **overrides: object) -> Worker:
     """The Temporal worker for one runtime (tests pass their own client/runtime)."""
+    walk_once()  # each activation's payloads visited in one walk (payload_visits)
     options: dict[str, object] = {
         "task_queue": rt.settings.task_queue,
         "workflows": [AgentTurn],

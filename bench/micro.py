@@ -27,7 +27,11 @@ Cases:
   pays it: in a transaction of its own before the cut, in the one its
   answer is written in after (where `prior_calls` takes `conn`);
 - `heartbeat`: `activities.runtime.with_heartbeat` around work that returns
-  at once (its own cost per activity), in Temporal's ActivityEnvironment.
+  at once (its own cost per activity), in Temporal's ActivityEnvironment;
+- `walks-sdk` / `walks-once`: a workflow completion that schedules an
+  activity with two inputs (a short one, 5 KB) and completes with the 5 KB
+  one, through the worker's converter: the SDK's `encode_completion` (three
+  walks) and `turnstile.runtime.payload_visits.encode_completion` (one).
 """
 
 from __future__ import annotations
@@ -128,6 +132,35 @@ def heartbeat() -> float:
     async def run() -> float:
         return await _heartbeat()
     return float(asyncio.run(env.run(run)))
+
+
+def walks(once: bool) -> float:
+    from temporalio.bridge.proto.workflow_completion import WorkflowActivationCompletion
+    from temporalio.converter import StorageDriverStoreContext, StorageDriverWorkflowInfo
+
+    from turnstile.runtime import client, payload_visits
+    from turnstile.runtime.config import Settings
+
+    dc = client.converter(Settings.from_env())._with_store_context(StorageDriverStoreContext(
+        target=StorageDriverWorkflowInfo(id="w", run_id="r", type="AgentTurn",
+                                         namespace="default")))
+    small, big = dc.payload_converter.to_payloads(["a", "x" * 5000])
+    done = WorkflowActivationCompletion(run_id="r")
+    first = done.successful.commands.add().schedule_activity
+    first.activity_id, first.activity_type = "1", "turnstile.call_model"
+    first.arguments.extend([small, big])
+    done.successful.commands.add().complete_workflow_execution.result.CopyFrom(big)
+    encode = payload_visits.encode_completion if once else payload_visits.SDK_WALKS[1]
+
+    async def run() -> float:
+        best, n = float("inf"), 2_000
+        for _ in range(5):
+            began = time.perf_counter()
+            for _ in range(n):
+                await encode(done, dc, True, 1)
+            best = min(best, (time.perf_counter() - began) / n * 1e6)
+        return best
+    return asyncio.run(run())
 
 
 def db_reads() -> float:
@@ -232,6 +265,8 @@ CASES: dict[str, Callable[[], float]] = {
     "journal": journal,
     "prior-calls": prior_calls,
     "heartbeat": heartbeat,
+    "walks-sdk": lambda: walks(False),
+    "walks-once": lambda: walks(True),
 }
 
 

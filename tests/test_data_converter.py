@@ -3,16 +3,25 @@ encoding converters (and so pydantic's TypeAdapters) built once per process."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+from collections.abc import Sequence
 from datetime import UTC, datetime
+from pathlib import Path
 
+import pytest
+from temporalio.api.common.v1 import Payload
+from temporalio.bridge.proto.workflow_activation import WorkflowActivation
+from temporalio.bridge.proto.workflow_completion import WorkflowActivationCompletion
 from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.converter import DataConverter
+from temporalio.converter import DataConverter, PayloadCodec
 
 from turnstile.engine.contract import TurnInput, TurnStatus
 from turnstile.engine.events import TurnStarted
 from turnstile.runtime import client
 from turnstile.runtime.client import PydanticPayloadConverter
+from turnstile.stores.db import Database
+from turnstile.stores.schema import upgrade
 
 
 def test_same_payloads_as_the_sdk_pydantic_converter() -> None:
@@ -72,3 +81,84 @@ def test_an_unchanged_payload_sequence_comes_back_itself() -> None:
             assert await getattr(bound, name)(small.payloads) is small.payloads, name
 
     asyncio.run(visit())
+
+
+class _Flip(PayloadCodec):
+    """A codec that changes every payload (reversibly), so the codec steps show."""
+
+    async def encode(self, payloads: Sequence[Payload]) -> list[Payload]:
+        return [Payload(metadata={**p.metadata, "flip": b"1"}, data=p.data[::-1])
+                for p in payloads]
+
+    async def decode(self, payloads: Sequence[Payload]) -> list[Payload]:
+        out = []
+        for p in payloads:
+            meta = dict(p.metadata)
+            flipped = meta.pop("flip", None)
+            out.append(Payload(metadata=meta, data=p.data[::-1] if flipped else p.data))
+        return out
+
+
+def _completion(dc: DataConverter) -> WorkflowActivationCompletion:
+    small, big = dc.payload_converter.to_payloads(["a", "x" * 5000])
+    done = WorkflowActivationCompletion(run_id="r")
+    first = done.successful.commands.add().schedule_activity
+    first.activity_id, first.activity_type = "1", "turnstile.call_model"
+    first.arguments.extend([small, big])
+    first.headers["h"].CopyFrom(small)
+    done.successful.commands.add().complete_workflow_execution.result.CopyFrom(big)
+    return done
+
+
+@pytest.mark.parametrize("codec", [False, True])
+def test_one_walk_gives_the_sdks_payloads(tmp_path: Path, codec: bool) -> None:
+    """turnstile.runtime.payload_visits walks an activation or a completion
+    once, applying the SDK's three steps to each payload sequence; the SDK
+    walks it once per step. Same payloads either way: small ones untouched,
+    one above the claim-check threshold stored and read back, every one
+    through a codec when there is one."""
+    from temporalio.converter import StorageDriverStoreContext, StorageDriverWorkflowInfo
+
+    from turnstile.runtime import payload_visits
+    from turnstile.runtime.config import Settings
+
+    settings = dataclasses.replace(Settings.from_env(), payload_threshold=1024,
+                                   database_url=f"sqlite:///{tmp_path / 'p.db'}")
+    upgrade(Database(settings.database_url))
+    dc = client.converter(settings)
+    if codec:
+        dc = dataclasses.replace(dc, payload_codec=_Flip())
+    dc = dc._with_store_context(StorageDriverStoreContext(target=StorageDriverWorkflowInfo(
+        id="w", run_id="r", type="AgentTurn", namespace="default")))
+    sdk_decode, sdk_encode = payload_visits.SDK_WALKS
+
+    async def both() -> None:
+        ours, theirs = _completion(dc), _completion(dc)
+        await payload_visits.encode_completion(ours, dc, True, 1)
+        await sdk_encode(theirs, dc, True, 1)
+        assert ours == theirs
+        assert ours != _completion(dc)  # the big one became a reference (and the codec's)
+        encoded = ours.successful.commands[0].schedule_activity.arguments
+        activation = WorkflowActivation(run_id="r")
+        activation.jobs.add().resolve_activity.result.completed.result.CopyFrom(encoded[1])
+        twin = WorkflowActivation()
+        twin.CopyFrom(activation)
+        await payload_visits.decode_activation(activation, dc, True, 1)
+        await sdk_decode(twin, dc, True, 1)
+        assert activation == twin
+        original = _completion(dc).successful.commands[0].schedule_activity.arguments[1]
+        assert activation.jobs[0].resolve_activity.result.completed.result == original
+
+    asyncio.run(both())
+
+
+def test_the_worker_walks_once() -> None:
+    """build_worker puts the one-walk functions where the SDK's worker calls them."""
+    import temporalio.bridge.worker as sdk_bridge
+
+    from turnstile.runtime import payload_visits
+
+    payload_visits.walk_once()
+    assert sdk_bridge.encode_completion is payload_visits.encode_completion
+    assert sdk_bridge.decode_activation is payload_visits.decode_activation
+    assert all(callable(f) for f in payload_visits.SDK_WALKS)
