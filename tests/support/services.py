@@ -15,6 +15,7 @@ from pydantic import Field
 
 from tests.support.sql import fetchall, fetchone
 from turnstile.engine.breakers import BreakerPolicy
+from turnstile.engine.model_settings import ModelSettings
 from turnstile.engine.specs import LoopPolicy, RetrySpec
 from turnstile.runtime.services import ProviderContext, Service, ServiceRegistry, ToolProvider
 from turnstile.runtime.tools import ToolContext, ToolExecutionError, ToolRegistry, ToolResult, tool
@@ -292,3 +293,6 @@ def register(registry: ServiceRegistry) -> None:
     registry.add(make_service())
     registry.add(make_service("test-saga", max_round_trips=10))
     registry.add(replace(make_service("test-retrieval"), retriever=held_retriever))
+    # Answers that are only calls written as text are read as those calls.
+    registry.add(replace(make_service("test-text-calls"),
+                         model=ModelSettings(text_tool_calls=True)))
