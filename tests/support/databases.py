@@ -19,6 +19,9 @@ and the run ends with one loud line saying how many.
 - `temporary_postgres_database()` (also as the `postgres_database_factory`
   fixture): a context manager for tests or module-scoped fixtures that want a
   database of their own.
+- `worker_database_url(backend, request, tmp_path)`: the DATABASE_URL for a
+  live test's worker on `backend` (a test parametrized over BACKENDS): a fresh
+  SQLite file, or the session's PostgreSQL database, migrated and emptied.
 """
 
 from __future__ import annotations
@@ -159,6 +162,21 @@ def empty_all_tables(db: Database) -> None:
             ]
             for n in names:
                 conn.execute(f'DELETE FROM "{n}"')
+
+
+def worker_database_url(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The DATABASE_URL a live test's worker uses on `backend` ("sqlite" or
+    "postgresql"): a fresh SQLite file, or the session's PostgreSQL database
+    migrated and emptied of earlier tests' rows, so that checks over the
+    whole database (the outbox the sender delivers, the truth check) see
+    this test's rows alone, as on a fresh SQLite file."""
+    if backend == "sqlite":
+        return sqlite_file_url(tmp_path / "turnstile.db")
+    url: str = request.getfixturevalue("postgres_url")
+    database = Database(url)
+    migrate(database)
+    empty_all_tables(database)
+    return url
 
 
 @pytest.fixture
