@@ -19,6 +19,9 @@ and the run ends with one loud line saying how many.
 - `temporary_postgres_database()` (also as the `postgres_database_factory`
   fixture): a context manager for tests or module-scoped fixtures that want a
   database of their own.
+- `fresh_url`: parametrized over BACKENDS, the URL of an empty database of
+  its own (no schema; PostgreSQL: `temporary_postgres_database()`), for
+  tests of the migrations.
 - `worker_database_url(backend, request, tmp_path)`: the DATABASE_URL for a
   live test's worker on `backend` (a test parametrized over BACKENDS): a fresh
   SQLite file, or the session's PostgreSQL database, migrated and emptied.
@@ -191,6 +194,15 @@ def postgres_database_factory() -> Callable[[], AbstractContextManager[str]]:
 
 @pytest.fixture(scope="session")
 def postgres_url() -> Iterator[str]:
+    with temporary_postgres_database() as url:
+        yield url
+
+
+@pytest.fixture(params=BACKENDS)
+def fresh_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "sqlite":
+        yield sqlite_file_url(tmp_path / "v01.db")
+        return
     with temporary_postgres_database() as url:
         yield url
 
