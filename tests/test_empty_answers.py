@@ -2,7 +2,9 @@
 answer is asked for once more without tools, then ends `failed`
 (`EmptyAnswer`), never `completed` with nothing; a tool call written as text
 ends `failed` (`ToolCallAsText`) without running it. Real turns: the
-scripted model server over HTTP, a Temporal dev server, SQLite."""
+scripted model server over HTTP, a Temporal dev server, SQLite (and
+PostgreSQL for the empty answer twice, a call written as text refused, and
+calls written as text read as calls)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from typing import Any
 import pytest
 from temporalio.client import Client
 
+from tests.support.databases import BACKENDS, worker_database_url
 from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.services import make_service
 from tests.support.sql import fetchall
@@ -21,6 +24,8 @@ from turnstile.engine import attributes as attr
 from turnstile.engine.answer_rules import EMPTY_NUDGE, calls_written_as_text, tool_call_as_text
 from turnstile.engine.contract import CallStatus, TurnStatus
 from turnstile.engine.model_settings import ModelSettings
+from turnstile.stores.audit import AuditLog
+from turnstile.stores.memory import MemoryStore
 
 
 def null_reply() -> dict[str, Any]:
@@ -30,10 +35,12 @@ def null_reply() -> dict[str, Any]:
     return reply
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 async def test_empty_twice_ends_failed_with_empty_answer(
-        client: Client, task_queue: str, tmp_path: Path, fake_llm: FakeLLM) -> None:
+        client: Client, task_queue: str, tmp_path: Path, fake_llm: FakeLLM, backend: str,
+        request: pytest.FixtureRequest) -> None:
     fake_llm.script(null_reply(), text_reply("  \n "))
-    async with running_worker(client, task_queue, f"sqlite:///{tmp_path}/t.db",
+    async with running_worker(client, task_queue, worker_database_url(backend, request, tmp_path),
                               [make_service()], llm_url=fake_llm.url) as turns:
         result = await turns.run("who?", conversation="c-empty")
         fake_llm.script(text_reply("Nobody."))
@@ -80,17 +87,25 @@ async def test_empty_then_text_completes(client: Client, task_queue: str, tmp_pa
 CALL_AS_TEXT = '```json\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n```'
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 async def test_tool_call_written_as_text_is_not_run(
-        client: Client, task_queue: str, tmp_path: Path, fake_llm: FakeLLM) -> None:
+        client: Client, task_queue: str, tmp_path: Path, fake_llm: FakeLLM, backend: str,
+        request: pytest.FixtureRequest) -> None:
     fake_llm.script(text_reply(CALL_AS_TEXT))
-    async with running_worker(client, task_queue, f"sqlite:///{tmp_path}/t.db",
+    async with running_worker(client, task_queue, worker_database_url(backend, request, tmp_path),
                               [make_service()], llm_url=fake_llm.url) as turns:
-        result = await turns.run("add 1 and 2")
+        handle = await turns.start("add 1 and 2", conversation="c-as-text")
+        result = await handle.result()
+        audit = AuditLog(turns.rt.db).rows(handle.id)
+        stored = MemoryStore(turns.rt.db).messages("c-as-text")
     assert result.status == TurnStatus.FAILED
     assert result.error is not None and result.error.type == "ToolCallAsText"
     assert "wrote a call of add as text" in result.error.message
     assert "--jinja" in result.error.message
     assert result.tool_calls == [] and len(fake_llm.requests) == 1  # nothing ran, no re-ask
+    assert audit == []
+    assert [(m.role, m.content, m.tool_calls) for m in stored[1:]] == [
+        ("user", "add 1 and 2", []), ("assistant", CALL_AS_TEXT, [])]  # kept as text
 
 
 @pytest.mark.parametrize(("text", "called"), [
@@ -128,8 +143,10 @@ def test_what_counts_as_a_call_written_as_text(text: str, called: str | None) ->
     assert tool_call_as_text(text, ["add", "echo"]) == called
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 async def test_calls_written_as_text_run_when_the_service_reads_them(
-        client: Client, task_queue: str, tmp_path: Path, fake_llm: FakeLLM) -> None:
+        client: Client, task_queue: str, tmp_path: Path, fake_llm: FakeLLM, backend: str,
+        request: pytest.FixtureRequest) -> None:
     """`ModelSettings(text_tool_calls=True)`: the same answer is read as the
     calls it writes (two, in <tools>, as Qwen2.5-Coder writes them under
     llama-server); they run as calls, memory holds them as calls with their
@@ -140,9 +157,12 @@ async def test_calls_written_as_text_run_when_the_service_reads_them(
         text_reply('<tools>\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n'
                    '{"name": "echo", "arguments": {"text": "hi"}}\n</tools>'),
         text_reply("3, and hi."))
-    async with running_worker(client, task_queue, f"sqlite:///{tmp_path}/t.db",
+    async with running_worker(client, task_queue, worker_database_url(backend, request, tmp_path),
                               [service], llm_url=fake_llm.url) as turns:
-        result = await turns.run("add 1 and 2, then echo hi")
+        handle = await turns.start("add 1 and 2, then echo hi", conversation="c-read")
+        result = await handle.result()
+        audit = AuditLog(turns.rt.db).rows(handle.id)
+        stored = MemoryStore(turns.rt.db).messages("c-read")
     assert result.status == TurnStatus.COMPLETED, result.error
     assert [(c.name, c.status) for c in result.tool_calls] == [
         ("add", CallStatus.COMPLETED), ("echo", CallStatus.COMPLETED)]
@@ -151,6 +171,15 @@ async def test_calls_written_as_text_run_when_the_service_reads_them(
     assert second[-3]["content"] == ""
     assert [c["function"]["name"] for c in second[-3]["tool_calls"]] == ["add", "echo"]
     assert not fake_llm.refusals
+    # Both ran (at once: the audit's order by start time is either).
+    assert sorted((r.tool_name, r.status) for r in audit) == [("add", "COMPLETED"),
+                                                               ("echo", "COMPLETED")]
+    called = stored[2]
+    assert [m.role for m in stored] == ["system", "user", "assistant", "tool", "tool",
+                                        "assistant"]
+    assert [c.name for c in called.tool_calls] == ["add", "echo"]
+    assert {m.tool_call_id for m in stored[3:5]} == {c.id for c in called.tool_calls}
+    assert stored[-1].content == "3, and hi."
 
 
 @pytest.mark.parametrize(("text", "calls"), [

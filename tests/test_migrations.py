@@ -1,7 +1,9 @@
 """Alembic migrations: revision 0001 is exactly v0.1.0's schema, and a
 database made by v0.1 (its DDL, kept in tests/data from the v0.1.0 tag, and
 rows in it) upgrades to the newest schema and runs a turn with nothing lost
-— on SQLite and PostgreSQL."""
+— on SQLite and PostgreSQL; the declared tables match the migrated schema;
+the operator's commands, concurrent upgrades and the packaging. That each
+later revision only adds: tests/test_revisions_only_add.py."""
 
 from __future__ import annotations
 
@@ -10,20 +12,18 @@ import json
 import sqlite3
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
-import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from temporalio.client import Client
 
-from tests.support.databases import BACKENDS, sqlite_file_url
+from tests.support.databases import sqlite_file_url
 from tests.support.processes import free_port
+from tests.support.schemas import schema_of
 from tests.support.sql import fetchall, fetchone
 from tests.support.turns import running_worker
 from tests.test_sales_turns import DEMO, TODAY, approve_when_asked
@@ -67,38 +67,7 @@ def create_v0_1(db: Database) -> None:
     else:
         with psycopg.connect(db.url, autocommit=True) as conn:
             for stmt in v0_1_statements("postgresql"):
-                conn.execute(stmt)  # type: ignore[call-overload]
-
-
-@pytest.fixture(params=BACKENDS)
-def fresh_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield sqlite_file_url(tmp_path / "v01.db")
-        return
-    factory: Callable[[], AbstractContextManager[str]] = request.getfixturevalue(
-        "postgres_database_factory")
-    with factory() as url:
-        yield url
-
-
-def schema_of(db: Database) -> dict[str, Any]:
-    """Tables, columns (type, nullability, default), keys and indexes."""
-    with engine_for(db.url).connect() as conn:
-        insp = sa.inspect(conn)
-        out: dict[str, Any] = {}
-        for table in sorted(set(insp.get_table_names()) - {"alembic_version"}):
-            out[table] = {
-                "columns": [(c["name"], str(c["type"]), c["nullable"],
-                             str(c.get("default")).replace("'", "").lower())
-                            for c in insp.get_columns(table)],
-                "pk": insp.get_pk_constraint(table)["constrained_columns"],
-                "unique": sorted(tuple(u["column_names"])
-                                 for u in insp.get_unique_constraints(table)),
-                "indexes": sorted((i["name"], tuple(i["column_names"]), bool(i["unique"]))
-                                  for i in insp.get_indexes(table)),
-                "checks": sorted(c["sqltext"] for c in insp.get_check_constraints(table)),
-            }
-        return out
+                conn.execute(stmt)
 
 
 def test_revision_0001_is_exactly_v0_1(fresh_url: str, tmp_path: Path,
@@ -156,7 +125,7 @@ def _fill_v0_1(db: Database) -> None:
         return
     with psycopg.connect(db.url) as conn, conn.cursor() as cur:
         for sql, rows in statements:
-            cur.executemany(sql.replace("?", "%s"), rows)  # type: ignore[arg-type]
+            cur.executemany(sql.replace("?", "%s"), rows)
 
 
 def _rows_of(db: Database, table: str, order: str) -> list[dict[str, Any]]:
@@ -218,103 +187,6 @@ async def test_v0_1_database_upgrades_and_runs_a_turn(fresh_url: str, client: Cl
     assert set(runs.values()) == {None, handle.result_run_id}
 
 
-def test_revision_0006_only_adds(fresh_url: str) -> None:
-    """Reset runs (0006) add columns, an index and a table: every column,
-    key and index that 0005 made is still there, unchanged."""
-    db = Database(fresh_url)
-    upgrade(db, "0005")
-    before = schema_of(db)
-    upgrade(db, "0006")
-    after = schema_of(db)
-    for table, shape in before.items():
-        assert after[table]["pk"] == shape["pk"], table
-        assert set(shape["columns"]) <= set(after[table]["columns"]), table
-        assert set(shape["indexes"]) <= set(after[table]["indexes"]), table
-    added = {t: sorted({c[0] for c in after[t]["columns"]} - {c[0] for c in before[t]["columns"]})
-             for t in before}
-    assert {t: c for t, c in added.items() if c} == {
-        "chat_message": ["run_id"], "conversation_lock": ["execution_chain"]}
-    assert set(after) - set(before) == {"superseded_message"}
-
-
-def test_revision_0008_only_adds(fresh_url: str) -> None:
-    """Model usage (0008) adds a table and its index, nothing else."""
-    db = Database(fresh_url)
-    upgrade(db, "0007")
-    before = schema_of(db)
-    upgrade(db, "0008")
-    after = schema_of(db)
-    assert {t: after[t] for t in before} == before
-    assert set(after) - set(before) == {"model_usage"}
-    assert after["model_usage"]["pk"] == ["usage_key"]
-    assert after["model_usage"]["indexes"] == [
-        ("model_usage_user_time", ("user_id", "recorded_at"), False)]
-
-
-def test_revision_0010_decision_edits_only_adds(fresh_url: str) -> None:
-    """The reviewer's edits on the decision (0010_decision_edits) add one
-    nullable column, nothing else; a decision written as the previous
-    release's worker writes it (without the column) reads it as NULL, and
-    downgrading drops it again."""
-    db = Database(fresh_url)
-    upgrade(db, "0009")
-    before = schema_of(db)
-    upgrade(db, "0010_decision_edits")
-    after = schema_of(db)
-    assert {t: after[t] for t in before if t != "approval_decision"} == {
-        t: shape for t, shape in before.items() if t != "approval_decision"}
-    old, new = before["approval_decision"], after["approval_decision"]
-    assert {k: v for k, v in new.items() if k != "columns"} == {
-        k: v for k, v in old.items() if k != "columns"}
-    assert new["columns"] == [*old["columns"], ("edited_arguments", "TEXT", True, "none")]
-    with db.connect() as conn:
-        conn.execute("INSERT INTO approval_decision (workflow_id, execution_chain, tool_call_id,"
-                     " tool_name, approved, reviewer, note, decided_at) VALUES ('wf', '', 'c1',"
-                     " 'createEmailTask', 1, 'bob', '', '2026-12-01T00:00:00+00:00')")
-        assert fetchall(conn, "SELECT reviewer, edited_arguments FROM approval_decision") == [
-            {"reviewer": "bob", "edited_arguments": None}]
-    downgrade_to(db, "0009")
-    assert schema_of(db) == before
-
-
-def downgrade_to(db: Database, revision: str) -> None:
-    from alembic import command
-
-    from turnstile.stores.schema import alembic_config
-
-    with engine_for(db.url).begin() as conn:
-        config = alembic_config()
-        config.attributes["connection"] = conn
-        command.downgrade(config, revision)
-
-
-# The previous release (v0.3.0) made the schema through revision 0008.
-PREVIOUS_RELEASE_HEAD = "0008"
-
-
-def test_revisions_after_the_previous_release_only_add(fresh_url: str) -> None:
-    """Expand, then contract: what this release migrates keeps every table,
-    column (with its nullability), key and index the previous release's
-    worker uses; what it adds is nullable or defaulted, so that worker's
-    INSERTs still succeed."""
-    db = Database(fresh_url)
-    upgrade(db, PREVIOUS_RELEASE_HEAD)
-    before = schema_of(db)
-    upgrade(db)
-    after = schema_of(db)
-    for table, shape in before.items():
-        assert after[table]["pk"] == shape["pk"], table
-        assert set(shape["columns"]) <= set(after[table]["columns"]), table
-        assert set(shape["indexes"]) <= set(after[table]["indexes"]), table
-    inspector = sa.inspect(db.engine)
-    for table in before:
-        old = {c[0] for c in before[table]["columns"]}
-        for column in inspector.get_columns(table):
-            if column["name"] not in old:
-                assert column["nullable"] or column.get("default") is not None, (
-                    table, column["name"])
-
-
 def test_partial_schema_is_refused_not_guessed(tmp_path: Path) -> None:
     db = Database(sqlite_file_url(tmp_path / "odd.db"))
     raw = sqlite3.connect(db.path)
@@ -369,7 +241,8 @@ def test_declared_tables_match_the_migrated_schema(fresh_url: str) -> None:
                   "turnstile.stores.streaming", "turnstile.stores.usage"):
         importlib.import_module(owner)
     app_metadata = {table.metadata for table in build_sales_app().tables}
-    declared = [metadata, *app_metadata]  # Alembic compares a sequence of MetaData too
+    # Alembic compares a sequence of MetaData too (its type hint names one).
+    declared: Any = [metadata, *app_metadata]
     db = Database(fresh_url)
     upgrade(db)
     with engine_for(db.url).connect() as conn:

@@ -2,7 +2,9 @@
 calls createEmailTask again with identical arguments after it succeeded sends
 no second e-mail, asks no reviewer again, and is told what the first call
 returned. Real turns: the scripted model server over HTTP, a Temporal dev
-server, SQLite, the sender delivering over SMTP to a local server."""
+server, SQLite (and PostgreSQL for the repeat after a success, the repeat in
+one response and the model asked for its answer), the sender delivering over
+SMTP to a local server."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from typing import Any
 import pytest
 from temporalio.client import Client, WorkflowHandle
 
+from tests.support.databases import BACKENDS, worker_database_url
 from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.processes import free_port
 from tests.support.services import make_service
@@ -57,14 +60,13 @@ async def approve_all(handle: WorkflowHandle[Any, Any], approved: list[str]) -> 
 
 
 async def mail_turn(client: Client, task_queue: str, tmp_path: Path, fake_llm: FakeLLM,
-                    breakers: BreakerPolicy | None = None, *,
+                    url: str, breakers: BreakerPolicy | None = None, *,
                     one_response: bool = False) -> dict[str, Any]:
-    """One sales turn whose model calls createEmailTask twice with identical
-    arguments (one after the other, or both in one response), then answers;
-    every call approved, the outbox delivered."""
-    url = f"sqlite:///{tmp_path}/sales.db"
+    """One sales turn on the database at `url` whose model calls
+    createEmailTask twice with identical arguments (one after the other, or
+    both in one response), then answers; every call approved, the outbox
+    delivered. What it reports of the database is read from that database."""
     db = Database(url)
-    ensure_schema(db)
     port = free_port()
     env = {"SMTP_PORT": str(port), "SMTP_HOST": "127.0.0.1"}
     if one_response:
@@ -94,9 +96,12 @@ async def mail_turn(client: Client, task_queue: str, tmp_path: Path, fake_llm: F
             "disagreements": disagreements(db)}
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 async def test_identical_email_after_success_is_not_sent_again(
-        client: Client, task_queue: str, tmp_path: Path, fake_llm: FakeLLM) -> None:
-    turn = await mail_turn(client, task_queue, tmp_path, fake_llm)
+        client: Client, task_queue: str, tmp_path: Path, fake_llm: FakeLLM, backend: str,
+        request: pytest.FixtureRequest) -> None:
+    url = worker_database_url(backend, request, tmp_path)
+    turn = await mail_turn(client, task_queue, tmp_path, fake_llm, url)
     result = turn["result"]
     assert result.status == TurnStatus.COMPLETED, result.error
     assert [(c.id, c.status, c.is_error) for c in result.tool_calls] == [
@@ -120,11 +125,14 @@ async def test_identical_email_after_success_is_not_sent_again(
     assert turn["disagreements"] == []  # the truth check agrees with memory and the outbox
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 async def test_identical_calls_in_one_response_send_one_email(
-        client: Client, task_queue: str, tmp_path: Path, fake_llm: FakeLLM) -> None:
+        client: Client, task_queue: str, tmp_path: Path, fake_llm: FakeLLM, backend: str,
+        request: pytest.FixtureRequest) -> None:
     """Both in one response: the second waits for the first and, as it
     completed, is a repeat of it, never reviewed."""
-    turn = await mail_turn(client, task_queue, tmp_path, fake_llm, one_response=True)
+    url = worker_database_url(backend, request, tmp_path)
+    turn = await mail_turn(client, task_queue, tmp_path, fake_llm, url, one_response=True)
     result = turn["result"]
     assert result.status == TurnStatus.COMPLETED, result.error
     assert [(c.id, c.status) for c in result.tool_calls] == [
@@ -171,7 +179,8 @@ async def test_policy_lets_the_repeat_run(client: Client, task_queue: str, tmp_p
                                           fake_llm: FakeLLM, breakers: BreakerPolicy) -> None:
     """Configured per service (off) or per tool: the second call runs, is
     approved on its own, and sends its own e-mail."""
-    turn = await mail_turn(client, task_queue, tmp_path, fake_llm, breakers)
+    turn = await mail_turn(client, task_queue, tmp_path, fake_llm,
+                           f"sqlite:///{tmp_path}/sales.db", breakers)
     result = turn["result"]
     assert result.status == TurnStatus.COMPLETED, result.error
     assert [c.status for c in result.tool_calls] == [CallStatus.COMPLETED] * 2
@@ -201,8 +210,10 @@ async def test_a_repeatable_tool_runs_again(client: Client, task_queue: str, tmp
     assert told[0]["content"] == told[1]["content"] and "Not run again" not in told[1]["content"]
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 async def test_a_model_that_keeps_repeating_is_asked_for_its_answer(
-        client: Client, task_queue: str, tmp_path: Path, fake_llm: FakeLLM) -> None:
+        client: Client, task_queue: str, tmp_path: Path, fake_llm: FakeLLM, backend: str,
+        request: pytest.FixtureRequest) -> None:
     """The loop of issue 36 (the same call again and again): one reservation,
     two repeats, then one request without tools for the answer; completed,
     the effect kept once."""
@@ -212,13 +223,16 @@ async def test_a_model_that_keeps_repeating_is_asked_for_its_answer(
         return tool_reply((f"r{len(request['messages'])}", "reserve", {"item": "chairs"}))
 
     fake_llm.default = model
-    async with running_worker(client, task_queue, f"sqlite:///{tmp_path}/t.db",
+    async with running_worker(client, task_queue, worker_database_url(backend, request, tmp_path),
                               [make_service()], llm_url=fake_llm.url) as turns:
-        result = await turns.run("reserve chairs")
+        handle = await turns.start("reserve chairs")
+        result = await handle.result()
+        audit = AuditLog(turns.rt.db).rows(handle.id)
     assert result.status == TurnStatus.COMPLETED, result.error
     assert result.answer == "Reserved the chairs."
     assert [c.status for c in result.tool_calls] == [
         CallStatus.COMPLETED, CallStatus.REPEATED, CallStatus.REPEATED]
+    assert [r.status for r in audit] == ["COMPLETED", "REPEATED", "REPEATED"]
     assert len(fake_llm.requests) == 4
     last = fake_llm.requests[-1]
     assert "tools" not in last and last["messages"][-1] == {"role": "user",

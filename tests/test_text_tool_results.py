@@ -3,14 +3,17 @@ template drops `role: tool` (llama-cpp-python's chatml-function-calling), the
 request carries the assistant's calls in its text and their results as a user
 message, so the model sees what its calls returned. The strict scripted
 server (official request types, every tool call answered) accepts it; memory
-keeps real calls and results. Real turns: HTTP, a Temporal dev server, SQLite."""
+keeps real calls and results. Real turns: HTTP, a Temporal dev server, SQLite
+and PostgreSQL."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from temporalio.client import Client
 
+from tests.support.databases import BACKENDS, worker_database_url
 from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.services import make_service
 from tests.support.sql import fetchall
@@ -21,13 +24,15 @@ from turnstile.engine.model_settings import ModelSettings
 from turnstile.providers.openai_compat import calls_as_text
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 async def test_results_travel_as_text_and_memory_keeps_calls(
-        client: Client, task_queue: str, tmp_path: Path, fake_llm: FakeLLM) -> None:
+        client: Client, task_queue: str, tmp_path: Path, fake_llm: FakeLLM, backend: str,
+        request: pytest.FixtureRequest) -> None:
     service = make_service()
     service.model = ModelSettings(tool_results="text")
     fake_llm.script(tool_reply(("a1", "add", {"a": 1, "b": 2}), ("e1", "echo", {"text": "hi"})),
                     text_reply("3, and hi."))
-    async with running_worker(client, task_queue, f"sqlite:///{tmp_path}/t.db",
+    async with running_worker(client, task_queue, worker_database_url(backend, request, tmp_path),
                               [service], llm_url=fake_llm.url) as turns:
         result = await turns.run("add 1 and 2, then echo hi", conversation="c-text")
         with turns.rt.db.connect() as conn:

@@ -1,102 +1,54 @@
 """A lost worker costs seconds: a worker SIGKILLed during a model call, a
 tool call or a compensation is noticed by the activity's heartbeat timeout
-(5 s by default, not its start-to-close timeout), and a worker that gets
-SIGTERM finishes what it holds, or hands it back, before it exits. A tool or
-compensation that writes in the call journal's transaction and is killed
-before the commit leaves neither its effect nor its record; the next attempt
-runs it again.
+(5 s by default, not its start-to-close timeout) and the next worker runs it
+again. A tool or compensation that writes in the call journal's transaction
+and is killed before the commit leaves neither its effect nor its record;
+the next attempt runs it again. (A worker that gets SIGTERM:
+tests/test_worker_shutdown.py.)
 
 Every assertion is on the turn's history (which attempt ran, why the one
-before it ended), never on wall time."""
+before it ended) and the database, never on wall time."""
 
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
-import subprocess
-import threading
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
 import pytest
 from temporalio.api.enums.v1 import EventType, TimeoutType
 from temporalio.api.history.v1 import HistoryEvent
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client
 
-from activities.runtime import WORKER_SHUTDOWN
 from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.services import POLICY_SNIPPET, side_effects
 from tests.support.sql import fetchall, fetchone
-from tests.support.temporal_server import DevServer
 from tests.support.turns import local_activities
-from tests.support.worker_process import WorkerProcess
+from tests.support.waiting import wait_until
+from tests.support.worker_loss import HangingReply, ProcessTurns, activity_runs, notes
 from turnstile.engine import attributes as attr
 from turnstile.engine.activity_io import CALL_MODEL, COMPENSATE_TOOL, EXECUTE_TOOL
-from turnstile.engine.contract import WORKFLOW_TYPE, CallStatus, TurnInput, TurnResult, TurnStatus
+from turnstile.engine.contract import CallStatus, TurnStatus
 from turnstile.engine.specs import DEFAULT_HEARTBEAT_SECONDS
 from turnstile.sales import truth
 from turnstile.stores.audit import AuditLog
 from turnstile.stores.db import Database
 from turnstile.stores.memory import MemoryStore
-
-
-class HangingReply:
-    """A model reply that holds its HTTP request open until released, as a
-    model that is still thinking when the worker dies."""
-
-    def __init__(self) -> None:
-        self.entered = threading.Event()
-        self.released = threading.Event()
-
-    def __call__(self, request: dict[str, Any]) -> dict[str, Any]:
-        self.entered.set()
-        self.released.wait(120)
-        return text_reply("too late: this worker is gone")
-
-
-class Turns:
-    def __init__(self, client: Client, server: DevServer, task_queue: str, tmp: Path,
-                 llm_url: str, db_url: str | None = None) -> None:
-        self.client, self.task_queue, self.tmp = client, task_queue, tmp
-        db_url = db_url or f"sqlite:///{tmp}/t.db"
-        self.db = Database(db_url)
-        self.env = {"TEMPORAL_ADDRESS": server.address, "TURNSTILE_TASK_QUEUE": task_queue,
-                    "DATABASE_URL": db_url, "LLM_BASE_URL": llm_url}
-
-    def worker(self, name: str, **env: str) -> WorkerProcess:
-        return WorkerProcess(self.tmp / f"{name}.log", {**self.env, **env}).start()
-
-    async def start(self, wf_id: str, message: str,
-                    service: str = "test") -> WorkflowHandle[Any, TurnResult]:
-        return await self.client.start_workflow(
-            WORKFLOW_TYPE, TurnInput(conversation_id=f"c-{wf_id}", user_id="alice",
-                                     message=message, service=service,
-                                     variables={"team": "ops"}),
-            id=wf_id, task_queue=self.task_queue, result_type=TurnResult)
+from turnstile.testing.processes import DevServer
 
 
 @pytest.fixture
 def turns(client: Client, temporal_server: DevServer, task_queue: str, tmp_path: Path,
-          fake_llm: FakeLLM) -> Turns:
-    return Turns(client, temporal_server, task_queue, tmp_path, fake_llm.url)
+          fake_llm: FakeLLM) -> ProcessTurns:
+    return ProcessTurns(client, temporal_server, task_queue, tmp_path, fake_llm.url)
 
 
 @pytest.fixture
 def db_turns(client: Client, temporal_server: DevServer, task_queue: str, tmp_path: Path,
-             fake_llm: FakeLLM, db: Database) -> Turns:
+             fake_llm: FakeLLM, db: Database) -> ProcessTurns:
     """Turns on a subprocess worker against `db`: SQLite and PostgreSQL."""
     side_effects(db)  # the test tools' table, made before any journal transaction
-    return Turns(client, temporal_server, task_queue, tmp_path, fake_llm.url, db.url)
-
-
-def notes(db: Database, wf_id: str) -> list[str]:
-    """The test tools' rows of one turn, read without writing (the tools'
-    transaction may hold SQLite's write lock)."""
-    with db.connect() as conn:
-        return [r["note"] for r in fetchall(conn,
-            "SELECT note FROM test_side_effect WHERE call_key LIKE :k", {"k": wf_id + "/%"})]
+    return ProcessTurns(client, temporal_server, task_queue, tmp_path, fake_llm.url, db.url)
 
 
 def ledger_status(db: Database, wf_id: str, call_id: str) -> str | None:
@@ -117,48 +69,14 @@ def after_heartbeat_timeout(scheduled: HistoryEvent, started: HistoryEvent) -> N
     assert timeout.timeout_type == TimeoutType.TIMEOUT_TYPE_HEARTBEAT, run.last_failure
 
 
-async def wait_until(check: Any, what: str, timeout: float = 30) -> None:
-    for _ in range(int(timeout / 0.1)):
-        if check():
-            return
-        await asyncio.sleep(0.1)
-    raise TimeoutError(what)
-
-
-async def activity_runs(handle: WorkflowHandle[Any, TurnResult],
-                        name: str) -> list[tuple[HistoryEvent, HistoryEvent]]:
-    """(scheduled, started) event pairs of one activity type. The started event
-    of a retried activity carries the final attempt and the previous attempt's
-    failure (the server records only the last attempt)."""
-    history = await handle.fetch_history()
-    scheduled = {e.event_id: e for e in history.events
-                 if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
-                 and e.activity_task_scheduled_event_attributes.activity_type.name == name}
-    return [(scheduled[e.activity_task_started_event_attributes.scheduled_event_id], e)
-            for e in history.events
-            if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
-            and e.activity_task_started_event_attributes.scheduled_event_id in scheduled]
-
-
-def sigterm(worker: WorkerProcess, within: float) -> int:
-    """SIGTERM the worker and return its exit code (it must exit by itself)."""
-    assert worker.proc is not None
-    os.killpg(worker.proc.pid, signal.SIGTERM)
-    try:
-        return worker.proc.wait(timeout=within)
-    except subprocess.TimeoutExpired:
-        worker.kill()
-        raise
-
-
-async def test_worker_killed_during_model_call(turns: Turns, fake_llm: FakeLLM) -> None:
+async def test_worker_killed_during_model_call(turns: ProcessTurns, fake_llm: FakeLLM) -> None:
     hang = HangingReply()
     fake_llm.script(hang, text_reply("answered by the second worker"))
     wf_id = f"kill-model-{turns.task_queue}"
     first = turns.worker("worker1")
     try:
         handle = await turns.start(wf_id, "hello")
-        await wait_until(hang.entered.is_set, "the model request never arrived")
+        await wait_until(hang.entered.is_set, timeout=30, what="the model request never arrived")
     finally:
         first.kill()  # SIGKILL while the model request is open
     second = turns.worker("worker2")
@@ -181,7 +99,8 @@ async def test_worker_killed_during_model_call(turns: Turns, fake_llm: FakeLLM) 
     assert len([r for r in fake_llm.requests if "_refused" not in r]) == 2
 
 
-async def test_worker_killed_while_begin_turn_retrieves(turns: Turns, fake_llm: FakeLLM) -> None:
+async def test_worker_killed_while_begin_turn_retrieves(turns: ProcessTurns,
+                                                       fake_llm: FakeLLM) -> None:
     """begin_turn holds the conversation's lock and runs the retriever (steps
     1, 4, 5) inside the turn's first workflow task: a worker SIGKILLed there
     loses that task, which times out; the next worker runs begin_turn again
@@ -195,7 +114,8 @@ async def test_worker_killed_while_begin_turn_retrieves(turns: Turns, fake_llm: 
     try:
         handle = await turns.start(wf_id, "How fast do key accounts get a call?",
                                    service="test-retrieval")
-        await wait_until((turns.tmp / "hold.entered").exists, "the retriever never ran")
+        await wait_until((turns.tmp / "hold.entered").exists, timeout=30,
+                         what="the retriever never ran")
     finally:
         first.kill()  # SIGKILL inside begin_turn, the lock taken, the retriever running
     hold.unlink()
@@ -220,68 +140,8 @@ async def test_worker_killed_while_begin_turn_retrieves(turns: Turns, fake_llm: 
         assert fetchall(conn, "SELECT * FROM conversation_lock") == []
 
 
-async def test_sigterm_hands_back_a_model_call(turns: Turns, fake_llm: FakeLLM) -> None:
-    hang = HangingReply()
-    fake_llm.script(hang, text_reply("answered after the handover"))
-    wf_id = f"term-model-{turns.task_queue}"
-    first = turns.worker("worker1", TURNSTILE_SHUTDOWN_GRACE_SECONDS="1")
-    try:
-        handle = await turns.start(wf_id, "hello")
-        await wait_until(hang.entered.is_set, "the model request never arrived")
-        # The request outlasts the grace period: the worker hands it back and exits.
-        assert sigterm(first, within=30) == 0
-    finally:
-        first.kill()
-    second = turns.worker("worker2")
-    try:
-        result = await asyncio.wait_for(handle.result(), timeout=60)
-    finally:
-        hang.released.set()
-        second.stop()
-    assert result.status == TurnStatus.COMPLETED, result.error
-    [(_, started)] = await activity_runs(handle, CALL_MODEL)
-    run = started.activity_task_started_event_attributes
-    assert run.attempt == 2
-    # Failed by the worker as it shut down, not timed out by the server.
-    assert run.last_failure.application_failure_info.type == WORKER_SHUTDOWN, run.last_failure
-    assert "worker stopped" in first.log.read_text()
-
-
-async def sigterm_during_tool(turns: Turns, wf_id: str, *, grace: str,
-                             within: float) -> tuple[WorkflowHandle[Any, TurnResult], TurnResult]:
-    """Start the turn, SIGTERM its worker once the tool has written its row
-    (the worker must exit 0 within `within` s), then let a second worker end it."""
-    first = turns.worker("worker1", TURNSTILE_SHUTDOWN_GRACE_SECONDS=grace)
-    try:
-        handle = await turns.start(wf_id, "go")
-        await wait_until(lambda: bool(side_effects(turns.db, wf_id)), "the tool never ran")
-        assert sigterm(first, within=within) == 0
-    finally:
-        first.kill()
-    second = turns.worker("worker2")
-    try:
-        result = await asyncio.wait_for(handle.result(), timeout=60)
-    finally:
-        second.stop()
-    return handle, result
-
-
-async def test_sigterm_lets_a_running_tool_finish(turns: Turns, fake_llm: FakeLLM) -> None:
-    fake_llm.script(tool_reply(("call-t", "slowWrite", {"note": "once", "seconds": 3})),
-                    text_reply("done"))
-    wf_id = f"term-tool-{turns.task_queue}"
-    # slowWrite is NOT safe to run twice: the worker must let it finish.
-    handle, result = await sigterm_during_tool(turns, wf_id, grace="30", within=40)
-    assert result.status == TurnStatus.COMPLETED, result.error
-    assert [c.status for c in result.tool_calls] == [CallStatus.COMPLETED]
-    assert len(side_effects(turns.db, wf_id)) == 1
-    [(_, started)] = await activity_runs(handle, EXECUTE_TOOL)
-    assert started.activity_task_started_event_attributes.attempt == 1
-    assert '"written": "once"' in fake_llm.requests[-1]["messages"][-1]["content"]
-
-
-async def test_worker_killed_before_a_journaled_tool_commits(db_turns: Turns, fake_llm: FakeLLM,
-                                                            tmp_path: Path) -> None:
+async def test_worker_killed_before_a_journaled_tool_commits(
+        db_turns: ProcessTurns, fake_llm: FakeLLM, tmp_path: Path) -> None:
     """journaledWrite is NOT idempotent; its row commits with the call's record.
     Killed after its INSERT, before the commit: neither is there, and the next
     attempt runs it again — once."""
@@ -294,7 +154,7 @@ async def test_worker_killed_before_a_journaled_tool_commits(db_turns: Turns, fa
     first = turns.worker("worker1")
     try:
         handle = await turns.start(wf_id, "go")
-        await wait_until(wrote.exists, "the tool never wrote")
+        await wait_until(wrote.exists, timeout=30, what="the tool never wrote")
         assert notes(db, wf_id) == []  # written, not committed
     finally:
         first.kill()
@@ -316,8 +176,8 @@ async def test_worker_killed_before_a_journaled_tool_commits(db_turns: Turns, fa
     assert truth.disagreements(db, f"c-{wf_id}") == []
 
 
-async def test_worker_killed_before_a_journaled_undo_commits(db_turns: Turns, fake_llm: FakeLLM,
-                                                            tmp_path: Path) -> None:
+async def test_worker_killed_before_a_journaled_undo_commits(
+        db_turns: ProcessTurns, fake_llm: FakeLLM, tmp_path: Path) -> None:
     """The undo of journaledReserve and its record (memory rewritten, audit
     ROLLED_BACK) commit together: killed in between, neither is there; the
     next attempt undoes it and the turn ends rolled back."""
@@ -330,7 +190,7 @@ async def test_worker_killed_before_a_journaled_undo_commits(db_turns: Turns, fa
     first = turns.worker("worker1")
     try:
         handle = await turns.start(wf_id, "book")
-        await wait_until(undoing.exists, "the undo never ran")
+        await wait_until(undoing.exists, timeout=30, what="the undo never ran")
         assert notes(db, wf_id) == ["hall"]  # CANCELLED written, not committed
     finally:
         first.kill()
@@ -352,54 +212,3 @@ async def test_worker_killed_before_a_journaled_undo_commits(db_turns: Turns, fa
     assert [r.status for r in AuditLog(db).rows(wf_id)
             if r.tool_name == "journaledReserve"] == ["ROLLED_BACK"]
     assert truth.disagreements(db, conv) == []
-
-
-async def test_sigterm_settles_a_cut_off_tool_as_interrupted(turns: Turns,
-                                                            fake_llm: FakeLLM) -> None:
-    """slowWrite outlasts the grace period and is NOT safe to run twice: the
-    stopping worker settles it as interrupted; it is never run again."""
-    fake_llm.script(tool_reply(("call-t", "slowWrite", {"note": "once", "seconds": 60})),
-                    text_reply("done"))
-    wf_id = f"term-cut-{turns.task_queue}"
-    handle, result = await sigterm_during_tool(turns, wf_id, grace="1", within=30)
-    assert result.status == TurnStatus.COMPLETED, result.error
-    assert [c.status for c in result.tool_calls] == [CallStatus.INTERRUPTED]
-    assert len(side_effects(turns.db, wf_id)) == 1
-    [(_, started)] = await activity_runs(handle, EXECUTE_TOOL)
-    assert started.activity_task_started_event_attributes.attempt == 1  # not re-run
-    assert "may or may not have taken effect" in fake_llm.requests[-1]["messages"][-1]["content"]
-    assert [r.status for r in AuditLog(turns.db).rows(wf_id)] == ["FAILED"]
-    assert truth.disagreements(turns.db, f"c-{wf_id}") == []
-
-
-async def test_sigterm_hands_back_a_journaled_tool(turns: Turns, fake_llm: FakeLLM,
-                                                   tmp_path: Path) -> None:
-    """journaledWrite outlasts the grace period: its row rolls back with the
-    attempt, which is handed back and run again by the next worker."""
-    wrote = tmp_path / "wrote"
-    fake_llm.script(tool_reply(("call-h", "journaledWrite",
-                                {"note": "once", "marker": str(wrote), "seconds": 4})),
-                    text_reply("done"))
-    wf_id = f"term-journal-{turns.task_queue}"
-    side_effects(turns.db)
-    first = turns.worker("worker1", TURNSTILE_SHUTDOWN_GRACE_SECONDS="1")
-    try:
-        handle = await turns.start(wf_id, "go")
-        await wait_until(wrote.exists, "the tool never wrote")
-        assert sigterm(first, within=30) == 0
-    finally:
-        first.kill()
-    assert notes(turns.db, wf_id) == []
-    second = turns.worker("worker2")
-    try:
-        result = await asyncio.wait_for(handle.result(), timeout=60)
-    finally:
-        second.stop()
-    assert result.status == TurnStatus.COMPLETED, result.error
-    assert [c.status for c in result.tool_calls] == [CallStatus.COMPLETED]
-    assert notes(turns.db, wf_id) == ["once"]
-    [(_, started)] = await activity_runs(handle, EXECUTE_TOOL)
-    run = started.activity_task_started_event_attributes
-    assert run.attempt == 2
-    assert run.last_failure.application_failure_info.type == WORKER_SHUTDOWN, run.last_failure
-    assert truth.disagreements(turns.db, f"c-{wf_id}") == []

@@ -19,6 +19,12 @@ and the run ends with one loud line saying how many.
 - `temporary_postgres_database()` (also as the `postgres_database_factory`
   fixture): a context manager for tests or module-scoped fixtures that want a
   database of their own.
+- `fresh_url`: parametrized over BACKENDS, the URL of an empty database of
+  its own (no schema; PostgreSQL: `temporary_postgres_database()`), for
+  tests of the migrations.
+- `worker_database_url(backend, request, tmp_path)`: the DATABASE_URL for a
+  live test's worker on `backend` (a test parametrized over BACKENDS): a fresh
+  SQLite file, or the session's PostgreSQL database, migrated and emptied.
 """
 
 from __future__ import annotations
@@ -161,6 +167,21 @@ def empty_all_tables(db: Database) -> None:
                 conn.execute(f'DELETE FROM "{n}"')
 
 
+def worker_database_url(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The DATABASE_URL a live test's worker uses on `backend` ("sqlite" or
+    "postgresql"): a fresh SQLite file, or the session's PostgreSQL database
+    migrated and emptied of earlier tests' rows, so that checks over the
+    whole database (the outbox the sender delivers, the truth check) see
+    this test's rows alone, as on a fresh SQLite file."""
+    if backend == "sqlite":
+        return sqlite_file_url(tmp_path / "turnstile.db")
+    url: str = request.getfixturevalue("postgres_url")
+    database = Database(url)
+    migrate(database)
+    empty_all_tables(database)
+    return url
+
+
 @pytest.fixture
 def sqlite_url(tmp_path: Path) -> str:
     return sqlite_file_url(tmp_path / "turnstile.db")
@@ -173,6 +194,15 @@ def postgres_database_factory() -> Callable[[], AbstractContextManager[str]]:
 
 @pytest.fixture(scope="session")
 def postgres_url() -> Iterator[str]:
+    with temporary_postgres_database() as url:
+        yield url
+
+
+@pytest.fixture(params=BACKENDS)
+def fresh_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "sqlite":
+        yield sqlite_file_url(tmp_path / "v01.db")
+        return
     with temporary_postgres_database() as url:
         yield url
 

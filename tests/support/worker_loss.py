@@ -1,0 +1,83 @@
+"""Turns on worker subprocesses that a test kills (SIGKILL) or stops
+(SIGTERM), and what such a test reads back: the turn's activity attempts
+from its history, the test tools' rows (tests/test_worker_loss.py,
+tests/test_worker_shutdown.py)."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+from temporalio.api.enums.v1 import EventType
+from temporalio.api.history.v1 import HistoryEvent
+from temporalio.client import Client, WorkflowHandle
+
+from tests.support.fake_llm import text_reply
+from tests.support.sql import fetchall
+from tests.support.worker_process import WorkerProcess
+from turnstile.engine.contract import WORKFLOW_TYPE, TurnInput, TurnResult
+from turnstile.stores.db import Database
+from turnstile.testing.processes import DevServer
+
+
+class HangingReply:
+    """A model reply that holds its HTTP request open until released, as a
+    model that is still thinking when the worker dies."""
+
+    def __init__(self) -> None:
+        self.entered = threading.Event()
+        self.released = threading.Event()
+
+    def __call__(self, request: dict[str, Any]) -> dict[str, Any]:
+        self.entered.set()
+        self.released.wait(120)
+        return text_reply("too late: this worker is gone")
+
+
+class ProcessTurns:
+    """Turns run by `python worker.py` subprocesses (WorkerProcess) that a
+    test kills or stops, on the test's task queue and database (SQLite by
+    default)."""
+
+    def __init__(self, client: Client, server: DevServer, task_queue: str, tmp: Path,
+                 llm_url: str, db_url: str | None = None) -> None:
+        self.client, self.task_queue, self.tmp = client, task_queue, tmp
+        db_url = db_url or f"sqlite:///{tmp}/t.db"
+        self.db = Database(db_url)
+        self.env = {"TEMPORAL_ADDRESS": server.address, "TURNSTILE_TASK_QUEUE": task_queue,
+                    "DATABASE_URL": db_url, "LLM_BASE_URL": llm_url}
+
+    def worker(self, name: str, **env: str) -> WorkerProcess:
+        return WorkerProcess(self.tmp / f"{name}.log", {**self.env, **env}).start()
+
+    async def start(self, wf_id: str, message: str,
+                    service: str = "test") -> WorkflowHandle[Any, TurnResult]:
+        return await self.client.start_workflow(
+            WORKFLOW_TYPE, TurnInput(conversation_id=f"c-{wf_id}", user_id="alice",
+                                     message=message, service=service,
+                                     variables={"team": "ops"}),
+            id=wf_id, task_queue=self.task_queue, result_type=TurnResult)
+
+
+def notes(db: Database, wf_id: str) -> list[str]:
+    """The test tools' rows of one turn, read without writing (the tools'
+    transaction may hold SQLite's write lock)."""
+    with db.connect() as conn:
+        return [r["note"] for r in fetchall(conn,
+            "SELECT note FROM test_side_effect WHERE call_key LIKE :k", {"k": wf_id + "/%"})]
+
+
+async def activity_runs(handle: WorkflowHandle[Any, TurnResult],
+                        name: str) -> list[tuple[HistoryEvent, HistoryEvent]]:
+    """(scheduled, started) event pairs of one activity type. The started event
+    of a retried activity carries the final attempt and the previous attempt's
+    failure (the server records only the last attempt)."""
+    history = await handle.fetch_history()
+    scheduled = {e.event_id: e for e in history.events
+                 if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+                 and e.activity_task_scheduled_event_attributes.activity_type.name == name}
+    return [(scheduled[e.activity_task_started_event_attributes.scheduled_event_id], e)
+            for e in history.events
+            if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
+            and e.activity_task_started_event_attributes.scheduled_event_id in scheduled]
