@@ -17,15 +17,21 @@ from pathlib import Path
 
 import pytest
 from temporalio.api.enums.v1 import EventType, TimeoutType
-from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client
 
 from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.services import POLICY_SNIPPET, side_effects
-from tests.support.sql import fetchall, fetchone
+from tests.support.sql import fetchall
 from tests.support.turns import local_activities
 from tests.support.waiting import wait_until
-from tests.support.worker_loss import HangingReply, ProcessTurns, activity_runs, notes
+from tests.support.worker_loss import (
+    HangingReply,
+    ProcessTurns,
+    activity_runs,
+    after_heartbeat_timeout,
+    ledger_status,
+    notes,
+)
 from turnstile.engine import attributes as attr
 from turnstile.engine.activity_io import CALL_MODEL, COMPENSATE_TOOL, EXECUTE_TOOL
 from turnstile.engine.contract import CallStatus, TurnStatus
@@ -49,24 +55,6 @@ def db_turns(client: Client, temporal_server: DevServer, task_queue: str, tmp_pa
     """Turns on a subprocess worker against `db`: SQLite and PostgreSQL."""
     side_effects(db)  # the test tools' table, made before any journal transaction
     return ProcessTurns(client, temporal_server, task_queue, tmp_path, fake_llm.url, db.url)
-
-
-def ledger_status(db: Database, wf_id: str, call_id: str) -> str | None:
-    with db.connect() as conn:
-        row = fetchone(conn, "SELECT status FROM tool_call_ledger WHERE workflow_id = :wf "
-                             "AND tool_call_id = :c", {"wf": wf_id, "c": call_id})
-    return None if row is None else str(row["status"])
-
-
-def after_heartbeat_timeout(scheduled: HistoryEvent, started: HistoryEvent) -> None:
-    """The activity had the default heartbeat timeout, and its last attempt
-    is the second one, started because the first one's heartbeats stopped."""
-    attrs = scheduled.activity_task_scheduled_event_attributes
-    assert attrs.heartbeat_timeout.ToTimedelta() == timedelta(seconds=DEFAULT_HEARTBEAT_SECONDS)
-    run = started.activity_task_started_event_attributes
-    assert run.attempt == 2
-    timeout = run.last_failure.timeout_failure_info
-    assert timeout.timeout_type == TimeoutType.TIMEOUT_TYPE_HEARTBEAT, run.last_failure
 
 
 async def test_worker_killed_during_model_call(turns: ProcessTurns, fake_llm: FakeLLM) -> None:

@@ -41,9 +41,9 @@ from tests.support.services import side_effects
 from tests.support.sql import fetchall
 from tests.support.turns import wait_pending
 from tests.support.waiting import wait_until
-from tests.test_worker_loss import (
+from tests.support.worker_loss import (
     HangingReply,
-    Turns,
+    ProcessTurns,
     activity_runs,
     after_heartbeat_timeout,
     ledger_status,
@@ -72,11 +72,11 @@ MAIL_AGAIN = '{"body": "C0001 and C0002",  "subject": "Follow up", "to": "ops@ex
 
 @pytest.fixture
 def turns(client: Client, temporal_server: DevServer, task_queue: str, tmp_path: Path,
-          fake_llm: FakeLLM) -> Turns:
-    return Turns(client, temporal_server, task_queue, tmp_path, fake_llm.url)
+          fake_llm: FakeLLM) -> ProcessTurns:
+    return ProcessTurns(client, temporal_server, task_queue, tmp_path, fake_llm.url)
 
 
-async def resumed(turns: Turns, handle: WorkflowHandle[Any, TurnResult],
+async def resumed(turns: ProcessTurns, handle: WorkflowHandle[Any, TurnResult],
                   hang: HangingReply | None = None) -> TurnResult:
     """After the kill: a fresh worker ends the turn; then the held request
     (if any) is let go and the second worker stopped."""
@@ -110,11 +110,11 @@ def tool_messages(request: dict[str, Any]) -> list[dict[str, Any]]:
     return [m for m in request["messages"] if m["role"] == "tool"]
 
 
-def audit(turns: Turns, wf_id: str) -> list[tuple[str, str]]:
+def audit(turns: ProcessTurns, wf_id: str) -> list[tuple[str, str]]:
     return [(r.tool_name, r.status.value) for r in AuditLog(turns.db).rows(wf_id)]
 
 
-def stored_assistant(turns: Turns, conv: str) -> list[tuple[str, str | None]]:
+def stored_assistant(turns: ProcessTurns, conv: str) -> list[tuple[str, str | None]]:
     """The turn's stored assistant answers (content, discarded reason), raw:
     discarded ones included."""
     with turns.db.connect() as conn:
@@ -139,7 +139,7 @@ def as_text(call: str) -> dict[str, Any]:
      tool_reply(("e2", "createEmailTask", MAIL_AGAIN))),
     ("sales-compact", as_text(json.dumps(MAIL)), as_text(MAIL_AGAIN)),
 ], ids=["calls", "calls-as-text"])
-async def test_killed_at_a_repeated_email(turns: Turns, fake_llm: FakeLLM, service: str,
+async def test_killed_at_a_repeated_email(turns: ProcessTurns, fake_llm: FakeLLM, service: str,
                                           first_call: Reply, second_call: Reply,
                                           held: int) -> None:
     """The model asks for the e-mail (approved), then for the identical
@@ -197,7 +197,7 @@ async def test_killed_at_a_repeated_email(turns: Turns, fake_llm: FakeLLM, servi
     assert truth.disagreements(turns.db, f"c-{wf_id}") == []
 
 
-async def test_killed_while_the_answer_after_repeats_is_asked(turns: Turns,
+async def test_killed_while_the_answer_after_repeats_is_asked(turns: ProcessTurns,
                                                              fake_llm: FakeLLM) -> None:
     """A model that repeats a reservation twice is asked for its answer
     without tools; the worker dies while that request is in flight. The
@@ -241,7 +241,7 @@ async def test_killed_while_the_answer_after_repeats_is_asked(turns: Turns,
 @pytest.mark.parametrize(("second", "status"), [("Reserved the hall.", TurnStatus.COMPLETED),
                                                 ("  \n", TurnStatus.FAILED)],
                          ids=["answered", "empty-again"])
-async def test_killed_during_the_empty_answer_reask(turns: Turns, fake_llm: FakeLLM,
+async def test_killed_during_the_empty_answer_reask(turns: ProcessTurns, fake_llm: FakeLLM,
                                                     second: str, status: TurnStatus) -> None:
     """After a reservation the model answers nothing; the worker dies while
     the re-ask (no tools, EMPTY_NUDGE) is in flight. The retried re-ask's
@@ -288,7 +288,7 @@ async def test_killed_during_the_empty_answer_reask(turns: Turns, fake_llm: Fake
 
 # --- calls written as text -----------------------------------------------------
 
-async def test_killed_inside_a_call_written_as_text(turns: Turns, fake_llm: FakeLLM,
+async def test_killed_inside_a_call_written_as_text(turns: ProcessTurns, fake_llm: FakeLLM,
                                                     tmp_path: Path) -> None:
     """`test-text-calls` reads an answer that is only a call written as text
     as that call. journaledWrite (NOT idempotent; its row commits with the

@@ -6,17 +6,19 @@ tests/test_worker_shutdown.py)."""
 from __future__ import annotations
 
 import threading
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from temporalio.api.enums.v1 import EventType
+from temporalio.api.enums.v1 import EventType, TimeoutType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowHandle
 
 from tests.support.fake_llm import text_reply
-from tests.support.sql import fetchall
+from tests.support.sql import fetchall, fetchone
 from tests.support.worker_process import WorkerProcess
 from turnstile.engine.contract import WORKFLOW_TYPE, TurnInput, TurnResult
+from turnstile.engine.specs import DEFAULT_HEARTBEAT_SECONDS
 from turnstile.stores.db import Database
 from turnstile.testing.processes import DevServer
 
@@ -81,3 +83,21 @@ async def activity_runs(handle: WorkflowHandle[Any, TurnResult],
             for e in history.events
             if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
             and e.activity_task_started_event_attributes.scheduled_event_id in scheduled]
+
+
+def ledger_status(db: Database, wf_id: str, call_id: str) -> str | None:
+    with db.connect() as conn:
+        row = fetchone(conn, "SELECT status FROM tool_call_ledger WHERE workflow_id = :wf "
+                             "AND tool_call_id = :c", {"wf": wf_id, "c": call_id})
+    return None if row is None else str(row["status"])
+
+
+def after_heartbeat_timeout(scheduled: HistoryEvent, started: HistoryEvent) -> None:
+    """The activity had the default heartbeat timeout, and its last attempt
+    is the second one, started because the first one's heartbeats stopped."""
+    attrs = scheduled.activity_task_scheduled_event_attributes
+    assert attrs.heartbeat_timeout.ToTimedelta() == timedelta(seconds=DEFAULT_HEARTBEAT_SECONDS)
+    run = started.activity_task_started_event_attributes
+    assert run.attempt == 2
+    timeout = run.last_failure.timeout_failure_info
+    assert timeout.timeout_type == TimeoutType.TIMEOUT_TYPE_HEARTBEAT, run.last_failure
