@@ -1,5 +1,6 @@
 """Processes and history figures for bench/turns.py: the dev server, worker
-processes (with their CPU time), percentiles and per-turn history size."""
+processes (with their CPU time), the whole stack of a bench run (database,
+dev server, model server, client), percentiles and per-turn history size."""
 
 from __future__ import annotations
 
@@ -10,17 +11,24 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
+from tests.support.fake_llm import FakeLLM
 from turnstile.runtime.devstack import temporal_dev_command
+from turnstile.sales.seed import seed
+from turnstile.stores.db import Database
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 LOCAL_ACTIVITY_MARKER = "core_local_activity"
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def free_port() -> int:
@@ -119,6 +127,35 @@ async def connect(address: str, timeout: float = 60) -> Client:
             if time.monotonic() > deadline:
                 raise
             await asyncio.sleep(0.2)
+
+
+@asynccontextmanager
+async def bench_stack(workdir: Path, rows: int, reply: Callable[[dict[str, Any]], dict[str, Any]],
+                      ) -> AsyncIterator[tuple[Client, DevServer, dict[str, str]]]:
+    """A SQLite database seeded with `rows` sales rows (as `starter.py seed`), a
+    dev server, a model server answering every request with `reply`, and a
+    client: yields the client, the server and the environment of the workers;
+    checks at the end that the model refused nothing."""
+    db_url = f"sqlite:///{workdir / 'bench.db'}"
+    seed(Database(db_url), rows=rows)
+    server = DevServer(workdir / "temporal.log")
+    fake = FakeLLM(keep_alive=True)  # persistent connections, as real endpoints
+    fake.default = reply
+    # The bench's model stands for a hosted endpoint, which takes `"content":
+    # null` beside tool calls (pydantic-ai sends it); the fake refuses it by
+    # default, as llama-cpp-python does.
+    fake.null_content_refused = False
+    try:
+        client = await connect(server.address)
+        yield client, server, {
+            "TEMPORAL_ADDRESS": server.address, "DATABASE_URL": db_url,
+            "LLM_BASE_URL": fake.url, "BENCH_LLM_URL": fake.url,
+            "TURNSTILE_DATA_DIR": str(workdir), "PYTHONPATH": str(ROOT)}
+        if fake.refusals:
+            raise RuntimeError(f"the model refused requests: {fake.refusals[:3]}")
+    finally:
+        fake.close()
+        server.stop()
 
 
 def percentile(values: list[float], q: float) -> float:

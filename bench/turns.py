@@ -60,16 +60,15 @@ from bench.bench_support import (
     DevServer,
     WorkerProc,
     activity_types,
-    connect,
+    bench_stack,
     history_stats,
     percentile,
 )
 from bench.profile_summary import summarize
-from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
+from tests.support.fake_llm import text_reply, tool_reply
 from turnstile.engine.contract import WORKFLOW_TYPE, TurnInput, TurnResult, TurnStatus
 from turnstile.runtime.devstack import TEMPORAL_SPEED_FLAGS
-from turnstile.sales.seed import last_week, seed
-from turnstile.stores.db import Database
+from turnstile.sales.seed import last_week
 
 log = logging.getLogger("bench.turns")
 ROOT = Path(__file__).resolve().parents[1]
@@ -200,10 +199,7 @@ async def measure_all(client: Client, server: DevServer, systems: list[System],
     workers: dict[str, tuple[WorkerProc, str]] = {}
     try:
         for system in systems:
-            queue = f"bench-{system.name}-{uuid.uuid4().hex[:6]}"
-            workers[system.name] = (WorkerProc(
-                system.command, {**env, **(system.env or {}), "TURNSTILE_TASK_QUEUE": queue},
-                workdir / f"worker-{system.name}.log", system.ready, cwd=ROOT), queue)
+            workers[system.name] = start_worker(system, env, workdir)
         for system in systems:  # warm-up: imports, pools, caches (not measured)
             _, _, warm = await run_batch(client, system, workers[system.name][1], args.warmup, 1)
             kinds = await activity_types(client, warm[0])
@@ -313,21 +309,15 @@ def _variant(spec: str) -> System:
                                name=label or "ts:" + ",".join(env.values()))
 
 
+def start_worker(system: System, env: dict[str, str], workdir: Path) -> tuple[WorkerProc, str]:
+    """`system`'s worker on a task queue of its own: the process and the queue."""
+    queue = f"bench-{system.name}-{uuid.uuid4().hex[:6]}"
+    return WorkerProc(system.command, {**env, **(system.env or {}), "TURNSTILE_TASK_QUEUE": queue},
+                      workdir / f"worker-{system.name}.log", system.ready, cwd=ROOT), queue
+
+
 async def bench(args: argparse.Namespace, workdir: Path) -> tuple[list[Row], str | None]:
-    db_url = f"sqlite:///{workdir / 'bench.db'}"
-    seed(Database(db_url), rows=args.rows)
-    server = DevServer(workdir / "temporal.log")
-    fake = FakeLLM(keep_alive=True)  # persistent connections, as real endpoints
-    fake.default = scripted_model()
-    # The bench's model stands for a hosted endpoint, which takes `"content":
-    # null` beside tool calls (pydantic-ai sends it); the fake refuses it by
-    # default, as llama-cpp-python does.
-    fake.null_content_refused = False
-    try:
-        client = await connect(server.address)
-        env = {"TEMPORAL_ADDRESS": server.address, "DATABASE_URL": db_url,
-               "LLM_BASE_URL": fake.url, "BENCH_LLM_URL": fake.url,
-               "TURNSTILE_DATA_DIR": str(workdir), "PYTHONPATH": str(ROOT)}
+    async with bench_stack(workdir, args.rows, scripted_model()) as (client, server, env):
         systems = [SYSTEMS[n] for n in args.systems]
         for variant in args.variants:  # another Turnstile worker, e.g. TURNSTILE_AUDIT=off
             systems.append(_variant(variant))
@@ -335,12 +325,7 @@ async def bench(args: argparse.Namespace, workdir: Path) -> tuple[list[Row], str
         profile = await profile_worker(client, env, workdir, args.profile,
                                        args.profile_raw, args.profile_system) \
             if args.profile else None
-        if fake.refusals:
-            raise RuntimeError(f"the model refused requests: {fake.refusals[:3]}")
-        return rows, profile
-    finally:
-        fake.close()
-        server.stop()
+    return rows, profile
 
 
 def main(argv: list[str] | None = None) -> int:
