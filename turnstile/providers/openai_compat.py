@@ -32,7 +32,7 @@ from turnstile.engine.errors import (
 from turnstile.engine.messages import ChatMessage, ToolCall, Usage
 from turnstile.engine.model_settings import SchemaDialect
 from turnstile.engine.safe_text import safe_text
-from turnstile.engine.schema_dialect import DEFAULT_DIALECT, wire_tool
+from turnstile.engine.schema_dialect import DEFAULT_DIALECT, wire_tools
 from turnstile.providers.base import ModelRequest, ModelResponse
 from turnstile.providers.openai_stream import IncompleteStream, bounded_lines, read_sse
 
@@ -257,7 +257,7 @@ class OpenAICompatibleProvider:
             body["model"] = self.model
         if request.tools:
             dialect = request.schema_dialect or self.schema_dialect
-            body["tools"] = [wire_tool(t, dialect) for t in request.tools]
+            body["tools"] = wire_tools(request.tools, dialect)
             body["tool_choice"] = request.tool_choice
         if request.response_format:
             body["response_format"] = request.response_format
