@@ -18,7 +18,10 @@ from turnstile.engine.schema_dialect import (
     MAX_REPEAT,
     grammar_safe_tool_schemas,
     wire_parameters,
+    wire_tool,
+    wire_tools,
 )
+from turnstile.engine.specs import ToolSpec
 from turnstile.runtime.config import Settings
 from turnstile.sales.app import build_sales_app
 from turnstile.sales.documents import SALES_DOCUMENTS
@@ -180,3 +183,39 @@ def test_compact_prompt_settings_shape_step_5() -> None:
                    model=ModelSettings(retrieval_lead_in="Notes:"))
     assert lead.spec().pipeline.policy.retrieval_template == "{{message}}\n\nNotes:\n{{contents}}"
     assert lead.spec().model.retrieval_lead_in == "Notes:"
+
+
+def test_wire_tools_renders_a_spec_once_and_again_when_it_changes(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from turnstile.engine import schema_dialect
+
+    monkeypatch.setattr(schema_dialect, "_wire_cache", {})
+    spec = ToolSpec(name="find", description="Find rows",
+                    parameters=_obj(q={"type": "string", "maxLength": 2000, "title": "Q"}))
+    first = wire_tools([spec], "grammar")
+    assert first == [wire_tool(spec, "grammar")]
+    assert wire_tools([spec], "grammar")[0] is first[0]  # reused, not rendered again
+    assert wire_tools([spec], "full") == [wire_tool(spec, "full")]  # per dialect
+    # Changed in place (a nested bound, the description): rendered again.
+    spec.parameters["properties"]["q"]["maxLength"] = 50
+    assert wire_tools([spec], "grammar") == [wire_tool(spec, "grammar")]
+    assert wire_tools([spec], "grammar")[0]["function"]["parameters"]["properties"]["q"] == {
+        "type": "string", "maxLength": 50}
+    spec.description = "Find rows fast"
+    assert wire_tools([spec], "grammar")[0]["function"]["description"] == "Find rows fast"
+    # Another spec (even one given the first's id after it is gone): its own schema.
+    other = spec.model_copy(update={"parameters": _obj(n={"type": "integer", "maximum": 9})})
+    assert wire_tools([other], "grammar") == [wire_tool(other, "grammar")]
+
+
+def test_wire_tools_cache_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    from turnstile.engine import schema_dialect
+
+    monkeypatch.setattr(schema_dialect, "_wire_cache", {})
+    monkeypatch.setattr(schema_dialect, "WIRE_CACHE_SIZE", 4)
+    specs = [ToolSpec(name=f"t{i}", description="d", parameters=_obj(a={"type": "string"}))
+             for i in range(10)]
+    for spec in specs:
+        assert wire_tools([spec], "grammar") == [wire_tool(spec, "grammar")]
+        assert len(schema_dialect._wire_cache) <= 4
+    assert [key[0] for key in schema_dialect._wire_cache] == [id(s) for s in specs[-4:]]
