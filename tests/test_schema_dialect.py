@@ -19,9 +19,10 @@ from turnstile.engine.schema_dialect import (
     grammar_safe_tool_schemas,
     wire_parameters,
     wire_tool,
-    wire_tools,
 )
 from turnstile.engine.specs import ToolSpec
+from turnstile.providers import wire_tools as wire_cache
+from turnstile.providers.wire_tools import wire_tools
 from turnstile.runtime.config import Settings
 from turnstile.sales.app import build_sales_app
 from turnstile.sales.documents import SALES_DOCUMENTS
@@ -187,9 +188,8 @@ def test_compact_prompt_settings_shape_step_5() -> None:
 
 def test_wire_tools_renders_a_spec_once_and_again_when_it_changes(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from turnstile.engine import schema_dialect
 
-    monkeypatch.setattr(schema_dialect, "_wire_cache", {})
+    monkeypatch.setattr(wire_cache, "_wire_cache", {})
     spec = ToolSpec(name="find", description="Find rows",
                     parameters=_obj(q={"type": "string", "maxLength": 2000, "title": "Q"}))
     first = wire_tools([spec], "grammar")
@@ -209,13 +209,12 @@ def test_wire_tools_renders_a_spec_once_and_again_when_it_changes(
 
 
 def test_wire_tools_cache_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
-    from turnstile.engine import schema_dialect
 
-    monkeypatch.setattr(schema_dialect, "_wire_cache", {})
-    monkeypatch.setattr(schema_dialect, "WIRE_CACHE_SIZE", 4)
+    monkeypatch.setattr(wire_cache, "_wire_cache", {})
+    monkeypatch.setattr(wire_cache, "WIRE_CACHE_SIZE", 4)
     specs = [ToolSpec(name=f"t{i}", description="d", parameters=_obj(a={"type": "string"}))
              for i in range(10)]
     for spec in specs:
         assert wire_tools([spec], "grammar") == [wire_tool(spec, "grammar")]
-        assert len(schema_dialect._wire_cache) <= 4
-    assert [key[0] for key in schema_dialect._wire_cache] == [id(s) for s in specs[-4:]]
+        assert len(wire_cache._wire_cache) <= 4
+    assert [key[0] for key in wire_cache._wire_cache] == [id(s) for s in specs[-4:]]

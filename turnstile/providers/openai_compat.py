@@ -32,9 +32,10 @@ from turnstile.engine.errors import (
 from turnstile.engine.messages import ChatMessage, ToolCall, Usage
 from turnstile.engine.model_settings import SchemaDialect
 from turnstile.engine.safe_text import safe_text
-from turnstile.engine.schema_dialect import DEFAULT_DIALECT, wire_tools
+from turnstile.engine.schema_dialect import DEFAULT_DIALECT
 from turnstile.providers.base import ModelRequest, ModelResponse
 from turnstile.providers.openai_stream import IncompleteStream, bounded_lines, read_sse
+from turnstile.providers.wire_tools import wire_tools
 
 DEFAULT_MAX_RESPONSE_BYTES = 8 * 1024 * 1024
 
