@@ -27,7 +27,7 @@ import json
 import threading
 import time
 import uuid
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -54,6 +54,14 @@ T = TypeVar("T")
 # Where the rig puts a fresh conversation id (so the next turn is this turn's alone).
 FRESH = "\x00fresh-conversation"
 ENDS_WITHIN = 15.0  # seconds: a turn that takes longer is "left retrying"
+
+
+async def within(work: Awaitable[T], what: str) -> T:
+    """`work`, or a TimeoutError that says which step of the check it was."""
+    try:
+        return await asyncio.wait_for(work, ENDS_WITHIN)
+    except TimeoutError:
+        raise TimeoutError(f"{what} did not end within {ENDS_WITHIN:.0f} s") from None
 
 
 @dataclass(frozen=True)
@@ -239,7 +247,7 @@ class HostileRig:
             WORKFLOW_TYPE, raw(payload), id=wf_id, task_queue=self.task_queue,
             result_type=TurnResult)
         self.started.append(wf_id)
-        result = await asyncio.wait_for(handle.result(), ENDS_WITHIN)
+        result = await within(handle.result(), f"turn {wf_id}")
         took = time.monotonic() - began
         error = result.error
         ending = result.status.value + (f"/{error.type}" if error else "")
@@ -263,12 +271,12 @@ class HostileRig:
         await self._queries(handle, arguments)
         # The next turn on the conversation (this turn's own, when it had one) completes.
         user = payload.get("user_id")
-        nxt = await asyncio.wait_for(self.turns.run(
+        nxt = await within(self.turns.run(
             "hello again", conversation=conversation if conv == conversation else
             f"c-n-{uuid.uuid4().hex[:10]}",
             user=user if conv == conversation and expected is None and isinstance(user, str)
             else "alice"),
-            ENDS_WITHIN)
+            "the next turn of the conversation")
         assert nxt.status == TurnStatus.COMPLETED, (payload, nxt.error)
 
     async def _queries(self, handle: WorkflowHandle[Any, Any], arguments: list[Any]) -> None:
@@ -276,10 +284,11 @@ class HostileRig:
             for argument in arguments:
                 self.figures.queries += 1
                 try:
-                    await asyncio.wait_for(handle.query(name, raw(argument)), ENDS_WITHIN)
+                    await within(handle.query(name, raw(argument)),
+                                 f"query {name} of {handle.id}")
                 except (WorkflowQueryFailedError, RPCError):
                     self.figures.refused_queries += 1  # refused at once: fine
-        status = await asyncio.wait_for(handle.query("status"), ENDS_WITHIN)
+        status = await within(handle.query("status"), f"status query of {handle.id}")
         assert isinstance(status, dict) and "step" in status, status
 
     def _locks(self, conversation: str) -> int:
