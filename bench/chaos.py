@@ -158,7 +158,8 @@ class _Turn:
 
 async def run_chaos(client: Client, address: str, workdir: Path, *, turns: int,
                     seconds: float, seed_value: int = 12, in_flight: int = 0,
-                    close_budget: float = 600.0, hostile_every: int = 4) -> ChaosReport:
+                    close_budget: float = 600.0, hostile_every: int = 4,
+                    min_kills: int = 0) -> ChaosReport:
     rng = random.Random(seed_value)
     started = time.monotonic()
     task_queue = f"chaos-{uuid.uuid4().hex[:8]}"
@@ -182,7 +183,9 @@ async def run_chaos(client: Client, address: str, workdir: Path, *, turns: int,
                                                          hostile_every))
             done = asyncio.Event()
             approver = asyncio.create_task(_approve_all(client, started_turns, done))
-            while time.monotonic() < deadline:
+            # Killing goes on past the deadline until `min_kills` (a slow
+            # machine's worker takes seconds to start again after each kill).
+            while time.monotonic() < deadline or report.kills < min_kills:
                 await asyncio.sleep(rng.uniform(0.3, 2.0))
                 worker.kill()
                 report.kills += 1

@@ -32,7 +32,7 @@ async def test_turns_survive_random_worker_kills(client: Client, temporal_server
     chaos = load_chaos()
     report = await chaos.run_chaos(client, temporal_server.address, tmp_path, turns=6,
                                    seconds=8.0, seed_value=3, close_budget=300.0,
-                                   hostile_every=3)
+                                   hostile_every=3, min_kills=2)
     assert report.kills >= 2
     assert report.closed == report.turns == 6, report
     assert report.hostile == 2 and report.hostile_not_refused == 0, report
