@@ -44,6 +44,27 @@ CHROMIUM, DRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 SUBJECT = "Renewal <script>document.title='owned'</script> for Q4"
 
 
+def _replaced(page: Any) -> Any:
+    """A wait condition: the page's old root element left the document.
+    Selenium's staleness_of only knows StaleElementReferenceException; while
+    the next page loads, ChromeDriver can answer for the old node with an
+    "unknown error ... does not belong to the document" instead, which means
+    the same thing (seen once in CI)."""
+    from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
+
+    def gone(_driver: Any) -> bool:
+        try:
+            page.is_enabled()
+        except StaleElementReferenceException:
+            return True
+        except WebDriverException as error:
+            if "does not belong to the document" in str(error.msg):
+                return True
+            raise
+        return False
+    return gone
+
+
 class Browser:
     def __init__(self, base: str, shots: Path | None) -> None:
         from selenium import webdriver
@@ -90,7 +111,7 @@ class Browser:
         self.wait_for("note").send_keys(note)
         page = self.driver.find_element(By.TAG_NAME, "html")
         self.driver.find_element(By.ID, button).click()
-        WebDriverWait(self.driver, 20).until(ec.staleness_of(page))  # the answer's page
+        WebDriverWait(self.driver, 20).until(_replaced(page))  # the answer's page
         return str(self.wait_for("outcome").text)
 
     def wait_for(self, name: str) -> Any:
