@@ -105,7 +105,6 @@ class Browser:
 
     def decide(self, button: str, note: str) -> str:
         from selenium.webdriver.common.by import By
-        from selenium.webdriver.support import expected_conditions as ec
         from selenium.webdriver.support.ui import WebDriverWait
 
         self.wait_for("note").send_keys(note)
