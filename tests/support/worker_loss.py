@@ -53,13 +53,15 @@ class ProcessTurns:
     def worker(self, name: str, **env: str) -> WorkerProcess:
         return WorkerProcess(self.tmp / f"{name}.log", {**self.env, **env}).start()
 
-    async def start(self, wf_id: str, message: str,
-                    service: str = "test") -> WorkflowHandle[Any, TurnResult]:
+    async def start(self, wf_id: str, message: str, service: str = "test",
+                    task_timeout: timedelta | None = None) -> WorkflowHandle[Any, TurnResult]:
+        """`task_timeout`: the turn's workflow task timeout (None: Temporal's 10 s)."""
         return await self.client.start_workflow(
             WORKFLOW_TYPE, TurnInput(conversation_id=f"c-{wf_id}", user_id="alice",
                                      message=message, service=service,
                                      variables={"team": "ops"}),
-            id=wf_id, task_queue=self.task_queue, result_type=TurnResult)
+            id=wf_id, task_queue=self.task_queue, result_type=TurnResult,
+            task_timeout=task_timeout)
 
 
 def notes(db: Database, wf_id: str) -> list[str]:
