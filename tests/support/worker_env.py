@@ -7,7 +7,7 @@ from __future__ import annotations
 
 # A killed worker's turn moves from its sticky queue to the task queue after
 # this long (the product's default, the SDK's, is 10 s): a kill test waits
-# 3 s there instead of 10 (tests/test_worker_loss.py checks the history).
+# 3 s there instead of 10 (tests/test_durability.py checks the history).
 STICKY_QUEUE_TIMEOUT_SECONDS = 3.0
 
 WORKER_ENV: dict[str, str] = {

@@ -97,9 +97,10 @@ class Settings:
     # turn (waiting for approval) costs ~70 KiB of worker memory while cached;
     # one evicted is replayed from history when it resumes (bench/parked.py).
     max_cached_workflows: int = 1000
-    # After a worker is lost, a cached turn's next workflow task waits this
-    # long on the lost worker's sticky queue before it moves to the task
-    # queue, where another worker replays the turn. Shorter: a turn waits less
+    # After a worker is lost, a cached turn's next workflow task waits up to
+    # this long on the lost worker's sticky queue before it moves to the task
+    # queue, where another worker replays the turn (the server sends none
+    # there once the worker has not polled for 10 s). Shorter: a turn waits less
     # after its worker dies; too short: a busy worker slow to poll loses its
     # turns to the task queue (each a full replay). The SDK's default, 10 s.
     sticky_queue_timeout_seconds: float = 10.0
