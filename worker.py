@@ -104,6 +104,10 @@ def build_worker(client: Client, rt: Runtime, **overrides: object) -> Worker:
         # 1: visited in order, no task per payload.
         "max_workflow_task_external_storage_concurrency": 1,
         "max_cached_workflows": rt.settings.max_cached_workflows,
+        # How long a cached turn's workflow task waits for this worker before
+        # another worker takes it (TURNSTILE_STICKY_QUEUE_TIMEOUT_SECONDS).
+        "sticky_queue_schedule_to_start_timeout":
+            timedelta(seconds=rt.settings.sticky_queue_timeout_seconds),
         # A value the database refuses is never retried as an outage.
         "interceptors": [DataErrors(), LogContext()],
     }

@@ -14,6 +14,8 @@ from temporalio.client import Client, WorkflowHandle
 from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.services import side_effects
 from tests.support.temporal_server import DevServer
+from tests.support.worker_env import STICKY_QUEUE_TIMEOUT_SECONDS
+from tests.support.worker_loss import sticky_timeouts
 from tests.support.worker_process import WorkerProcess
 from turnstile.engine.contract import (
     WORKFLOW_TYPE,
@@ -124,6 +126,13 @@ async def test_worker_killed_while_waiting_for_approval(crash: Crash, fake_llm: 
     assert result.status == TurnStatus.COMPLETED
     assert [c.status for c in result.tool_calls] == [CallStatus.COMPLETED]
     assert len(side_effects(crash.db, wf_id)) == 1
+    # The signal's workflow task went to the dead worker's sticky queue (the
+    # server sends it there while that worker polled in the last 10 s) and
+    # moved to the task queue after TURNSTILE_STICKY_QUEUE_TIMEOUT_SECONDS,
+    # the tests' 3 s, not the SDK's 10 s.
+    [(on_sticky, timed_out)] = await sticky_timeouts(handle)
+    waited = timed_out.event_time.ToDatetime() - on_sticky.event_time.ToDatetime()
+    assert STICKY_QUEUE_TIMEOUT_SECONDS - 0.1 <= waited.total_seconds() < 7, waited
 
 
 async def test_worker_killed_during_compensation(crash: Crash, fake_llm: FakeLLM) -> None:

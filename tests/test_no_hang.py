@@ -18,6 +18,7 @@ from activities import Runtime, all_activities
 from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.services import make_service
 from tests.support.turns import Turns
+from tests.support.worker_env import WORKER_ENV
 from turnstile.engine import activity_io as io
 from turnstile.engine.contract import TurnStatus
 from turnstile.runtime.config import Settings
@@ -37,8 +38,7 @@ def broken_record(req: io.CompensationFailure) -> None:
 
 
 def runtime(task_queue: str, url: str, llm_url: str) -> Runtime:
-    rt = Runtime.build(Settings.from_env({"TURNSTILE_WORKFLOW_SANDBOX": "strict",
-                                          "TURNSTILE_WORKER_VERSIONING": "off",
+    rt = Runtime.build(Settings.from_env({**WORKER_ENV,
                                           "TURNSTILE_TASK_QUEUE": task_queue,
                                           "DATABASE_URL": url, "LLM_BASE_URL": llm_url}),
                        ServiceRegistry([make_service()]))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Awaitable, Callable
+from datetime import timedelta
 
 import pytest
 from temporalio import workflow
@@ -36,8 +37,12 @@ async def test_a_holder_whose_workflow_task_keeps_failing_is_reported_stuck(
     wf_id = f"t-stuck-{uuid.uuid4().hex[:6]}"
     async with Worker(client, task_queue=task_queue, workflows=[TaskAlwaysFails],
                       workflow_runner=UnsandboxedWorkflowRunner()):
+        # The SDK reports only a task's first failure: later attempts end by
+        # their timeout, Temporal's default 10 s unless set. 3 s: attempt 3
+        # comes sooner, and the first check still runs during attempt 2.
         handle = await client.start_workflow("test.TaskAlwaysFails", id=wf_id,
-                                             task_queue=task_queue)
+                                             task_queue=task_queue,
+                                             task_timeout=timedelta(seconds=3))
         run_id = handle.result_run_id
         with db.connect() as conn:  # the lock it took before its task began to fail
             conn.execute("INSERT INTO conversation_lock (conversation_id, workflow_id, run_id, "

@@ -29,6 +29,7 @@ from tests.support.processes import wait_for
 from tests.support.services import make_service
 from tests.support.temporal_server import DevServer
 from tests.support.turns import Turns, local_activities
+from tests.support.worker_env import WORKER_ENV
 from tests.support.worker_process import WorkerProcess
 from turnstile.engine import activity_io as io
 from turnstile.engine.activity_io import DESCRIBE_SERVICE
@@ -166,8 +167,7 @@ def _worker_at_revision(rt: Runtime, revision: int) -> list[Callable[..., Any]]:
 @pytest.mark.parametrize("revision", [0, 1, 2, TURN_REVISION])
 async def test_a_turn_keeps_the_revision_it_began_at(
         client: Client, task_queue: str, tmp_path, fake_llm: FakeLLM, revision: int) -> None:
-    rt = Runtime.build(Settings.from_env({"TURNSTILE_WORKFLOW_SANDBOX": "strict",
-                                          "TURNSTILE_WORKER_VERSIONING": "off",
+    rt = Runtime.build(Settings.from_env({**WORKER_ENV,
                                           "TURNSTILE_TASK_QUEUE": task_queue,
                                           "DATABASE_URL": f"sqlite:///{tmp_path}/t.db",
                                           "LLM_BASE_URL": fake_llm.url}),
@@ -204,8 +204,7 @@ async def test_a_cancel_during_a_model_call_ends_as_the_turns_revision_says(
     """Revision 2 ends a turn cancelled during a model call Canceled; a turn
     begun at revision 1 keeps ending such a cancel as the model call's
     failure, as the history it may have in flight recorded."""
-    rt = Runtime.build(Settings.from_env({"TURNSTILE_WORKFLOW_SANDBOX": "strict",
-                                          "TURNSTILE_WORKER_VERSIONING": "off",
+    rt = Runtime.build(Settings.from_env({**WORKER_ENV,
                                           "TURNSTILE_TASK_QUEUE": task_queue,
                                           "DATABASE_URL": f"sqlite:///{tmp_path}/t.db",
                                           "LLM_BASE_URL": fake_llm.url}),

@@ -100,8 +100,10 @@ async def test_worker_killed_while_begin_turn_retrieves(turns: ProcessTurns,
     wf_id = f"kill-begin-{turns.task_queue}"
     first = turns.worker("worker1", TEST_RETRIEVER_HOLD=str(hold))
     try:
+        # The lost task times out after 5 s instead of Temporal's 10 s (local
+        # activities that run longer keep their task alive by heartbeats).
         handle = await turns.start(wf_id, "How fast do key accounts get a call?",
-                                   service="test-retrieval")
+                                   service="test-retrieval", task_timeout=timedelta(seconds=5))
         await wait_until((turns.tmp / "hold.entered").exists, timeout=30,
                          what="the retriever never ran")
     finally:

@@ -136,10 +136,12 @@ def _cancel_reservation(ctx: ToolContext, args, result) -> str:  # type: ignore[
 BOOKING_STARTED = threading.Event()
 
 
-@tool(heartbeat_seconds=2, timeout_seconds=30)
+@tool(heartbeat_seconds=2, timeout_seconds=16)
 def slowBook(ctx: ToolContext, item: str, seconds: float = 1.5) -> dict:  # noqa: N802
     """A plain function (so it runs in a thread no cancel stops) whose effect
-    lands at its end; compensable."""
+    lands at its end; compensable. Its undo waits for a lost attempt half its
+    timeout (activities.saga.IN_FLIGHT_SHARE): 8 s, what
+    tests/test_durability.py waits once its worker is killed."""
     BOOKING_STARTED.set()
     time.sleep(seconds)
     return reserve.fn(ctx, item)

@@ -13,6 +13,7 @@ from temporalio.client import Client, WorkflowHandle
 
 from activities import Runtime
 from tests.support.databases import migrate
+from tests.support.worker_env import WORKER_ENV
 from turnstile.engine.contract import (
     WORKFLOW_TYPE,
     Handlers,
@@ -52,10 +53,7 @@ async def running_worker(client: Client, task_queue: str, database_url: str,
                          llm_url: str | None = None, env: dict[str, str] | None = None,
                          **worker_options: Any) -> AsyncIterator[Turns]:
     settings = Settings.from_env({
-        # Tests run workflow code in Temporal's sandbox (worker.workflow_runner).
-        "TURNSTILE_WORKFLOW_SANDBOX": "strict",
-        # Unversioned: each test has its own task queue (tests/test_worker_versioning.py).
-        "TURNSTILE_WORKER_VERSIONING": "off",
+        **WORKER_ENV,  # the tests' worker settings (tests/support/worker_env.py)
         "TURNSTILE_TASK_QUEUE": task_queue, "DATABASE_URL": database_url,
         **({"LLM_BASE_URL": llm_url} if llm_url else {}), **(env or {}),
     })

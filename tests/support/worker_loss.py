@@ -10,7 +10,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from temporalio.api.enums.v1 import EventType, TimeoutType
+from temporalio.api.enums.v1 import EventType, TaskQueueKind, TimeoutType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowHandle
 
@@ -53,13 +53,15 @@ class ProcessTurns:
     def worker(self, name: str, **env: str) -> WorkerProcess:
         return WorkerProcess(self.tmp / f"{name}.log", {**self.env, **env}).start()
 
-    async def start(self, wf_id: str, message: str,
-                    service: str = "test") -> WorkflowHandle[Any, TurnResult]:
+    async def start(self, wf_id: str, message: str, service: str = "test",
+                    task_timeout: timedelta | None = None) -> WorkflowHandle[Any, TurnResult]:
+        """`task_timeout`: the turn's workflow task timeout (None: Temporal's 10 s)."""
         return await self.client.start_workflow(
             WORKFLOW_TYPE, TurnInput(conversation_id=f"c-{wf_id}", user_id="alice",
                                      message=message, service=service,
                                      variables={"team": "ops"}),
-            id=wf_id, task_queue=self.task_queue, result_type=TurnResult)
+            id=wf_id, task_queue=self.task_queue, result_type=TurnResult,
+            task_timeout=task_timeout)
 
 
 def notes(db: Database, wf_id: str) -> list[str]:
@@ -83,6 +85,25 @@ async def activity_runs(handle: WorkflowHandle[Any, TurnResult],
             for e in history.events
             if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
             and e.activity_task_started_event_attributes.scheduled_event_id in scheduled]
+
+
+async def sticky_timeouts(
+        handle: WorkflowHandle[Any, TurnResult]) -> list[tuple[HistoryEvent, HistoryEvent]]:
+    """(scheduled, timed out) event pairs of the workflow tasks that waited on
+    a sticky queue until their schedule-to-start timeout: the turn's tasks
+    put on the queue of a worker that was gone."""
+    history = await handle.fetch_history()
+    by_id = {e.event_id: e for e in history.events}
+    pairs = []
+    for e in history.events:
+        timed_out = e.workflow_task_timed_out_event_attributes
+        if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT \
+                and timed_out.timeout_type == TimeoutType.TIMEOUT_TYPE_SCHEDULE_TO_START:
+            scheduled = by_id[timed_out.scheduled_event_id]
+            queue = scheduled.workflow_task_scheduled_event_attributes.task_queue
+            if queue.kind == TaskQueueKind.TASK_QUEUE_KIND_STICKY:
+                pairs.append((scheduled, e))
+    return pairs
 
 
 def ledger_status(db: Database, wf_id: str, call_id: str) -> str | None:

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from tests.support.processes import kill_group, spawn, wait_for
+from tests.support.worker_env import WORKER_ENV
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -22,10 +23,8 @@ class WorkerProcess:
 
     def start(self) -> WorkerProcess:
         offset = self.log.stat().st_size if self.log.exists() else 0
-        # Workflow code in Temporal's sandbox, as every test runs it (worker.workflow_runner).
-        full_env = {**os.environ, "TURNSTILE_WORKFLOW_SANDBOX": "strict",
-                    # Unversioned unless a test asks (tests/test_worker_versioning.py).
-                    "TURNSTILE_WORKER_VERSIONING": "off", **self.env,
+        # The tests' worker settings (tests/support/worker_env.py), unless the test sets its own.
+        full_env = {**os.environ, **WORKER_ENV, **self.env,
                     "PYTHONPATH": str(self.root),
                     "TURNSTILE_PLUGINS": "tests.support.services:register"}
         self.proc = spawn([sys.executable, str(self.root / "worker.py"), *self.args], self.log,

@@ -3,6 +3,7 @@ activities and the starter, never by workflow code."""
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -96,6 +97,13 @@ class Settings:
     # turn (waiting for approval) costs ~70 KiB of worker memory while cached;
     # one evicted is replayed from history when it resumes (bench/parked.py).
     max_cached_workflows: int = 1000
+    # After a worker is lost, a cached turn's next workflow task waits up to
+    # this long on the lost worker's sticky queue before it moves to the task
+    # queue, where another worker replays the turn (the server sends none
+    # there once the worker has not polled for 10 s). Shorter: a turn waits less
+    # after its worker dies; too short: a busy worker slow to poll loses its
+    # turns to the task queue (each a full replay). The SDK's default, 10 s.
+    sticky_queue_timeout_seconds: float = 10.0
     # "json": one JSON object per log line (turnstile.runtime.log_masking).
     log_format: str = "text"
     # The worker's Prometheus endpoint on 127.0.0.1 (None: no endpoint):
@@ -150,6 +158,9 @@ class Settings:
             daily_token_budget=_budget(e.get("TURNSTILE_DAILY_TOKEN_BUDGET")),
             max_cached_workflows=int(e.get("TURNSTILE_MAX_CACHED_WORKFLOWS")
                                      or d.max_cached_workflows),
+            sticky_queue_timeout_seconds=_seconds(
+                "TURNSTILE_STICKY_QUEUE_TIMEOUT_SECONDS",
+                e.get("TURNSTILE_STICKY_QUEUE_TIMEOUT_SECONDS"), d.sticky_queue_timeout_seconds),
             workflow_sandbox=_sandbox(e.get("TURNSTILE_WORKFLOW_SANDBOX") or "off"),
             plugins=tuple(p for p in (e.get("TURNSTILE_PLUGINS") or "").split(",") if p.strip()),
             apps=tuple(a.strip() for a in (e.get("TURNSTILE_APPS") or "").split(",")
@@ -193,3 +204,16 @@ def _budget(value: str | None) -> int | None:
             f"TURNSTILE_DAILY_TOKEN_BUDGET must be a whole number of tokens (0 or more), "
             f"not {value!r}")
     return budget
+
+
+def _seconds(name: str, value: str | None, default: float) -> float:
+    """A positive number of seconds (unset or blank: `default`)."""
+    if value is None or not value.strip():
+        return default
+    try:
+        seconds = float(value.strip())
+    except ValueError:
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise ConfigurationError(f"{name} must be a positive number of seconds, not {value!r}")
+    return seconds
