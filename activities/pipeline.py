@@ -158,7 +158,7 @@ class PipelineActivities(Activities):
     @activity.defn(name=io.DISCARD_MESSAGE)
     async def discard_message(self, req: io.DiscardInput) -> None:
         try:
-            await asyncio.to_thread(self.rt.memory.discard, req.conversation_id, req.seq,
+            await self.rt.db.call(self.rt.memory.discard, req.conversation_id, req.seq,
                                     req.reason)
         except DatabaseUnavailable as exc:
             raise application_error(exc, non_retryable=False) from exc

@@ -1,0 +1,57 @@
+"""`Database.call`: how activities run their own database work. On SQLite
+at once, on the event loop's thread (no thread hop: bench/README.md says
+what the hop cost); on PostgreSQL, or with TURNSTILE_SQLITE_ON_LOOP=off, in
+a worker thread. Either way the caller gets the result or the exception."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from activities.runtime import Runtime
+from tests.support.databases import sqlite_file_url
+from turnstile.runtime.config import Settings
+from turnstile.runtime.services import ServiceRegistry
+from turnstile.stores.db import Database
+
+
+def _thread_and_sum(a: int, *, b: int) -> tuple[int, int]:
+    return threading.get_ident(), a + b
+
+
+def _refuse() -> None:
+    raise LookupError("no such row")
+
+
+async def test_call_runs_on_the_loop_on_sqlite_and_in_a_thread_on_postgresql(
+        db: Database) -> None:
+    here = threading.get_ident()
+    thread, total = await db.call(_thread_and_sum, 2, b=3)
+    assert total == 5
+    if db.dialect == "sqlite":
+        assert db.on_loop and thread == here
+    else:
+        assert not db.on_loop and thread != here
+    with pytest.raises(LookupError, match="no such row"):
+        await db.call(_refuse)
+
+
+async def test_sqlite_work_goes_to_a_thread_when_told(tmp_path: Path) -> None:
+    db = Database(sqlite_file_url(tmp_path / "t.db"), on_loop=False)
+    thread, _ = await db.call(_thread_and_sum, 1, b=1)
+    assert not db.on_loop and thread != threading.get_ident()
+
+
+@pytest.mark.parametrize(("value", "on_loop"), [(None, True), ("on", True), ("off", False),
+                                                ("false", False), ("0", False)])
+def test_the_setting_reaches_the_runtimes_database(tmp_path: Path, value: str | None,
+                                                   on_loop: bool) -> None:
+    env = {"DATABASE_URL": sqlite_file_url(tmp_path / "t.db")}
+    if value is not None:
+        env["TURNSTILE_SQLITE_ON_LOOP"] = value
+    settings = Settings.from_env(env)
+    assert settings.sqlite_on_loop is on_loop
+    rt = Runtime.build(settings, ServiceRegistry([]))
+    assert rt.db.on_loop is on_loop
