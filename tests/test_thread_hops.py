@@ -1,7 +1,10 @@
-"""`Database.call`: how activities run their own database work. On SQLite
-at once, on the event loop's thread (no thread hop: bench/README.md says
-what the hop cost); on PostgreSQL, or with TURNSTILE_SQLITE_ON_LOOP=off, in
-a worker thread. Either way the caller gets the result or the exception."""
+"""Where activities' own work runs: thread hops cost more than small work
+(bench/README.md). `Database.call` runs database work on SQLite at once, on
+the event loop's thread; on PostgreSQL, or with TURNSTILE_SQLITE_ON_LOOP=off,
+in a worker thread; either way the caller gets the result or the exception.
+Turn events go to their listeners at once while only the worker's own
+listeners (log line, span) listen, and from a thread once an app's listener
+(which may block) is among them."""
 
 from __future__ import annotations
 
@@ -10,9 +13,12 @@ from pathlib import Path
 
 import pytest
 
+from activities.pipeline import deliver
 from activities.runtime import Runtime
 from tests.support.databases import sqlite_file_url
+from turnstile.engine.events import TurnStarted
 from turnstile.runtime.config import Settings
+from turnstile.runtime.event_bus import EventBus
 from turnstile.runtime.services import ServiceRegistry
 from turnstile.stores.db import Database
 
@@ -55,3 +61,18 @@ def test_the_setting_reaches_the_runtimes_database(tmp_path: Path, value: str | 
     assert settings.sqlite_on_loop is on_loop
     rt = Runtime.build(settings, ServiceRegistry([]))
     assert rt.db.on_loop is on_loop
+
+
+async def test_events_reach_the_own_listeners_at_once_and_an_apps_from_a_thread(
+        tmp_path: Path) -> None:
+    rt = Runtime.build(Settings.from_env({"DATABASE_URL": sqlite_file_url(tmp_path / "t.db")}),
+                       ServiceRegistry([]))
+    assert isinstance(rt.events, EventBus) and not rt.events.may_block
+    threads: list[int] = []
+    rt.events.listeners.append(lambda event: threads.append(threading.get_ident()))
+    assert rt.events.may_block
+    event = TurnStarted(event_id="w1/r1/turn_started", workflow_id="w1", run_id="r1",
+                        conversation_id="c1",
+                        user_id="alice", service="s", at="2026-12-05T00:00:00+00:00")
+    await deliver(rt, [event])
+    assert threads and threads[0] != threading.get_ident()
