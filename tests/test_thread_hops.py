@@ -8,6 +8,7 @@ listeners (log line, span) listen, and from a thread once an app's listener
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from turnstile.runtime.config import Settings
 from turnstile.runtime.event_bus import EventBus
 from turnstile.runtime.services import ServiceRegistry
 from turnstile.stores.db import Database
+from turnstile.stores.transaction import Transaction
 
 
 def _thread_and_sum(a: int, *, b: int) -> tuple[int, int]:
@@ -76,3 +78,32 @@ async def test_events_reach_the_own_listeners_at_once_and_an_apps_from_a_thread(
                         user_id="alice", service="s", at="2026-12-05T00:00:00+00:00")
     await deliver(rt, [event])
     assert threads and threads[0] != threading.get_ident()
+
+
+async def test_while_a_journaled_transaction_is_open_work_hops_to_a_thread(
+        tmp_path: Path) -> None:
+    """A journaled tool's transaction holds SQLite's write lock, and its
+    commit comes from the loop: a write run on the loop meanwhile would wait
+    for a lock only the loop can release (seen as parked turns stalling for
+    the busy timeout). While it is open, `call` hops to a thread; after, it
+    runs on the loop again."""
+    db = Database(sqlite_file_url(tmp_path / "t.db"))
+    with db.engine.begin() as conn:
+        conn.exec_driver_sql("CREATE TABLE t (n INTEGER)")
+
+    def write(n: int) -> int:
+        with db.engine.begin() as conn:
+            conn.exec_driver_sql(f"INSERT INTO t VALUES ({n})")
+        return threading.get_ident()
+
+    tx = Transaction(db)
+    with tx.use() as conn:  # BEGIN IMMEDIATE: the write lock, until commit
+        conn.sa.exec_driver_sql("INSERT INTO t VALUES (1)")
+    waiting = asyncio.ensure_future(db.call(write, 2))
+    await asyncio.sleep(0.3)  # the loop runs meanwhile: the write waits in its thread
+    assert not waiting.done()
+    tx.commit()
+    assert await asyncio.wait_for(waiting, 10) != threading.get_ident()
+    assert await db.call(write, 3) == threading.get_ident()  # closed: on the loop again
+    with db.engine.connect() as conn:
+        assert [r[0] for r in conn.exec_driver_sql("SELECT n FROM t ORDER BY n")] == [1, 2, 3]

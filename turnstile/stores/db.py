@@ -28,10 +28,12 @@
   worker process's writes never wait for each other; another process
   holding SQLite's write lock (a second worker process, the e-mail sender's
   thread) is waited for on the loop, for as long as its transaction lasts
-  (the busy timeout bounds it) — including a journaled tool's own
-  transaction, which holds the lock while the tool runs: a deployment with
-  slow journaled tools on SQLite sets TURNSTILE_SQLITE_ON_LOOP=off (threads,
-  as on PostgreSQL). Tools and event listeners (user code) keep their threads.
+  (the busy timeout bounds it). While a journaled tool's transaction is
+  open in this process — it holds the write lock while the tool runs, and
+  its commit waits for the loop — `call` hops to a thread, as before, so
+  the loop never waits for a lock only the loop could release.
+  TURNSTILE_SQLITE_ON_LOOP=off: threads always, as on PostgreSQL. Tools and
+  event listeners (user code) keep their threads.
 - A connection that cannot be opened is a `DatabaseUnavailable` whose message
   is a short category; the driver's text (host, role, SQL) goes to the log only.
 - Statements are Core expressions on those tables; rows come back as the
@@ -49,6 +51,7 @@ turnstile.stores.db_errors.
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -79,6 +82,13 @@ class Database:
             self.path = Path(urlparse(url).path)
         self.readonly_url = readonly_url
         self.on_loop = on_loop and self.dialect == "sqlite"  # call(): no thread hop
+        # Transactions open outside a with-block (turnstile.stores.transaction:
+        # a journaled tool's, whose commit waits for the loop): while one is,
+        # call() hops to a thread, so the loop never waits for a lock that
+        # only the loop can release. The gate makes the check and the opening
+        # exclusive.
+        self._gate = threading.Lock()
+        self._open_transactions = 0
 
     def __repr__(self) -> str:
         return f"Database({self.dialect})"
@@ -96,9 +106,23 @@ class Database:
         worker thread (`asyncio.to_thread`); with `on_loop=False`
         (TURNSTILE_SQLITE_ON_LOOP=off) in a thread on SQLite too. See the
         module's docstring."""
-        if self.on_loop:
-            return fn(*args, **kwargs)
+        if self.on_loop and self._gate.acquire(blocking=False):
+            try:
+                if self._open_transactions == 0:
+                    return fn(*args, **kwargs)
+            finally:
+                self._gate.release()
         return await asyncio.to_thread(fn, *args, **kwargs)
+
+    def transaction_opening(self) -> None:
+        """A `Transaction` is opening (before its BEGIN): call() hops to a
+        thread until it has closed. Waits while work runs on the loop."""
+        with self._gate:
+            self._open_transactions += 1
+
+    def transaction_closed(self) -> None:
+        with self._gate:
+            self._open_transactions -= 1
 
     @contextmanager
     def connect(self, *, readonly: bool = False) -> Iterator[Connection]:
