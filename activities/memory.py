@@ -7,7 +7,6 @@ activities.runs confirms the run is current first)."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
 from temporalio import activity
@@ -70,20 +69,20 @@ class MemoryActivities(Activities):
         wf_id = turn_workflow_id()
         steered = await self._lock(conv, user_id, chain, on_new_message)
         if not chain:
-            snapshot = await asyncio.to_thread(self._open, conv, user_id, wf_id, chain, None)
+            snapshot = await self.rt.db.call(self._open, conv, user_id, wf_id, chain, None)
             snapshot.steered = steered
             return snapshot
         try:
             # One thread hop for what follows the lock (each step its own
             # transaction, as before): nothing of this turn is in this run's
             # history yet, so the claim's horizon is 0.
-            snapshot = await as_current_run(
+            snapshot = await as_current_run(self.rt.db,
                 chain, lambda w: self._open(conv, user_id, wf_id, chain, w))
             snapshot.steered = steered
             return snapshot
         except ResetConflict:  # refused: the conversation is not this run's to hold
             info = activity.info()
-            await asyncio.to_thread(ConversationLocks(self.rt.db).release, conv, Holder(
+            await self.rt.db.call(ConversationLocks(self.rt.db).release, conv, Holder(
                 info.workflow_id or "", info.workflow_run_id or ""))
             raise
 
@@ -115,7 +114,7 @@ class MemoryActivities(Activities):
         info = activity.info()
         me = Holder(info.workflow_id or "", info.workflow_run_id or "", chain or None)
         locks = ConversationLocks(self.rt.db)
-        holder = await asyncio.to_thread(self._owner_and_lock, conversation_id, user_id,
+        holder = await self.rt.db.call(self._owner_and_lock, conversation_id, user_id,
                                          locks, me)
         if holder is None:
             return ""
@@ -126,9 +125,9 @@ class MemoryActivities(Activities):
             if not await run_is_current(client, me.workflow_id, me.run_id):
                 raise RunSuperseded(f"run {me.run_id} of turn {me.workflow_id} is no longer "
                                     "its workflow's current run")
-            if await asyncio.to_thread(locks.take_over, conversation_id, holder, me):
+            if await self.rt.db.call(locks.take_over, conversation_id, holder, me):
                 return ""
-        elif await holder_gone(client, holder) and await asyncio.to_thread(
+        elif await holder_gone(client, holder) and await self.rt.db.call(
                 locks.take_over, conversation_id, holder, me):
             activity.logger.warning("took over the lock of %s from ended turn %s",
                                     conversation_id, holder.workflow_id)
@@ -159,7 +158,7 @@ class MemoryActivities(Activities):
         locks = ConversationLocks(self.rt.db)
         if req.execution_chain:
             try:
-                await as_current_run(req.execution_chain,
+                await as_current_run(self.rt.db, req.execution_chain,
                                      lambda w: self._sweep(req, w, locks, holder))
                 return
             except (MemoryConflictError, ResetConflict, RunSuperseded) as exc:
@@ -167,7 +166,7 @@ class MemoryActivities(Activities):
                 log.warning("release of %s by %s: %s", conv, info.workflow_id, exc)
             except DatabaseUnavailable as exc:
                 raise application_error(exc, non_retryable=False) from exc
-        await asyncio.to_thread(locks.release, conv, holder)
+        await self.rt.db.call(locks.release, conv, holder)
 
     def _sweep(self, req: ReleaseInput, w: runs.Writer, locks: ConversationLocks,
                holder: Holder) -> None:
@@ -188,9 +187,10 @@ class MemoryActivities(Activities):
         rule: a settled call's facts are written together or not at all)."""
         try:
             if req.execution_chain:
-                await as_current_run(req.execution_chain, lambda w: self._append(req, w))
+                await as_current_run(self.rt.db, req.execution_chain,
+                                     lambda w: self._append(req, w))
             else:
-                await asyncio.to_thread(self._append, req, None)
+                await self.rt.db.call(self._append, req, None)
         except REFUSED as exc:
             raise application_error(exc, non_retryable=True) from exc
         except DatabaseUnavailable as exc:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -95,8 +94,8 @@ class ModelActivities(Activities):
         for good, an unreachable database is retried."""
         try:
             if req.execution_chain:
-                return await as_current_run(req.execution_chain, work)
-            return await asyncio.to_thread(work, None)
+                return await as_current_run(self.rt.db, req.execution_chain, work)
+            return await self.rt.db.call(work, None)
         except (MemoryConflictError, ResetConflict, RunSuperseded, MessageTooLong) as exc:
             raise application_error(exc, non_retryable=True) from exc
         except DatabaseUnavailable as exc:

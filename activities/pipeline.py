@@ -55,13 +55,18 @@ def _component_error(kind: type[TurnstileError], exc: Exception) -> ApplicationE
 
 async def deliver(rt: Runtime, events: list[TurnEventRecord]) -> None:
     """Turn events that ride with a bookkeeping activity (retrieve, release):
-    to every listener, in a worker thread (listeners may block); a listener
-    that fails is logged (turnstile.runtime.event_bus), never raised."""
+    to every listener, in a worker thread when a listener may block (one of
+    an app's: turnstile.runtime.event_bus), at once when only the worker's
+    own log line and span listen; a listener that fails is logged, never
+    raised."""
     def publish_all() -> None:
         for event in events:
             rt.events.publish(event)
 
-    await asyncio.to_thread(publish_all)
+    if rt.events.may_block:
+        await asyncio.to_thread(publish_all)
+    else:
+        publish_all()
 
 
 async def retrieve_snippets(rt: Runtime, service: Service, req: io.RetrieveInput) -> io.Retrieved:
@@ -158,7 +163,7 @@ class PipelineActivities(Activities):
     @activity.defn(name=io.DISCARD_MESSAGE)
     async def discard_message(self, req: io.DiscardInput) -> None:
         try:
-            await asyncio.to_thread(self.rt.memory.discard, req.conversation_id, req.seq,
+            await self.rt.db.call(self.rt.memory.discard, req.conversation_id, req.seq,
                                     req.reason)
         except DatabaseUnavailable as exc:
             raise application_error(exc, non_retryable=False) from exc

@@ -4,7 +4,6 @@ earlier run's place in its conversation."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import replace
@@ -17,6 +16,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from activities.runtime import turn_workflow_id
 from turnstile.engine.errors import RunSuperseded
 from turnstile.runtime.holders import holder_gone
+from turnstile.stores.db import Database
 from turnstile.stores.runs import RunUnconfirmed, Writer
 
 log = logging.getLogger("turnstile.activities")
@@ -43,13 +43,13 @@ async def run_is_current(client: Client, workflow_id: str, run_id: str) -> bool:
     return desc.status == WorkflowExecutionStatus.RUNNING
 
 
-async def as_current_run(chain: str, write: Callable[[Writer], T]) -> T:
-    """Run the store call `write` (in a thread) as this activity's run; if it
+async def as_current_run(db: Database, chain: str, write: Callable[[Writer], T]) -> T:
+    """Run the store call `write` (`db.call`) as this activity's run; if it
     would take an earlier run's place, confirm with Temporal first and run it
     again confirmed. Raises RunSuperseded when this run is not current."""
     w = writer(chain)
     try:
-        return await asyncio.to_thread(write, w)
+        return await db.call(write, w)
     except RunUnconfirmed:
         if not await run_is_current(activity.client(), w.workflow_id, w.run_id):
             raise RunSuperseded(
@@ -57,4 +57,4 @@ async def as_current_run(chain: str, write: Callable[[Writer], T]) -> T:
                 "run (reset or ended); its writes to the conversation are refused") from None
         log.info("run %s of %s takes its turn's place in the conversation", w.run_id,
                  w.workflow_id)
-        return await asyncio.to_thread(write, replace(w, confirmed=True))
+        return await db.call(write, replace(w, confirmed=True))

@@ -47,7 +47,8 @@ class Runtime:
         services: ServiceRegistry,
         provider: ModelProvider | None = None,
     ) -> Runtime:
-        db = Database(settings.database_url, readonly_url=settings.database_readonly_url)
+        db = Database(settings.database_url, readonly_url=settings.database_readonly_url,
+                      on_loop=settings.sqlite_on_loop)
         memory = MemoryStore(db)
         return cls(
             settings=settings,

@@ -66,14 +66,14 @@ class SagaActivities(Activities):
             raise application_error(NoCompensation(f"{call.name} declares no compensation"),
                                     non_retryable=True)
         chain = req.execution_chain
-        recorded = await asyncio.to_thread(self.rt.journal.rolled_back, req.conversation_id,
+        recorded = await self.rt.db.call(self.rt.journal.rolled_back, req.conversation_id,
                                            call.id, wf_id, chain)
         if recorded is not None:  # an earlier attempt undid it and recorded that
             return CompensateResult(call_id=call.id,
                                     description=recorded.partition(UNDO_MARK)[2] or recorded)
         await self._in_flight_ended(wf_id, call.id, chain,
                                     tool.spec.start_to_close_seconds * IN_FLIGHT_SHARE)
-        raw = await asyncio.to_thread(self.rt.ledger.result, wf_id, call.id, chain)
+        raw = await self.rt.db.call(self.rt.ledger.result, wf_id, call.id, chain)
         try:
             stored: Any = json.loads(raw or "null")
         except ValueError:
@@ -101,7 +101,7 @@ class SagaActivities(Activities):
         whose worker was lost never ends —, heartbeating."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + bound
-        while await asyncio.to_thread(self.rt.ledger.status, wf_id, call_id,
+        while await self.rt.db.call(self.rt.ledger.status, wf_id, call_id,
                                               chain) is LedgerStatus.STARTED:
             if loop.time() > deadline:
                 log.warning("call %s is still claimed by an attempt after %.0f s: undoing "
@@ -114,12 +114,12 @@ class SagaActivities(Activities):
                       tx: Transaction) -> CompensateResult:
         call, chain = req.call, req.execution_chain
         if isinstance(outcome, Undo) and not outcome.undone:
-            await asyncio.to_thread(self.rt.journal.compensated,
+            await self.rt.db.call(self.rt.journal.compensated,
                                     effect_remains(req, wf_id, outcome.description), tx)
             return CompensateResult(call_id=call.id, description=mask_text(outcome.description),
                                     undone=False)
         description = outcome.description if isinstance(outcome, Undo) else result_to_text(outcome)
-        await asyncio.to_thread(self.rt.journal.compensated, Undone(
+        await self.rt.db.call(self.rt.journal.compensated, Undone(
             workflow_id=wf_id, chain=chain, conversation_id=req.conversation_id,
             call_id=call.id, text=rolled_back_text(call.name, req.cause, description),
             attributes={attr.ROLLED_BACK: True, attr.ROLLBACK_CAUSE: req.cause.model_dump()},

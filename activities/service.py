@@ -4,7 +4,6 @@ providers add before a round."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
 from temporalio import activity
@@ -74,7 +73,7 @@ class ServiceActivities(Activities):
         for provider, error in failed:
             log.warning("tools of %s left out of this round: %s", provider, error)
             unavailable.append(f"{provider}: {error}")
-        state = await asyncio.to_thread(self.rt.memory.state, req.conversation_id)
+        state = await self.rt.db.call(self.rt.memory.state, req.conversation_id)
         ctx = ProviderContext(conversation_id=req.conversation_id, user_id=req.user_id,
                               state=state, known=req.known)
         return ResolvedTools(added=[t.spec.policy() for t in service.offered(ctx)

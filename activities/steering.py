@@ -55,7 +55,7 @@ async def new_message(client: Client, locks: ConversationLocks, conversation_id:
     deadline = time.monotonic() + STEER_WAIT_SECONDS
     while time.monotonic() < deadline:
         await asyncio.sleep(POLL_SECONDS)
-        now = await asyncio.to_thread(locks.acquire, conversation_id, me)
+        now = await locks.db.call(locks.acquire, conversation_id, me)
         if now is None:
             return True
         if now.workflow_id != holder.workflow_id:  # another new turn was first: behind it

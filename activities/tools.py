@@ -155,17 +155,18 @@ class ToolActivities(Activities):
         """The journal's `finish` as this activity's run (activities.runs): the
         result's slot is claimed in the same transaction."""
         if not ending.chain:
-            await asyncio.to_thread(self.rt.journal.finish, ending, tx)
+            await self.rt.db.call(self.rt.journal.finish, ending, tx)
             return
         try:
-            await as_current_run(ending.chain, lambda w: self.rt.journal.finish(ending, tx, w))
+            await as_current_run(self.rt.db, ending.chain,
+                                 lambda w: self.rt.journal.finish(ending, tx, w))
         except RunSuperseded:
             # A run a reset replaced. An effect the tool wrote in the journal's
             # transaction rolls back with it (never committed); one it caused
             # elsewhere is recorded (ledger, audit) so the reset run reuses it
             # instead of running the call again. Its memory is not this run's.
             if tx is None or not tx.used:
-                await asyncio.to_thread(self.rt.journal.landed, ending)
+                await self.rt.db.call(self.rt.journal.landed, ending)
             raise
 
     async def _execute(self, req: ToolExecInput) -> ToolOutcome:
@@ -183,7 +184,7 @@ class ToolActivities(Activities):
             return await self._finish(req, str(exc), CallStatus.INVALID_ARGUMENTS, True,
                                       error=str(exc))
 
-        entry = await asyncio.to_thread(
+        entry = await self.rt.db.call(
             self.rt.journal.begin, Start(workflow_id=wf_id, chain=chain,
                                          conversation_id=req.conversation_id,
                                          user_id=req.user_id, call=call),
@@ -304,14 +305,14 @@ class ToolActivities(Activities):
         state = result.state if isinstance(result, ToolResult) else None
         ending = self._ending(req, result_to_text(result), CallStatus.COMPLETED, False, state,
                               audit=AuditStatus.COMPLETED, error=None, attempt=claim)
-        await asyncio.to_thread(self.rt.journal.landed, ending, tx)
+        await self.rt.db.call(self.rt.journal.landed, ending, tx)
         log.info("tool %s (%s) ended after the turn was cancelled: its effect is recorded "
                  "for the undo", req.call.name, req.call.id)
 
     async def _attempt_failed(self, req: ToolExecInput, error: str, claim: int) -> None:
         """The attempt ended cleanly without a result: a retry may run it again."""
         key = CallKey(turn_workflow_id(), req.execution_chain, req.call.id)
-        await asyncio.to_thread(self.rt.journal.attempt_failed, key, error, claim)
+        await self.rt.db.call(self.rt.journal.attempt_failed, key, error, claim)
 
     async def _interrupted(self, req: ToolExecInput, claim: int, error: str) -> ToolOutcome:
         text = INTERRUPTED_TEXT.format(name=req.call.name)

@@ -44,6 +44,26 @@ def process_cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
+def threads_cpu_seconds(pid: int) -> dict[str, float]:
+    """User CPU time of a process's threads, summed by OS thread name with
+    digits dropped, and their kernel time as "NAME (system)", from
+    /proc/PID/task: how much went to the SDK's Rust core (`tokio-rt-worker`),
+    its workflow thread and Python's threads (`python`: CPython 3.11 does not
+    name its threads for the OS, so the event loop, the database threads and
+    exporters are one group)."""
+    out: dict[str, float] = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            comm = (task / "comm").read_text().strip()
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except (FileNotFoundError, ProcessLookupError):  # the thread ended meanwhile
+            continue
+        name = "".join(c for c in comm if not c.isdigit()).rstrip("-_") or comm
+        for key, ticks in ((name, fields[11]), (f"{name} (system)", fields[12])):
+            out[key] = out.get(key, 0.0) + int(ticks) / CLOCK_TICKS
+    return out
+
+
 def _stop_group(proc: subprocess.Popen[bytes], timeout: float) -> None:
     for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 10.0)):
         if proc.poll() is not None:

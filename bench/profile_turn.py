@@ -48,7 +48,13 @@ import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
-from bench.bench_support import DevServer, WorkerProc, connect, process_cpu_seconds
+from bench.bench_support import (
+    DevServer,
+    WorkerProc,
+    connect,
+    process_cpu_seconds,
+    threads_cpu_seconds,
+)
 from bench.profile_summary import _split
 from bench.turns import ROOT, SYSTEMS, run_batch, scripted_model
 from tests.support.fake_llm import FakeLLM
@@ -188,12 +194,15 @@ async def profile(args: argparse.Namespace, workdir: Path) -> None:
         worker = WorkerProc(command, env, workdir / "worker.log", ready, cwd=args.root)
         await run_batch(client, system, queue, args.warmup, 1)  # imports, pools, caches
         await run_batch(client, system, queue, args.concurrency, args.concurrency)
-        per_round, split = [], []
+        per_round, split, threads = [], [], []
         for _ in range(args.rounds):
+            threads0 = threads_cpu_seconds(worker.proc.pid)
             procs0 = worker_processes_cpu(worker)
             cpu0 = (sum(procs0.values()), server.cpu_seconds(), _own_cpu_seconds())
             _, wall, _ = await run_batch(client, system, queue, args.turns, args.concurrency)
             procs1 = worker_processes_cpu(worker)
+            threads.append({name: 1000 * (cpu - threads0.get(name, 0.0)) / args.turns
+                            for name, cpu in threads_cpu_seconds(worker.proc.pid).items()})
             cpu1 = (sum(procs1.values()), server.cpu_seconds(), _own_cpu_seconds())
             per_round.append([1000 * (b - a) / args.turns for a, b in zip(cpu0, cpu1, strict=True)]
                              + [args.turns / wall])
@@ -216,6 +225,12 @@ async def profile(args: argparse.Namespace, workdir: Path) -> None:
                                                ("client + model server", " ms"),
                                                ("turns/s", ""))))
               + " per turn")
+        if args.processes == 1:  # the one worker's threads, by name
+            names = sorted({n for r in threads for n in r},
+                           key=lambda n: -statistics.median(r.get(n, 0.0) for r in threads))
+            print("  by thread (median ms per turn): " + ", ".join(
+                f"{n} {statistics.median(r.get(n, 0.0) for r in threads):.1f}"
+                for n in names if statistics.median(r.get(n, 0.0) for r in threads) >= 0.1))
         if args.no_profile or args.processes > 1:
             return
         spy_bin = shutil.which("py-spy", path=str(Path(sys.executable).parent)) \

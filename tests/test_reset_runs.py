@@ -56,7 +56,7 @@ async def late_write(client: Client, db: Database, conv: str, wf_id: str, run_id
     env.info = dataclasses.replace(env.info, workflow_id=wf_id, workflow_run_id=run_id)
     before = MemoryStore(db).snapshot(conv, "alice")
     with pytest.raises(RunSuperseded) as refused:
-        await env.run(as_current_run, run_id, lambda w: write(
+        await env.run(as_current_run, db, run_id, lambda w: write(
             db, conv, before.next_seq, [ChatMessage(role="assistant", content="late")], w))
     assert MemoryStore(db).snapshot(conv, "alice") == before
     return str(refused.value)

@@ -106,6 +106,10 @@ class Settings:
     sticky_queue_timeout_seconds: float = 10.0
     # "json": one JSON object per log line (turnstile.runtime.log_masking).
     log_format: str = "text"
+    # On SQLite, activities run their own database work on the event loop, not
+    # in threads (turnstile.stores.db, `Database.call`). Off: in threads, as on
+    # PostgreSQL (for journaled tools that hold SQLite's write lock for long).
+    sqlite_on_loop: bool = True
     # The worker's Prometheus endpoint on 127.0.0.1 (None: no endpoint):
     # Temporal's SDK metrics and Turnstile's own (`turnstile_*`).
     metrics_port: int | None = None
@@ -137,6 +141,7 @@ class Settings:
             smtp_host=e.get("SMTP_HOST") or d.smtp_host,
             smtp_port=int(e.get("SMTP_PORT") or d.smtp_port),
             audit=_flag(e.get("TURNSTILE_AUDIT"), True),
+            sqlite_on_loop=_flag(e.get("TURNSTILE_SQLITE_ON_LOOP"), True),
             data_dir=Path(e.get("TURNSTILE_DATA_DIR") or DATA_DIR),
             sender_stale_seconds=float(e.get("TURNSTILE_SENDER_STALE_SECONDS")
                                        or d.sender_stale_seconds),

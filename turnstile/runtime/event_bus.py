@@ -51,10 +51,20 @@ class OpenTelemetryListener:
             span.add_event(f"turnstile.{event.kind}", attrs)
 
 
+# The worker's own listeners: they never block (a log line, a span).
+OWN_LISTENERS = (LoggingListener, OpenTelemetryListener)
+
+
 class EventBus:
     def __init__(self, listeners: Iterable[Listener] | None = None) -> None:
         self.listeners: list[Listener] = (list(listeners) if listeners is not None
                                           else [LoggingListener(), OpenTelemetryListener()])
+
+    @property
+    def may_block(self) -> bool:
+        """A listener other than the worker's own log line and span: it may
+        block, so events are delivered from a thread (activities.pipeline)."""
+        return not all(type(listener) in OWN_LISTENERS for listener in self.listeners)
 
     def publish(self, event: TurnStarted | TurnCompleted) -> list[str]:
         """Deliver to every listener; returns the errors of those that failed."""

@@ -17,6 +17,23 @@
   file included); on PostgreSQL it logs in as a SELECT-only role
   (DATABASE_READONLY_URL, or `turnstile_reader` on the same server) in a
   read-only transaction.
+- `await db.call(fn, ...)`: the way activities run their own database work
+  (memory, lock, journal, ledger, audit) from the event loop. On SQLite it
+  runs at once, on the loop's thread; on PostgreSQL in a worker thread.
+  SQLite is a library in this process: a bookkeeping statement takes
+  microseconds, and handing it to a thread cost more than the work — each
+  hop woke a pool thread, and each of its statements passed the GIL back and
+  forth with the loop (~650 context switches per sales turn; 10 ms of the
+  worker's ~60 ms of CPU per turn, bench/README.md). Run on the loop, one
+  worker process's writes never wait for each other; another process
+  holding SQLite's write lock (a second worker process, the e-mail sender's
+  thread) is waited for on the loop, for as long as its transaction lasts
+  (the busy timeout bounds it). While a journaled tool's transaction is
+  open in this process — it holds the write lock while the tool runs, and
+  its commit waits for the loop — `call` hops to a thread, as before, so
+  the loop never waits for a lock only the loop could release.
+  TURNSTILE_SQLITE_ON_LOOP=off: threads always, as on PostgreSQL. Tools and
+  event listeners (user code) keep their threads.
 - A connection that cannot be opened is a `DatabaseUnavailable` whose message
   is a short category; the driver's text (host, role, SQL) goes to the log only.
 - Statements are Core expressions on those tables; rows come back as the
@@ -33,9 +50,12 @@ turnstile.stores.db_errors.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import asyncio
+import threading
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import ParamSpec, TypeVar
 from urllib.parse import urlparse
 
 from sqlalchemy import exc
@@ -45,11 +65,15 @@ from turnstile.stores.connection import Connection
 from turnstile.stores.db_errors import unavailable
 from turnstile.stores.engines import Dialect, engine_for, sqlalchemy_url
 
+P = ParamSpec("P")
+T = TypeVar("T")
+
 
 class Database:
     """The database of one DATABASE_URL (and its read-only connection)."""
 
-    def __init__(self, url: str, *, readonly_url: str | None = None) -> None:
+    def __init__(self, url: str, *, readonly_url: str | None = None,
+                 on_loop: bool = True) -> None:
         target = sqlalchemy_url(url)  # refuses unknown schemes early
         self.url = url
         self.dialect: Dialect = "sqlite" if target.startswith("sqlite") else "postgresql"
@@ -57,6 +81,14 @@ class Database:
             # sqlite:///ABSOLUTE/PATH -> path "/ABSOLUTE/PATH"
             self.path = Path(urlparse(url).path)
         self.readonly_url = readonly_url
+        self.on_loop = on_loop and self.dialect == "sqlite"  # call(): no thread hop
+        # Transactions open outside a with-block (turnstile.stores.transaction:
+        # a journaled tool's, whose commit waits for the loop): while one is,
+        # call() hops to a thread, so the loop never waits for a lock that
+        # only the loop can release. The gate makes the check and the opening
+        # exclusive.
+        self._gate = threading.Lock()
+        self._open_transactions = 0
 
     def __repr__(self) -> str:
         return f"Database({self.dialect})"
@@ -67,6 +99,30 @@ class Database:
 
     def reader_engine(self) -> Engine:
         return engine_for(self.url, readonly=True, readonly_url=self.readonly_url)
+
+    async def call(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
+        """`fn(*args, **kwargs)`, a blocking function of this database's
+        stores, from async code: on SQLite at once, on PostgreSQL in a
+        worker thread (`asyncio.to_thread`); with `on_loop=False`
+        (TURNSTILE_SQLITE_ON_LOOP=off) in a thread on SQLite too. See the
+        module's docstring."""
+        if self.on_loop and self._gate.acquire(blocking=False):
+            try:
+                if self._open_transactions == 0:
+                    return fn(*args, **kwargs)
+            finally:
+                self._gate.release()
+        return await asyncio.to_thread(fn, *args, **kwargs)
+
+    def transaction_opening(self) -> None:
+        """A `Transaction` is opening (before its BEGIN): call() hops to a
+        thread until it has closed. Waits while work runs on the loop."""
+        with self._gate:
+            self._open_transactions += 1
+
+    def transaction_closed(self) -> None:
+        with self._gate:
+            self._open_transactions -= 1
 
     @contextmanager
     def connect(self, *, readonly: bool = False) -> Iterator[Connection]:

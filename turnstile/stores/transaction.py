@@ -72,20 +72,27 @@ class Transaction:
                     self._close(commit=False)
 
     def _open(self) -> sa.Connection:
+        self.db.transaction_opening()  # Database.call stays off the loop until closed
+        opened = False
         try:
-            sa_conn = self.db.engine.connect()
-        except (exc.OperationalError, exc.InterfaceError) as err:
-            raise unavailable(err, self.db.dialect, False) from err
-        try:
-            sa_conn.begin()
-            if self.db.dialect == "sqlite":
-                sa_conn.exec_driver_sql("BEGIN IMMEDIATE")
-        except exc.DBAPIError as err:
-            sa_conn.close()
-            if err.connection_invalidated or isinstance(err, exc.OperationalError):
+            try:
+                sa_conn = self.db.engine.connect()
+            except (exc.OperationalError, exc.InterfaceError) as err:
                 raise unavailable(err, self.db.dialect, False) from err
-            raise
-        return sa_conn
+            try:
+                sa_conn.begin()
+                if self.db.dialect == "sqlite":
+                    sa_conn.exec_driver_sql("BEGIN IMMEDIATE")
+            except exc.DBAPIError as err:
+                sa_conn.close()
+                if err.connection_invalidated or isinstance(err, exc.OperationalError):
+                    raise unavailable(err, self.db.dialect, False) from err
+                raise
+            opened = True
+            return sa_conn
+        finally:
+            if not opened:
+                self.db.transaction_closed()
 
     def commit(self) -> None:
         """Commit what ran in it (nothing if nothing did) and end it."""
@@ -115,7 +122,10 @@ class Transaction:
                 else:
                     tx.rollback()
         finally:
-            sa_conn.close()
+            try:
+                sa_conn.close()
+            finally:
+                self.db.transaction_closed()
 
 
 class TransactionEnded(RuntimeError):
