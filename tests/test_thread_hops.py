@@ -107,3 +107,21 @@ async def test_while_a_journaled_transaction_is_open_work_hops_to_a_thread(
     assert await db.call(write, 3) == threading.get_ident()  # closed: on the loop again
     with db.engine.connect() as conn:
         assert [r[0] for r in conn.exec_driver_sql("SELECT n FROM t ORDER BY n")] == [1, 2, 3]
+
+
+async def test_work_on_the_loop_may_open_a_journaled_transaction(tmp_path: Path) -> None:
+    """The gate is re-entrant: work `call` runs on the loop holds it, and a
+    Transaction it opens there takes it again instead of waiting for itself."""
+    db = Database(sqlite_file_url(tmp_path / "t.db"))
+    with db.engine.begin() as conn:
+        conn.exec_driver_sql("CREATE TABLE t (n INTEGER)")
+
+    def open_and_commit() -> int:
+        tx = Transaction(db)
+        with tx.use() as conn:
+            conn.sa.exec_driver_sql("INSERT INTO t VALUES (1)")
+        tx.commit()
+        return threading.get_ident()
+
+    assert await db.call(open_and_commit) == threading.get_ident()
+    assert await db.call(open_and_commit) == threading.get_ident()  # closed again: on the loop

@@ -87,7 +87,7 @@ class Database:
         # call() hops to a thread, so the loop never waits for a lock that
         # only the loop can release. The gate makes the check and the opening
         # exclusive.
-        self._gate = threading.Lock()
+        self._gate = threading.RLock()  # re-entrant: work run on the loop may open one
         self._open_transactions = 0
 
     def __repr__(self) -> str:
