@@ -36,7 +36,6 @@ from turnstile.runtime.apps import (
 )
 from turnstile.runtime.client import connect, metrics_runtime
 from turnstile.runtime.config import Settings
-from turnstile.runtime.mcp import connections as mcp_connections
 from turnstile.runtime.payload_visits import walk_once
 from turnstile.runtime.plugins import load_services
 from turnstile.runtime.processes import report_ready, supervise
@@ -204,10 +203,18 @@ async def run(argv: list[str] | None = None) -> None:
             log.info("shutting down: running activities get %.0f s to finish",
                      settings.shutdown_grace_seconds)
         log.info("worker stopped")
-        await mcp_connections.close_all()  # stdio MCP servers end with the worker
+        await close_mcp_sessions()  # stdio MCP servers end with the worker
     stop.set()
     await asyncio.gather(*tasks, return_exceptions=True)
     await rt.provider.aclose()
+
+
+async def close_mcp_sessions() -> None:
+    """Close the MCP sessions this worker opened (none if no service has an
+    MCP server: the client library was then never imported)."""
+    opened = sys.modules.get("turnstile.runtime.mcp.connection")
+    if opened is not None:
+        await opened.connections.close_all()
 
 
 def reserve_threads(loop: asyncio.AbstractEventLoop) -> None:

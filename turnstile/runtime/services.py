@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
@@ -24,11 +24,13 @@ from turnstile.engine.specs import ON_NEW_MESSAGE, LoopPolicy, OnNewMessage, Ser
 from turnstile.providers.base import ModelProvider
 from turnstile.runtime.guardrails import Guardrail, component_name
 from turnstile.runtime.mcp.config import MCPServer
-from turnstile.runtime.mcp.toolset import MCPToolset
 from turnstile.runtime.moderation import Moderator
 from turnstile.runtime.tool_providers import ProviderContext, ToolProvider
 from turnstile.runtime.tools import Tool, ToolRegistry
 from turnstile.stores.retrieval_index import Document, FullTextRetriever, Retriever
+
+if TYPE_CHECKING:
+    from turnstile.runtime.mcp.toolset import MCPToolset
 
 __all__ = ["ApproverContext", "ApproverResolver", "ProviderContext", "Service",
            "ServiceRegistry", "SystemMessageContext", "SystemTransformer", "ToolProvider"]
@@ -145,6 +147,10 @@ class Service:
         return self._add_toolset(server)
 
     def _add_toolset(self, server: MCPServer) -> MCPToolset:
+        # Imported here: the MCP client library costs ~0.7 s to import, which
+        # every CLI command and worker start paid without an MCP server.
+        from turnstile.runtime.mcp.toolset import MCPToolset
+
         toolset = MCPToolset(server, taken=self._names_outside)
         self.providers.append(toolset)
         return toolset

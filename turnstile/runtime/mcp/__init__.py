@@ -12,9 +12,29 @@ reused across turns, reopened after the server dies. Workflow code never sees
 them: it only sees the recorded tool specs.
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from turnstile.runtime.mcp.config import MCPServer, MCPToolPolicy, parse_mcp_servers
-from turnstile.runtime.mcp.connection import MCPConnection, MCPUnavailable, connections
-from turnstile.runtime.mcp.toolset import MCPTool, MCPToolset
+
+if TYPE_CHECKING:
+    from turnstile.runtime.mcp.connection import MCPConnection, MCPUnavailable, connections
+    from turnstile.runtime.mcp.toolset import MCPTool, MCPToolset
+
+# The MCP client library takes ~0.7 s to import: the sessions and toolsets are
+# imported on first use (a service with an MCP server, a worker that has one),
+# not by every CLI command and worker that imports the service registry.
+_LAZY = {"MCPConnection": "connection", "MCPUnavailable": "connection",
+         "connections": "connection", "MCPTool": "toolset", "MCPToolset": "toolset"}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
 
 __all__ = [
     "MCPConnection",
