@@ -193,9 +193,10 @@ async def run_chaos(client: Client, address: str, workdir: Path, *, turns: int,
             await starter
             handles = [t.handle for t in started_turns]
             report.turns = len(handles)
-            # A worker killed during a model request leaves that attempt to its
-            # start-to-close timeout (model_timeout_seconds, 180 s): the budget
-            # covers one such wait per turn, not a hang.
+            # A worker killed during a model request or a tool leaves that
+            # attempt to its heartbeat timeout (5 s; a tool without heartbeats
+            # to its start-to-close timeout), and its next workflow task to the
+            # sticky queue's timeout: the budget covers such waits, not a hang.
             outcomes = await asyncio.wait_for(asyncio.gather(
                 *(h.result() for h in handles), return_exceptions=True), close_budget)
             results = [o for o in outcomes if isinstance(o, TurnResult)]
