@@ -218,7 +218,8 @@ async def close_mcp_sessions() -> None:
 
 
 def reserve_threads(loop: asyncio.AbstractEventLoop) -> None:
-    """Threads for `asyncio.to_thread`, which activities use for database work.
+    """Threads for `asyncio.to_thread`: tools, and activities' database work on
+    PostgreSQL (on SQLite it runs on the loop: turnstile.stores.db, `Database.call`).
     Python's default pool has min(32, cores + 4) threads — 6 on two cores — and
     the e-mail sender holds one for its life: with tens of approvals landing at
     once, their database hops queued behind each other, and on SQLite writers

@@ -115,7 +115,7 @@ class MemoryActivities(Activities):
         me = Holder(info.workflow_id or "", info.workflow_run_id or "", chain or None)
         locks = ConversationLocks(self.rt.db)
         holder = await self.rt.db.call(self._owner_and_lock, conversation_id, user_id,
-                                         locks, me)
+                                       locks, me)
         if holder is None:
             return ""
         client = activity.client()

@@ -164,7 +164,7 @@ class PipelineActivities(Activities):
     async def discard_message(self, req: io.DiscardInput) -> None:
         try:
             await self.rt.db.call(self.rt.memory.discard, req.conversation_id, req.seq,
-                                    req.reason)
+                                  req.reason)
         except DatabaseUnavailable as exc:
             raise application_error(exc, non_retryable=False) from exc
 

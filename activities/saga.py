@@ -67,7 +67,7 @@ class SagaActivities(Activities):
                                     non_retryable=True)
         chain = req.execution_chain
         recorded = await self.rt.db.call(self.rt.journal.rolled_back, req.conversation_id,
-                                           call.id, wf_id, chain)
+                                         call.id, wf_id, chain)
         if recorded is not None:  # an earlier attempt undid it and recorded that
             return CompensateResult(call_id=call.id,
                                     description=recorded.partition(UNDO_MARK)[2] or recorded)
@@ -102,7 +102,7 @@ class SagaActivities(Activities):
         loop = asyncio.get_running_loop()
         deadline = loop.time() + bound
         while await self.rt.db.call(self.rt.ledger.status, wf_id, call_id,
-                                              chain) is LedgerStatus.STARTED:
+                                    chain) is LedgerStatus.STARTED:
             if loop.time() > deadline:
                 log.warning("call %s is still claimed by an attempt after %.0f s: undoing "
                             "without its result", call_id, bound)
@@ -115,7 +115,7 @@ class SagaActivities(Activities):
         call, chain = req.call, req.execution_chain
         if isinstance(outcome, Undo) and not outcome.undone:
             await self.rt.db.call(self.rt.journal.compensated,
-                                    effect_remains(req, wf_id, outcome.description), tx)
+                                  effect_remains(req, wf_id, outcome.description), tx)
             return CompensateResult(call_id=call.id, description=mask_text(outcome.description),
                                     undone=False)
         description = outcome.description if isinstance(outcome, Undo) else result_to_text(outcome)
