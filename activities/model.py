@@ -132,7 +132,7 @@ class ModelActivities(Activities):
             messages = read_window(self.rt, shape, wf_id, conn)
         if spent is not None and budget is not None and spent >= budget:
             raise BudgetExceeded.spent(req.user_id, spent, budget)
-        request, _ = build_request(self.rt, service, req, messages, tools)
+        request, _ = build_request(shape, messages)
         return None, request
 
     def _keep(self, req: ModelCallInput, message: ChatMessage, numbered: list[bool],

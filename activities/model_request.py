@@ -52,7 +52,7 @@ class RequestShape:
         self.count = counter_for(self.model)
         self.reserved = (json_tokens([t.openai_schema() for t in tools], self.count)
                          + json_tokens(req.response_format, self.count))
-        self.service = service
+        self.service, self.tools = service, tools
 
     def _cap_for(self, tool_name: str) -> int:
         t = self.service.tool(tool_name)
@@ -101,16 +101,17 @@ def read_window(rt: Runtime, shape: RequestShape, wf_id: str,
     return rt.memory.tail(conv, wf_id, shape.full, conn)
 
 
-def build_request(rt: Runtime, service: Service, req: ModelCallInput,
-                  stored: list[ChatMessage],
-                  tools: list[ToolSpec]) -> tuple[ModelRequest, Windowed]:
-    shape = RequestShape(rt, service, req, tools)
+def build_request(shape: RequestShape,
+                  stored: list[ChatMessage]) -> tuple[ModelRequest, Windowed]:
+    """The request `shape` cuts from `stored` (the shape that read them: its
+    token counts of the tools and the response format are made once)."""
+    req, tools = shape.req, shape.tools
     messages, sent = shape.cut(stored)
     if sent.dropped:
         log.info("conversation %s: %d of %d stored messages sent (%d tokens; window %s)",
                  req.conversation_id, len(sent.messages), len(messages), sent.tokens,
                  shape.window.model_dump(exclude_none=True))
-    settings = req.model or service.model  # the spec's, from history
+    settings = req.model or shape.service.model  # the spec's, from history
     return ModelRequest(messages=sent.messages, tools=tools,
                         response_format=req.response_format,
                         max_tokens=settings.max_tokens, temperature=settings.temperature,

@@ -13,9 +13,10 @@ Cases:
   (nothing emits either);
 - `events-on`: the same with the logger at INFO into a discarding handler;
 - `tool-span`: a tool call's span and outcome with no tracer provider;
-- `db-reads`: the two reads every memory write of a turn's run makes
-  (`turnstile.stores.runs.claim`: the conversation's lock holder, the
-  slots of an earlier run), on a SQLite file;
+- `db-reads`: what every memory write of a turn's run reads
+  (`turnstile.stores.runs.claim`: the conversation's lock holder and the
+  slots of an earlier run, one statement since 5 December 2026), on a
+  SQLite file;
 - `memory`: what a model call reads of memory besides the claim
   (`MemoryStore.get` of its answer's slot, `tail` of a 12-message
   conversation for its window, with its images) and a write's watermark
@@ -220,7 +221,7 @@ def db_reads() -> float:
 
     from turnstile.stores import runs
     from turnstile.stores.db import Database
-    from turnstile.stores.lock import Holder, hold, holder
+    from turnstile.stores.lock import Holder, hold
     from turnstile.stores.tables import metadata
 
     db = Database(f"sqlite:///{tempfile.mkdtemp()}/micro.db")
@@ -231,8 +232,7 @@ def db_reads() -> float:
         conn_ = conn
 
         def reads() -> None:
-            holder(conn_, "conv-1")
-            runs._stale(conn_, "conv-1", w, range(4, 6), None)
+            runs._read(conn_, "conv-1", w, range(4, 6), None)
         return best_us(reads, 5_000)
 
 

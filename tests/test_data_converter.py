@@ -162,3 +162,71 @@ def test_the_worker_walks_once() -> None:
     assert sdk_bridge.encode_completion is payload_visits.encode_completion
     assert sdk_bridge.decode_activation is payload_visits.decode_activation
     assert all(callable(f) for f in payload_visits.SDK_WALKS)
+
+
+def test_a_walk_is_skipped_only_when_it_would_change_nothing(tmp_path: Path) -> None:
+    """turnstile.runtime.payload_visits makes no walk when no step could change
+    a payload (no codec; a completion below the claim-check threshold; an
+    activation holding no reference). Generated completions of payloads
+    around the threshold, with and without a codec: encoded, then read back
+    in an activation, each the same as the SDK's walks give; both the
+    skipped and the walked paths are taken."""
+    from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
+    from temporalio.converter import StorageDriverStoreContext, StorageDriverWorkflowInfo
+
+    from turnstile.runtime import payload_visits
+    from turnstile.runtime.config import Settings
+
+    threshold = 1024
+    settings = dataclasses.replace(Settings.from_env(), payload_threshold=threshold,
+                                   database_url=f"sqlite:///{tmp_path / 'p.db'}")
+    upgrade(Database(settings.database_url))
+    store = StorageDriverStoreContext(target=StorageDriverWorkflowInfo(
+        id="w", run_id="r", type="AgentTurn", namespace="default"))
+    plain = client.converter(settings)._with_store_context(store)
+    coded = dataclasses.replace(plain, payload_codec=_Flip())
+    sdk_decode, sdk_encode = payload_visits.SDK_WALKS
+    skipped = {"encode": 0, "decode": 0, "walked": 0}
+
+    def completion(dc: DataConverter, sizes: list[int]) -> WorkflowActivationCompletion:
+        done = WorkflowActivationCompletion(run_id="r")
+        command = done.successful.commands.add().schedule_activity
+        command.activity_id, command.activity_type = "1", "turnstile.call_model"
+        command.arguments.extend(dc.payload_converter.to_payloads(
+            ["x" * n for n in sizes]))
+        return done
+
+    @hsettings(max_examples=40, deadline=None,
+               suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(sizes=st.lists(st.integers(0, 2 * threshold), min_size=1, max_size=4),
+           codec=st.booleans())
+    def same_as_the_sdk(sizes: list[int], codec: bool) -> None:
+        dc = coded if codec else plain
+
+        async def both() -> None:
+            ours, theirs = completion(dc, sizes), completion(dc, sizes)
+            if payload_visits.nothing_to_encode(ours, dc):
+                skipped["encode"] += 1
+            else:
+                skipped["walked"] += 1
+            await payload_visits.encode_completion(ours, dc, True, 1)
+            await sdk_encode(theirs, dc, True, 1)
+            assert ours == theirs
+            activation = WorkflowActivation(run_id="r")
+            for arg in ours.successful.commands[0].schedule_activity.arguments:
+                activation.jobs.add().resolve_activity.result.completed.result.CopyFrom(arg)
+            twin = WorkflowActivation()
+            twin.CopyFrom(activation)
+            if payload_visits.nothing_to_decode(activation, dc):
+                skipped["decode"] += 1
+            await payload_visits.decode_activation(activation, dc, True, 1)
+            await sdk_decode(twin, dc, True, 1)
+            assert activation == twin
+            original = completion(dc, sizes).successful.commands[0].schedule_activity
+            assert [job.resolve_activity.result.completed.result for job in activation.jobs] \
+                == list(original.arguments)
+
+        asyncio.run(both())
+
+    same_as_the_sdk()
+    assert skipped["encode"] and skipped["decode"] and skipped["walked"], skipped
