@@ -262,11 +262,11 @@ class CallJournal:
             return
         if e.model_call is not None and e.decision is not None:
             self._audit_edits(conn, e, e.model_call, e.decision)
-        if w.audit_opened(conn, key.execution_id) is None:
+        # The attempt's row ended, or (none was opened: a call settled
+        # without running) one complete row written: one statement when it ran.
+        if not w.close_audit(conn, key.execution_id, e.audit_status, e.audit_error):
             w.settle_audit(conn, _execution(key, e.conversation_id, e.user_id, e.call),
                            e.audit_status, e.audit_error or "")
-        else:
-            w.close_audit(conn, key.execution_id, e.audit_status, e.audit_error)
 
     @staticmethod
     def _audit_edits(conn: Connection, e: Ending, model_call: ToolCall,

@@ -149,9 +149,12 @@ _CLOSE_AUDIT = (sa.update(tool_execution_log).where(log_c.execution_id == sa.bin
 
 
 def close_audit(conn: Connection, execution_id: str, status: AuditStatus,
-                error: str | None) -> None:
-    conn.execute(_CLOSE_AUDIT, {"id": execution_id, "v_status": status.value,
-                                "v_end": now_iso(), "v_error": mask(error) if error else None})
+                error: str | None) -> bool:
+    """The row's end; False when there is no row to end (nothing was written)."""
+    done = conn.execute(_CLOSE_AUDIT, {"id": execution_id, "v_status": status.value,
+                                       "v_end": now_iso(),
+                                       "v_error": mask(error) if error else None})
+    return bool(done.rowcount)
 
 
 def close_open_audit(conn: Connection, execution_id: str, error: str) -> None:
