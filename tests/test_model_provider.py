@@ -80,3 +80,22 @@ async def test_api_key_is_sent_as_bearer(client: Client, task_queue: str, tmp_pa
     assert fake_llm.requests[0]["_auth"] == "Bearer sk-test"
     assert fake_llm.requests[0]["model"] == "m-1"
     assert fake_llm.requests[0]["_path"] == "/v1/chat/completions"
+
+
+def test_the_fake_server_refuses_a_body_real_endpoints_cannot_read(fake_llm: FakeLLM) -> None:
+    """The scripted server reads a body as OpenAI's and llama-server's do:
+    declared `application/json` and strict JSON (no NaN); the provider's
+    requests are read (every turn test), these are refused with a 400."""
+    import httpx
+
+    fake_llm.default = lambda _req: text_reply("ok")
+    url = f"{fake_llm.url}/chat/completions"
+    good = b'{"model":"m","messages":[{"role":"user","content":"hi"}]}'
+    assert httpx.post(url, content=good,
+                      headers={"Content-Type": "application/json"}).status_code == 200
+    untyped = httpx.post(url, content=good, headers={"Content-Type": "text/plain"})
+    assert untyped.status_code == 400 and "Content-Type" in untyped.text
+    nan = httpx.post(url, content=good[:-1] + b',"temperature":NaN}',
+                     headers={"Content-Type": "application/json"})
+    assert nan.status_code == 400 and "JSON body" in nan.text
+    assert len(fake_llm.refusals) == 2

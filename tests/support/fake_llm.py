@@ -110,6 +110,22 @@ def llama_cpp_python_validation_error(index: int) -> str:
                                  "type": "internal_server_error", "param": None, "code": None}})
 
 
+def _no_constants(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def unreadable_body(content_type: str | None, raw: bytes) -> str | None:
+    """Why a real endpoint could not read this request body, or None: a body
+    not declared as JSON, or not strict JSON (NaN and Infinity are not)."""
+    if (content_type or "").split(";")[0].strip().lower() != "application/json":
+        return f"Content-Type must be application/json, not {content_type!r}"
+    try:
+        json.loads(raw, parse_constant=_no_constants)
+    except ValueError as exc:
+        return f"We could not parse the JSON body of your request: {exc}"
+    return None
+
+
 class FakeLLM:
     def __init__(self, keep_alive: bool = False, port: int = 0) -> None:
         """`keep_alive`: HTTP/1.1 with persistent connections, as real
@@ -150,7 +166,20 @@ class FakeLLM:
 
             def do_POST(self) -> None:  # noqa: N802 - http.server API
                 length = int(self.headers.get("content-length") or 0)
-                body = json.loads(self.rfile.read(length) or b"{}")
+                raw = self.rfile.read(length) or b"{}"
+                unreadable = unreadable_body(self.headers.get("content-type"), raw)
+                if unreadable is not None:  # as OpenAI's and llama-server's JSON parsers
+                    with fake._lock:
+                        fake.refusals.append(unreadable)
+                    data = json.dumps({"error": {"message": unreadable,
+                                                 "type": "invalid_request_error"}}).encode()
+                    self.send_response(400)
+                    self.send_header("content-type", "application/json")
+                    self.send_header("content-length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                    return
+                body = json.loads(raw)
                 if self.path.endswith("/moderations"):
                     body["_path"] = self.path
                     body["_auth"] = self.headers.get("authorization")
