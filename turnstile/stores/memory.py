@@ -31,8 +31,7 @@ from turnstile.stores.db import Database
 from turnstile.stores.memory_tables import (
     GET,
     LAST_SEQ,
-    NEWEST_OTHERS,
-    NEWEST_SYSTEM,
+    NEWEST_PAGE,
     OTHERS,
     OWNER,
     SLOT_WRITER,
@@ -165,8 +164,9 @@ class MemoryStore:
     # -- ownership ----------------------------------------------------------
     def bind(self, conn: Connection, conversation_id: str, user_id: str) -> None:
         """Bind a new conversation to its user; refuse anyone else's turn on it."""
-        conn.insert_new(conversation, {"conversation_id": conversation_id, "user_id": user_id,
-                                       "created_at": now_iso()})
+        if conn.insert_new(conversation, {"conversation_id": conversation_id,
+                                          "user_id": user_id, "created_at": now_iso()}):
+            return  # new: bound to this user now (no read of what was just written)
         owner = conn.scalar(OWNER, str, {"conv": conversation_id})
         if owner != user_id:
             raise ConversationOwnershipError(
@@ -215,12 +215,15 @@ class MemoryStore:
         call and its results; the newest user message is always read."""
         mine = {"conv": conversation_id}
         with self.db.joined(conn) as conn:
-            system = conn.rows(NEWEST_SYSTEM, MessageRow, mine)
-            # The newest page, then ranges of slots below it: a range of the
+            # The newest system message and the newest page of the others, in
+            # one statement; then ranges of slots below it: a range of the
             # primary key is planned well everywhere (PostgreSQL, with stale
             # statistics, read "seq < b ORDER BY seq DESC LIMIT n" by a bitmap
             # scan of the whole conversation).
-            rows = conn.rows(NEWEST_OTHERS, MessageRow, {**mine, "n": first_page})
+            newest = conn.rows(NEWEST_PAGE, MessageRow, {**mine, "n": first_page})
+            system = [r for r in newest if r.role == "system"]
+            rows = sorted((r for r in newest if r.role != "system"),
+                          key=lambda r: int(r.seq), reverse=True)
             low = int(rows[-1].seq) if len(rows) == first_page else 0
             page = first_page * 4
             while low > 0:  # 0: the conversation's start was read

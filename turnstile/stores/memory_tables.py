@@ -70,3 +70,7 @@ NEWEST_SYSTEM = (sa.select(chat_message).where(_conv, m.role == "system")
                  .order_by(m.seq.desc()).limit(1))
 OTHERS = sa.select(chat_message).where(_conv, m.role != "system").order_by(m.seq.desc())
 NEWEST_OTHERS = OTHERS.limit(sa.bindparam("n", type_=sa.Integer))
+# Both, in one round trip (MemoryStore.tail; each as a subquery: SQLite takes
+# no ORDER BY or LIMIT in a member of a compound SELECT).
+NEWEST_PAGE = sa.union_all(sa.select(NEWEST_SYSTEM.subquery()),
+                           sa.select(NEWEST_OTHERS.subquery()))
