@@ -230,3 +230,25 @@ def test_a_walk_is_skipped_only_when_it_would_change_nothing(tmp_path: Path) -> 
 
     same_as_the_sdk()
     assert skipped["encode"] and skipped["decode"] and skipped["walked"], skipped
+
+
+def test_a_payload_has_one_claim_key_whatever_its_metadata_order(tmp_path: Path) -> None:
+    """The claim check addresses a stored payload by the SHA-256 of its bytes,
+    serialized deterministically (metadata in key order): the same payload
+    built with its metadata in another order, or copied, gets the same key
+    (it was stored twice, and tests comparing two walks failed by chance)."""
+    from temporalio.converter import StorageDriverStoreContext, StorageDriverWorkflowInfo
+
+    from turnstile.stores.payload_store import DatabasePayloadDriver
+
+    db = Database(f"sqlite:///{tmp_path / 'p.db'}")
+    upgrade(db)
+    keys = {f"k{i}": str(i).encode() for i in range(12)}
+    forward = Payload(metadata=keys, data=b"x" * 2000)
+    backward = Payload(metadata=dict(reversed(list(keys.items()))), data=b"x" * 2000)
+    copied = Payload()
+    copied.CopyFrom(backward)
+    context = StorageDriverStoreContext(target=StorageDriverWorkflowInfo(
+        id="w", run_id="r", type="AgentTurn", namespace="default"))
+    claims = asyncio.run(DatabasePayloadDriver(db).store(context, [forward, backward, copied]))
+    assert len({c.claim_data["sha256"] for c in claims}) == 1

@@ -68,10 +68,14 @@ _EMAIL = regex.compile(
 _U_ESCAPE = re.compile(r"\\+u([0-9a-fA-F]{4})")
 _DOTS = str.maketrans({"\u3002": ".", "\uff61": ".", "\uff0e": "."})
 _MAYBE_PHONE = re.compile(r"\d(?:[\s().\-/]{0,3}\d){6}")
-# Dates and times, which the matcher never takes for numbers: text whose only
-# seven digits are in them is not given to the matcher (most log lines).
+# Dates and times: text whose only seven digits are in them is not given to
+# the matcher (most log lines), and text that is (a phone number elsewhere on
+# the line) is given to it with them blanked out: it took the seconds of
+# "13.105057" for a number, and a phone number and the year after it for one
+# (tests/test_masking.py, generated times).
 _TIMES = re.compile(r"\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?"
                     r"(?:Z|[+-]\d{2}:?\d{2})?)?")
+_BLANK = "~"  # what a date or time is to the matcher: no digit, no phone punctuation
 _GLUE = frozenset("-_")  # a number joined to letters by these is an id's part
 # UUIDs (a run id on every SDK log line): any number the matcher finds that
 # overlaps one is glued to a hex digit, or to "-" then one, and so left alone
@@ -130,11 +134,14 @@ def _mask_phones(text: str) -> str:
         return text
     out: list[str] = []
     done = 0
-    for found in phonenumbers.PhoneNumberMatcher(text, PHONE_REGION,
+    # The matcher reads the text with its dates and times blanked out (same
+    # length: what it finds is masked at the same place in `text`).
+    scan = _TIMES.sub(lambda t: _BLANK * len(t.group()), text)
+    for found in phonenumbers.PhoneNumberMatcher(scan, PHONE_REGION,
                                                  leniency=phonenumbers.Leniency.VALID):
         start, end = found.start, found.end
-        before = text[start - 2:start] if start >= 2 else text[:start]
-        after = text[end:end + 2]
+        before = scan[start - 2:start] if start >= 2 else scan[:start]
+        after = scan[end:end + 2]
         if _glued(before[::-1]) or _glued(after):
             continue  # digits of an id (demo-4155552671), not a phone number
         digits = [ch for ch in found.raw_string if ch.isdigit()]

@@ -95,7 +95,10 @@ class DatabasePayloadDriver(StorageDriver):
     async def store(self, context: StorageDriverStoreContext,
                     payloads: Sequence[Payload]) -> list[StorageDriverClaim]:
         owner = _owner(context)
-        blobs = [p.SerializeToString() for p in payloads]
+        # Deterministic: metadata (a protobuf map) in key order, so a payload
+        # has one key however its map was built or copied (without it, the
+        # same payload was stored twice under two keys, by map order).
+        blobs = [p.SerializeToString(deterministic=True) for p in payloads]
         keys = [hashlib.sha256(b).hexdigest() for b in blobs]
         await asyncio.to_thread(self._write, keys, blobs, owner)
         return [StorageDriverClaim(claim_data={"sha256": k, "size": str(len(b))})
