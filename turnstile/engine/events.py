@@ -44,7 +44,7 @@ class TurnCompleted(_TurnEvent):
     tool_calls: int = 0
     usage: Usage = Field(default_factory=Usage)
     error_type: str | None = None
-    duration_seconds: float = 0.0  # workflow time from TurnStarted
+    duration_seconds: float = 0.0  # workflow time from TurnStarted (to the millisecond)
 
 
 TurnEventRecord = Annotated[TurnStarted | TurnCompleted, Field(discriminator="kind")]
