@@ -30,7 +30,6 @@ from turnstile.stores.ledger import LedgerStatus
 from turnstile.stores.memory import (
     MemoryStore,
     MessageRow,
-    answered_through,
     chat_message,
     conversation,
     load_attributes,
@@ -38,6 +37,20 @@ from turnstile.stores.memory import (
 )
 
 log = logging.getLogger("turnstile.stores.journal")
+
+_m, _cv = chat_message.c, conversation.c
+# What the repair reads: only what lies after the conversation's watermark
+# (every call before it is answered), every column but content and
+# created_at (MessageRow's defaults); the watermark read in the same
+# statement. Built once, the conversation bound at execution.
+_AFTER_WATERMARK = (
+    sa.select(_m.conversation_id, _m.seq, _m.role, _m.tool_calls, _m.tool_call_id,
+              _m.attributes, _m.workflow_id, _m.execution_chain, _m.run_id)
+    .where(_m.conversation_id == sa.bindparam("conv"),
+           _m.seq > sa.func.coalesce(
+               sa.select(_cv.answered_through).where(_cv.conversation_id == sa.bindparam("conv"))
+               .scalar_subquery(), -1))
+    .order_by(_m.seq))
 
 ORPHAN_TEXT = (
     "The call to {name} has no result: its turn ended ({reason}) before the call finished "
@@ -95,16 +108,7 @@ def repair_orphans(conn: Connection, memory: MemoryStore, audit: bool, conversat
     `conn`'s transaction (`audit`: TURNSTILE_AUDIT). Idempotent: a repaired
     call is answered."""
     repairs: list[Repair] = []
-    m = chat_message.c
-    # Only what lies after the watermark: every call before it is answered.
-    through = answered_through(conn, conversation_id)
-    # Every column but content and created_at (MessageRow's defaults).
-    rows = conn.rows(
-        sa.select(m.conversation_id, m.seq, m.role, m.tool_calls, m.tool_call_id,
-                  m.attributes, m.workflow_id, m.execution_chain, m.run_id)
-        .where(m.conversation_id == conversation_id,
-               m.seq > (-1 if through is None else through))
-        .order_by(m.seq), MessageRow)
+    rows = conn.rows(_AFTER_WATERMARK, MessageRow, {"conv": conversation_id})
     taken = {int(r.seq) for r in rows}
     stuck: int | None = None  # the first call left unanswered (no free slot)
     for owner, calls, next_seq in open_calls(rows):

@@ -74,6 +74,10 @@ _LOCKS = sa.select(lk.conversation_id, lk.workflow_id, lk.run_id,
 # (turnstile.stores.runs.claim), and building the SELECT each time cost about
 # as much as running it (bench/micro.py db-reads).
 _LOCK_OF = _LOCKS.where(lk.conversation_id == sa.bindparam("conversation_id"))
+# Every turn's end (ConversationLocks.release); built once as well.
+_RELEASE = sa.delete(conversation_lock).where(
+    lk.conversation_id == sa.bindparam("conversation_id"),
+    lk.workflow_id == sa.bindparam("workflow_id"), lk.run_id == sa.bindparam("run_id"))
 
 
 def locks(conn: Connection, conversation_id: str | None = None) -> list[Lock]:
@@ -130,6 +134,5 @@ class ConversationLocks:
         replaced never releases its successor's lock). In `conn`'s transaction
         when given."""
         with self.db.joined(conn) as conn:
-            conn.execute(sa.delete(conversation_lock).where(
-                lk.conversation_id == conversation_id, lk.workflow_id == me.workflow_id,
-                lk.run_id == me.run_id))
+            conn.execute(_RELEASE, {"conversation_id": conversation_id,
+                                    "workflow_id": me.workflow_id, "run_id": me.run_id})

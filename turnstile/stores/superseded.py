@@ -196,11 +196,6 @@ def superseded_messages(db: Database, conversation_id: str) -> list[SupersededRo
         return _rows(conn, t.conversation_id == conversation_id)
 
 
-def _turn(workflow_id: str, chain: str) -> sa.ColumnElement[bool]:
-    return sa.and_(sa.func.coalesce(t.workflow_id, "") == workflow_id,
-                   sa.func.coalesce(t.execution_chain, "") == chain)
-
-
 # Built once: every model call that asks for tools reads it (values bound).
 _PRIOR_CALLS = sa.select(superseded_message).where(
     t.conversation_id == sa.bindparam("conv"),
@@ -275,18 +270,30 @@ def all_calls(conn: Connection, conversation_id: str | None = None) -> list[Supe
     return _calls(_rows(conn, *where))
 
 
+# Built once: every turn reads both (begin_turn the other turns', the release
+# its own), the values bound at execution.
+_OF_THE_TURN = sa.and_(sa.func.coalesce(t.workflow_id, "") == sa.bindparam("wf"),
+                       sa.func.coalesce(t.execution_chain, "") == sa.bindparam("chain"))
+_UNSETTLED = sa.select(superseded_message).where(
+    t.conversation_id == sa.bindparam("conv"), t.settled_at.is_(None))
+_UNSETTLED_OF_TURN = _UNSETTLED.where(_OF_THE_TURN).order_by(t.id)
+_UNSETTLED_OF_OTHERS = _UNSETTLED.where(sa.not_(_OF_THE_TURN)).order_by(t.id)
+
+
 def unsettled_of_turn(conn: Connection, conversation_id: str, workflow_id: str,
                       chain: str) -> list[SupersededRow]:
     """The rows of the turn (workflow_id, chain) not settled yet."""
-    return _rows(conn, t.conversation_id == conversation_id, t.settled_at.is_(None),
-                 _turn(workflow_id, chain))
+    return [SupersededRow.read(r) for r in conn.rows(
+        _UNSETTLED_OF_TURN, _Stored, {"conv": conversation_id, "wf": workflow_id,
+                                      "chain": chain})]
 
 
 def unsettled_of_other_turns(conn: Connection, conversation_id: str, workflow_id: str,
                              chain: str) -> list[SupersededRow]:
     """The rows of every turn but (workflow_id, chain) not settled yet."""
-    return _rows(conn, t.conversation_id == conversation_id, t.settled_at.is_(None),
-                 sa.not_(_turn(workflow_id, chain)))
+    return [SupersededRow.read(r) for r in conn.rows(
+        _UNSETTLED_OF_OTHERS, _Stored, {"conv": conversation_id, "wf": workflow_id,
+                                        "chain": chain})]
 
 
 def settle(conn: Connection, rows: list[SupersededRow],
