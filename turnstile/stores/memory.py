@@ -111,12 +111,6 @@ def lower_answered_through(conn: Connection, conversation_id: str, seq: int) -> 
     conn.execute(_LOWER_ANSWERED, {"conv": conversation_id, "through": seq - 1})
 
 
-def answered_through(conn: Connection, conversation_id: str) -> int | None:
-    """Every tool call at a slot up to this one has its result (None: not known)."""
-    return conn.scalar(sa.select(cv.answered_through)
-                       .where(cv.conversation_id == conversation_id), int)
-
-
 def mark_answered_through(conn: Connection, conversation_id: str, seq: int) -> None:
     """Every call through `seq` has its result now (the orphan repair)."""
     conn.execute(sa.update(conversation).where(cv.conversation_id == conversation_id)
