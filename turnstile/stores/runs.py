@@ -94,18 +94,17 @@ def _read(conn: Connection, conv: str, w: Writer, slots: range,
           horizon: int | None) -> tuple[Holder | None, list[int]]:
     """The conversation's lock holder, and the slots holding rows of another
     run of the writer's turn that it replaces: one statement (`_claim_select`)."""
+    has_horizon, has_slots = horizon is not None, bool(len(slots))
     params: dict[str, object] = {"conv": conv}
-    stale_part = horizon is not None or bool(len(slots))
-    if stale_part:
+    if has_horizon or has_slots:
         params.update(wf=w.workflow_id, chain=w.chain, run=w.run_id)
-    if horizon is not None:
+    if has_horizon:
         params["horizon"] = horizon
-    if len(slots):
+    if has_slots:
         params.update(first=slots[0], last=slots[-1])
     lock: Holder | None = None
     stale: list[int] = []
-    for row in conn.rows(_claim_select(horizon is not None, bool(len(slots))), _ClaimRow,
-                         params):
+    for row in conn.rows(_claim_select(has_horizon, has_slots), _ClaimRow, params):
         if row.seq is not None:
             stale.append(int(row.seq))
         elif row.workflow_id is not None and row.run_id is not None:

@@ -187,8 +187,12 @@ def call_identity(name: str, arguments: str) -> str:
 
 
 def _rows(conn: Connection, *where: sa.ColumnElement[bool]) -> list[SupersededRow]:
-    return [SupersededRow.read(r) for r in conn.rows(
-        sa.select(superseded_message).where(*where).order_by(t.id), _Stored)]
+    return _read(conn, sa.select(superseded_message).where(*where).order_by(t.id))
+
+
+def _read(conn: Connection, stmt: sa.Select[Any],
+          params: dict[str, str] | None = None) -> list[SupersededRow]:
+    return [SupersededRow.read(r) for r in conn.rows(stmt, _Stored, params)]
 
 
 def superseded_messages(db: Database, conversation_id: str) -> list[SupersededRow]:
@@ -283,17 +287,15 @@ _UNSETTLED_OF_OTHERS = _UNSETTLED.where(sa.not_(_OF_THE_TURN)).order_by(t.id)
 def unsettled_of_turn(conn: Connection, conversation_id: str, workflow_id: str,
                       chain: str) -> list[SupersededRow]:
     """The rows of the turn (workflow_id, chain) not settled yet."""
-    return [SupersededRow.read(r) for r in conn.rows(
-        _UNSETTLED_OF_TURN, _Stored, {"conv": conversation_id, "wf": workflow_id,
-                                      "chain": chain})]
+    return _read(conn, _UNSETTLED_OF_TURN,
+                 {"conv": conversation_id, "wf": workflow_id, "chain": chain})
 
 
 def unsettled_of_other_turns(conn: Connection, conversation_id: str, workflow_id: str,
                              chain: str) -> list[SupersededRow]:
     """The rows of every turn but (workflow_id, chain) not settled yet."""
-    return [SupersededRow.read(r) for r in conn.rows(
-        _UNSETTLED_OF_OTHERS, _Stored, {"conv": conversation_id, "wf": workflow_id,
-                                        "chain": chain})]
+    return _read(conn, _UNSETTLED_OF_OTHERS,
+                 {"conv": conversation_id, "wf": workflow_id, "chain": chain})
 
 
 def settle(conn: Connection, rows: list[SupersededRow],
