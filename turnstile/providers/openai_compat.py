@@ -35,6 +35,7 @@ from turnstile.engine.model_settings import SchemaDialect
 from turnstile.engine.safe_text import safe_text
 from turnstile.engine.schema_dialect import DEFAULT_DIALECT
 from turnstile.providers.base import ModelRequest, ModelResponse
+from turnstile.providers.http_transport import ModelServerTransport
 from turnstile.providers.openai_stream import IncompleteStream, bounded_lines, read_sse
 from turnstile.providers.wire_tools import wire_tools
 
@@ -252,11 +253,14 @@ class OpenAICompatibleProvider:
         headers = {"Content-Type": "application/json"}
         if api_key:
             headers["Authorization"] = f"Bearer {api_key}"
-        # retries=0: Temporal's activity retry policy is the only retry layer.
+        # Temporal's activity retry policy is the only retry layer; the
+        # transport (turnstile/providers/http_transport.py: asyncio and h11,
+        # a fifth of httpcore's CPU per request) resends only a request a
+        # stale kept-alive connection never answered.
         self._client = httpx.AsyncClient(
             headers=headers,
             timeout=httpx.Timeout(timeout_seconds, connect=10.0),
-            transport=httpx.AsyncHTTPTransport(retries=0),
+            transport=ModelServerTransport(),
         )
 
     async def aclose(self) -> None:
