@@ -48,6 +48,9 @@ async def test_json_log_lines(client: Client, temporal_server: DevServer, tmp_pa
     # Python's own lines are all JSON (the SDK's Rust core writes its own, unformatted).
     assert not [line for line in lines if " INFO " in line and not line.startswith("{")]
     assert "zq7log" not in log.read_text()
+    # Two model requests were made; httpx's line per request is not written.
+    assert len(fake_llm.requests) == 2
+    assert not [r for r in records if r["logger"] == "httpx"]
 
 
 async def test_the_worker_serves_prometheus_metrics(

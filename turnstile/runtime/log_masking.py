@@ -104,6 +104,11 @@ def setup(level: int, log_format: str = "text",
           text_format: str = "%(asctime)s %(levelname)s %(name)s: %(message)s") -> None:
     """The process's logging: `log_format` "json" or "text", masked either way."""
     logging.basicConfig(level=level, format=text_format)
+    # httpx writes an INFO line per request ("HTTP Request: POST ..."): three
+    # per turn that say what the model call's span and metrics say, each
+    # formatted and masked (~0.5 ms of worker CPU per turn). Kept at DEBUG.
+    if level > logging.DEBUG:
+        logging.getLogger("httpx").setLevel(logging.WARNING)
     if log_format == "json":
         for handler in logging.getLogger().handlers:
             handler.setFormatter(JsonFormatter())
