@@ -32,7 +32,13 @@ Cases:
 - `walks-sdk` / `walks-once`: a workflow completion that schedules an
   activity with two inputs (a short one, 5 KB) and completes with the 5 KB
   one, through the worker's converter: the SDK's `encode_completion` (three
-  walks) and `turnstile.runtime.payload_visits.encode_completion` (one).
+  walks) and `turnstile.runtime.payload_visits.encode_completion` (one);
+- `model-request` / `model-request-httpcore`: one model call's request
+  through `OpenAICompatibleProvider.complete` to the scripted model server
+  (kept alive), the sales turn's second request with its tools: the CPU of
+  the calling thread per request, on the model transport
+  (turnstile/providers/http_transport.py) and on httpx's default
+  (httpcore over anyio); `-c20` variants: 20 requests at a time.
 """
 
 from __future__ import annotations
@@ -164,8 +170,10 @@ def walks(once: bool) -> float:
     return asyncio.run(run())
 
 
-def model_request() -> float:
+def model_request(transport: str = "ours", concurrency: int = 1) -> float:
     import json
+
+    import httpx
 
     from tests.support.fake_llm import FakeLLM, text_reply
     from turnstile.engine.messages import ChatMessage, ToolCall
@@ -196,16 +204,24 @@ def model_request() -> float:
 
     async def run() -> float:
         provider = OpenAICompatibleProvider(server.url, model="bench-model")
+        if transport == "httpcore":  # httpx's default transport, as before 5 December
+            await provider.aclose()
+            provider._client = httpx.AsyncClient(
+                headers=provider._client.headers, timeout=provider._client.timeout,
+                transport=httpx.AsyncHTTPTransport(retries=0))
+
+        async def batch() -> None:
+            await asyncio.gather(*(provider.complete(request) for _ in range(concurrency)))
         try:
-            await provider.complete(request)  # the connection, opened once
-            best, n = float("inf"), 300
+            await batch()  # the connections, opened once
+            best, n = float("inf"), max(1, 300 // concurrency)
             for _ in range(5):
                 with server._lock:
                     server.requests.clear()
                 began = time.thread_time()
                 for _ in range(n):
-                    await provider.complete(request)
-                best = min(best, (time.thread_time() - began) / n * 1e6)
+                    await batch()
+                best = min(best, (time.thread_time() - began) / (n * concurrency) * 1e6)
             assert not server.refusals, server.refusals
             return best
         finally:
@@ -320,6 +336,9 @@ CASES: dict[str, Callable[[], float]] = {
     "walks-sdk": lambda: walks(False),
     "walks-once": lambda: walks(True),
     "model-request": model_request,
+    "model-request-httpcore": lambda: model_request("httpcore"),
+    "model-request-c20": lambda: model_request("ours", 20),
+    "model-request-c20-httpcore": lambda: model_request("httpcore", 20),
 }
 
 

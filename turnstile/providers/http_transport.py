@@ -2,12 +2,12 @@
 
 httpx stays the client (headers, timeouts, proxies from the environment,
 errors); this replaces what it runs a request on by default (httpcore's
-connection pool over anyio). Measured on the 2-core project machine with a
-local OpenAI-compatible server (`python -m bench.micro http-transport`): the
-default costs the worker ~0.6 ms of CPU per request alone and ~1.3 ms at 20
-concurrent requests, where httpcore's pool checks every pooled connection
-(a poll of its socket each) whenever a request starts or ends; this
-transport ~0.25 ms at either. A turn makes a request per model call.
+connection pool over anyio). httpcore's pool checks every pooled
+connection (a poll of its socket each) whenever a request starts or ends,
+so its cost grows with the requests in flight; the figures (`python -m
+bench.micro model-request model-request-httpcore model-request-c20
+model-request-c20-httpcore`) are in bench/README.md. A turn makes a
+request per model call.
 
 What it does, and no more:
 
