@@ -125,3 +125,41 @@ async def test_work_on_the_loop_may_open_a_journaled_transaction(tmp_path: Path)
 
     assert await db.call(open_and_commit) == threading.get_ident()
     assert await db.call(open_and_commit) == threading.get_ident()  # closed again: on the loop
+
+
+async def test_work_on_the_loop_keeps_one_connection_and_a_failed_one_is_replaced(
+        tmp_path: Path) -> None:
+    """Transactions run on the loop take the connection it keeps (one pool
+    checkout for many); a nested one, or one from a thread, takes a pooled
+    connection; after a database error the next starts on a fresh one."""
+    import sqlalchemy as sa
+    from sqlalchemy import event, exc
+
+    db = Database(sqlite_file_url(tmp_path / "t.db"))
+    with db.connect() as conn:
+        conn.execute("CREATE TABLE t (k INTEGER PRIMARY KEY, v TEXT NOT NULL)")
+    checkouts: list[int] = []
+    event.listen(db.engine, "checkout", lambda *_: checkouts.append(1))
+
+    def insert(k: int) -> None:
+        with db.connect() as conn:
+            conn.execute(sa.text("INSERT INTO t (k, v) VALUES (:k, 'x')"), {"k": k})
+
+    def nested() -> tuple[int, int]:
+        with db.connect() as outer, db.connect() as inner:
+            return id(outer.sa), id(inner.sa)
+
+    for k in range(5):
+        await db.call(insert, k)
+    assert len(checkouts) == 1
+    outer, inner = await db.call(nested)
+    assert outer != inner and len(checkouts) == 2  # the nested one was pooled
+    await asyncio.to_thread(insert, 10)  # not on the loop: pooled
+    assert len(checkouts) == 3
+    with pytest.raises(exc.IntegrityError):
+        await db.call(insert, 1)  # a database error: the kept connection goes
+    await db.call(insert, 11)
+    assert len(checkouts) == 4
+    with db.connect() as conn:
+        assert conn.scalar(sa.text("SELECT count(*) FROM t"), int) == 7
+    db.release_kept()
