@@ -13,6 +13,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import CursorResult
 
 from turnstile.stores.engines import Dialect
+from turnstile.stores.prebuilt import DriverForm, driver_form, prebuilt
 
 
 @lru_cache(maxsize=1024)
@@ -50,6 +51,28 @@ class Connection:
     def __init__(self, sa_conn: sa.Connection, dialect: Dialect) -> None:
         self.sa = sa_conn
         self.dialect = dialect
+        self._driver: Any = None  # the sqlite3 connection, once a prebuilt statement ran
+
+    def _form(self, stmt: Any, params: Params | None) -> DriverForm | None:
+        """A prebuilt statement's driver form on SQLite (turnstile.stores.prebuilt)."""
+        if self.dialect != "sqlite":
+            return None
+        return driver_form(stmt, self.sa.dialect, params)
+
+    def _run(self, form: DriverForm, params: Params | None) -> Any:
+        if self._driver is None:
+            self._driver = self.sa.connection.driver_connection
+        return form.run(self._driver, self.sa.dialect, params)
+
+    def _driver_rows(self, form: DriverForm, params: Params | None,
+                     limit: int | None = None) -> tuple[list[str], list[tuple[Any, ...]]]:
+        cur = self._run(form, params)
+        try:
+            names = [d[0] for d in cur.description or ()]
+            found = cur.fetchall() if limit is None else cur.fetchmany(limit)
+        finally:
+            cur.close()
+        return names, found
 
     @property
     def raw(self) -> Any:
@@ -71,13 +94,23 @@ class Connection:
         """Every row, each as `into(**columns)` (a NamedTuple or dataclass
         whose fields are the selected columns' names). `params`: the values
         of a statement built once with `sa.bindparam`s."""
-        rows = [into(**r) for r in self.sa.execute(stmt, params).mappings()]
+        form = self._form(stmt, params)
+        if form is not None:
+            names, found = self._driver_rows(form, params)
+            rows = [into(**dict(zip(names, r, strict=True))) for r in found]
+        else:
+            rows = [into(**r) for r in self.sa.execute(stmt, params).mappings()]
         rows_read.add(len(rows))
         return rows
 
     def row(self, stmt: sa.Executable, into: Callable[..., T],
             params: Params | None = None) -> T | None:
         """The first row as `into(**columns)`, or None; `params` as for `rows`."""
+        form = self._form(stmt, params)
+        if form is not None:
+            names, found = self._driver_rows(form, params, limit=1)
+            rows_read.add(bool(found))
+            return into(**dict(zip(names, found[0], strict=True))) if found else None
         row = self.sa.execute(stmt, params).mappings().first()
         rows_read.add(row is not None)
         return None if row is None else into(**row)
@@ -86,7 +119,11 @@ class Connection:
                 params: Params | None = None) -> list[T]:
         """The first column of every row, each as `into(value)` (e.g. `int`);
         `params` as for `rows`."""
-        values = [into(v) for v in self.sa.execute(stmt, params).scalars()]
+        form = self._form(stmt, params)
+        if form is not None:
+            values = [into(r[0]) for r in self._driver_rows(form, params)[1]]
+        else:
+            values = [into(v) for v in self.sa.execute(stmt, params).scalars()]
         rows_read.add(len(values))
         return values
 
@@ -94,9 +131,26 @@ class Connection:
                params: Params | None = None) -> T | None:
         """The first column of the first row as `into(value)`; None when there
         is no row or the value is NULL. `params` as for `rows`."""
-        row = self.sa.execute(stmt, params).first()
+        form = self._form(stmt, params)
+        if form is not None:
+            found = self._driver_rows(form, params, limit=1)[1]
+            row = found[0] if found else None
+        else:
+            row = self.sa.execute(stmt, params).first()
         rows_read.add(row is not None)
         return None if row is None or row[0] is None else into(row[0])
+
+    def changed(self, stmt: sa.Executable, params: Params | None = None) -> int:
+        """An UPDATE or DELETE (a statement built once, values bound at
+        execution): the number of rows it changed."""
+        form = self._form(stmt, params)
+        if form is not None:
+            cur = self._run(form, params)
+            try:
+                return int(cur.rowcount)
+            finally:
+                cur.close()
+        return int(self.sa.execute(stmt, params).rowcount)
 
     def _insert(self, table: sa.Table, values: Params) -> postgresql.Insert | sqlite.Insert:
         """INSERT of the dialect, whose ON CONFLICT clauses differ by engine."""
@@ -112,7 +166,11 @@ class Connection:
             key = list(table.primary_key.columns)
             stmt = self._insert(table, values).on_conflict_do_nothing(index_elements=key)
             return self.sa.execute(stmt.returning(key[0])).first() is not None
-        return self.sa.execute(_insert_new(self.dialect, table), dict(values)).first() is not None
+        stmt = _insert_new(self.dialect, table)
+        form = self._form(stmt, values)
+        if form is not None:
+            return bool(self._driver_rows(form, values, limit=1)[1])
+        return self.sa.execute(stmt, dict(values)).first() is not None
 
     def upsert(self, table: sa.Table, values: Params) -> None:
         """INSERT, or on a primary key taken, UPDATE the row's other columns
@@ -137,6 +195,6 @@ def _insert_new(dialect: Dialect, table: sa.Table) -> Any:
         key = list(table.primary_key.columns)
         make = postgresql.insert if dialect == "postgresql" else sqlite.insert
         stmt = make(table).on_conflict_do_nothing(index_elements=key).returning(key[0])
-        _INSERTS_NEW[(dialect, table)] = stmt  # a race builds the same statement twice
+        _INSERTS_NEW[(dialect, table)] = prebuilt(stmt)  # a race builds the same twice
     return stmt
 

@@ -35,6 +35,7 @@ from turnstile.stores.memory import (
     load_attributes,
     mark_answered_through,
 )
+from turnstile.stores.prebuilt import prebuilt
 
 log = logging.getLogger("turnstile.stores.journal")
 
@@ -43,7 +44,7 @@ _m, _cv = chat_message.c, conversation.c
 # (every call before it is answered), every column but content and
 # created_at (MessageRow's defaults); the watermark read in the same
 # statement. Built once, the conversation bound at execution.
-_AFTER_WATERMARK = (
+_AFTER_WATERMARK = prebuilt(
     sa.select(_m.conversation_id, _m.seq, _m.role, _m.tool_calls, _m.tool_call_id,
               _m.attributes, _m.workflow_id, _m.execution_chain, _m.run_id)
     .where(_m.conversation_id == sa.bindparam("conv"),

@@ -23,6 +23,7 @@ from turnstile.stores.call_key import CallKey
 from turnstile.stores.connection import Connection
 from turnstile.stores.ledger import LedgerRow, LedgerStatus, tool_call_ledger
 from turnstile.stores.memory import now_iso
+from turnstile.stores.prebuilt import prebuilt
 
 ledger_c = tool_call_ledger.c
 log_c = tool_execution_log.c
@@ -61,22 +62,22 @@ def claim_again(conn: Connection, key: CallKey, seen: LedgerRow) -> bool:
 _OF_CALL = sa.and_(ledger_c.workflow_id == sa.bindparam("wf"),
                    ledger_c.execution_chain == sa.bindparam("chain"),
                    ledger_c.tool_call_id == sa.bindparam("call"))
-_COMPLETE = sa.update(tool_call_ledger).where(
+_COMPLETE = prebuilt(sa.update(tool_call_ledger).where(
     _OF_CALL, ledger_c.status == LedgerStatus.STARTED.value,
     ledger_c.attempts == sa.bindparam("claim"),
 ).values(status=LedgerStatus.COMPLETED.value, result=sa.bindparam("v_result"),
          is_error=sa.bindparam("v_is_error"), outcome=sa.bindparam("v_outcome"),
-         state=sa.bindparam("v_state"), finished_at=sa.bindparam("v_finished_at"))
+         state=sa.bindparam("v_state"), finished_at=sa.bindparam("v_finished_at")))
 
 
 def complete(conn: Connection, key: CallKey, claim: int, *, outcome: CallStatus, result: str,
              is_error: bool, state: dict[str, Any] | None) -> bool:
     """The claimed call ended with a result; False when `claim` no longer holds."""
-    return conn.execute(_COMPLETE, {
+    return conn.changed(_COMPLETE, {
         "wf": key.workflow_id, "chain": key.chain, "call": key.call_id, "claim": claim,
         "v_result": result, "v_is_error": int(is_error), "v_outcome": outcome.value,
         "v_state": json.dumps(state) if state else None, "v_finished_at": now_iso(),
-    }).rowcount == 1
+    }) == 1
 
 
 def release(conn: Connection, key: CallKey, claim: int, error: str) -> None:
@@ -133,28 +134,29 @@ def _audit_upsert(conn: Connection, ended: bool) -> Any:
             set_={"start_time": new.start_time, "status": new.status,
                   "end_time": new.end_time if ended else None,
                   "error_message": new.error_message if ended else None})
-        _AUDIT_UPSERTS[(conn.dialect, ended)] = stmt
+        _AUDIT_UPSERTS[(conn.dialect, ended)] = prebuilt(stmt)
     return stmt
 
 
 def open_audit(conn: Connection, run: Execution) -> None:
     """The attempt runs the tool: the row says INITIATED (a retry's, again)."""
-    conn.execute(_audit_upsert(conn, ended=False),
+    conn.changed(_audit_upsert(conn, ended=False),
                  run.values(AuditStatus.INITIATED, now_iso()))
 
 
-_CLOSE_AUDIT = (sa.update(tool_execution_log).where(log_c.execution_id == sa.bindparam("id"))
-                .values(status=sa.bindparam("v_status"), end_time=sa.bindparam("v_end"),
-                        error_message=sa.bindparam("v_error")))
+_CLOSE_AUDIT = prebuilt(
+    sa.update(tool_execution_log).where(log_c.execution_id == sa.bindparam("id"))
+    .values(status=sa.bindparam("v_status"), end_time=sa.bindparam("v_end"),
+            error_message=sa.bindparam("v_error")))
 
 
 def close_audit(conn: Connection, execution_id: str, status: AuditStatus,
                 error: str | None) -> bool:
     """The row's end; False when there is no row to end (nothing was written)."""
-    done = conn.execute(_CLOSE_AUDIT, {"id": execution_id, "v_status": status.value,
+    done = conn.changed(_CLOSE_AUDIT, {"id": execution_id, "v_status": status.value,
                                        "v_end": now_iso(),
                                        "v_error": mask(error) if error else None})
-    return bool(done.rowcount)
+    return bool(done)
 
 
 def close_open_audit(conn: Connection, execution_id: str, error: str) -> None:
@@ -168,7 +170,7 @@ def settle_audit(conn: Connection, run: Execution, status: AuditStatus, error: s
     """A call settled without running (or settled again by a retry): one
     complete row."""
     now = now_iso()
-    conn.execute(_audit_upsert(conn, ended=True), {
+    conn.changed(_audit_upsert(conn, ended=True), {
         **run.values(status, now), "end_time": now, "error_message": mask(error) or None})
 
 

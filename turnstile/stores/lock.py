@@ -27,6 +27,7 @@ import sqlalchemy as sa
 from turnstile.stores.connection import Connection
 from turnstile.stores.db import Database
 from turnstile.stores.memory import now_iso
+from turnstile.stores.prebuilt import prebuilt
 from turnstile.stores.tables import metadata, text_columns
 
 conversation_lock = sa.Table(
@@ -73,11 +74,11 @@ _LOCKS = sa.select(lk.conversation_id, lk.workflow_id, lk.run_id,
 # Built once: every memory write of a turn's run reads its conversation's lock
 # (turnstile.stores.runs.claim), and building the SELECT each time cost about
 # as much as running it (bench/micro.py db-reads).
-_LOCK_OF = _LOCKS.where(lk.conversation_id == sa.bindparam("conversation_id"))
+_LOCK_OF = prebuilt(_LOCKS.where(lk.conversation_id == sa.bindparam("conversation_id")))
 # Every turn's end (ConversationLocks.release); built once as well.
-_RELEASE = sa.delete(conversation_lock).where(
+_RELEASE = prebuilt(sa.delete(conversation_lock).where(
     lk.conversation_id == sa.bindparam("conversation_id"),
-    lk.workflow_id == sa.bindparam("workflow_id"), lk.run_id == sa.bindparam("run_id"))
+    lk.workflow_id == sa.bindparam("workflow_id"), lk.run_id == sa.bindparam("run_id")))
 
 
 def locks(conn: Connection, conversation_id: str | None = None) -> list[Lock]:
@@ -134,5 +135,5 @@ class ConversationLocks:
         replaced never releases its successor's lock). In `conn`'s transaction
         when given."""
         with self.db.joined(conn) as conn:
-            conn.execute(_RELEASE, {"conversation_id": conversation_id,
+            conn.changed(_RELEASE, {"conversation_id": conversation_id,
                                     "workflow_id": me.workflow_id, "run_id": me.run_id})

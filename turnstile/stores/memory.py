@@ -44,6 +44,7 @@ from turnstile.stores.memory_tables import (
     message_columns as message_columns,
 )
 from turnstile.stores.message_parts import delete_parts, read_parts, write_parts
+from turnstile.stores.prebuilt import prebuilt
 from turnstile.stores.tables import stored_time
 
 
@@ -99,7 +100,7 @@ def _slot(conversation_id: str, seq: int) -> sa.ColumnElement[bool]:
 
 
 # Built once: every memory write makes it (values bound at execution).
-_LOWER_ANSWERED = (sa.update(conversation)
+_LOWER_ANSWERED = prebuilt(sa.update(conversation)
                    .where(cv.conversation_id == sa.bindparam("conv"),
                           cv.answered_through >= sa.bindparam("through"))
                    .values(answered_through=sa.bindparam("through")))
@@ -108,7 +109,7 @@ _LOWER_ANSWERED = (sa.update(conversation)
 def lower_answered_through(conn: Connection, conversation_id: str, seq: int) -> None:
     """A row written or removed at `seq`: the repair must read from there again
     (`conversation.answered_through`, turnstile.stores.journal)."""
-    conn.execute(_LOWER_ANSWERED, {"conv": conversation_id, "through": seq - 1})
+    conn.changed(_LOWER_ANSWERED, {"conv": conversation_id, "through": seq - 1})
 
 
 def mark_answered_through(conn: Connection, conversation_id: str, seq: int) -> None:

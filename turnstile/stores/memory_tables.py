@@ -10,6 +10,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from turnstile.stores.prebuilt import prebuilt
 from turnstile.stores.tables import FLAG_FALSE, Flag, metadata, text_columns
 
 conversation = sa.Table(
@@ -60,17 +61,17 @@ _slot = sa.and_(_conv, m.seq == sa.bindparam("seq"))
 
 # Reads; values: conv (and seq, n as named). Memory's writes stay in
 # turnstile.stores.memory, each table's one writer (tests/test_one_writer.py).
-GET = sa.select(chat_message).where(_slot)
-SLOT_WRITER = sa.select(m.workflow_id, m.run_id).where(_slot)
-OWNER = sa.select(cv.user_id).where(cv.conversation_id == sa.bindparam("conv"))
-LAST_SEQ = sa.select(sa.func.max(m.seq)).where(_conv)
-SYSTEM_PROMPT = (sa.select(m.content).where(_conv, m.role == "system")
-                 .order_by(m.seq.desc()).limit(1))
+GET = prebuilt(sa.select(chat_message).where(_slot))
+SLOT_WRITER = prebuilt(sa.select(m.workflow_id, m.run_id).where(_slot))
+OWNER = prebuilt(sa.select(cv.user_id).where(cv.conversation_id == sa.bindparam("conv")))
+LAST_SEQ = prebuilt(sa.select(sa.func.max(m.seq)).where(_conv))
+SYSTEM_PROMPT = prebuilt(sa.select(m.content).where(_conv, m.role == "system")
+                         .order_by(m.seq.desc()).limit(1))
 NEWEST_SYSTEM = (sa.select(chat_message).where(_conv, m.role == "system")
                  .order_by(m.seq.desc()).limit(1))
 OTHERS = sa.select(chat_message).where(_conv, m.role != "system").order_by(m.seq.desc())
 NEWEST_OTHERS = OTHERS.limit(sa.bindparam("n", type_=sa.Integer))
 # Both, in one round trip (MemoryStore.tail; each as a subquery: SQLite takes
 # no ORDER BY or LIMIT in a member of a compound SELECT).
-NEWEST_PAGE = sa.union_all(sa.select(NEWEST_SYSTEM.subquery()),
-                           sa.select(NEWEST_OTHERS.subquery()))
+NEWEST_PAGE = prebuilt(sa.union_all(sa.select(NEWEST_SYSTEM.subquery()),
+                                    sa.select(NEWEST_OTHERS.subquery())))

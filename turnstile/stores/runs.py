@@ -64,6 +64,7 @@ from turnstile.stores.memory import (
     now_iso,
 )
 from turnstile.stores.message_parts import part_rows
+from turnstile.stores.prebuilt import prebuilt
 
 m = chat_message.c
 
@@ -123,7 +124,7 @@ def _claim_select(horizon: bool, slots: bool) -> sa.Select[Any] | sa.CompoundSel
                      sa.cast(sa.null(), sa.Integer).label("seq")).where(
         lk.conversation_id == sa.bindparam("conv"))
     if not (horizon or slots):
-        return lock
+        return prebuilt(lock)
     # `seq + 0`, and no ORDER BY: the rows are found through the writer's index
     # (the turn's own rows), never by walking the conversation's primary key
     # from the horizon (SQLite chose that: O(conversation) per write).
@@ -138,7 +139,7 @@ def _claim_select(horizon: bool, slots: bool) -> sa.Select[Any] | sa.CompoundSel
         m.conversation_id == sa.bindparam("conv"), m.workflow_id == sa.bindparam("wf"),
         sa.func.coalesce(m.execution_chain, "") == sa.bindparam("chain"),
         m.run_id.is_not(None), m.run_id != sa.bindparam("run"), sa.or_(*where))
-    return sa.union_all(lock, stale)
+    return prebuilt(sa.union_all(lock, stale))
 
 
 def claim(conn: Connection, conv: str, w: Writer, slots: range = range(0),

@@ -46,6 +46,7 @@ from turnstile.stores.memory import (
     message_columns,
     now_iso,
 )
+from turnstile.stores.prebuilt import prebuilt
 from turnstile.stores.tables import metadata, text_columns
 
 superseded_message = sa.Table(
@@ -201,11 +202,11 @@ def superseded_messages(db: Database, conversation_id: str) -> list[SupersededRo
 
 
 # Built once: every model call that asks for tools reads it (values bound).
-_PRIOR_CALLS = sa.select(superseded_message).where(
+_PRIOR_CALLS = prebuilt(sa.select(superseded_message).where(
     t.conversation_id == sa.bindparam("conv"),
     sa.func.coalesce(t.workflow_id, "") == sa.bindparam("wf"),
     sa.func.coalesce(t.execution_chain, "") == sa.bindparam("chain"),
-    t.role == "assistant", t.tool_calls.is_not(None)).order_by(t.id)
+    t.role == "assistant", t.tool_calls.is_not(None)).order_by(t.id))
 
 
 def prior_calls(db: Database, conversation_id: str, workflow_id: str,
@@ -280,8 +281,8 @@ _OF_THE_TURN = sa.and_(sa.func.coalesce(t.workflow_id, "") == sa.bindparam("wf")
                        sa.func.coalesce(t.execution_chain, "") == sa.bindparam("chain"))
 _UNSETTLED = sa.select(superseded_message).where(
     t.conversation_id == sa.bindparam("conv"), t.settled_at.is_(None))
-_UNSETTLED_OF_TURN = _UNSETTLED.where(_OF_THE_TURN).order_by(t.id)
-_UNSETTLED_OF_OTHERS = _UNSETTLED.where(sa.not_(_OF_THE_TURN)).order_by(t.id)
+_UNSETTLED_OF_TURN = prebuilt(_UNSETTLED.where(_OF_THE_TURN).order_by(t.id))
+_UNSETTLED_OF_OTHERS = prebuilt(_UNSETTLED.where(sa.not_(_OF_THE_TURN)).order_by(t.id))
 
 
 def unsettled_of_turn(conn: Connection, conversation_id: str, workflow_id: str,
