@@ -17,6 +17,9 @@ Cases:
   (`turnstile.stores.runs.claim`: the conversation's lock holder and the
   slots of an earlier run, one statement since 5 December 2026), on a
   SQLite file;
+- `db-reads-sa`: the same through SQLAlchemy's execution path (the claim's
+  statement is `prebuilt`: on SQLite the driver runs it directly,
+  turnstile/stores/prebuilt.py);
 - `memory`: what a model call reads of memory besides the claim
   (`MemoryStore.get` of its answer's slot, `tail` of a 12-message
   conversation for its window, with its images) and a write's watermark
@@ -232,7 +235,7 @@ def model_request(transport: str = "ours", concurrency: int = 1) -> float:
         server.close()
 
 
-def db_reads() -> float:
+def db_reads(driver: bool = True) -> float:
     import tempfile
 
     from turnstile.stores import runs
@@ -246,6 +249,8 @@ def db_reads() -> float:
     with db.connect() as conn:
         hold(conn, "conv-1", Holder(WF, RUN, ""))
         conn_ = conn
+        if not driver:  # SQLAlchemy's execution path, as before the prebuilt statements
+            conn_._form = lambda *_: None  # type: ignore[method-assign]
 
         def reads() -> None:
             runs._read(conn_, "conv-1", w, range(4, 6), None)
@@ -329,6 +334,7 @@ CASES: dict[str, Callable[[], float]] = {
     "events-on": lambda: events(True),
     "tool-span": span,
     "db-reads": db_reads,
+    "db-reads-sa": lambda: db_reads(driver=False),
     "memory": memory_reads,
     "journal": journal,
     "prior-calls": prior_calls,

@@ -69,7 +69,7 @@ class Connection:
         cur = self._run(form, params)
         try:
             names = [d[0] for d in cur.description or ()]
-            found = cur.fetchall() if limit is None else cur.fetchmany(limit)
+            found = list(cur) if limit is None else cur.fetchmany(limit)
         finally:
             cur.close()
         return names, found

@@ -43,6 +43,8 @@
   caller's own types (`Connection.rows(stmt, SomeRow)`: a NamedTuple or
   dataclass whose fields are the selected columns' labels); there is no
   dict-row read (tests that check tables with raw SQL use tests/support/sql.py).
+  The statements every turn runs are built once and marked `prebuilt`: on
+  SQLite the driver runs them directly (turnstile.stores.prebuilt).
 
 Where it is: `Database` here; the engines and URL forms in
 turnstile.stores.engines; `Connection` in turnstile.stores.connection;

@@ -6,8 +6,8 @@ the stores build once (module constants, `functools.cache`d shapes, the
 the statement itself takes a few microseconds in the library; SQLAlchemy's
 execution path around it (execution context, parameter processing, result
 metadata, row mappings) took ~20 µs more each time, in a timed loop
-(`python -m bench.micro prebuilt-sa prebuilt-driver`), and several times that
-in a busy worker.
+(`python -m bench.micro db-reads db-reads-sa`: a memory write's claim), and
+several times that in a busy worker.
 
 `prebuilt(stmt)` marks such a statement. `Connection` (turnstile.stores
 .connection) then runs it, on SQLite, through `driver_form`: compiled once
