@@ -22,6 +22,7 @@ from turnstile.stores.db import Database
 from turnstile.stores.ledger import LedgerStatus, tool_call_ledger
 from turnstile.stores.lock import conversation_lock
 from turnstile.stores.memory_tables import GET, chat_message, conversation
+from turnstile.stores.message_parts import chat_message_part
 from turnstile.stores.superseded import superseded_message
 from turnstile.stores.tables import metadata
 from turnstile.stores.usage import model_usage
@@ -35,7 +36,7 @@ PARAMS: dict[str, Any] = {
     "first": 1, "last": 3, "through": 0, "conversation_id": "c1", "workflow_id": WF,
     "run_id": RUN, "call": "call-1", "claim": 1, "v_result": "{}", "v_is_error": 0,
     "v_outcome": "completed", "v_state": None, "v_finished_at": "2026-12-05T18:00:00Z",
-    "id": "exec-1", "v_status": "SUCCESS", "v_end": "2026-12-05T18:00:01Z", "v_error": None,
+    "since": 0, "id": "exec-1", "v_status": "SUCCESS", "v_end": "2026-12-05T18:00:01Z", "v_error": None,
 }
 
 
@@ -52,6 +53,8 @@ def _seed(conn: sa.Connection) -> None:
          "attributes": json.dumps({"k": i}) if i % 2 else None, "created_at": now,
          "workflow_id": WF, "execution_chain": CHAIN, "run_id": OLD if i == 3 else RUN}
         for i, (role, content, calls, call_id, err) in enumerate(rows)])
+    conn.execute(sa.insert(chat_message_part), [{"conversation_id": "c1", "seq": 1, "idx": 0,
+                                                 "type": "image_url", "url": "https://x/y.png"}])
     conn.execute(sa.insert(conversation_lock), [{"conversation_id": "c1", "workflow_id": WF,
                                                  "run_id": RUN, "acquired_at": now,
                                                  "execution_chain": CHAIN}])
@@ -118,7 +121,7 @@ def test_every_marked_read_and_update_gives_what_sqlalchemy_gives(seeded: Databa
             assert via_sa == 1, f"the seed should give {stmt} a row to change"
         checked += 1
     # The statements of a turn's memory, lock, journal and repair.
-    assert checked >= 19, checked
+    assert checked >= 20, checked
 
 
 def test_inserts_leave_the_same_rows(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ import sqlalchemy as sa
 
 from turnstile.engine.messages import Attachment
 from turnstile.stores.connection import Connection
+from turnstile.stores.prebuilt import prebuilt
 from turnstile.stores.tables import metadata, text_columns
 
 chat_message_part = sa.Table(
@@ -54,8 +55,8 @@ def write_parts(conn: Connection, conversation_id: str, seq: int,
 
 _PARTS = sa.select(p.seq, p.idx, p.type, p.url, p.data, p.mime_type).order_by(p.seq, p.idx)
 # Built once: every model call's window reads them (values bound at execution).
-_PARTS_SINCE = _PARTS.where(p.conversation_id == sa.bindparam("conv"),
-                            p.seq >= sa.bindparam("since"))
+_PARTS_SINCE = prebuilt(_PARTS.where(p.conversation_id == sa.bindparam("conv"),
+                                     p.seq >= sa.bindparam("since")))
 
 
 def part_rows(conn: Connection, conversation_id: str, since: int = 0,
