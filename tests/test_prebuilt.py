@@ -36,7 +36,8 @@ PARAMS: dict[str, Any] = {
     "first": 1, "last": 3, "through": 0, "conversation_id": "c1", "workflow_id": WF,
     "run_id": RUN, "call": "call-1", "claim": 1, "v_result": "{}", "v_is_error": 0,
     "v_outcome": "completed", "v_state": None, "v_finished_at": "2026-12-05T18:00:00Z",
-    "since": 0, "id": "exec-1", "v_status": "SUCCESS", "v_end": "2026-12-05T18:00:01Z", "v_error": None,
+    "since": 0, "id": "exec-1", "v_status": "SUCCESS", "v_end": "2026-12-05T18:00:01Z",
+    "v_error": None,
 }
 
 
