@@ -218,3 +218,27 @@ def test_wire_tools_cache_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
         assert wire_tools([spec], "grammar") == [wire_tool(spec, "grammar")]
         assert len(wire_cache._wire_cache) <= 4
     assert [key[0] for key in wire_cache._wire_cache] == [id(s) for s in specs[-4:]]
+
+
+def test_tool_tokens_are_counted_once_and_again_when_a_spec_changes(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from activities import model_request
+
+    monkeypatch.setattr(model_request, "_tool_tokens", {})
+    counted: list[str] = []
+
+    def count(text: str) -> int:
+        counted.append(text)
+        return len(text)
+
+    specs = [ToolSpec(name="a", description="one", parameters={"type": "object"}),
+             ToolSpec(name="b", description="two", parameters={
+                 "type": "object", "properties": {"x": {"type": "string"}}})]
+    first = model_request.tool_tokens("m", specs, count)
+    assert model_request.tool_tokens("m", specs, count) == first and len(counted) == 1
+    specs[1].parameters["properties"]["x"]["maxLength"] = 10  # changed in place
+    changed = model_request.tool_tokens("m", specs, count)
+    assert changed > first and len(counted) == 2
+    assert model_request.tool_tokens("other-model", specs, count) == changed
+    assert len(counted) == 3  # another model's counter counts for itself
+    assert model_request.tool_tokens("m", specs[:1], count) < changed
