@@ -258,3 +258,24 @@ async def test_the_model_provider_reports_a_dropped_answer_as_retryable(serve) -
                 messages=[ChatMessage(role="user", content="hi")]))
     finally:
         await provider.aclose()
+
+
+@pytest.mark.parametrize("where", ["before the answer", "inside the body"])
+async def test_a_cancelled_request_leaves_no_connection_behind(serve, where: str) -> None:
+    # A model call cancelled with its turn: the connection, in an unknown
+    # state, is closed; the next request gets a new one and its own answer.
+    head = plain(COMPLETION)[:-len(COMPLETION)]
+
+    def answer(n: int) -> tuple[list[bytes | float], bool]:
+        if n == 1:
+            return ([30.0] if where == "before the answer" else [head, b"{", 30.0]), False
+        return [plain(COMPLETION)], False
+    server = await serve(answer)
+    async with client() as c:
+        task = asyncio.create_task(post(c, server.url))
+        await asyncio.sleep(0.2)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert await post(c, server.url) == COMPLETION
+    assert (server.connections, len(server.requests)) == (2, 2)
