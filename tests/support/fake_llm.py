@@ -23,6 +23,7 @@ the body as received. `cut_streams` cuts that many upcoming streams midway
 from __future__ import annotations
 
 import json
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -124,6 +125,16 @@ def unreadable_body(content_type: str | None, raw: bytes) -> str | None:
     except ValueError as exc:
         return f"We could not parse the JSON body of your request: {exc}"
     return None
+
+
+class _Server(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client gone mid-answer (a model call cancelled or timed out, its
+        # connection closed) is no error of the server's; real servers (uvicorn,
+        # llama-server) note it quietly too. Anything else is printed as before.
+        if isinstance(sys.exc_info()[1], BrokenPipeError | ConnectionResetError):
+            return
+        super().handle_error(request, client_address)
 
 
 class FakeLLM:
@@ -235,7 +246,7 @@ class FakeLLM:
                 self.wfile.write(b"data: [DONE]\n\n")
                 self.wfile.flush()
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        self.server = _Server(("127.0.0.1", port), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self._thread.start()
