@@ -64,15 +64,23 @@ class Connection:
             self._driver = self.sa.connection.driver_connection
         return form.run(self._driver, self.sa.dialect, params)
 
-    def _driver_rows(self, form: DriverForm, params: Params | None,
-                     limit: int | None = None) -> tuple[list[str], list[tuple[Any, ...]]]:
-        cur = self._run(form, params)
+    def _read(self, stmt: sa.Executable, params: Params | None,
+              limit: int | None = None) -> tuple[Sequence[str], Sequence[Sequence[Any]]]:
+        """The column names and the rows (at most `limit`) of a statement: a
+        prebuilt one on SQLite by the driver, any other by SQLAlchemy."""
+        form = self._form(stmt, params)
+        if form is not None:
+            cur = self._run(form, params)
+            try:
+                names = [d[0] for d in cur.description or ()]
+                return names, list(cur) if limit is None else cur.fetchmany(limit)
+            finally:
+                cur.close()
+        result = self.sa.execute(stmt, params)
         try:
-            names = [d[0] for d in cur.description or ()]
-            found = list(cur) if limit is None else cur.fetchmany(limit)
+            return list(result.keys()), list(result) if limit is None else result.fetchmany(limit)
         finally:
-            cur.close()
-        return names, found
+            result.close()
 
     @property
     def raw(self) -> Any:
@@ -94,36 +102,23 @@ class Connection:
         """Every row, each as `into(**columns)` (a NamedTuple or dataclass
         whose fields are the selected columns' names). `params`: the values
         of a statement built once with `sa.bindparam`s."""
-        form = self._form(stmt, params)
-        if form is not None:
-            names, found = self._driver_rows(form, params)
-            rows = [into(**dict(zip(names, r, strict=True))) for r in found]
-        else:
-            rows = [into(**r) for r in self.sa.execute(stmt, params).mappings()]
+        names, found = self._read(stmt, params)
+        rows = [into(**dict(zip(names, r, strict=True))) for r in found]
         rows_read.add(len(rows))
         return rows
 
     def row(self, stmt: sa.Executable, into: Callable[..., T],
             params: Params | None = None) -> T | None:
         """The first row as `into(**columns)`, or None; `params` as for `rows`."""
-        form = self._form(stmt, params)
-        if form is not None:
-            names, found = self._driver_rows(form, params, limit=1)
-            rows_read.add(bool(found))
-            return into(**dict(zip(names, found[0], strict=True))) if found else None
-        row = self.sa.execute(stmt, params).mappings().first()
-        rows_read.add(row is not None)
-        return None if row is None else into(**row)
+        names, found = self._read(stmt, params, limit=1)
+        rows_read.add(len(found))
+        return into(**dict(zip(names, found[0], strict=True))) if found else None
 
     def scalars(self, stmt: sa.Executable, into: Callable[[Any], T],
                 params: Params | None = None) -> list[T]:
         """The first column of every row, each as `into(value)` (e.g. `int`);
         `params` as for `rows`."""
-        form = self._form(stmt, params)
-        if form is not None:
-            values = [into(r[0]) for r in self._driver_rows(form, params)[1]]
-        else:
-            values = [into(v) for v in self.sa.execute(stmt, params).scalars()]
+        values = [into(r[0]) for r in self._read(stmt, params)[1]]
         rows_read.add(len(values))
         return values
 
@@ -131,14 +126,9 @@ class Connection:
                params: Params | None = None) -> T | None:
         """The first column of the first row as `into(value)`; None when there
         is no row or the value is NULL. `params` as for `rows`."""
-        form = self._form(stmt, params)
-        if form is not None:
-            found = self._driver_rows(form, params, limit=1)[1]
-            row = found[0] if found else None
-        else:
-            row = self.sa.execute(stmt, params).first()
-        rows_read.add(row is not None)
-        return None if row is None or row[0] is None else into(row[0])
+        found = self._read(stmt, params, limit=1)[1]
+        rows_read.add(len(found))
+        return None if not found or found[0][0] is None else into(found[0][0])
 
     def changed(self, stmt: sa.Executable, params: Params | None = None) -> int:
         """An UPDATE or DELETE (a statement built once, values bound at
@@ -166,11 +156,7 @@ class Connection:
             key = list(table.primary_key.columns)
             stmt = self._insert(table, values).on_conflict_do_nothing(index_elements=key)
             return self.sa.execute(stmt.returning(key[0])).first() is not None
-        stmt = _insert_new(self.dialect, table)
-        form = self._form(stmt, values)
-        if form is not None:
-            return bool(self._driver_rows(form, values, limit=1)[1])
-        return self.sa.execute(stmt, dict(values)).first() is not None
+        return bool(self._read(_insert_new(self.dialect, table), dict(values), limit=1)[1])
 
     def upsert(self, table: sa.Table, values: Params) -> None:
         """INSERT, or on a primary key taken, UPDATE the row's other columns

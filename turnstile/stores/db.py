@@ -36,7 +36,7 @@
   event listeners (user code) keep their threads. Work run on the loop keeps
   one connection of its own between transactions (`connect` takes it
   instead of a pooled one: a pool checkout and its return cost ~1 ms of a
-  turn's CPU, for ~18 transactions), dropped after any error.
+  turn's CPU, for ~18 transactions), dropped after a database error.
 - A connection that cannot be opened is a `DatabaseUnavailable` whose message
   is a short category; the driver's text (host, role, SQL) goes to the log only.
 - Statements are Core expressions on those tables; rows come back as the
@@ -144,54 +144,44 @@ class Database:
         """A pooled connection in one transaction: committed on success,
         rolled back on error. Work that `call` runs on the loop takes the
         connection it keeps instead (one transaction at a time; a nested
-        one takes a pooled connection)."""
-        if (not readonly and not self._kept_busy
-                and self._inline_thread == threading.get_ident()):
-            with self._kept_connection() as conn:
-                yield conn
-            return
-        engine = self.reader_engine() if readonly else self.engine
+        one takes a pooled connection); a database error drops it, so the
+        next transaction starts on a fresh one, through the pool's checks."""
+        keep = (not readonly and not self._kept_busy
+                and self._inline_thread == threading.get_ident())
+        if keep:
+            self._kept_busy = True
         try:
-            sa_conn = engine.connect()
-        except (exc.OperationalError, exc.InterfaceError) as err:
-            raise unavailable(err, self.dialect, readonly) from err
-        try:
-            with sa_conn.begin():
-                yield Connection(sa_conn, self.dialect)
-        except exc.DBAPIError as err:
-            if err.connection_invalidated:
-                raise unavailable(err, self.dialect, readonly) from err
-            raise
-        finally:
-            sa_conn.close()
-
-
-    @contextmanager
-    def _kept_connection(self) -> Iterator[Connection]:
-        self._kept_busy = True
-        try:
-            engine = self.engine
-            if self._kept is not None and self._kept[0] is not engine:
-                self.release_kept()  # the engines were disposed (tests, shutdown)
-            if self._kept is None:
-                try:
-                    self._kept = (engine, engine.connect())
-                except (exc.OperationalError, exc.InterfaceError) as err:
-                    raise unavailable(err, self.dialect, False) from err
-            sa_conn = self._kept[1]
+            sa_conn = self._checkout(readonly, keep)
             try:
                 with sa_conn.begin():
                     yield Connection(sa_conn, self.dialect)
             except exc.SQLAlchemyError as err:
-                # The database failed: the next transaction starts on a fresh
-                # connection, through the pool's checks. (Other errors were
-                # rolled back by `begin` and leave the connection as it was.)
-                self.release_kept()
+                if keep:
+                    self.release_kept()
                 if isinstance(err, exc.DBAPIError) and err.connection_invalidated:
-                    raise unavailable(err, self.dialect, False) from err
+                    raise unavailable(err, self.dialect, readonly) from err
                 raise
+            finally:
+                if not keep:
+                    sa_conn.close()
         finally:
-            self._kept_busy = False
+            if keep:
+                self._kept_busy = False
+
+    def _checkout(self, readonly: bool, keep: bool) -> sa.Connection:
+        """A connection from the pool, or (`keep`) the one kept for the loop."""
+        engine = self.reader_engine() if readonly else self.engine
+        if keep and self._kept is not None:
+            if self._kept[0] is engine:
+                return self._kept[1]
+            self.release_kept()  # the engines were disposed (tests, shutdown)
+        try:
+            sa_conn = engine.connect()
+        except (exc.OperationalError, exc.InterfaceError) as err:
+            raise unavailable(err, self.dialect, readonly) from err
+        if keep:
+            self._kept = (engine, sa_conn)
+        return sa_conn
 
     def release_kept(self) -> None:
         """Give the kept connection back to the pool (tests, shutdown)."""

@@ -111,9 +111,9 @@ def _compile(stmt: Any, dialect: SADialect, keys: Sequence[str]) -> DriverForm |
     binds = compiled.binds
     if any(b.expanding or b.literal_execute for b in binds.values()):
         return None
-    if compiled._bind_processors:  # noqa: SLF001 (SQLAlchemy's, read only)
-        return None
-    if any(proc is not None for *_, proc in _result_processors(compiled, dialect)):
+    if compiled._bind_processors or any(  # SQLAlchemy's, read only
+            col[3]._cached_result_processor(dialect, None) is not None
+            for col in compiled._result_columns):
         return None
     fixed = compiled.construct_params(_check=False) or {}
     required = frozenset(name for name, b in binds.items() if b.required)
@@ -122,11 +122,3 @@ def _compile(stmt: Any, dialect: SADialect, keys: Sequence[str]) -> DriverForm |
     return DriverForm(sql=compiled.string, names=tuple(compiled.positiontup),
                       fixed=dict(fixed), required=required)
 
-
-def _result_processors(compiled: Any, dialect: SADialect) -> list[tuple[Any, ...]]:
-    """(key, type, processor) of each result column."""
-    out = []
-    for col in compiled._result_columns:  # noqa: SLF001 (read only)
-        type_ = col[3]
-        out.append((col[0], type_, type_._cached_result_processor(dialect, None)))
-    return out
