@@ -24,7 +24,7 @@ from activities import Runtime, all_activities
 from activities.data_errors import DataErrors
 from activities.log_context import LogContext
 from turnstile.providers import build_provider
-from turnstile.runtime import log_masking
+from turnstile.runtime import event_loop, log_masking
 from turnstile.runtime.apps import (
     App,
     AppLoadError,
@@ -231,9 +231,10 @@ def reserve_threads(loop: asyncio.AbstractEventLoop) -> None:
 
 
 def main() -> None:
-    log_masking.setup(logging.INFO, Settings.from_env().log_format)
+    settings = Settings.from_env()
+    log_masking.setup(logging.INFO, settings.log_format)
     try:
-        asyncio.run(run())
+        event_loop.run(run(), settings.event_loop)
     except AppLoadError as exc:  # one line, not a traceback
         log.error("%s", exc)
         raise SystemExit(EXIT_BAD_APP) from None

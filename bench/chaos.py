@@ -159,7 +159,10 @@ class _Turn:
 async def run_chaos(client: Client, address: str, workdir: Path, *, turns: int,
                     seconds: float, seed_value: int = 12, in_flight: int = 0,
                     close_budget: float = 600.0, hostile_every: int = 4,
-                    min_kills: int = 0) -> ChaosReport:
+                    min_kills: int = 0, calm_turns: int = 0) -> ChaosReport:
+    """`calm_turns`: turns started after the last kill, whose e-mails a live
+    sender delivers (a kill between a sender's claim and its send parks every
+    claimed e-mail as possibly sent, so the chaotic turns alone may deliver none)."""
     rng = random.Random(seed_value)
     started = time.monotonic()
     task_queue = f"chaos-{uuid.uuid4().hex[:8]}"
@@ -191,6 +194,12 @@ async def run_chaos(client: Client, address: str, workdir: Path, *, turns: int,
                 report.kills += 1
                 worker = WorkerProcess(workdir / "worker.log", env, args=()).start()
             await starter
+            for k in range(calm_turns):
+                turn = TurnInput(conversation_id=f"c-chaos-calm-{k}", user_id="alice",
+                                 message=DEMO, service="sales-assistant")
+                started_turns.append(_Turn(await client.start_workflow(
+                    WORKFLOW_TYPE, turn, id=f"{task_queue}-calm-{k}", task_queue=task_queue,
+                    result_type=TurnResult)))
             handles = [t.handle for t in started_turns]
             report.turns = len(handles)
             # A worker killed during a model request or a tool leaves that

@@ -5,8 +5,10 @@ Turnstile's (Turnstile's own is `python worker.py --no-sender`):
     python -m bench.turn_workers peer      # bench/peer_turn.py (pydantic-ai)
 
 Environment: TEMPORAL_ADDRESS, TURNSTILE_TASK_QUEUE, BENCH_LLM_URL,
-DATABASE_URL. Same activity slots as Turnstile's worker (32). Runs until
-SIGTERM/SIGINT.
+DATABASE_URL; BENCH_EVENT_LOOP `asyncio` (default: `asyncio.run`, as a
+hand-written worker runs) or `uvloop` (the loop Turnstile's worker runs on,
+turnstile/runtime/event_loop.py). Same activity slots as Turnstile's worker
+(32). Runs until SIGTERM/SIGINT.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import sys
 
 from temporalio.client import Client
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
+
+from turnstile.runtime import event_loop
 
 log = logging.getLogger("bench.turn_workers")
 READY = "bench worker ready"
@@ -58,7 +62,8 @@ async def serve(kind: str) -> None:
 def main() -> None:
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    asyncio.run(serve(sys.argv[1] if len(sys.argv) > 1 else ""))
+    kind = os.environ.get("BENCH_EVENT_LOOP") or "asyncio"
+    event_loop.run(serve(sys.argv[1] if len(sys.argv) > 1 else ""), kind)
 
 
 if __name__ == "__main__":

@@ -321,6 +321,8 @@ async def bench(args: argparse.Namespace, workdir: Path) -> tuple[list[Row], str
         systems = [SYSTEMS[n] for n in args.systems]
         for variant in args.variants:  # another Turnstile worker, e.g. TURNSTILE_AUDIT=off
             systems.append(_variant(variant))
+        # The other systems' workers on asyncio's loop (as written) or on uvloop.
+        env = {**env, "BENCH_EVENT_LOOP": args.peer_loop}
         rows = await measure_all(client, server, systems, env, workdir, args)
         profile = await profile_worker(client, env, workdir, args.profile,
                                        args.profile_raw, args.profile_system) \
@@ -341,6 +343,9 @@ def main(argv: list[str] | None = None) -> int:
                         metavar="[LABEL:]VAR=VALUE[,VAR=VALUE]",
                         help="more Turnstile workers, each with these environment "
                              "variables, measured interleaved with the others")
+    parser.add_argument("--peer-loop", choices=("asyncio", "uvloop"), default="asyncio",
+                        help="the event loop of the floor's and pydantic-ai's workers "
+                             "(Turnstile's: TURNSTILE_EVENT_LOOP, default uvloop)")
     parser.add_argument("--warmup", type=int, default=3, help="unmeasured turns first")
     parser.add_argument("--rows", type=int, default=100_000, help="sales rows seeded")
     parser.add_argument("--profile", type=int, default=0, metavar="N",
@@ -362,6 +367,8 @@ def main(argv: list[str] | None = None) -> int:
     header = (f"same turn (3 model calls, {QUERIES} querySalesData on {args.rows:,} rows, SQLite), "
               f"dev server in memory + {' '.join(TEMPORAL_SPEED_FLAGS)}; "
               f"Python {sys.version.split()[0]}, {os.cpu_count()} CPUs; "
+              f"event loops: turnstile {os.environ.get('TURNSTILE_EVENT_LOOP') or 'auto'}, "
+              f"others {args.peer_loop}; "
               f"load avg (1/5/15 min) {load0[0]:.2f}/{load0[1]:.2f}/{load0[2]:.2f} -> "
               f"{load1[0]:.2f}/{load1[1]:.2f}/{load1[2]:.2f}; "
               f"total {time.monotonic() - t0:.0f} s")

@@ -8,3 +8,17 @@ pytest_plugins = [
     "tests.support.spans",
     "tests.support.tiers",
 ]
+
+
+def pytest_asyncio_loop_factories(config, item):  # type: ignore[no-untyped-def]
+    """Tests run on the loop the worker runs on (turnstile.runtime.event_loop:
+    uvloop where installed); the model client's transport, which works on the
+    loop's sockets directly, on asyncio's own loop as well."""
+    import asyncio
+
+    from turnstile.runtime.event_loop import loop_factory
+
+    product = loop_factory("auto")
+    if item.path.name == "test_http_transport.py" and product is not asyncio.new_event_loop:
+        return {"uvloop": product, "asyncio": asyncio.new_event_loop}
+    return {"default": product}

@@ -32,12 +32,15 @@ async def test_turns_survive_random_worker_kills(client: Client, temporal_server
     chaos = load_chaos()
     report = await chaos.run_chaos(client, temporal_server.address, tmp_path, turns=6,
                                    seconds=8.0, seed_value=3, close_budget=300.0,
-                                   hostile_every=3, min_kills=2)
+                                   hostile_every=3, min_kills=2, calm_turns=1)
     assert report.kills >= 2
-    assert report.closed == report.turns == 6, report
+    assert report.closed == report.turns == 7, report
     assert report.hostile == 2 and report.hostile_not_refused == 0, report
     assert report.self_approved == 0, report
     assert report.duplicate_mails == 0, report
     assert report.disagreements == [], report.disagreements
     assert report.unsettled_mails == 0, report
-    assert report.mails >= 1, report  # turns got through approvals to real delivery
+    # Turns got through approvals to real delivery: at least the calm turn's
+    # mail (a kill between a sender's claim and its send parks the whole
+    # claimed batch as possibly sent, never resent).
+    assert report.mails >= 1, report

@@ -106,6 +106,9 @@ class Settings:
     sticky_queue_timeout_seconds: float = 10.0
     # "json": one JSON object per log line (turnstile.runtime.log_masking).
     log_format: str = "text"
+    # The worker's event loop (turnstile.runtime.event_loop): "auto" (uvloop
+    # when installed), "uvloop" or "asyncio".
+    event_loop: str = "auto"
     # On SQLite, activities run their own database work on the event loop, not
     # in threads (turnstile.stores.db, `Database.call`). Off: in threads, as on
     # PostgreSQL (for journaled tools that hold SQLite's write lock for long).
@@ -158,6 +161,8 @@ class Settings:
             make_current=_choice("TURNSTILE_MAKE_CURRENT", e.get("TURNSTILE_MAKE_CURRENT"),
                                  ("first", "always", "never")),
             log_format=(e.get("TURNSTILE_LOG_FORMAT") or "text").strip().lower(),
+            event_loop=_choice("TURNSTILE_EVENT_LOOP", e.get("TURNSTILE_EVENT_LOOP"),
+                               ("auto", "uvloop", "asyncio")),
             metrics_port=int(e.get("TURNSTILE_METRICS_PORT") or 0) or None,
             metrics_host=e.get("TURNSTILE_METRICS_HOST") or d.metrics_host,
             daily_token_budget=_budget(e.get("TURNSTILE_DAILY_TOKEN_BUDGET")),
