@@ -43,5 +43,8 @@ def loop_factory(kind: str) -> LoopFactory:
 
 def run(main: Coroutine[Any, Any, T], kind: str) -> T:
     """`asyncio.run(main)` on the loop `kind` names."""
-    with asyncio.Runner(loop_factory=loop_factory(kind)) as runner:
+    factory = loop_factory(kind)
+    if factory is asyncio.new_event_loop:
+        return asyncio.run(main)  # exactly as before: the loop also set as the thread's
+    with asyncio.Runner(loop_factory=factory) as runner:
         return runner.run(main)
