@@ -192,8 +192,9 @@ async def run(argv: list[str] | None = None) -> None:
     else:
         rt.search_attributes = await ensure_search_attributes(client, settings.temporal_namespace)
         worker = build_worker(client, rt)
-        log.info("worker serving task queue %r on %s (%s, provider %s)", settings.task_queue,
-                 settings.temporal_address, rt.db, rt.provider.name)
+        log.info("worker serving task queue %r on %s (%s, provider %s, event loop %s)",
+                 settings.task_queue, settings.temporal_address, rt.db, rt.provider.name,
+                 type(loop).__module__.partition(".")[0])
         async with worker:
             deployment = deployment_of(settings)
             if deployment is not None:

@@ -4,6 +4,7 @@ and addresses are masked in them whoever logs."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import uuid
 from pathlib import Path
@@ -37,7 +38,12 @@ async def test_json_log_lines(client: Client, temporal_server: DevServer, tmp_pa
     assert result.status == TurnStatus.COMPLETED, result.error
     lines = log.read_text().splitlines()
     records = [json.loads(line) for line in lines if line.startswith("{")]
-    assert any(r["message"].startswith("worker serving task queue") for r in records)
+    serving = [r["message"] for r in records
+               if r["message"].startswith("worker serving task queue")]
+    assert serving, "no ready line"
+    # The worker runs on uvloop where it is installed (TURNSTILE_EVENT_LOOP=auto).
+    loop = "uvloop" if importlib.util.find_spec("uvloop") else "asyncio"
+    assert serving[0].endswith(f"event loop {loop})"), serving[0]
     assert all({"time", "level", "logger", "message"} <= set(r) for r in records)
     turn = [r for r in records if r.get("workflow_id") == result.workflow_id]
     assert turn, "no line carries the turn's workflow id"
