@@ -15,7 +15,6 @@ is missing) or `asyncio`.
 from __future__ import annotations
 
 import asyncio
-import importlib
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
@@ -30,7 +29,7 @@ def loop_factory(kind: str) -> LoopFactory:
     if kind == "asyncio":
         return asyncio.new_event_loop
     try:
-        uvloop = importlib.import_module("uvloop")
+        import uvloop
     except ImportError:
         if kind == "uvloop":
             raise ConfigurationError(
