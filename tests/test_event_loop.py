@@ -36,6 +36,10 @@ def test_without_uvloop_auto_falls_back_and_uvloop_is_an_error(
     assert event_loop.loop_factory("auto") is asyncio.new_event_loop
     with pytest.raises(ConfigurationError, match="uvloop is not installed"):
         event_loop.loop_factory("uvloop")
+    main = _loop_type()
+    with pytest.raises(ConfigurationError, match="uvloop is not installed"):
+        event_loop.run(main, "uvloop")
+    assert main.cr_frame is None  # closed, not left unawaited
 
 
 def test_an_unknown_loop_is_refused() -> None:

@@ -42,7 +42,11 @@ def loop_factory(kind: str) -> LoopFactory:
 
 def run(main: Coroutine[Any, Any, T], kind: str) -> T:
     """`asyncio.run(main)` on the loop `kind` names."""
-    factory = loop_factory(kind)
+    try:
+        factory = loop_factory(kind)
+    except ConfigurationError:
+        main.close()  # never run: closed, not left to warn "never awaited"
+        raise
     if factory is asyncio.new_event_loop:
         return asyncio.run(main)  # exactly as before: the loop also set as the thread's
     with asyncio.Runner(loop_factory=factory) as runner:
