@@ -36,6 +36,8 @@ def describe_pending(p: PendingApproval) -> list[str]:
     checked = "validated" if p.validated else "NOT validated yet"
     lines = [f"  waiting for approval of {p.tool_name} (call {p.tool_call_id!r}, "
              f"arguments {checked}, deadline {p.deadline})"]
+    if p.reason:
+        lines.append(f"    why: {p.reason}")
     for field, value in p.highlights.items():
         lines.append(f"    >> {field}: {json.dumps(value, ensure_ascii=False)}")
     lines.append("    arguments: " + json.dumps(p.arguments, ensure_ascii=False, indent=2)

@@ -110,6 +110,7 @@ class PendingApprovalView(BaseModel):
     arguments_digest: str = ""  # what a decision names (review(arguments_digest=...))
     deadline: str
     message: str | None = None  # the turn's user message (pending_approval only)
+    reason: str | None = None  # why it waits, for a tool that asks by condition
 
 
 class UnansweredTurn(BaseModel):

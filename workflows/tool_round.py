@@ -141,8 +141,12 @@ class ToolRound:
             return
         assert tool is not None  # before_call settles an unknown tool
         approval = None
-        if decision.needs_approval:
-            reviewed = await self._review(call)
+        # A tool that asks by condition (ToolSpec.approval_condition, only in
+        # specs recorded since 0.5, so no turn begun earlier takes this path)
+        # is reviewed like one that always asks; the activity's answer, in
+        # history, says whether it waits and why.
+        if decision.needs_approval or tool.approval_condition:
+            reviewed = await self._review(call, tool.approval_condition)
             if not reviewed.valid:
                 # Never ask a reviewer about arguments that fail validation.
                 count = self.s.argument_errors.get(call.name, 0)
@@ -150,9 +154,10 @@ class ToolRound:
                 self._settle(rec, seq, call, rules.after_validation(reviewed.error, count, loop))
                 return
             # The loop's "await approval" step (steered: rejected at once instead).
-            approval = (steered_rejection(self.s, call) if self.s.steered is not None
-                        else await await_decision(self.s, rules.approval_step(
-                            call, tool, reviewed.notes, workflow.now())))
+            if decision.needs_approval or reviewed.reason is not None:
+                approval = (steered_rejection(self.s, call) if self.s.steered is not None
+                            else await await_decision(self.s, rules.approval_step(
+                                call, tool, reviewed.notes, workflow.now(), reviewed.reason)))
         if approval is not None:
             rejected = rules.after_review(call.name, approval, loop)
             if rejected is not None and call.id in self.s.steered_calls:
@@ -248,10 +253,13 @@ class ToolRound:
                                     f"{self.spec.loop.breakers.consecutive_failures} "
                                     "consecutive failures")
 
-    async def _review(self, call: ToolCall) -> io.ReviewedCall:
-        """Validate a call before a reviewer sees it."""
+    async def _review(self, call: ToolCall, conditional: bool = False) -> io.ReviewedCall:
+        """Validate a call before a reviewer sees it; for a tool that asks by
+        condition, also whether a reviewer must see it (`reason`)."""
+        turn = ({"conversation_id": self.turn.conversation_id, "user_id": self.turn.user_id}
+                if conditional else {})
         reviewed: io.ReviewedCall = await self.s.activity(
-            io.review_call, io.ReviewCallInput(service=self.turn.service, call=call),
+            io.review_call, io.ReviewCallInput(service=self.turn.service, call=call, **turn),
             f"review {call.name}", TurnStatus.FAILED, options=listing_options())
         return reviewed
 

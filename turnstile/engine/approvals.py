@@ -182,9 +182,11 @@ def _shown_value(value: Any, limit: int = 300) -> str:
     return text if len(text) <= limit else text[:limit] + "…"
 
 
-def edit_note(reviewer: str, before: Any, after: Mapping[str, Any]) -> str:
-    """What the model is told when a reviewer edited its call before it ran
-    (the first line of the call's result in memory): who, and each change."""
+def edit_note(reviewer: str, before: Any, after: Mapping[str, Any],
+              subject: str = "this call's arguments") -> str:
+    """What the model is told when a reviewer edited its call before it ran:
+    who, and each change (before 0.5 the first line of the call's result in
+    memory; since, a note of its own: `note_of_edits`)."""
     old = before if isinstance(before, Mapping) else {}
     changes = []
     for field in changed_fields(before, after):
@@ -195,8 +197,40 @@ def edit_note(reviewer: str, before: Any, after: Mapping[str, Any]) -> str:
         else:
             changes.append(f"{field}: {_shown_value(old[field])} -> "
                            f"{_shown_value(after[field])}")
-    return (f"[The reviewer {reviewer!r} edited this call's arguments before approving it; "
+    return (f"[The reviewer {reviewer!r} edited {subject} before approving it; "
             f"it ran with the edited arguments. Changes: {'; '.join(changes) or 'none'}.]")
+
+
+EDIT_NOTE_PREFIX = "[The reviewer "
+
+
+def recorded_edits(reviewer: str, before: Any, after: Mapping[str, Any]) -> dict[str, Any]:
+    """An approval with edits as the call's result message keeps it (attribute
+    `turnstile.edited`, beside the tool's own result): who edited, the model's
+    arguments, the arguments the tool ran with, and the fields that changed."""
+    return {"by": reviewer, "model_arguments": before, "arguments": dict(after),
+            "changed": changed_fields(before, after)}
+
+
+def note_of_edits(edits: Mapping[str, Any], call_id: str, tool_name: str) -> str:
+    """The note a wire model reads after the tool results of its round (a
+    message of its own, never inside the tool's result): who edited which
+    call, and each change."""
+    after = edits.get("arguments")
+    return edit_note(str(edits.get("by", "")), edits.get("model_arguments"),
+                     after if isinstance(after, Mapping) else {},
+                     f"the arguments of your call {call_id} ({tool_name})")
+
+
+def split_edit_note(content: str) -> tuple[str | None, str]:
+    """A result stored before 0.5 began with its edit note on a line of its own
+    (`edit_note`): (the note, the tool's own result); (None, content) otherwise."""
+    if not content.startswith(EDIT_NOTE_PREFIX):
+        return None, content
+    end = content.find(".]\n")
+    if end < 0:
+        return None, content
+    return content[:end + 2], content[end + 3:]
 
 
 def ran_call(call: ToolCall, approval: ApprovalDecision | None) -> ToolCall:

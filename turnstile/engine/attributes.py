@@ -30,3 +30,7 @@ SUPERSEDED_EFFECT = "turnstile.superseded_effect"
 # On the result of a call the repeat breaker did not run (outcome `repeated`):
 # the id of the earlier call of the turn, same tool and arguments, that ran.
 REPEAT_OF = "turnstile.repeat_of"
+# On the result of a call a reviewer approved with edits (beside the tool's own
+# result, which stays as the tool returned it): {by, model_arguments,
+# arguments, changed} (turnstile.engine.approvals.recorded_edits).
+EDITED = "turnstile.edited"

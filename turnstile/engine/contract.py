@@ -231,6 +231,9 @@ class PendingApproval(BaseModel):
     # sha256 hex of the arguments' canonical JSON
     # (turnstile.engine.approvals.arguments_digest); "" from a worker before 0.4.
     arguments_digest: str = ""
+    # Why the call waits when its tool asks for approval by condition
+    # (`@tool(approval=...)`): the condition's words. None: the tool always asks.
+    reason: str | None = None
 
 
 class ApprovalDecision(BaseModel):

@@ -165,6 +165,15 @@ class ModelRequestRejected(TurnstileError):
     error_type = "ModelRequestRejected"
 
 
+class ModelFunctionError(ModelRequestRejected):
+    """A model that is a Python function (turnstile.testing.FunctionModel, a
+    service's offline model) raised: the message names the function and the
+    file, line and code of the user's own frame where it raised; the log has
+    the traceback. Not retried: the same request raises again."""
+
+    error_type = "ModelFunctionError"
+
+
 class ModelUnavailable(TurnstileError):
     """429/5xx/network: retryable, Temporal owns the retry."""
 

@@ -72,6 +72,11 @@ class ToolSpec(BaseModel):
     # left nothing, and the call is run again even if it is not idempotent.
     transactional: bool = False
     requires_approval: bool = False
+    # The tool asks for approval only when its condition (`@tool(approval=...)`)
+    # says so, given the validated arguments; evaluated in the review_call
+    # activity. Left out of the serialized form when False, so recorded specs
+    # read as before.
+    approval_condition: bool = Field(default=False, exclude_if=lambda v: not v)
     fatal_on_failure: bool = False  # terminal failure means the task cannot be done
     compensation: str | None = None  # name of the compensation, if any
     start_to_close_seconds: float = 60.0

@@ -26,6 +26,11 @@ class ToolExecInput(BaseModel):
 class ReviewCallInput(BaseModel):
     service: str
     call: ToolCall
+    # A tool whose approval depends on what it sees (ToolSpec.approval_condition):
+    # the turn's conversation and user, for the condition's ToolContext. Left
+    # out of the serialized form when empty (every other call's input).
+    conversation_id: str = Field(default="", exclude_if=lambda v: not v)
+    user_id: str = Field(default="", exclude_if=lambda v: not v)
 
 
 class ReviewedCall(BaseModel):
@@ -37,6 +42,11 @@ class ReviewedCall(BaseModel):
     valid: bool
     notes: list[str] = Field(default_factory=list)  # e.g. "external recipient: to at x.org"
     error: str = ""  # when not valid: what the model must fix
+    # The tool's approval condition (ToolSpec.approval_condition) held: why a
+    # reviewer must decide (masked, bounded). None: no condition, or it did
+    # not hold, and the call runs at once. Recorded in the turn's history, so
+    # a replay takes the same path whatever the condition would say now.
+    reason: str | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class ToolOutcome(BaseModel):

@@ -116,12 +116,12 @@ def after_validation(error: str, argument_errors: int, loop: LoopPolicy) -> Sett
 
 
 def approval_step(call: ToolCall, tool: ToolSpec, notes: list[str] | None,
-                  now: datetime) -> AwaitApproval:
+                  now: datetime, reason: str | None = None) -> AwaitApproval:
     """A call whose tool requires approval, validated: the loop's next step
     for it is to wait for a reviewer (turn_rules.AwaitApproval). The reviewer
     sees the call's full arguments (its record keeps them masked), the
     tool's review fields first, the validation's notes (None: not
-    validated) and the deadline."""
+    validated), the deadline and, for a tool that asks by condition, why."""
     arguments = parsed_arguments(call.arguments)
     highlights = ({f: arguments[f] for f in tool.review_fields if f in arguments}
                   if isinstance(arguments, dict) else {})
@@ -129,7 +129,7 @@ def approval_step(call: ToolCall, tool: ToolSpec, notes: list[str] | None,
     pending = PendingApproval(
         tool_call_id=call.id, tool_name=call.name, arguments=arguments,
         highlights=highlights, notes=notes or [], validated=notes is not None,
-        arguments_digest=arguments_digest(arguments),
+        arguments_digest=arguments_digest(arguments), reason=reason,
         requested_at=now.isoformat(), deadline=(now + timeout).isoformat())
     return AwaitApproval(call=call, pending=pending, since=now,
                          timeout_seconds=tool.approval_timeout_seconds)

@@ -17,21 +17,32 @@ state of its own between calls — because a model activity may run again
 
 from __future__ import annotations
 
+import ast
 import inspect
 import json
+import logging
+import traceback
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypeAlias
 
-from turnstile.engine.attributes import RAW_USER_MESSAGE
+from turnstile.engine.approvals import EDIT_NOTE_PREFIX, changed_fields, split_edit_note
+from turnstile.engine.attributes import EDITED, RAW_USER_MESSAGE
+from turnstile.engine.errors import ModelFunctionError
+from turnstile.engine.masking import mask_text
 from turnstile.engine.messages import ChatMessage, ToolCall
+from turnstile.engine.safe_text import safe_text
 from turnstile.engine.specs import ToolSpec
 from turnstile.providers.base import ModelRequest, ModelResponse
 
-__all__ = ["Call", "FunctionModel", "ModelCall", "Reply", "ScriptedModel", "ToolOutcome",
-           "call"]
+__all__ = ["Call", "Edits", "FieldEdit", "FunctionModel", "ModelCall", "ModelFunctionError",
+           "Reply", "ScriptedModel", "ToolOutcome", "call"]
 
 MODEL = "turnstile-function-model"
+
+log = logging.getLogger(__name__)
+_MESSAGE_MAX = 1000  # a model function's error, as the turn's failure says it
 
 
 @dataclass(frozen=True)
@@ -48,14 +59,37 @@ def call(name: str, /, **arguments: Any) -> Call:
 
 
 @dataclass(frozen=True)
+class FieldEdit:
+    """One argument a reviewer changed: the model's value and the reviewer's
+    (None where the field was absent: `added` / `removed` say which)."""
+
+    before: Any
+    after: Any
+    added: bool = False
+    removed: bool = False
+
+
+@dataclass(frozen=True)
+class Edits:
+    """A call a reviewer approved with edits: who, each changed field, and the
+    arguments the tool ran with (`ToolOutcome.arguments` stays the model's)."""
+
+    reviewer: str
+    changes: dict[str, FieldEdit]
+    arguments: dict[str, Any]
+
+
+@dataclass(frozen=True)
 class ToolOutcome:
     """A tool result that came back since the user's message."""
 
     name: str
-    arguments: dict[str, Any]
-    result: Any  # parsed from JSON when it is JSON, else the text
+    arguments: dict[str, Any]  # the call as the model made it
+    result: Any  # what the tool returned: parsed from JSON when it is JSON, else the text
     is_error: bool
     text: str  # the result as the model reads it
+    # Approved with edits: who changed what (the result is still the tool's own).
+    edits: Edits | None = None
 
 
 @dataclass(frozen=True)
@@ -97,9 +131,19 @@ class FunctionModel:
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         seen = model_call(request)
-        reply = self.fn(seen)
-        if inspect.isawaitable(reply):
-            reply = await reply
+        try:
+            reply = self.fn(seen)
+            if inspect.isawaitable(reply):
+                reply = await reply
+        except (OSError, TimeoutError):
+            raise  # an outage the function met: retried like a model server's
+        except Exception as exc:
+            where = raised_at(exc)
+            log.error("the model function %s raised %s%s", self.model, type(exc).__name__,
+                      f" at {where}" if where else "", exc_info=exc)
+            text = (f"the model function {self.model.removeprefix('function:')} raised "
+                    f"{type(exc).__name__}: {exc}" + (f" at {where}" if where else ""))
+            raise ModelFunctionError(mask_text(safe_text(text))[:_MESSAGE_MAX]) from exc
         return self.response(reply, f"call_{len(request.messages)}")
 
     def response(self, reply: Reply, prefix: str) -> ModelResponse:
@@ -148,12 +192,57 @@ def model_call(request: ModelRequest) -> ModelCall:
         made = calls.get(m.tool_call_id or "")
         if m.role != "tool" or made is None:
             continue
-        results.append(ToolOutcome(name=made.name, arguments=_json(made.arguments, {}),
-                                   result=_json(m.content or "", m.content), is_error=m.is_error,
-                                   text=m.content or ""))
+        asked = _json(made.arguments, {})
+        edits, content = outcome_edits(m, asked)
+        results.append(ToolOutcome(name=made.name, arguments=asked,
+                                   result=_json(content, content), is_error=m.is_error,
+                                   text=content, edits=edits))
     step = sum(1 for m in since if m.role == "assistant")
     return ModelCall(messages=list(msgs), tools=list(request.tools), user_text=str(text),
                      results=results, step=step)
+
+
+def outcome_edits(m: ChatMessage, asked: dict[str, Any]) -> tuple[Edits | None, str]:
+    """A tool message's edits (attribute `turnstile.edited`) and the tool's own
+    result. A result stored before 0.5 carried its edit note as its first
+    line: the note is taken off, and its edits name the reviewer only."""
+    content = m.content or ""
+    recorded = m.attributes.get(EDITED)
+    if isinstance(recorded, dict):
+        before = recorded.get("model_arguments")
+        after = recorded.get("arguments")
+        old = before if isinstance(before, dict) else asked
+        new = after if isinstance(after, dict) else {}
+        changes = {f: FieldEdit(before=old.get(f), after=new.get(f), added=f not in old,
+                                removed=f not in new)
+                   for f in recorded.get("changed") or changed_fields(old, new)}
+        return Edits(reviewer=str(recorded.get("by", "")), changes=changes,
+                     arguments=dict(new)), content
+    note, rest = split_edit_note(content)
+    if note is None:
+        return None, content
+    reviewer = note[len(EDIT_NOTE_PREFIX):].split(" edited ", 1)[0]
+    try:
+        name = ast.literal_eval(reviewer)
+    except (ValueError, SyntaxError):
+        name = reviewer
+    return Edits(reviewer=str(name), changes={}, arguments={}), rest
+
+
+_OWN_CODE = str(Path(__file__).resolve().parents[1])  # turnstile/ itself
+
+
+def raised_at(exc: BaseException) -> str:
+    """Where `exc` was raised in the user's own code: "FILE:LINE in FUNCTION:
+    CODE" of the innermost frame outside turnstile/ (its frames are not the
+    user's), or "" when there is none."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__)
+              if not str(Path(f.filename).resolve()).startswith(_OWN_CODE)]
+    if not frames:
+        return ""
+    f = frames[-1]
+    code = f" `{f.line.strip()}`" if f.line else ""
+    return f"{f.filename}:{f.lineno} in {f.name}{code}"
 
 
 def _json(text: str, default: Any) -> Any:

@@ -24,6 +24,8 @@ from typing import Any
 import httpx
 import pydantic_core
 
+from turnstile.engine import attributes as attr
+from turnstile.engine.approvals import note_of_edits
 from turnstile.engine.errors import (
     MalformedModelResponse,
     ModelRequestRejected,
@@ -132,6 +134,33 @@ def to_openai_message(m: ChatMessage) -> dict[str, Any]:
         ]
     if m.role == "tool":
         out["tool_call_id"] = m.tool_call_id
+    return out
+
+
+def with_edit_notes(messages: list[ChatMessage]) -> list[ChatMessage]:
+    """After each run of tool results, one user message with a note for every
+    call of the run a reviewer approved with edits (attribute
+    `turnstile.edited`): the tool message stays the tool's own result, and
+    the note is a message of its own. A user message right after tool results
+    is what every Chat Completions endpoint accepts (a `system` message there
+    is refused by several local servers' templates). Unchanged (the same
+    list) when no call was edited."""
+    if not any(m.role == "tool" and attr.EDITED in m.attributes for m in messages):
+        return messages
+    names = {c.id: c.name for m in messages for c in m.tool_calls}
+    out: list[ChatMessage] = []
+    notes: list[str] = []
+    for m in messages:
+        if m.role != "tool" and notes:
+            out.append(ChatMessage(role="user", content="\n".join(notes)))
+            notes = []
+        out.append(m)
+        edits = m.attributes.get(attr.EDITED) if m.role == "tool" else None
+        if isinstance(edits, dict):
+            call_id = m.tool_call_id or ""
+            notes.append(note_of_edits(edits, call_id, names.get(call_id, "a tool")))
+    if notes:
+        out.append(ChatMessage(role="user", content="\n".join(notes)))
     return out
 
 
@@ -275,8 +304,8 @@ class OpenAICompatibleProvider:
         return self._endpoint
 
     def payload(self, request: ModelRequest) -> dict[str, Any]:
-        messages = (calls_as_text(request.messages) if request.tool_results == "text"
-                    else request.messages)
+        noted = with_edit_notes(request.messages)
+        messages = calls_as_text(noted) if request.tool_results == "text" else noted
         body: dict[str, Any] = {"messages": [to_openai_message(m) for m in messages]}
         if self.model:
             body["model"] = self.model

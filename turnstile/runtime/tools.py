@@ -16,12 +16,21 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+import logging
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypedDict, Unpack, get_type_hints, overload
 
-from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    PydanticSchemaGenerationError,
+    PydanticUserError,
+    TypeAdapter,
+    ValidationError,
+    create_model,
+)
 
 from turnstile.engine.approvals import OutboundPolicy, outbound_findings
 from turnstile.engine.errors import DuplicateToolError, ToolArgumentError, TurnstileError
@@ -33,6 +42,14 @@ from turnstile.engine.specs import (
     RetrySpec,
     ToolSpec,
 )
+
+log = logging.getLogger(__name__)
+
+
+class ToolDefinitionError(TypeError):
+    """A tool refused at registration (`@tool`): the message names the tool
+    and, for a parameter, the parameter. A TypeError, as before 0.5."""
+
 
 if TYPE_CHECKING:
     from turnstile.stores.connection import Connection
@@ -139,6 +156,14 @@ class Undo:
 
 Compensation = Callable[..., Any]
 
+# `@tool(approval=...)`: given the validated arguments (and, when it takes two
+# parameters, first the call's ToolContext), why this call needs a reviewer —
+# a reason (str), or None (also False or ""): it runs at once. True: a reason
+# in general words. Sync (run in a thread) or async.
+ApprovalCondition = Callable[..., Any]
+
+REASON_MAX = 500  # characters of a condition's reason kept (history, the pending item)
+
 
 @dataclass
 class Tool:
@@ -147,6 +172,7 @@ class Tool:
     args_model: type[BaseModel]
     takes_context: bool
     compensate: Compensation | None = None
+    condition: ApprovalCondition | None = None  # `@tool(approval=...)`
 
     @property
     def name(self) -> str:
@@ -173,6 +199,29 @@ class Tool:
         if problems:
             raise ToolArgumentError(f"invalid arguments for {self.name}: " + "; ".join(problems))
         return notes
+
+    async def approval_reason(self, ctx: ToolContext, args: BaseModel) -> str | None:
+        """Why this call needs a reviewer by the tool's condition, or None. A
+        condition that raises asks for a reviewer (fail closed)."""
+        if self.condition is None:
+            return None
+        fn = self.condition
+        given = (ctx, args) if _parameter_count(fn) >= 2 else (args,)
+        try:
+            if inspect.iscoroutinefunction(fn):
+                said = await fn(*given)
+            else:
+                said = await asyncio.to_thread(fn, *given)
+        except Exception as exc:
+            log.error("the approval condition of tool %s raised %s", self.name,
+                      type(exc).__name__, exc_info=exc)
+            return safe_text(f"the approval condition of {self.name} raised "
+                             f"{type(exc).__name__}: {exc}")[:REASON_MAX]
+        if said is None or said is False or said == "":
+            return None
+        if said is True:
+            return f"the approval condition of {self.name} holds"
+        return safe_text(str(said))[:REASON_MAX]
 
     @property
     def runs_in_thread(self) -> bool:
@@ -269,7 +318,8 @@ class ToolOptions(TypedDict, total=False):
     idempotent: bool
     repeatable: bool  # a second identical call may run (the repeat breaker)
     transactional: bool
-    requires_approval: bool
+    requires_approval: bool  # every call waits for a reviewer
+    approval: ApprovalCondition  # a call waits when this returns a reason
     fatal_on_failure: bool
     timeout_seconds: float  # default 60
     heartbeat_seconds: float | None
@@ -302,26 +352,46 @@ def tool(fn: Callable[..., Any] | None = None, /,
         if takes_context:
             params = params[1:]
         fields: dict[str, Any] = {}
+        tool_name = options.get("name") or f.__name__
         for p in params:
             if p.name not in hints:
                 raise TypeError(f"tool {f.__name__}: parameter {p.name!r} needs a type annotation")
             default = ... if p.default is inspect.Parameter.empty else p.default
             fields[p.name] = (hints[p.name], default)
-        tool_name = options.get("name") or f.__name__
+            _check_parameter(tool_name, p.name, hints[p.name])
         args_model = create_model(
             f"{tool_name}Arguments", __config__=ConfigDict(extra="forbid"), **fields
         )
-        schema = args_model.model_json_schema()
+        try:
+            schema = args_model.model_json_schema()
+        except PydanticUserError as exc:
+            raise ToolDefinitionError(
+                f"tool {tool_name}: its arguments have no JSON schema for the model "
+                f"({exc}); use JSON-friendly types (str, int, float, bool, date, "
+                "Decimal, lists, dicts, pydantic models)") from exc
         schema.pop("title", None)
         o = options
+        condition = o.get("approval")
+        if condition is not None and not callable(condition):
+            raise ToolDefinitionError(f"tool {tool_name}: approval= takes a function of the "
+                                      f"arguments returning a reason or None, not {condition!r}")
+        if condition is not None and o.get("requires_approval"):
+            raise ToolDefinitionError(
+                f"tool {tool_name}: requires_approval=True asks for every call; approval=... "
+                "asks when it returns a reason: give one of them")
+        description = o.get("description") or inspect.getdoc(f)
+        if not description:
+            log.warning("tool %s has no description (no docstring, no description=): the "
+                        "model sees only its name", tool_name)
         spec = ToolSpec(
             name=tool_name,
-            description=o.get("description") or inspect.getdoc(f) or tool_name,
+            description=description or tool_name,
             parameters=schema,
             idempotent=o.get("idempotent", False),
             repeatable=o.get("repeatable", False),
             transactional=o.get("transactional", False),
             requires_approval=o.get("requires_approval", False),
+            approval_condition=condition is not None,
             fatal_on_failure=o.get("fatal_on_failure", False),
             start_to_close_seconds=o.get("timeout_seconds", 60.0),
             heartbeat_seconds=o.get("heartbeat_seconds", DEFAULT_HEARTBEAT_SECONDS),
@@ -338,9 +408,32 @@ def tool(fn: Callable[..., Any] | None = None, /,
         if unknown:
             raise TypeError(f"tool {tool_name}: review/recipient fields {unknown} are not "
                             "parameters")
-        return Tool(fn=f, spec=spec, args_model=args_model, takes_context=takes_context)
+        return Tool(fn=f, spec=spec, args_model=args_model, takes_context=takes_context,
+                    condition=condition)
 
     return build(fn) if fn is not None else build
+
+
+def _parameter_count(fn: Callable[..., Any]) -> int:
+    try:
+        return len(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):  # a builtin without a signature
+        return 1
+
+
+def _check_parameter(tool_name: str, name: str, annotation: Any) -> None:
+    """A parameter pydantic can validate and describe, or ToolDefinitionError
+    naming the tool and the parameter (not pydantic's own error, which names
+    neither)."""
+    try:
+        TypeAdapter(annotation).json_schema()
+    except (PydanticSchemaGenerationError, PydanticUserError) as exc:
+        kind = getattr(annotation, "__name__", None) or repr(annotation)
+        raise ToolDefinitionError(
+            f"tool {tool_name}: parameter {name!r} has type {kind}, which a model cannot "
+            "send as JSON (no validation or JSON schema for it); use JSON-friendly types "
+            "(str, int, float, bool, date, Decimal, Literal, lists, dicts, pydantic models)"
+        ) from exc
 
 
 class ToolRegistry:

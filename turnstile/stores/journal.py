@@ -49,7 +49,7 @@ import sqlalchemy as sa
 
 from turnstile.engine import attributes as attr
 from turnstile.engine.activity_io import AuditEntry
-from turnstile.engine.approvals import changed_fields, edit_note
+from turnstile.engine.approvals import changed_fields, recorded_edits
 from turnstile.engine.contract import ApprovalDecision, AuditStatus, CallStatus
 from turnstile.engine.errors import CallTakenOver
 from turnstile.engine.messages import ChatMessage, ToolCall
@@ -101,8 +101,9 @@ class Ending:
     # an unknown tool, invalid arguments — or an earlier attempt completed it).
     attempt: int | None = None
     # Approved with edits: the model's own call (`call` ran with the
-    # reviewer's arguments). Memory's result then says what was changed, and
-    # the audit log holds an APPROVED_WITH_EDITS row with both versions.
+    # reviewer's arguments). Memory's result then carries the edit beside the
+    # tool's result (attribute `turnstile.edited`), and the audit log holds
+    # an APPROVED_WITH_EDITS row with both versions.
     model_call: ToolCall | None = None
 
     @property
@@ -116,13 +117,14 @@ class Ending:
                                       attr.WORKFLOW_ID: self.workflow_id}
         if self.state:
             attributes[attr.STATE] = self.state
-        text = self.text
         if self.model_call is not None and self.decision is not None:
+            # The tool's result stays as the tool returned it; the edit rides
+            # beside it (a wire model reads it as a note of its own).
             after = _parsed(self.call)
             if isinstance(after, dict):
-                note = edit_note(self.decision.reviewer, _parsed(self.model_call), after)
-                text = f"{note}\n{text}"
-        return ChatMessage(role="tool", content=text, tool_call_id=self.call.id,
+                attributes[attr.EDITED] = recorded_edits(
+                    self.decision.reviewer, _parsed(self.model_call), after)
+        return ChatMessage(role="tool", content=self.text, tool_call_id=self.call.id,
                            is_error=self.is_error, attributes=attributes)
 
 
