@@ -246,12 +246,16 @@ async def test_approve_with_edits_sends_the_edited_mail_and_says_so(
     assert decided["note"] == "tightened"
     # The decision row keeps what ran, masked as the audit row (migration 0010).
     assert json.loads(decided["edited_arguments"]) == params["reviewer_arguments"]
-    # The model's next request: its own call, and a result that says what changed.
+    # The model's next request: its own call, the tool's own result, and a
+    # note of its own that says what changed.
     messages = fake_llm.requests[1]["messages"]
     [asked] = [m for m in messages if m["role"] == "assistant" and m.get("tool_calls")]
     assert json.loads(asked["tool_calls"][0]["function"]["arguments"]) == MAIL
-    [told] = [m["content"] for m in messages if m["role"] == "tool"]
-    assert "edited this call's arguments" in told and "'bob'" in told
+    [i] = [n for n, m in enumerate(messages) if m["role"] == "tool"]
+    assert "edited" not in messages[i]["content"]
+    assert messages[i + 1]["role"] == "user"
+    told = messages[i + 1]["content"]
+    assert "edited the arguments of your call e1 (createEmailTask)" in told and "'bob'" in told
     assert "'ops@example.com' -> 'sales@example.com'" in told
     assert "'Renewal reminder' -> 'Renewal reminder (final)'" in told
     decision = result.tool_calls[0]

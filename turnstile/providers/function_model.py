@@ -139,7 +139,8 @@ class FunctionModel:
             raise  # an outage the function met: retried like a model server's
         except Exception as exc:
             where = raised_at(exc)
-            log.error("the model function %s raised %s%s", self.model, type(exc).__name__,
+            log.error("the model function %s raised %s%s", self.model.removeprefix("function:"),
+                      type(exc).__name__,
                       f" at {where}" if where else "", exc_info=exc)
             text = (f"the model function {self.model.removeprefix('function:')} raised "
                     f"{type(exc).__name__}: {exc}" + (f" at {where}" if where else ""))
