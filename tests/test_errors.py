@@ -43,6 +43,7 @@ STABLE = {
     errors.UnreadableData: "UnreadableData",
     errors.TemplateVariableMissing: "TemplateVariableMissing",
     errors.ModelRequestRejected: "ModelRequestRejected",
+    errors.ModelFunctionError: "ModelFunctionError",
     errors.ModelUnavailable: "ModelUnavailable",
     RetryableModelError: "ModelUnavailable",  # a variant keeps its parent's name
     InvalidRequestAnswer: "ModelUnavailable",  # ... until it repeats: ModelServerRefused

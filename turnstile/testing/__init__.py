@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from turnstile.providers.function_model import (
     Call as Call,
+    Edits as Edits,
+    FieldEdit as FieldEdit,
     FunctionModel as FunctionModel,
     ModelCall as ModelCall,
     Reply as Reply,
@@ -26,5 +28,5 @@ from turnstile.providers.function_model import (
 from turnstile.testing.mailbox import Mailbox as Mailbox
 from turnstile.testing.stack import TestStack as TestStack
 
-__all__ = ["Call", "FunctionModel", "Mailbox", "ModelCall", "Reply", "ScriptedModel",
+__all__ = ["Call", "Edits", "FieldEdit", "FunctionModel", "Mailbox", "ModelCall", "Reply", "ScriptedModel",
            "TestStack", "ToolOutcome", "call"]
