@@ -9,8 +9,9 @@ A second reviewer edits the e-mail in place: an outside recipient is
 refused on the page (the call stays pending, the edit stays in the form),
 then a recipient inside the allow-list and a new subject are approved; the
 mail that arrives over SMTP carries the edits, the audit has an
-APPROVED_WITH_EDITS row, the model's next request says what was edited and
-the "decided" view shows it, with the arguments it ran with (masked).
+APPROVED_WITH_EDITS row, the model's next request says what was edited (a
+note after the tool's own result) and the "decided" view shows it, with the
+arguments it ran with (masked).
 
 With TURNSTILE_SCREENSHOTS=DIR the list and detail pages are saved there as
 PNG (docs/ holds the ones the README shows)."""
@@ -291,5 +292,8 @@ async def test_a_reviewer_edits_the_mail_and_approves_in_the_browser(
     assert mails[0]["Subject"] == "Renewal for Q4 (edited)"
     edited = [row for row in audit if row["status"] == "APPROVED_WITH_EDITS"]
     assert len(edited) == 1 and "subject" in edited[0]["error_message"]
-    told = [m for m in fake_llm.requests[-1]["messages"] if m["role"] == "tool"]
-    assert told and "Renewal for Q4 (edited)" in told[-1]["content"]
+    # The tool message is the tool's own result; the edit is a note after it.
+    wire = fake_llm.requests[-1]["messages"]
+    [i] = [n for n, m in enumerate(wire) if m["role"] == "tool"][-1:]
+    assert wire[i + 1]["role"] == "user" and "edited the arguments" in wire[i + 1]["content"]
+    assert "Renewal for Q4 (edited)" in wire[i + 1]["content"]
