@@ -88,9 +88,18 @@ class Connection:
         features: SQLite's progress handler, PostgreSQL's COPY."""
         return self.sa.connection.driver_connection
 
-    def execute(self, sql: Statement, params: Params | None = None) -> CursorResult[Any]:
+    def execute(self, sql: Statement,
+                params: Params | Sequence[Params] | None = None) -> CursorResult[Any]:
+        """A statement with one set of parameters (a mapping), or once per
+        mapping of a list (executemany), as SQLAlchemy's `execute` takes them;
+        its result as SQLAlchemy returns it (`scalar()`, `mappings()`, ...)."""
         stmt = _text(sql) if isinstance(sql, str) else sql
-        return self.sa.execute(stmt, dict(params) if params else None)
+        if params is None or isinstance(params, Mapping):
+            return self.sa.execute(stmt, dict(params) if params else None)
+        if isinstance(params, str | bytes):
+            raise TypeError("execute takes parameters as a mapping or a list of mappings, "
+                            f"not {type(params).__name__}")
+        return self.sa.execute(stmt, [dict(r) for r in params])
 
     def executemany(self, sql: Statement, rows: Sequence[Params]) -> None:
         if rows:

@@ -28,5 +28,5 @@ from turnstile.providers.function_model import (
 from turnstile.testing.mailbox import Mailbox as Mailbox
 from turnstile.testing.stack import TestStack as TestStack
 
-__all__ = ["Call", "Edits", "FieldEdit", "FunctionModel", "Mailbox", "ModelCall", "Reply", "ScriptedModel",
-           "TestStack", "ToolOutcome", "call"]
+__all__ = ["Call", "Edits", "FieldEdit", "FunctionModel", "Mailbox", "ModelCall", "Reply",
+           "ScriptedModel", "TestStack", "ToolOutcome", "call"]
