@@ -22,9 +22,11 @@ from tests.support.databases import BACKENDS, worker_database_url
 from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.turns import running_worker, wait_pending
 from turnstile.cli_views import describe_pending
+from turnstile.client import TurnstileClient
 from turnstile.engine.approvals import arguments_digest
 from turnstile.engine.contract import ApproveSignal, CallStatus, TurnStatus
 from turnstile.providers.function_model import FunctionModel, ModelCall, Reply, call
+from turnstile.runtime.config import Settings
 from turnstile.runtime.services import Service
 from turnstile.runtime.tools import ToolContext, ToolRegistry, Undo, tool
 from turnstile.stores.db import Database
@@ -193,6 +195,10 @@ async def test_approval_by_condition_waits_only_when_it_holds(
         assert p.reason == "member M-1 already has 2 books out"
         assert p.tool_name == "borrowBook" and p.validated
         assert "    why: member M-1 already has 2 books out" in describe_pending(p)
+        # What the inbox shows for the call (its detail page reads this view).
+        view = await TurnstileClient(client, Settings.from_env(
+            {"TURNSTILE_TASK_QUEUE": task_queue})).pending_approval(handle.id, p.tool_call_id)
+        assert view is not None and view.reason == p.reason
         assert loan_rows(db) == [("M-1", "B-1", "OUT"), ("M-1", "B-2", "OUT")]
         # Another member's call does not wait meanwhile.
         other = await turns.run("M-9 B-4", service="loans", conversation="c-4")
