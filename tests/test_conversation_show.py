@@ -27,8 +27,8 @@ def show(stack: TestStack, *args: str) -> subprocess.CompletedProcess[str]:
 async def test_a_cancelled_turn_reads_as_memory_holds_it(tmp_path: Path,
                                                           temporal_server: DevServer) -> None:
     script = ScriptedModel([
-        call("issueLargeRefund", order_id="A-1002", amount_cents=48000),
-        call("issueLargeRefund", order_id="A-1001", amount_cents=2500),
+        call("issueRefund", order_id="A-1002", amount_cents=48000),
+        call("issueRefund", order_id="A-1002", amount_cents=47000),  # waits: above $100
         "done",
     ])
     app = build_app()
@@ -59,7 +59,7 @@ async def test_a_cancelled_turn_reads_as_memory_holds_it(tmp_path: Path,
         assert [e.marks for e in results] == [["rolled back"], ["not run"]]
         calls = [c for e in transcript.entries for c in e.calls]
         assert [(c.name, c.arguments["order_id"]) for c in calls] == [
-            ("issueLargeRefund", "A-1002"), ("issueLargeRefund", "A-1001")]
+            ("issueRefund", "A-1002"), ("issueRefund", "A-1002")]
         assert calls[0].decision is not None and calls[0].decision.reviewer == "bob"
         assert transcript.user_id == "alice"
 

@@ -62,7 +62,8 @@ async def test_a_small_refund_needs_no_approval(seeded: TestStack) -> None:
 async def test_a_large_refund_waits_for_a_person(seeded: TestStack) -> None:
     turn = await seeded.start("Refund A-1002 please", user="alice")
     [waiting] = await seeded.pending(turn)
-    assert (waiting.tool_name, waiting.arguments["amount_cents"]) == ("issueLargeRefund", 48000)
+    assert (waiting.tool_name, waiting.arguments["amount_cents"]) == ("issueRefund", 48000)
+    assert waiting.reason == "a refund of $480.00 is above $100.00"  # approval by condition
     assert refunds(seeded) == []  # nothing is paid before the decision
     decision = await seeded.approve(turn, "bob")
     assert decision.approved and decision.reviewer == "bob"
@@ -83,7 +84,7 @@ async def test_a_rejected_refund_pays_nothing(seeded: TestStack) -> None:
 async def test_one_call_runs_a_turn_with_its_approval(seeded: TestStack) -> None:
     result = await seeded.run("Refund A-1002", approve="carol")
     assert result.status == "completed", result.error
-    assert [c.name for c in result.tool_calls] == ["lookupOrder", "issueLargeRefund"]
+    assert [c.name for c in result.tool_calls] == ["lookupOrder", "issueRefund"]
     memory = seeded.memory(result.conversation_id)
     assert [m.role for m in memory] == ["system", "user", "assistant", "tool", "assistant",
                                         "tool", "assistant"]
@@ -94,7 +95,7 @@ async def test_cancel_reverses_a_refund_already_paid(tmp_path: Path, seeded: Tes
     # which waits for approval — and the turn is cancelled there.
     script = ScriptedModel([
         call("issueRefund", order_id="A-1001", amount_cents=2500),
-        call("issueLargeRefund", order_id="A-1002", amount_cents=48000),
+        call("issueRefund", order_id="A-1002", amount_cents=48000),
         "done",
     ])
     async with TestStack(build_app(), tmp_path, model=script,

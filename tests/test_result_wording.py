@@ -147,10 +147,10 @@ async def every_outcome(db: Database, service: Service) -> list[tuple[str, str]]
     await call("retryEmailTask", taskId="mail-" + "f" * 32)
     await call("lookupOrder", order_id="A-1001")
     await call("lookupOrder", order_id="Z-9999")
-    await call("issueRefund", order_id="A-1002", amount_cents=48_000)  # above the limit
+    await call("issueRefund", order_id="A-1002", amount_cents=99_000)  # above the order
     await call("issueRefund", order_id="A-1001", amount_cents=2_500)
     await call("issueRefund", order_id="A-1001", amount_cents=2_500)  # refunded already
-    await call("issueLargeRefund", order_id="Z-9999", amount_cents=20_000)
+    await call("issueRefund", order_id="Z-9999", amount_cents=20_000)
     return call.texts
 
 

@@ -8,13 +8,13 @@ import sqlalchemy as sa
 
 from examples.support_desk.model import MODEL
 from examples.support_desk.tables import DEMO_ORDERS, TABLES, desk_order
-from examples.support_desk.tools import issueLargeRefund, issueRefund, lookupOrder
+from examples.support_desk.tools import issueRefund, lookupOrder
 from turnstile import App, Database, ModelSettings, Service, ToolRegistry
 
 SYSTEM_PROMPT = """\
 You are a support desk agent. Look an order up with lookupOrder before anything
-else. Refund with issueRefund up to $100.00 (10000 cents); above that use
-issueLargeRefund, which a person approves. Say what you did, with the refund id."""
+else. Refund with issueRefund; above $100.00 (10000 cents) a person approves it
+first. Say what you did, with the refund id."""
 
 # What each request to a real model (LLM_BASE_URL set) asks besides the
 # conversation; the offline function model does not read it.
@@ -49,7 +49,7 @@ def build_app(*, model: ModelSettings = MODEL_SETTINGS, **service: Any) -> App:
     return App(
         name="support-desk",
         services=[Service(name="support-desk", tools=ToolRegistry(
-            [lookupOrder, issueRefund, issueLargeRefund]), system_prompt=SYSTEM_PROMPT,
+            [lookupOrder, issueRefund]), system_prompt=SYSTEM_PROMPT,
             description="Look up orders and refund them", offline_model=MODEL,
             model=model, **service)],
         tables=TABLES,

@@ -1,13 +1,12 @@
 """The desk's offline model: a plain function of the request (turnstile's
 FunctionModel), so the desk runs end to end without a model server. It reads
-the order id from the user's words, looks the order up, refunds it with the
-tool its amount needs, and says what happened."""
+the order id from the user's words, looks the order up, refunds it (a large
+refund waits for a person) and says what happened."""
 
 from __future__ import annotations
 
 import re
 
-from examples.support_desk.tools import APPROVAL_ABOVE_CENTS
 from turnstile import FunctionModel, ModelCall, Reply, call
 
 ORDER_ID = re.compile(r"\b[A-Z]-\d{4}\b")
@@ -24,13 +23,12 @@ def desk_model(request: ModelCall) -> Reply:
     order = looked.result if isinstance(looked.result, dict) else {}
     if looked.is_error or not order.get("found"):
         return f"I could not find order {order_id}."
-    refund = request.result_of("issueRefund") or request.result_of("issueLargeRefund")
+    refund = request.result_of("issueRefund")
     if refund is None:
         if order.get("status") != "PAID":
             return f"Order {order_id} is {order.get('status')}: there is nothing to refund."
-        amount = int(order["amount_cents"])
-        tool = "issueRefund" if amount <= APPROVAL_ABOVE_CENTS else "issueLargeRefund"
-        return call(tool, order_id=order_id, amount_cents=amount)
+        # Above $100.00 the call waits for a person (issueRefund's approval condition).
+        return call("issueRefund", order_id=order_id, amount_cents=int(order["amount_cents"]))
     if refund.is_error:
         return f"The refund of order {order_id} did not go through: {refund.text}"
     paid = refund.result

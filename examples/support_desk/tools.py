@@ -1,6 +1,6 @@
 """The desk's tools: look up an order, refund it (small refunds at once,
-large ones after a person approves). Both refund tools share one
-compensation: a refund undone by a rollback is reversed, never left paid."""
+large ones after a person approves: an approval by condition). The refund's
+compensation reverses a refund undone by a rollback, never left paid."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pydantic import Field
 from examples.support_desk.tables import desk_order, desk_refund
 from turnstile import ToolArgumentError, ToolContext, Undo, tool
 
-# Above this a refund waits for a person (issueLargeRefund requires approval).
+# Above this a refund waits for a person (issueRefund's approval condition).
 APPROVAL_ABOVE_CENTS = 10_000
 
 OrderId = Annotated[str, Field(pattern=r"^[A-Z]-\d{4}$", description="e.g. A-1001")]
@@ -54,18 +54,17 @@ def _refund(ctx: ToolContext, order_id: str, amount_cents: int) -> dict[str, Any
     return {"refund_id": refund_id, "order_id": order_id, "amount_cents": amount_cents}
 
 
-@tool(transactional=True)
+def large_refund(args: Any) -> str | None:
+    """The approval condition: a person approves refunds above $100.00."""
+    if args.amount_cents > APPROVAL_ABOVE_CENTS:
+        return (f"a refund of ${args.amount_cents / 100:,.2f} is above "
+                f"${APPROVAL_ABOVE_CENTS / 100:,.2f}")
+    return None
+
+
+@tool(transactional=True, approval=large_refund, review_fields=["order_id", "amount_cents"])
 def issueRefund(ctx: ToolContext, order_id: OrderId, amount_cents: Cents) -> dict[str, Any]:
-    """Refund an order now, up to $100.00 (10000 cents); above that use issueLargeRefund."""
-    if amount_cents > APPROVAL_ABOVE_CENTS:
-        raise ToolArgumentError(f"{amount_cents} cents is above {APPROVAL_ABOVE_CENTS}: "
-                                "use issueLargeRefund, which a person approves")
-    return _refund(ctx, order_id, amount_cents)
-
-
-@tool(transactional=True, requires_approval=True, review_fields=["order_id", "amount_cents"])
-def issueLargeRefund(ctx: ToolContext, order_id: OrderId, amount_cents: Cents) -> dict[str, Any]:
-    """Refund an order above $100.00, once a person approves."""
+    """Refund an order; above $100.00 (10000 cents) a person approves it first."""
     return _refund(ctx, order_id, amount_cents)
 
 
@@ -81,4 +80,3 @@ def reverse_refund(ctx: ToolContext, args: Any, result: Any) -> Undo:
 
 
 issueRefund.compensation(reverse_refund)
-issueLargeRefund.compensation(reverse_refund)
