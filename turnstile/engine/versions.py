@@ -166,3 +166,12 @@ EMPTY_ANSWER_REASKED = "empty-answer-reasked"
 # naming it) ends the turn `failed` with `ToolCallAsText`; nothing is run.
 # Asked only for such an answer: earlier turns completed with the text.
 TOOL_CALL_AS_TEXT = "tool-call-as-text"
+
+# Approval by condition (`@tool(approval=...)`, docs/approvals.md) takes no
+# revision and no patch: the workflow asks `turnstile.review_call` for a call
+# only when its tool's recorded spec has `approval_condition` (left out of the
+# serialized spec when false), which no spec recorded before 0.5 has, so a turn
+# begun earlier schedules exactly what it did. Edited approvals keep the
+# tool's result (the edit rides in the result message's attributes, written
+# by the execute_tool activity): workflow code never reads a result's text,
+# so that change needs none either.
