@@ -15,9 +15,10 @@ from hypothesis import given, settings, strategies as st
 from tests.support.openai_conformance import violations
 from turnstile.engine import attributes as attr
 from turnstile.engine.approvals import edit_note, recorded_edits, split_edit_note
+from turnstile.engine.errors import ModelFunctionError
 from turnstile.engine.messages import ChatMessage, ToolCall
 from turnstile.providers.base import ModelRequest
-from turnstile.providers.function_model import model_call
+from turnstile.providers.function_model import FunctionModel, model_call
 from turnstile.providers.openai_compat import OpenAICompatibleProvider, with_edit_notes
 from turnstile.runtime.tools import ToolContext, ToolDefinitionError, tool
 from turnstile.stores.db import Database
@@ -159,3 +160,9 @@ async def test_a_condition_says_why_or_nothing_and_a_raising_one_asks(
     # Recorded specs of other tools read as before: the flag is left out when False.
     assert "approval_condition" not in tool(lambda: 1).spec.model_dump(  # type: ignore[arg-type]
         exclude_defaults=False, mode="json")
+
+
+async def test_a_reply_of_no_known_kind_is_a_model_function_error() -> None:
+    model = FunctionModel(lambda request: None, name="nothing")  # type: ignore[arg-type,return-value]
+    with pytest.raises(ModelFunctionError, match="a model function returns a str"):
+        await model.complete(ModelRequest(messages=[ChatMessage(role="user", content="hi")]))

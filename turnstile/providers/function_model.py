@@ -145,7 +145,10 @@ class FunctionModel:
             text = (f"the model function {self.model.removeprefix('function:')} raised "
                     f"{type(exc).__name__}: {exc}" + (f" at {where}" if where else ""))
             raise ModelFunctionError(mask_text(safe_text(text))[:_MESSAGE_MAX]) from exc
-        return self.response(reply, f"call_{len(request.messages)}")
+        try:
+            return self.response(reply, f"call_{len(request.messages)}")
+        except TypeError as exc:  # a reply that is none of the kinds a function may give
+            raise ModelFunctionError(mask_text(safe_text(str(exc)))[:_MESSAGE_MAX]) from exc
 
     def response(self, reply: Reply, prefix: str) -> ModelResponse:
         if isinstance(reply, ModelResponse):
@@ -153,8 +156,10 @@ class FunctionModel:
         if isinstance(reply, str):
             return ModelResponse(message=ChatMessage(role="assistant", content=reply),
                                  finish_reason="stop", model=self.model)
-        calls = [reply] if isinstance(reply, Call) else list(reply)
-        if not calls or not all(isinstance(c, Call) for c in calls):
+        given: list[Any] = [reply] if isinstance(reply, Call) else (
+            list(reply) if isinstance(reply, Sequence) else [])
+        calls = [c for c in given if isinstance(c, Call)]
+        if not calls or len(calls) != len(given):
             raise TypeError(f"{self.model}: a model function returns a str, call(...), a list "
                             f"of call(...) or a ModelResponse, not {reply!r}")
         return ModelResponse(
