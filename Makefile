@@ -15,15 +15,15 @@ DEMO_MESSAGE ?= Find customers whose sales last week exceeded 50,000 and email o
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev]'
 	touch $(STAMP)
 
 # The bench-only extra (pydantic-ai for bench/turns.py's peer, py-spy).
 bench-install: install
-	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev,bench]'
 
 up: install
 	$(BIN)/python starter.py up

@@ -1,30 +1,13 @@
-"""Activities: everything in a turn that touches the world."""
+"""The repository's name for turnstile.activities (everything in a turn that
+touches the world).
 
-from __future__ import annotations
+Not installed: `pip install` gives the `turnstile` namespace only. In the
+checkout, `activities` and `activities.X` are the very modules
+turnstile.activities and turnstile.activities.X."""
 
-from collections.abc import Callable
-from typing import Any
-
-from activities.memory import MemoryActivities
-from activities.model import ModelActivities
-from activities.pipeline import PipelineActivities
-from activities.review import ReviewActivities
-from activities.runtime import Runtime
-from activities.saga import SagaActivities
-from activities.service import ServiceActivities
-from activities.tools import ToolActivities
-from activities.turn import TurnActivities
+from turnstile._aliases import alias_package
+from turnstile.activities import Runtime, all_activities
 
 __all__ = ["Runtime", "all_activities"]
 
-
-def all_activities(rt: Runtime) -> list[Callable[..., Any]]:
-    mem, model, tools = MemoryActivities(rt), ModelActivities(rt), ToolActivities(rt)
-    saga, pipe, svc = SagaActivities(rt), PipelineActivities(rt), ServiceActivities(rt)
-    return [TurnActivities(rt, svc, mem).begin_turn, svc.resolve_tools,
-            mem.load_memory, mem.append_messages, mem.release_conversation,
-            model.call_model, tools.execute_tool, ReviewActivities(rt).review_call,
-            saga.compensate_tool, saga.record_compensation_failure,
-            pipe.transform_system_message, pipe.retrieve, pipe.input_guardrails,
-            pipe.moderate, pipe.output_guardrails, pipe.parse_output, pipe.discard_message,
-            pipe.publish_event]
+alias_package(__name__, "turnstile.activities")

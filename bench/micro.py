@@ -108,7 +108,7 @@ def span() -> float:
 
 
 async def _heartbeat() -> float:
-    from activities.runtime import with_heartbeat
+    from turnstile.activities.runtime import with_heartbeat
 
     async def work() -> int:
         await asyncio.sleep(0)

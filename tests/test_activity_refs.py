@@ -10,7 +10,7 @@ from typing import Any
 
 from temporalio import activity
 
-from activities import all_activities
+from turnstile.activities import all_activities
 from turnstile.engine import activity_io as io
 from turnstile.engine.contract import CallStatus, RollbackCause, TurnResult, TurnStatus
 from turnstile.engine.messages import Usage

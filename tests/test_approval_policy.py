@@ -17,11 +17,11 @@ import pytest
 from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 
-from starter import signal_command
 from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.sql import fetchall
 from tests.support.temporal_server import DevServer
 from tests.support.turns import running_worker, wait_pending
+from turnstile.cli.starter import signal_command
 from turnstile.engine.approvals import OutboundPolicy
 from turnstile.engine.contract import (
     ApprovalDecision,

@@ -25,7 +25,7 @@ from turnstile.engine.contract import (
     TurnStatus,
 )
 from turnstile.stores.db import Database
-from workflows.state import SA_PENDING, SA_STATUS
+from turnstile.workflows.state import SA_PENDING, SA_STATUS
 
 
 def db_url(tmp_path) -> str:  # type: ignore[no-untyped-def]

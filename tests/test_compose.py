@@ -196,11 +196,11 @@ def parse_with_real_parser(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> 
     assert argv[0] == "python", argv
     try:
         if argv[1] == "worker.py":
-            import worker
+            from turnstile.cli import worker
 
             asyncio.run(worker.run(argv[2:]))
         elif argv[1] == "starter.py":
-            import starter
+            from turnstile.cli import starter
 
             asyncio.run(starter.main(argv[2:]))
         elif argv[1:3] == ["-m", "turnstile.sales.smtp_server"]:

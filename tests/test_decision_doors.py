@@ -18,11 +18,11 @@ import pytest
 from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 
-from starter import review as cli_review
 from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.processes import free_port
 from tests.support.sql import fetchall
 from tests.support.turns import running_worker, wait_pending
+from turnstile.cli.starter import review as cli_review
 from turnstile.client import ApprovalRefused, TurnstileClient
 from turnstile.engine.approvals import arguments_digest
 from turnstile.engine.contract import (

@@ -1,8 +1,8 @@
-"""Workflow code is deterministic: the code a turn's workflow runs (workflows/
+"""Workflow code is deterministic: the code a turn's workflow runs (turnstile/workflows/
 and the engine it imports) reads no clock, randomness, environment or I/O.
 
 Production workers run workflow code without Temporal's sandbox
-(worker.workflow_runner, TURNSTILE_WORKFLOW_SANDBOX=off); this scan, the test
+(turnstile.cli.worker.workflow_runner, TURNSTILE_WORKFLOW_SANDBOX=off); this scan, the test
 suite running every turn under the sandbox ("strict") and the replayed
 histories are what keep that code honest."""
 
@@ -12,7 +12,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-WORKFLOW_CODE = sorted([*(ROOT / "workflows").glob("*.py"),
+WORKFLOW_CODE = sorted([*(ROOT / "turnstile" / "workflows").glob("*.py"),
                         *(ROOT / "turnstile" / "engine").glob("*.py")])
 
 FORBIDDEN_MODULES = {"os", "sys", "random", "secrets", "uuid", "time", "socket", "subprocess",

@@ -19,7 +19,7 @@ from tests.support.services import make_service
 from tests.support.turns import running_worker, wait_pending
 from tests.support.waiting import wait_until
 from turnstile.engine.contract import ApproveSignal, RejectSignal, TurnStatus
-from workflows.state import SA_PENDING, SA_STATUS
+from turnstile.workflows.state import SA_PENDING, SA_STATUS
 
 
 def pay_then_answer(request: dict[str, Any]) -> dict[str, Any]:

@@ -22,13 +22,13 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import UnsandboxedWorkflowRunner
 
-from activities.data_errors import DataErrors
-from activities.log_context import LogContext
 from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.faults import FAULTS, Faults, activity_fault_id, workflow_fault_id
 from tests.support.services import make_service
 from tests.support.sql import fetchone
 from tests.support.turns import Turns, local_activities, running_worker
+from turnstile.activities.data_errors import DataErrors
+from turnstile.activities.log_context import LogContext
 from turnstile.engine.contract import TurnPhase, TurnResult, TurnStatus
 from turnstile.stores.db import Database
 

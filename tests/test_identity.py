@@ -91,8 +91,8 @@ def test_the_skeleton_is_unicode_data_not_a_list_of_ours() -> None:
 async def test_the_rule_is_deterministic_and_imports_in_the_sandbox() -> None:
     """Workflow code imports the rule passed through; the sandbox must not
     stop it (it reads no file after import) and its answers are the same."""
-    from worker import workflow_runner
-    from workflows.agent_turn import AgentTurn
+    from turnstile.cli.worker import workflow_runner
+    from turnstile.workflows.agent_turn import AgentTurn
 
     runner = workflow_runner("strict")  # the sandbox the test suite runs turns in
     runner.prepare_workflow(_definition(AgentTurn))  # imports the workflow, sandboxed

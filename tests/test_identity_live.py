@@ -30,7 +30,7 @@ from turnstile.sales.service import build_sales_service
 from turnstile.stores import usage
 from turnstile.stores.db import Database
 from turnstile.stores.schema import upgrade
-from workflows import AgentTurn
+from turnstile.workflows import AgentTurn
 
 CYRILLIC_ALICE = "\u0430lice"
 

@@ -1,11 +1,13 @@
 """The package tree's five layers, checked by walking the imports.
 
-app (turnstile.sales) -> activities (activities/) -> runtime
+app (turnstile.sales) -> activities (turnstile.activities) -> runtime
 (turnstile.runtime, turnstile.providers) -> stores (turnstile.stores) ->
 engine (turnstile.engine): a module may import its own layer or a lower one,
-never a higher one; `workflows/` imports only the engine; no module imports
-one that (transitively) imports it back; the app is handed to the runtime
-by worker.py, starter.py and `python -m turnstile.db` only.
+never a higher one; turnstile.workflows imports only the engine; no module
+imports one that (transitively) imports it back; the app is handed to the
+runtime by the command line (turnstile.cli) and `python -m turnstile.db` only.
+The repository's top-level workflows/, activities/, worker.py and starter.py
+are entry points into the package that import nothing else.
 """
 
 from __future__ import annotations
@@ -16,13 +18,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 LAYER = {"turnstile.engine": 0, "turnstile.stores": 1, "turnstile.runtime": 2,
-         "turnstile.providers": 2, "activities": 3, "turnstile.sales": 4}
+         "turnstile.providers": 2, "turnstile.activities": 3, "turnstile.sales": 4}
 APP = "turnstile.sales"
 # The programs that still name the reference app: starter.py's sales-only
 # commands (check, --show-effects) and `turnstile.db query-window` (the sales
 # table's row-level security). The worker imports no app: it loads those
 # TURNSTILE_APPS names (turnstile.runtime.apps).
-WIRING = {"starter", "turnstile.db"}
+WIRING = {"turnstile.cli.starter", "turnstile.db"}
 
 
 def _module_name(path: Path) -> str:
@@ -32,12 +34,14 @@ def _module_name(path: Path) -> str:
     return ".".join(parts)
 
 
+ENTRY_POINTS = ("workflows/__init__.py", "activities/__init__.py", "worker.py", "starter.py")
+
+
 def _modules() -> dict[str, Path]:
     found = {}
-    for top in ("turnstile", "workflows", "activities"):
-        for path in (ROOT / top).rglob("*.py"):
-            found[_module_name(path)] = path
-    for script in ("worker.py", "starter.py"):
+    for path in (ROOT / "turnstile").rglob("*.py"):
+        found[_module_name(path)] = path
+    for script in ENTRY_POINTS:
         found[_module_name(ROOT / script)] = ROOT / script
     return found
 
@@ -77,8 +81,9 @@ def test_lower_layers_never_import_higher_ones() -> None:
 
 
 def test_workflows_import_only_the_engine() -> None:
-    bad = [f"{m} -> {t}" for m, ts in GRAPH.items() if m.startswith("workflows")
-           for t in ts if not (t.startswith("turnstile.engine") or t.startswith("workflows"))]
+    bad = [f"{m} -> {t}" for m, ts in GRAPH.items() if m.startswith("turnstile.workflows")
+           for t in ts if not (t.startswith("turnstile.engine")
+                               or t.startswith("turnstile.workflows"))]
     assert bad == []
 
 
@@ -118,17 +123,27 @@ def test_only_the_programs_wire_the_app() -> None:
 def test_the_walker_sees_imports() -> None:
     # Guard against a walker that finds nothing and so passes vacuously.
     assert "turnstile.engine.messages" in GRAPH["turnstile.stores.memory"]
-    assert "activities.data_errors" in GRAPH["worker"]
+    assert "turnstile.activities.data_errors" in GRAPH["turnstile.cli.worker"]
     assert _layer("turnstile.sales.tools") == 4
-    assert _layer("activities.tools") == 3
+    assert _layer("turnstile.activities.tools") == 3
 
 
-def test_the_runtime_finds_the_repository() -> None:
-    # The dev stack starts ROOT/worker.py and keeps its files in ROOT/.data; a
-    # module moved one package deeper once pointed both inside turnstile/.
+def test_the_entry_points_only_enter_the_package() -> None:
+    """worker.py, starter.py, workflows/ and activities/ are not installed
+    (pyproject.toml): each only names the package module that holds its code."""
+    for script in ENTRY_POINTS:
+        name = _module_name(ROOT / script)
+        assert GRAPH[name], name
+        assert all(t.startswith("turnstile.") for t in GRAPH[name]), (name, GRAPH[name])
+        assert not any(m.startswith(name + ".") for m in GRAPH), name
+
+
+def test_the_runtime_reads_no_checkout_files() -> None:
+    # The project is the directory a command runs in (here, the checkout the
+    # tests run from), never the installed package's location: installed in
+    # site-packages, turnstile/../.. is no project of anyone's.
     from turnstile.runtime.config import DATA_DIR, PROJECT_ROOT
     from turnstile.runtime.devstack import temporal_binary  # noqa: F401  (imports cleanly)
 
-    assert PROJECT_ROOT == ROOT
-    assert (PROJECT_ROOT / "worker.py").is_file()
-    assert "TURNSTILE_DATA_DIR" in os.environ or DATA_DIR == ROOT / ".data"
+    assert PROJECT_ROOT == Path.cwd()
+    assert "TURNSTILE_DATA_DIR" in os.environ or DATA_DIR == Path.cwd() / ".data"

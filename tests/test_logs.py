@@ -124,7 +124,7 @@ async def test_json_lines_name_the_activitys_conversation_and_call() -> None:
     import io as stdio
     import logging
 
-    from activities.log_context import fields_of
+    from turnstile.activities.log_context import fields_of
     from turnstile.engine.activity_io import ToolExecInput
     from turnstile.engine.messages import ToolCall
     from turnstile.runtime.log_masking import JsonFormatter, MaskingFilter, log_fields

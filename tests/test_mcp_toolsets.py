@@ -269,8 +269,8 @@ async def test_a_worker_that_never_listed_the_server_lists_it_before_reviewing_a
     (before an approval) finds the MCP tool by listing the server first."""
     from temporalio.testing import ActivityEnvironment
 
-    from activities import Runtime
-    from activities.review import ReviewActivities
+    from turnstile.activities import Runtime
+    from turnstile.activities.review import ReviewActivities
     from turnstile.engine.activity_io import ReviewCallInput
     from turnstile.engine.messages import ToolCall
     from turnstile.runtime.mcp import connections

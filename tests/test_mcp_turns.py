@@ -33,7 +33,7 @@ from turnstile.runtime.services import Service
 from turnstile.runtime.tools import ToolRegistry
 from turnstile.stores.audit import AuditLog
 from turnstile.stores.memory import MemoryStore
-from workflows import AgentTurn
+from turnstile.workflows import AgentTurn
 
 
 def mcp_service(*servers: MCPServer) -> Service:

@@ -68,7 +68,7 @@ async def test_malformed_completion_is_a_typed_error(client: Client, task_queue:
 
 async def test_api_key_is_sent_as_bearer(client: Client, task_queue: str, tmp_path,
                                          fake_llm: FakeLLM, monkeypatch) -> None:
-    from activities import Runtime  # noqa: F401 - imported for the settings path below
+    from turnstile.activities import Runtime  # noqa: F401 - imported for the settings path below
     from turnstile.providers import OpenAICompatibleProvider
 
     provider = OpenAICompatibleProvider(fake_llm.url, api_key="sk-test", model="m-1")

@@ -12,10 +12,10 @@ import time
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
-from activities.model_refusals import MODEL_REFUSAL_LIMIT, carried, counted
 from tests.support.fake_llm import FakeLLM, Raw, llama_cpp_python_validation_error, text_reply
 from tests.support.services import make_service
 from tests.support.turns import running_worker
+from turnstile.activities.model_refusals import MODEL_REFUSAL_LIMIT, carried, counted
 from turnstile.engine.contract import TurnStatus
 from turnstile.providers.openai_compat import answer_fingerprint, says_invalid_request
 from turnstile.testing.processes import free_port

@@ -14,17 +14,17 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 
-from activities import Runtime, all_activities
 from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.services import make_service
 from tests.support.turns import Turns
 from tests.support.worker_env import WORKER_ENV
+from turnstile.activities import Runtime, all_activities
+from turnstile.cli.worker import build_worker
 from turnstile.engine import activity_io as io
 from turnstile.engine.contract import TurnStatus
 from turnstile.runtime.config import Settings
 from turnstile.runtime.services import ServiceRegistry
 from turnstile.stores.schema import ensure_schema
-from worker import build_worker
 
 
 @activity.defn(name=io.RELEASE_CONVERSATION)

@@ -13,10 +13,10 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from temporalio.client import Client
 
-from activities import turn as turn_activities
 from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.pipeline_services import DOCUMENTS, pipeline_service
 from tests.support.turns import local_activities, running_worker
+from turnstile.activities import turn as turn_activities
 from turnstile.engine import attributes as attr
 from turnstile.engine.contract import TurnStatus
 from turnstile.engine.events import TurnCompleted, TurnStarted

@@ -27,7 +27,7 @@ from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
-from workflows import AgentTurn
+from turnstile.workflows import AgentTurn
 
 HERE = Path(__file__).parent / "histories"
 # Turns of this version begun at an earlier revision (turnstile.engine.versions;

@@ -17,8 +17,6 @@ import pytest
 from temporalio.client import Client
 from temporalio.testing import ActivityEnvironment
 
-import starter
-from activities.runs import as_current_run, holder_gone
 from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.resets import lock_of, reset_to, task_after
 from tests.support.services import make_service, side_effects
@@ -27,6 +25,8 @@ from tests.support.turns import running_worker, wait_pending
 from tests.support.waiting import wait_until
 from tests.test_execution_chain import _first_task_completed
 from tests.test_exit_paths import stored_pairing
+from turnstile.activities.runs import as_current_run, holder_gone
+from turnstile.cli import starter
 from turnstile.engine import attributes as attr
 from turnstile.engine.activity_io import EXECUTE_TOOL
 from turnstile.engine.contract import ApproveSignal, AuditStatus, CallStatus, TurnStatus

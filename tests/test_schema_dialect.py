@@ -222,7 +222,7 @@ def test_wire_tools_cache_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_tool_tokens_are_counted_once_and_again_when_a_spec_changes(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from activities import model_request
+    from turnstile.activities import model_request
 
     monkeypatch.setattr(model_request, "_tool_tokens", {})
     counted: list[str] = []

@@ -43,7 +43,7 @@ from turnstile.sales.smtp_server import LocalSmtpServer, read_mailbox
 from turnstile.stores.audit import AuditLog
 from turnstile.stores.db import Database
 from turnstile.stores.memory import MemoryStore
-from workflows import AgentTurn
+from turnstile.workflows import AgentTurn
 
 NEW_MESSAGE = "the user sent a new message"
 SA_STATUS = SearchAttributeKey.for_keyword("TurnstileStatus")

@@ -103,7 +103,7 @@ async def test_without_streaming_nothing_is_buffered(client: Client, task_queue:
 async def test_starter_stream_command(
         client: Client, task_queue: str, tmp_path, fake_llm: FakeLLM,
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    import starter
+    from turnstile.cli import starter
 
     url = f"sqlite:///{tmp_path}/t.db"
     monkeypatch.setenv("DATABASE_URL", url)

@@ -14,8 +14,8 @@ from temporalio import workflow
 from temporalio.client import Client
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
-import starter
 from tests.support.waiting import wait_until
+from turnstile.cli import starter
 from turnstile.stores.db import Database
 
 

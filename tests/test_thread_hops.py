@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from activities.pipeline import deliver
-from activities.runtime import Runtime
 from tests.support.databases import sqlite_file_url
+from turnstile.activities.pipeline import deliver
+from turnstile.activities.runtime import Runtime
 from turnstile.engine.events import TurnStarted
 from turnstile.runtime.config import Settings
 from turnstile.runtime.event_bus import EventBus

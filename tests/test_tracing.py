@@ -16,7 +16,7 @@ from tests.support.temporal_server import DevServer
 from tests.support.turns import running_worker
 from turnstile.engine.contract import TurnStatus
 from turnstile.runtime.tracing import interceptors
-from workflows import AgentTurn
+from turnstile.workflows import AgentTurn
 
 
 async def test_spans_once_per_call_even_when_every_task_replays(

@@ -10,11 +10,11 @@ import uuid
 import pytest
 from temporalio.client import Client
 
-import starter
 from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.services import make_service
 from tests.support.turns import running_worker, wait_pending
 from tests.test_sales_turns import DEMO, TODAY, approve_when_asked
+from turnstile.cli import starter
 from turnstile.engine.contract import TurnStatus
 from turnstile.sales.planner import demo_planner
 from turnstile.sales.seed import seed

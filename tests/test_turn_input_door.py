@@ -23,12 +23,12 @@ from temporalio.converter import DataConverter
 from temporalio.exceptions import ActivityError, ApplicationError, RetryState
 from temporalio.worker import Worker
 
-from activities.data_errors import DataErrors
 from tests.support.fake_llm import FakeLLM, text_reply
 from tests.support.services import make_service
 from tests.support.sql import fetchall, fetchone
 from tests.support.temporal_server import DevServer
 from tests.support.turns import running_worker
+from turnstile.activities.data_errors import DataErrors
 from turnstile.engine.contract import WORKFLOW_TYPE, TurnInput, TurnResult, TurnStatus
 from turnstile.engine.turn_input_rules import (
     MESSAGE_MAX,

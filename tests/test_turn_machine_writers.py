@@ -24,10 +24,10 @@ from temporalio.worker import (
     WorkflowOutboundInterceptor,
 )
 
-from activities.data_errors import DataErrors
 from tests.support.fake_llm import FakeLLM, text_reply
 from tests.support.services import make_service
 from tests.support.turns import running_worker
+from turnstile.activities.data_errors import DataErrors
 from turnstile.engine import activity_io as io
 from turnstile.engine.contract import TurnStatus
 from turnstile.engine.errors import IllegalTransition
@@ -149,7 +149,7 @@ def test_the_search_attributes_change_only_through_a_transition() -> None:
 def test_the_turn_state_only_reads_the_machine() -> None:
     """TurnState's phase, pending calls, decisions and steer are properties
     without a setter (writing one raises), reading the machine's views."""
-    from workflows.state import TurnState
+    from turnstile.workflows.state import TurnState
 
     for name in GUARDED - {"phase", "machine"}:
         prop = getattr(TurnState, name)

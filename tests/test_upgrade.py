@@ -23,7 +23,6 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import CancelledError
 from temporalio.worker import Replayer, UnsandboxedWorkflowRunner, Worker
 
-from activities import Runtime, all_activities
 from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.processes import wait_for
 from tests.support.services import make_service
@@ -31,6 +30,8 @@ from tests.support.temporal_server import DevServer
 from tests.support.turns import Turns, local_activities
 from tests.support.worker_env import WORKER_ENV
 from tests.support.worker_process import WorkerProcess
+from turnstile.activities import Runtime, all_activities
+from turnstile.cli.worker import EXIT_OLDER_TURNS, build_worker
 from turnstile.engine import activity_io as io
 from turnstile.engine.activity_io import DESCRIBE_SERVICE
 from turnstile.engine.contract import WORKFLOW_TYPE, TurnStatus
@@ -46,8 +47,7 @@ from turnstile.runtime.services import ServiceRegistry
 from turnstile.runtime.upgrade import older_turns, turn_version
 from turnstile.stores.db import Database
 from turnstile.stores.schema import current, ensure_schema
-from worker import EXIT_OLDER_TURNS, build_worker
-from workflows import AgentTurn
+from turnstile.workflows import AgentTurn
 
 HISTORIES = Path(__file__).parent / "histories"
 V1 = sorted((HISTORIES / "v1").glob("*.json"))

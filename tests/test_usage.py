@@ -31,7 +31,7 @@ from turnstile.runtime.config import Settings
 from turnstile.stores import usage
 from turnstile.stores.db import Database
 from turnstile.stores.memory import MemoryStore
-from workflows import AgentTurn
+from turnstile.workflows import AgentTurn
 
 ROOT = Path(__file__).resolve().parents[1]
 

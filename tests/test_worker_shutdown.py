@@ -20,12 +20,12 @@ from typing import Any
 import pytest
 from temporalio.client import Client, WorkflowHandle
 
-from activities.runtime import WORKER_SHUTDOWN
 from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.services import side_effects
 from tests.support.waiting import wait_until
 from tests.support.worker_loss import HangingReply, ProcessTurns, activity_runs, notes
 from tests.support.worker_process import WorkerProcess
+from turnstile.activities.runtime import WORKER_SHUTDOWN
 from turnstile.engine.activity_io import CALL_MODEL, EXECUTE_TOOL
 from turnstile.engine.contract import CallStatus, TurnResult, TurnStatus
 from turnstile.sales import truth

@@ -26,15 +26,15 @@ from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
 
 from tests.support.openai_conformance import pairing_violations
+from turnstile.cli.worker import workflow_runner
 from turnstile.engine import activity_io as io
 from turnstile.engine.contract import ApprovalDecision, CallStatus
 from turnstile.engine.events import TurnEventRecord
 from turnstile.engine.messages import ChatMessage, ToolCall
 from turnstile.engine.specs import ServiceSpec
 from turnstile.engine.versions import TURN_REVISION
-from worker import workflow_runner
-from workflows import AgentTurn
-from workflows.agent_turn import FAILS_THE_TURN
+from turnstile.workflows import AgentTurn
+from turnstile.workflows.agent_turn import FAILS_THE_TURN
 
 # What a stand-in tool does with a call: the result text, or raise (an
 # exception fails the attempt; Temporal retries it by the tool's RetrySpec).

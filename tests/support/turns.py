@@ -11,9 +11,10 @@ from typing import Any
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 
-from activities import Runtime
 from tests.support.databases import migrate
 from tests.support.worker_env import WORKER_ENV
+from turnstile.activities import Runtime
+from turnstile.cli.worker import build_worker
 from turnstile.engine.contract import (
     WORKFLOW_TYPE,
     Handlers,
@@ -27,7 +28,6 @@ from turnstile.runtime.mcp import connections as mcp_connections
 from turnstile.runtime.search_attributes import ensure_search_attributes
 from turnstile.runtime.services import Service, ServiceRegistry
 from turnstile.runtime.upgrade import opening_activity
-from worker import build_worker
 
 
 class Turns:

@@ -14,7 +14,10 @@ from turnstile.engine.contract import DEFAULT_TASK_QUEUE
 from turnstile.engine.errors import ConfigurationError
 from turnstile.engine.model_settings import SCHEMA_DIALECTS, SchemaDialect
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]  # turnstile/runtime/config.py -> repo
+# The project a command runs for: the directory it was started in (in this
+# repository, the checkout; in yours, your folder). Nothing is read from the
+# installed package's location.
+PROJECT_ROOT = Path.cwd()
 DATA_DIR = Path(os.environ.get("TURNSTILE_DATA_DIR", PROJECT_ROOT / ".data"))
 
 

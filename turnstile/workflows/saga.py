@@ -20,9 +20,9 @@ with workflow.unsafe.imports_passed_through():
     )
     from turnstile.engine.masking import mask_text
     from turnstile.engine.specs import ServiceSpec
-    from workflows import turn_metrics as metrics
-    from workflows.state import TurnState, TurnStopped, failure_reason
-    from workflows.tool_options import compensation_options
+    from turnstile.workflows import turn_metrics as metrics
+    from turnstile.workflows.state import TurnState, TurnStopped, failure_reason
+    from turnstile.workflows.tool_options import compensation_options
 
 
 async def roll_back(s: TurnState, spec: ServiceSpec | None, turn: TurnInput,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from temporalio import activity
 
-from activities.runtime import Runtime
+from turnstile.activities.runtime import Runtime
 from turnstile.engine.activity_io import ModelCallInput
 from turnstile.providers import ModelProvider, ModelRequest, ModelResponse
 from turnstile.stores.streaming import StreamWriter

@@ -23,8 +23,8 @@ with workflow.unsafe.imports_passed_through():
     from turnstile.engine.contract import TurnInput, TurnResult, TurnStatus
     from turnstile.engine.events import TurnCompleted, TurnStarted
     from turnstile.engine.specs import ServiceSpec
-    from workflows.state import TurnState, failure_reason
-    from workflows.tool_options import event_options
+    from turnstile.workflows.state import TurnState, failure_reason
+    from turnstile.workflows.tool_options import event_options
 
 
 def turn_ids(turn: TurnInput) -> dict[str, str]:

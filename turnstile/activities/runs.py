@@ -13,7 +13,7 @@ from temporalio import activity
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.runtime import turn_workflow_id
+from turnstile.activities.runtime import turn_workflow_id
 from turnstile.engine.errors import RunSuperseded
 from turnstile.runtime.holders import holder_gone
 from turnstile.stores.db import Database

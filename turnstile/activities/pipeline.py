@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.runtime import Activities, Runtime, application_error
+from turnstile.activities.runtime import Activities, Runtime, application_error
 from turnstile.engine import activity_io as io
 from turnstile.engine.callables import invoke
 from turnstile.engine.errors import (

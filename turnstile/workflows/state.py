@@ -35,8 +35,8 @@ with workflow.unsafe.imports_passed_through():
     from turnstile.engine.turn_machine import Moved, Phase, TurnMachine
     from turnstile.engine.turn_rules import parsed_arguments
     from turnstile.engine.versions import TURN_VERSION, Revision
-    from workflows import turn_metrics as metrics
-    from workflows.tool_options import (
+    from turnstile.workflows import turn_metrics as metrics
+    from turnstile.workflows.tool_options import (
         ActivityOptions,
         LocalActivityOptions,
         bookkeeping_options,

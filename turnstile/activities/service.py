@@ -8,7 +8,7 @@ import logging
 
 from temporalio import activity
 
-from activities.runtime import Activities, application_error, model_name, with_heartbeat
+from turnstile.activities.runtime import Activities, application_error, model_name, with_heartbeat
 from turnstile.engine.activity_io import (
     RESOLVE_TOOLS,
     ResolvedTools,

@@ -38,7 +38,7 @@ with workflow.unsafe.imports_passed_through():
     from turnstile.engine.messages import ToolCall
     from turnstile.engine.specs import ServiceSpec
     from turnstile.engine.turn_input_rules import clean_note
-    from workflows.state import TurnState, TurnStopped
+    from turnstile.workflows.state import TurnState, TurnStopped
 
 NEW_MESSAGE = "the user sent a new message"
 

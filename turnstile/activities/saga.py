@@ -20,7 +20,7 @@ from typing import Any
 
 from temporalio import activity
 
-from activities.runtime import (
+from turnstile.activities.runtime import (
     Activities,
     application_error,
     turn_workflow_id,

@@ -47,14 +47,14 @@ with workflow.unsafe.imports_passed_through():
         UNEXPECTED_ENDS_TURN,
         Revision,
     )
-    from workflows import turn_metrics as metrics
-    from workflows.approval_handlers import ApprovalHandlers
-    from workflows.decisions import Decisions
-    from workflows.model_loop import ModelLoop
-    from workflows.pipeline_steps import PipelineSteps
-    from workflows.state import TurnState, TurnStopped
-    from workflows.steering import Steering
-    from workflows.turn_end import TurnEnding
+    from turnstile.workflows import turn_metrics as metrics
+    from turnstile.workflows.approval_handlers import ApprovalHandlers
+    from turnstile.workflows.decisions import Decisions
+    from turnstile.workflows.model_loop import ModelLoop
+    from turnstile.workflows.pipeline_steps import PipelineSteps
+    from turnstile.workflows.state import TurnState, TurnStopped
+    from turnstile.workflows.steering import Steering
+    from turnstile.workflows.turn_end import TurnEnding
 
 
 # Every exception that escapes the turn's own code ends the turn `failed`

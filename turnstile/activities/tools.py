@@ -29,8 +29,8 @@ from pydantic import BaseModel
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.runs import as_current_run
-from activities.runtime import (
+from turnstile.activities.runs import as_current_run
+from turnstile.activities.runtime import (
     Activities,
     WorkerShutdown,
     application_error,

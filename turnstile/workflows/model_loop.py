@@ -18,12 +18,12 @@ with workflow.unsafe.imports_passed_through():
     from turnstile.engine.specs import ServiceSpec
     from turnstile.engine.tool_round_rules import round_stop
     from turnstile.engine.turn_rules import FinalAnswer, RunTools, next_step
-    from workflows.answer_checks import AnswerChecks
-    from workflows.pipeline_steps import PipelineSteps, Prepared
-    from workflows.state import TurnState, TurnStopped
-    from workflows.steering import steered_stop
-    from workflows.tool_options import listing_options, model_options
-    from workflows.tool_round import RoundWrites, ToolRound
+    from turnstile.workflows.answer_checks import AnswerChecks
+    from turnstile.workflows.pipeline_steps import PipelineSteps, Prepared
+    from turnstile.workflows.state import TurnState, TurnStopped
+    from turnstile.workflows.steering import steered_stop
+    from turnstile.workflows.tool_options import listing_options, model_options
+    from turnstile.workflows.tool_round import RoundWrites, ToolRound
 
 
 class ModelLoop:

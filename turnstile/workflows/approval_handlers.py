@@ -20,8 +20,8 @@ with workflow.unsafe.imports_passed_through():
         TurnProgress,
     )
     from turnstile.engine.errors import DecisionRefused
-    from workflows.decisions import Decisions
-    from workflows.state import TurnState
+    from turnstile.workflows.decisions import Decisions
+    from turnstile.workflows.state import TurnState
 
 
 class ApprovalHandlers:

@@ -17,12 +17,12 @@ with workflow.unsafe.imports_passed_through():
     from turnstile.engine.errors import TurnCancelled
     from turnstile.engine.specs import ServiceSpec
     from turnstile.engine.versions import CANCEL_PUBLISHED
-    from workflows import turn_metrics as metrics
-    from workflows.model_loop import ModelLoop
-    from workflows.pipeline_steps import PipelineSteps
-    from workflows.saga import roll_back
-    from workflows.state import TurnState, TurnStopped
-    from workflows.tool_round import ToolRound
+    from turnstile.workflows import turn_metrics as metrics
+    from turnstile.workflows.model_loop import ModelLoop
+    from turnstile.workflows.pipeline_steps import PipelineSteps
+    from turnstile.workflows.saga import roll_back
+    from turnstile.workflows.state import TurnState, TurnStopped
+    from turnstile.workflows.tool_round import ToolRound
 
 
 class TurnEnding:

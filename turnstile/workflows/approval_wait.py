@@ -15,8 +15,8 @@ with workflow.unsafe.imports_passed_through():
     from turnstile.engine.contract import ApprovalDecision
     from turnstile.engine.turn_rules import AwaitApproval
     from turnstile.engine.versions import DECISION_BEATS_DEADLINE
-    from workflows import turn_metrics as metrics
-    from workflows.state import TurnState
+    from turnstile.workflows import turn_metrics as metrics
+    from turnstile.workflows.state import TurnState
 
 
 async def await_decision(s: TurnState, step: AwaitApproval) -> ApprovalDecision:

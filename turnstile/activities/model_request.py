@@ -9,7 +9,7 @@ import copy
 import logging
 from typing import Any
 
-from activities.runtime import Runtime, model_name
+from turnstile.activities.runtime import Runtime, model_name
 from turnstile.engine import answer_rules
 from turnstile.engine.activity_io import ModelCallInput
 from turnstile.engine.endings import CONTINUATION_PROMPT

@@ -30,10 +30,10 @@ with workflow.unsafe.imports_passed_through():
     from turnstile.engine.specs import ServiceSpec
     from turnstile.engine.turn_rules import render_template
     from turnstile.engine.user_message import UserMessage, checked_attachments
-    from workflows.answer_steps import AnswerSteps
-    from workflows.state import TurnState, TurnStopped, failure_reason
-    from workflows.tool_options import pipeline_local_options, pipeline_options
-    from workflows.turn_events import TurnEvents, turn_ids
+    from turnstile.workflows.answer_steps import AnswerSteps
+    from turnstile.workflows.state import TurnState, TurnStopped, failure_reason
+    from turnstile.workflows.tool_options import pipeline_local_options, pipeline_options
+    from turnstile.workflows.turn_events import TurnEvents, turn_ids
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ with workflow.unsafe.imports_passed_through():
     from turnstile.engine.contract import TurnStatus
     from turnstile.engine.errors import EmptyAnswer, ToolCallAsText
     from turnstile.engine.versions import EMPTY_ANSWER_REASKED, TOOL_CALL_AS_TEXT
-    from workflows.state import TurnState, TurnStopped
+    from turnstile.workflows.state import TurnState, TurnStopped
 
 AskAgain = Callable[[str], Awaitable[io.ModelCallResult]]  # the nudge -> the new response
 Discard = Callable[[str], Awaitable[None]]  # the reason -> the latest answer discarded

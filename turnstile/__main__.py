@@ -1,0 +1,5 @@
+"""`python -m turnstile COMMAND ...`: the `turnstile` console script."""
+
+from turnstile.cli.main import main
+
+main()
