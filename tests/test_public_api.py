@@ -65,7 +65,8 @@ def test_the_package_ships_its_type_information() -> None:
     assert (ROOT / "turnstile" / "py.typed").exists()
     setup = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
     assert "py.typed" in setup["package-data"]["turnstile"]
-    assert "turnstile.testing" in setup["packages"]
+    # Every package under turnstile/ (the test kit among them), nothing else.
+    assert setup["packages"]["find"]["include"] == ["turnstile", "turnstile.*"]
 
 
 @pytest.mark.parametrize("path", [
@@ -110,6 +111,8 @@ def test_an_app_that_cannot_be_loaded_says_why(spec: str, says: str) -> None:
     ("TURNSTILE_APPS", ["worker.py"]), ("TURNSTILE_PLUGINS", ["worker.py"]),
     ("TURNSTILE_APPS", ["starter.py", "up"]), ("TURNSTILE_APPS", ["-m", "turnstile.db",
                                                                    "upgrade"]),
+    ("TURNSTILE_APPS", ["-m", "turnstile", "worker"]),
+    ("TURNSTILE_APPS", ["-m", "turnstile", "up"]),
 ])
 def test_the_programs_exit_2_with_one_line(tmp_path: Path, variable: str,
                                            program: list[str]) -> None:

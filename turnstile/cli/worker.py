@@ -12,7 +12,6 @@ import asyncio
 import concurrent.futures
 import logging
 import os
-import pkgutil
 import signal
 import sys
 import threading
@@ -22,7 +21,6 @@ from temporalio.client import Client
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
-import turnstile
 from turnstile.activities import Runtime, all_activities
 from turnstile.activities.data_errors import DataErrors
 from turnstile.activities.log_context import LogContext
@@ -47,6 +45,7 @@ from turnstile.runtime.tracing import interceptors as tracing_interceptors, setu
 from turnstile.runtime.upgrade import older_turns, refusal
 from turnstile.runtime.versioning import deployment_of, settle_current
 from turnstile.stores.schema import upgrade
+from turnstile.temporal_plugin import sandbox_passthrough
 from turnstile.workflows import AgentTurn
 from turnstile.workflows.agent_turn import FAILS_THE_TURN
 
@@ -72,17 +71,8 @@ def workflow_runner(sandbox: str) -> WorkflowRunner:
     regex) with it: loaded once by the worker, never re-imported for a turn."""
     if sandbox == "off":
         return UnsandboxedWorkflowRunner()
-    passed = SandboxRestrictions.default.with_passthrough_modules(
-        *package_passthrough(), "precis_i18n", "phonenumbers", "regex")
+    passed = sandbox_passthrough(SandboxRestrictions.default)
     return SandboxedWorkflowRunner(restrictions=passed)
-
-
-def package_passthrough() -> list[str]:
-    """Every module of the package but its workflow code (turnstile.workflows,
-    which the sandbox imports afresh for each run and so guards; a pass-through
-    of "turnstile" itself would pass it through too, unguarded)."""
-    return [f"turnstile.{found.name}" for found in pkgutil.iter_modules(turnstile.__path__)
-            if found.name != "workflows"]
 
 
 ACTIVITY_SLOTS = 32

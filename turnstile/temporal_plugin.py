@@ -1,0 +1,136 @@
+"""`TurnstilePlugin`: turns on your own Temporal worker, on its task queue.
+
+    plugin = TurnstilePlugin([app])
+    client = await Client.connect("localhost:7233", plugins=[plugin])
+    worker = Worker(client, task_queue="my-queue", workflows=[MyWorkflow],
+                    activities=[my_activity])          # yours, beside the turn's
+    turns = TurnstileClient(client, plugin.settings, task_queue="my-queue")
+
+On temporalio's plugin API (temporalio.plugin.SimplePlugin), as the SDK's
+own contrib integrations are: given to `Client.connect(plugins=...)` it sets
+the data converter (pydantic JSON, large payloads claim-checked into the
+database) and passes itself on to every Worker of that client, which it gives
+the turn workflow (`AgentTurn`), its activities, the workflow-failure types
+that fail a turn instead of retrying its task, Turnstile's worker
+interceptors and, under Temporal's sandbox, the pass-throughs its engine
+needs. While the worker runs, the plugin migrates the database (the apps'
+tables too), registers Turnstile's search attributes and runs the apps'
+background processes (e.g. an e-mail sender). A Replayer given the plugin
+replays turn histories.
+
+The settings are the environment's (docs/contract.md) unless given; the
+task queue is the worker's own, whatever TURNSTILE_TASK_QUEUE says.
+`turnstile worker` (turnstile.cli.worker) builds the same worker with its
+own options (slots, shutdown grace, deployment)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import pkgutil
+import threading
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+from temporalio.plugin import SimplePlugin
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker, WorkflowRunner
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+
+import turnstile
+from turnstile.activities import Runtime, all_activities
+from turnstile.activities.data_errors import DataErrors
+from turnstile.activities.log_context import LogContext
+from turnstile.providers import ModelProvider, build_provider
+from turnstile.runtime.apps import (
+    App,
+    BackgroundContext,
+    demo_scripts_of,
+    services_of,
+    tables_by_app,
+)
+from turnstile.runtime.client import converter
+from turnstile.runtime.config import Settings
+from turnstile.runtime.plugins import load_services
+from turnstile.runtime.search_attributes import ensure_search_attributes
+from turnstile.stores.schema import upgrade
+from turnstile.workflows import AgentTurn
+from turnstile.workflows.agent_turn import FAILS_THE_TURN
+
+__all__ = ["TurnstilePlugin", "package_passthrough", "sandbox_passthrough"]
+
+# The standards' libraries the engine uses (identity: precis_i18n; masking:
+# phonenumbers, regex): loaded once by the worker, never re-imported for a turn.
+LIBRARIES = ("precis_i18n", "phonenumbers", "regex")
+
+
+def package_passthrough() -> list[str]:
+    """Every module of the package but its workflow code (turnstile.workflows,
+    which the sandbox imports afresh for each run and so guards; a pass-through
+    of "turnstile" itself would pass it through too, unguarded)."""
+    return [f"turnstile.{found.name}" for found in pkgutil.iter_modules(turnstile.__path__)
+            if found.name != "workflows"]
+
+
+def sandbox_passthrough(restrictions: SandboxRestrictions) -> SandboxRestrictions:
+    """`restrictions` with what turn workflow code may share with the worker."""
+    return restrictions.with_passthrough_modules(*package_passthrough(), *LIBRARIES)
+
+
+def _runner(existing: WorkflowRunner | None) -> WorkflowRunner:
+    """The worker's runner, its sandbox (if any) passing the engine through."""
+    if isinstance(existing, UnsandboxedWorkflowRunner):
+        return existing
+    if isinstance(existing, SandboxedWorkflowRunner):
+        return dataclasses.replace(existing,
+                                   restrictions=sandbox_passthrough(existing.restrictions))
+    return SandboxedWorkflowRunner(restrictions=sandbox_passthrough(SandboxRestrictions.default))
+
+
+class TurnstilePlugin(SimplePlugin):
+    """Everything a Temporal worker needs to run turns of `apps` (see the
+    module docstring). `settings`: default, the environment's. `model`: every
+    service's model (default: LLM_BASE_URL's, else each service's
+    `offline_model`)."""
+
+    def __init__(self, apps: App | Sequence[App], *, settings: Settings | None = None,
+                 model: ModelProvider | None = None) -> None:
+        self.apps = [apps] if isinstance(apps, App) else list(apps)
+        self.settings = settings or Settings.from_env()
+        provider = model or build_provider(self.settings, demo_scripts_of(self.apps))
+        self.runtime = Runtime.build(
+            self.settings, load_services(self.settings, services_of(self.apps)), provider)
+        super().__init__(
+            "turnstile.TurnstilePlugin",
+            data_converter=self._converter,
+            interceptors=[DataErrors(), LogContext()],
+            activities=all_activities(self.runtime),
+            workflows=[AgentTurn],
+            workflow_runner=_runner,
+            workflow_failure_exception_types=list(FAILS_THE_TURN),
+        )
+
+    def _converter(self, existing: Any) -> Any:
+        return converter(self.settings)
+
+    async def run_worker(self, worker: Worker, next: Callable[[Worker], Any]) -> None:
+        async with self._serving(worker):
+            await next(worker)
+
+    @asynccontextmanager
+    async def _serving(self, worker: Worker) -> AsyncIterator[None]:
+        """The database migrated, the search attributes registered and the
+        apps' background processes running while `worker` runs."""
+        rt = self.runtime
+        await asyncio.to_thread(upgrade, rt.db, apps=tables_by_app(self.apps))
+        rt.search_attributes = await ensure_search_attributes(
+            worker.client, worker.client.namespace)
+        stop = threading.Event()
+        background = BackgroundContext(rt.db, self.settings, stop)
+        tasks = [asyncio.ensure_future(asyncio.to_thread(process, background))
+                 for app in self.apps for process in app.background.values()]
+        try:
+            yield
+        finally:
+            stop.set()
+            await asyncio.gather(*tasks, return_exceptions=True)
