@@ -4,19 +4,20 @@ Five layers; arrows point one way (a lower layer never imports a higher one,
 and `tests/test_layers.py` fails on a violation or an import cycle):
 
     app      turnstile.sales      the reference sales/e-mail service
-    activity activities/          the activity names, wired to the runtime, stores, providers
+    activity turnstile.activities the activity names, wired to the runtime, stores, providers
     runtime  turnstile.runtime    config, services, apps, plugins, tools, tracing, client, dev stack
              turnstile.providers  model providers (OpenAI-compatible HTTP, offline demo planner)
     stores   turnstile.stores     database, memory, ledger, audit, lock, payloads, streaming, RAG
     engine   turnstile.engine     messages, specs, policies, rules, breakers, errors, events, wire
 
-`workflows/` imports only the engine; `worker.py` and `starter.py` sit on
-top and hand the app to the runtime explicitly (`turnstile.sales.app`:
-services, tables and their privileges, demo script, dev services; see
-turnstile.runtime.apps). Outside the layers: `turnstile.migrations` (Alembic
-revisions of every component's tables; they import no project module) and
-`turnstile.db` (the operator's `python -m turnstile.db
-upgrade|current|query-window`, which passes the app on too).
+`turnstile.workflows` imports only the engine; the command line
+(`turnstile.cli`: the worker and the operator's commands) and
+`turnstile.TurnstilePlugin` sit on top and hand the app to the runtime
+explicitly (`turnstile.sales.app`: services, tables and their privileges,
+demo script, dev services; see turnstile.runtime.apps). Outside the layers:
+`turnstile.migrations` (Alembic revisions of every component's tables; they
+import no project module) and `turnstile.db` (the operator's `python -m
+turnstile.db upgrade|current|query-window`, which passes the app on too).
 
 The public API is what `__all__` names: `from turnstile import tool, Service,
 App, ...` — a service author and a client program need nothing else (the
@@ -116,6 +117,7 @@ if TYPE_CHECKING:
     from turnstile.stores.connection import Connection as Connection
     from turnstile.stores.db import Database as Database
     from turnstile.stores.retrieval_index import Document as Document
+    from turnstile.temporal_plugin import TurnstilePlugin as TurnstilePlugin
 
 # name -> the module that holds it
 _WHERE: dict[str, str] = {
@@ -179,6 +181,7 @@ _WHERE: dict[str, str] = {
     "TurnTerminatedError": "turnstile.client",
     "TurnTimedOutError": "turnstile.client",
     "TurnstileClient": "turnstile.client",
+    "TurnstilePlugin": "turnstile.temporal_plugin",
 }
 
 __all__ = [
@@ -194,7 +197,7 @@ __all__ = [
     "TurnResult",
     "TurnCancelledError", "TurnEndedError", "TurnFailedError", "TurnOutcome",
     "TurnTerminatedError", "TurnTimedOutError",
-    "TurnstileClient", "TurnstileError", "Undo", "call", "tool",
+    "TurnstileClient", "TurnstileError", "TurnstilePlugin", "Undo", "call", "tool",
 ]
 
 

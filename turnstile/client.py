@@ -24,6 +24,7 @@ TURNSTILE_PAYLOAD_THRESHOLD), through DATABASE_URL. Errors are typed:
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from datetime import timedelta
 from typing import Any
@@ -134,15 +135,22 @@ class Approvals(BaseModel):
 
 class TurnstileClient:
     def __init__(self, client: Client, settings: Settings,
-                 query_timeout: timedelta = QUERY_TIMEOUT) -> None:
+                 query_timeout: timedelta = QUERY_TIMEOUT, *,
+                 task_queue: str | None = None) -> None:
+        """`task_queue`: where turns start (default: the settings',
+        TURNSTILE_TASK_QUEUE) — your own worker's queue when it runs
+        turnstile.TurnstilePlugin."""
+        if task_queue is not None:
+            settings = dataclasses.replace(settings, task_queue=task_queue)
         self.temporal, self.settings = client, settings
         self.query_timeout = query_timeout
         self._listing = ApprovalsListing(client, query_timeout)
 
     @classmethod
-    async def connect(cls, settings: Settings | None = None) -> TurnstileClient:
+    async def connect(cls, settings: Settings | None = None, *,
+                      task_queue: str | None = None) -> TurnstileClient:
         settings = settings or Settings.from_env()
-        return cls(await connect(settings), settings)
+        return cls(await connect(settings), settings, task_queue=task_queue)
 
     def turn(self, workflow_id: str) -> TurnHandle:
         """The turn of this workflow id (its latest run, followed across resets)."""

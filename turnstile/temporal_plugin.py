@@ -26,6 +26,7 @@ own options (slots, shutdown grace, deployment)."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import dataclasses
 import pkgutil
 import threading
@@ -34,7 +35,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from temporalio.plugin import SimplePlugin
-from temporalio.worker import UnsandboxedWorkflowRunner, Worker, WorkflowRunner
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker, WorkerConfig, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 import turnstile
@@ -62,6 +63,9 @@ __all__ = ["TurnstilePlugin", "package_passthrough", "sandbox_passthrough"]
 # The standards' libraries the engine uses (identity: precis_i18n; masking:
 # phonenumbers, regex): loaded once by the worker, never re-imported for a turn.
 LIBRARIES = ("precis_i18n", "phonenumbers", "regex")
+# The activity thread pool the plugin gives a worker that has none (as many as
+# `turnstile worker` runs activities at once).
+ACTIVITY_THREADS = 32
 
 
 def package_passthrough() -> list[str]:
@@ -109,6 +113,14 @@ class TurnstilePlugin(SimplePlugin):
             workflow_runner=_runner,
             workflow_failure_exception_types=list(FAILS_THE_TURN),
         )
+
+    def configure_worker(self, config: WorkerConfig) -> WorkerConfig:
+        config = super().configure_worker(config)
+        if config.get("activity_executor") is None:
+            # Turnstile's sync activities (database work) need a thread pool.
+            config["activity_executor"] = concurrent.futures.ThreadPoolExecutor(
+                max_workers=ACTIVITY_THREADS, thread_name_prefix="turnstile-activity")
+        return config
 
     def _converter(self, existing: Any) -> Any:
         return converter(self.settings)
