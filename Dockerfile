@@ -10,15 +10,16 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 
 WORKDIR /app
 
-# Dependencies first (pinned in pyproject.toml), so code edits reuse this layer.
-COPY pyproject.toml ./
+# Dependencies first (ranges in pyproject.toml, at the versions of
+# constraints.txt), so code edits reuse this layer.
+COPY pyproject.toml constraints.txt ./
 RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" \
         > /tmp/requirements.txt \
-    && pip install -r /tmp/requirements.txt \
+    && pip install -r /tmp/requirements.txt -c constraints.txt \
     && rm /tmp/requirements.txt
 
 COPY . .
-RUN pip install . \
+RUN pip install -c constraints.txt . \
     && useradd --create-home --uid 10001 turnstile \
     && mkdir -p /data/mail \
     && chown -R turnstile:turnstile /data

@@ -345,7 +345,7 @@ def test_temporal_dynamic_config_is_yaml() -> None:
 def test_dockerfile() -> None:
     text = (ROOT / "Dockerfile").read_text()
     assert re.search(r"^FROM python:3\.11-slim\b", text, re.M)
-    assert re.search(r"pip install \.(\s|$)", text)
+    assert re.search(r"pip install -c constraints.txt \.(\s|$)", text)
     assert 'CMD ["python", "worker.py"]' in text
     ignored = (ROOT / ".dockerignore").read_text().split()
     assert {".venv", ".data"} <= set(ignored)

@@ -3,8 +3,9 @@ installed into a fresh virtualenv in a temporary folder outside it (only what
 pip resolves from the index, at the versions of constraints.txt), holds the
 `turnstile` namespace and nothing else top-level; its `turnstile` console
 script serves and runs a turn of an app in that folder (`turnstile worker
---app loans:app`, `turnstile run`); and the app's own script runs a turn with
-turnstile.testing.TestStack, approved with edits. No PYTHONPATH, no file of
+--app loans:app`, `turnstile run`); the app's own script runs a turn with
+turnstile.testing.TestStack, approved with edits; and the app's own tests
+run there with plain `pytest` (pytest-asyncio, no settings file). No PYTHONPATH, no file of
 this checkout but the wheel.
 
 It needs the package index (or pip's cache): TURNSTILE_SKIP_INSTALL_TEST=1
@@ -16,6 +17,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tomllib
 import uuid
 import zipfile
 from pathlib import Path
@@ -82,11 +84,22 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     subprocess.run([str(bin_dir / "python"), "-m", "pip", "install", "--quiet",
                     "--disable-pip-version-check", "-c", str(ROOT / "constraints.txt"),
                     str(wheel)], check=True, env=clean_env(), timeout=600, cwd=base)
+    # The app's own tests need a pytest and pytest-asyncio (at this repository's pins).
+    subprocess.run([str(bin_dir / "python"), "-m", "pip", "install", "--quiet",
+                    "--disable-pip-version-check", *dev_pins("pytest", "pytest-asyncio")],
+                   check=True, env=clean_env(), timeout=300, cwd=base)
     folder = base / "library"
     folder.mkdir()
     for name in ("loans.py", "check_loans.py"):
         shutil.copy(OUTSIDE / name, folder / name)
+    shutil.copy(OUTSIDE / "loans_tests.py", folder / "test_loans.py")
     return folder, bin_dir
+
+
+def dev_pins(*names: str) -> list[str]:
+    dev = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]["dev"]
+    return [pin for pin in dev if pin.partition("==")[0] in names]
 
 
 def test_only_the_turnstile_namespace_is_installed(installed: tuple[Path, Path]) -> None:
@@ -114,6 +127,15 @@ def test_the_apps_own_script_runs_a_turn_with_the_test_kit(
     assert ran.returncode == 0, ran.stdout + ran.stderr[-3000:]
     assert ran.stdout.splitlines()[-1] == "ok", ran.stdout
     assert "loan: recorded once, as edited" in ran.stdout
+
+
+def test_the_apps_own_tests_run_with_plain_pytest(installed: tuple[Path, Path]) -> None:
+    folder, bin_dir = installed
+    ran = subprocess.run([str(bin_dir / "python"), "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                          "test_loans.py"], cwd=folder, env=clean_env(), capture_output=True,
+                         text=True, timeout=240)
+    assert ran.returncode == 0, ran.stdout[-4000:] + ran.stderr[-2000:]
+    assert "2 passed" in ran.stdout, ran.stdout
 
 
 def test_the_console_script_serves_and_runs_a_turn(installed: tuple[Path, Path],

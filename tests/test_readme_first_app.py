@@ -1,7 +1,8 @@
 """The README's "Your first tool and service", copied out of the README as
-printed and run the way it says: TURNSTILE_APPS=my_agent:app, the real
-worker.py and starter.py, a fresh database, the app's function model. The
-turn completes with the tool's effect, and no sales table exists."""
+printed and run the way it says, in a folder of its own: TURNSTILE_APPS=my_agent:app,
+`turnstile up` / `run` / `down` (the dev stack's worker against the test's
+Temporal server), a fresh database in the folder's .data/, the app's function
+model. The turn completes with the tool's effect, and no sales table exists."""
 
 from __future__ import annotations
 
@@ -14,7 +15,6 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from tests.support.processes import kill_group, spawn, wait_for
 from tests.support.temporal_server import DevServer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -36,29 +36,33 @@ def test_the_readme_section_is_complete_code() -> None:
 
 async def test_the_first_app_runs_as_the_readme_says(tmp_path: Path,
                                                      temporal_server: DevServer) -> None:
+    # In a folder of the user's own, not the checkout, and no PYTHONPATH: the
+    # `turnstile` command of the installed package (`python -m turnstile`,
+    # the console script's module), its data in the folder's .data/.
     (tmp_path / "my_agent.py").write_text(readme_app())
-    db_url = f"sqlite:///{tmp_path / 'fresh.db'}"
+    db_url = f"sqlite:///{tmp_path / '.data' / 'turnstile.db'}"
     env = {**os.environ, "TURNSTILE_APPS": "my_agent:app",
-           "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)]),
-           "DATABASE_URL": db_url, "TEMPORAL_ADDRESS": temporal_server.address,
+           "TEMPORAL_ADDRESS": temporal_server.address,
            "TURNSTILE_TASK_QUEUE": f"readme-{uuid.uuid4().hex[:8]}",
-           "TURNSTILE_DATA_DIR": str(tmp_path / "data"),
-           "TURNSTILE_WORKER_VERSIONING": "off", "TURNSTILE_WORKFLOW_SANDBOX": "strict"}
-    for name in ("LLM_BASE_URL", "TURNSTILE_PLUGINS", "TURNSTILE_MCP_SERVERS"):
+           "TURNSTILE_WORKER_VERSIONING": "off", "TURNSTILE_WORKFLOW_SANDBOX": "strict",
+           "TURNSTILE_WORKER_PROCESSES": "1"}
+    for name in ("LLM_BASE_URL", "TURNSTILE_PLUGINS", "TURNSTILE_MCP_SERVERS", "PYTHONPATH",
+                 "DATABASE_URL", "TURNSTILE_DATA_DIR"):
         env.pop(name, None)
-    log = tmp_path / "worker.log"
-    worker = spawn([sys.executable, str(ROOT / "worker.py")], log, env=env, cwd=ROOT)
+
+    def turnstile(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "turnstile", *args], capture_output=True,
+                              text=True, env=env, cwd=tmp_path, timeout=120)
+
+    up = turnstile("up")
     try:
-        wait_for(lambda: b"worker serving task queue" in log.read_bytes()
-                 or worker.poll() is not None, 60, "the worker")
-        assert worker.poll() is None, log.read_text()[-2000:]
-        run = subprocess.run(
-            [sys.executable, "starter.py", "run", "buy milk", "--user", "alice",
-             "--conversation", "c-readme"],
-            capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+        assert up.returncode == 0, up.stdout + up.stderr
+        run = turnstile("run", "buy milk", "--user", "alice", "--conversation", "c-readme")
     finally:
-        kill_group(worker)
-    assert run.returncode == 0, run.stdout + run.stderr
+        down = turnstile("down")
+    log = tmp_path / ".data" / "logs" / "worker.log"
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert run.returncode == 0, run.stdout + run.stderr + log.read_text()[-2000:]
     assert "Saved: buy milk" in run.stdout
     engine = sa.create_engine(db_url)
     try:
