@@ -34,7 +34,7 @@ from turnstile.engine.errors import IllegalTransition
 
 ROOT = Path(__file__).resolve().parents[1]
 MACHINE = ROOT / "turnstile" / "engine" / "turn_machine.py"
-WORKFLOW_CODE = sorted((ROOT / "workflows").glob("*.py"))
+WORKFLOW_CODE = sorted((ROOT / "turnstile" / "workflows").glob("*.py"))
 # What only the machine writes: its state (and TurnState's read-only views
 # of it, by the same names), and the machine itself.
 GUARDED = {"phase", "step", "pending", "decisions", "steered", "steered_calls",
@@ -123,11 +123,11 @@ def test_the_scan_finds_each_kind_of_write() -> None:
 def test_only_the_machine_writes_the_phase_the_pending_calls_and_the_decisions() -> None:
     assert len(WORKFLOW_CODE) > 10 and MACHINE.exists()
     found = [w for path in WORKFLOW_CODE
-             for w in writes(path.read_text(), str(path.relative_to(ROOT)))]
+             for w in writes(path.read_text(), str(path.relative_to(ROOT / "turnstile")))]
     assert found == []
     # Each other meaning is still there (else its entry goes).
     for (name, text) in OTHER_MEANINGS:
-        assert text in (ROOT / name).read_text(), (name, text)
+        assert text in (ROOT / "turnstile" / name).read_text(), (name, text)
 
 
 def test_the_search_attributes_change_only_through_a_transition() -> None:
@@ -139,7 +139,7 @@ def test_the_search_attributes_change_only_through_a_transition() -> None:
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
                     node.func.attr in ("publish", "upsert_search_attributes", "upsert_memo"):
                 calls.setdefault(node.func.attr, []).append(
-                    f"{path.relative_to(ROOT)}:{ast.unparse(node.func)}")
+                    f"{path.relative_to(ROOT / 'turnstile')}:{ast.unparse(node.func)}")
     assert calls == {"publish": ["workflows/state.py:self.publish"],
                      "upsert_search_attributes": ["workflows/state.py:workflow."
                                                   "upsert_search_attributes"],

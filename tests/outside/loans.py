@@ -26,6 +26,8 @@ def offline_model(request: ModelCall) -> Reply:
     done = request.result_of("lendBook")
     if done is None:
         return call("lendBook", book=request.user_text.split()[-1], member="m-1")
+    if done.is_error:  # e.g. the desk said no
+        return f"Not lent: {done.text}"
     return f"Lent {done.result['lent']} to {done.result['to']}"
 
 
