@@ -2,7 +2,8 @@
 printed and run the way it says, in a folder of its own: TURNSTILE_APPS=my_agent:app,
 `turnstile up` / `run` / `down` (the dev stack's worker against the test's
 Temporal server), a fresh database in the folder's .data/, the app's function
-model. The turn completes with the tool's effect, and no sales table exists."""
+model. The turn completes with the tool's effect, and no sales table exists;
+the app edited while the stack runs, `turnstile up` restarts the worker with it."""
 
 from __future__ import annotations
 
@@ -54,16 +55,24 @@ async def test_the_first_app_runs_as_the_readme_says(tmp_path: Path,
         return subprocess.run([sys.executable, "-m", "turnstile", *args], capture_output=True,
                               text=True, env=env, cwd=tmp_path, timeout=120)
 
+    log = tmp_path / ".data" / "logs" / "worker.log"
     up = turnstile("up")
     try:
         assert up.returncode == 0, up.stdout + up.stderr
         run = turnstile("run", "buy milk", "--user", "alice", "--conversation", "c-readme")
+        assert run.returncode == 0, run.stdout + run.stderr + log.read_text()[-2000:]
+        # The app edited while the stack runs: `up` restarts the worker with it.
+        (tmp_path / "my_agent.py").write_text(readme_app().replace('f"Saved: ', 'f"Noted: '))
+        again = turnstile("up")
+        assert again.returncode == 0, again.stdout + again.stderr
+        assert "my_agent.py): restarting it" in again.stdout + again.stderr
+        edited = turnstile("run", "buy bread", "--user", "alice", "--conversation", "c-readme")
     finally:
         down = turnstile("down")
-    log = tmp_path / ".data" / "logs" / "worker.log"
     assert down.returncode == 0, down.stdout + down.stderr
-    assert run.returncode == 0, run.stdout + run.stderr + log.read_text()[-2000:]
     assert "Saved: buy milk" in run.stdout
+    assert edited.returncode == 0, edited.stdout + edited.stderr + log.read_text()[-2000:]
+    assert "Noted: buy bread" in edited.stdout
     engine = sa.create_engine(db_url)
     try:
         tables = set(sa.inspect(engine).get_table_names())
@@ -71,6 +80,6 @@ async def test_the_first_app_runs_as_the_readme_says(tmp_path: Path,
             saved = conn.execute(sa.text("SELECT text FROM note")).scalars().all()
     finally:
         engine.dispose()
-    assert saved == ["buy milk"]
+    assert saved == ["buy milk", "buy bread"]
     assert "note" in tables and not tables & SALES_TABLES
     assert b"e-mail sender" not in log.read_bytes()  # no background process of the sales app

@@ -124,11 +124,34 @@ def dev_build_id() -> str:
     return f"{default_build_id()}-{commit}" if commit else default_build_id()
 
 
+def served_code(root: Path) -> dict[str, str]:
+    """The project's own source files imported so far — the served apps and
+    what they import, under `root` (the folder the command runs in), not in a
+    hidden folder or site-packages: relative path -> SHA-256 of the file."""
+    found: dict[str, str] = {}
+    for module in list(sys.modules.values()):
+        file = getattr(module, "__file__", None)
+        if not isinstance(file, str) or not file.endswith(".py"):
+            continue
+        path = Path(file).resolve()
+        if not path.is_relative_to(root):
+            continue
+        relative = path.relative_to(root)
+        if any(part.startswith(".") or part == "site-packages" for part in relative.parts):
+            continue
+        found[str(relative)] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return found
+
+
 class Stack:
     def __init__(self, settings: Settings, dev_services: Sequence[DevService] = (),
-                 env: Mapping[str, str] | None = None) -> None:
+                 env: Mapping[str, str] | None = None,
+                 code: Mapping[str, str] | None = None) -> None:
+        """`code`: the served code's fingerprint (served_code); a worker
+        started with other code is restarted by `up`."""
         self.settings = settings
         self.env = watched_settings(os.environ if env is None else env)
+        self.code = dict(code or {})
         self.dev_services = list(dev_services)
         self.data = settings.data_dir
         self.pids = self.data / "pids"
@@ -178,9 +201,17 @@ class Stack:
             self._start_dev_service(service)
         deployment = self.deployment()
         name = "worker" if deployment is None else f"worker-{deployment.build_id}"
-        if self._alive(name):
+        running = self._alive(name)
+        if running:
             self.refuse_changed_settings(name)
-        else:
+            edited = self.changed_code(name)
+            if edited:
+                shown = ", ".join(edited[:5]) + (" ..." if len(edited) > 5 else "")
+                log.info("the served code changed since %s started (%s): restarting it",
+                         name, shown)
+                self._stop(name)
+                running = None
+        if not running:
             env = {} if deployment is None else {"TURNSTILE_BUILD_ID": deployment.build_id,
                                                  "TURNSTILE_MAKE_CURRENT": "always"}
             marker = b"worker serving task queue" if deployment is None else b" current"
@@ -191,6 +222,20 @@ class Stack:
 
     def _settings_file(self, name: str) -> Path:
         return self.pids / f"{name}.settings.json"
+
+    def _code_file(self, name: str) -> Path:
+        return self.pids / f"{name}.code.json"
+
+    def changed_code(self, name: str) -> list[str]:
+        """The source files that differ between the code worker `name` was
+        started with and this `up`'s (added, removed or edited; empty: none,
+        or not known)."""
+        f = self._code_file(name)
+        if not f.exists() or not self.code:
+            return []
+        started: dict[str, str] = json.loads(f.read_text())
+        return sorted(path for path in set(started) | set(self.code)
+                      if started.get(path) != self.code.get(path))
 
     def changed_settings(self, name: str) -> list[str]:
         """What differs between the settings worker `name` was started with
@@ -243,6 +288,7 @@ class Stack:
         if processes > 1:
             marker = b"worker processes serving task queue"
         self._settings_file(name).write_text(json.dumps(self.env, sort_keys=True))
+        self._code_file(name).write_text(json.dumps(self.code, sort_keys=True))
 
         def said() -> bytes:
             with open(logfile, "rb") as f:
@@ -309,8 +355,9 @@ class Stack:
         services = [n for n in found if n not in workers and n != "temporal"]
         for name in [*workers, *services, "temporal"]:
             self._stop(name)
-        for f in self.pids.glob("*.settings.json") if self.pids.exists() else ():
-            f.unlink(missing_ok=True)
+        for pattern in ("*.settings.json", "*.code.json"):
+            for f in self.pids.glob(pattern) if self.pids.exists() else ():
+                f.unlink(missing_ok=True)
 
 
 def main(argv: list[str] | None = None, apps: Sequence[App] = ()) -> int:
@@ -322,7 +369,10 @@ def main(argv: list[str] | None = None, apps: Sequence[App] = ()) -> int:
     parser.add_argument("action", choices=["up", "down"])
     args = parser.parse_args(argv)
     settings = Settings.from_env()
-    stack = Stack(settings, dev_services_of(apps, settings))
+    # The code the apps' import loaded from this folder: a worker started
+    # with other code is restarted (edited tools take effect on `up`).
+    stack = Stack(settings, dev_services_of(apps, settings),
+                  code=served_code(PROJECT_ROOT) if apps else None)
     try:
         stack.up() if args.action == "up" else stack.down()
     except SettingsChanged as changed:
