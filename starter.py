@@ -1,8 +1,13 @@
 """The repository's command-line entry point: `python starter.py COMMAND ...`
-is `turnstile COMMAND ...` (the code is turnstile.cli.starter; the package is
-what `pip install` installs, this file is not)."""
+is `turnstile COMMAND ...`. The code is turnstile.cli.starter, which `import
+starter` gives in the checkout too; the package is what `pip install`
+installs, this file is not."""
 
-from turnstile.cli.starter import run_main
+import sys
+
+from turnstile.cli import starter
 
 if __name__ == "__main__":
-    run_main()
+    starter.run_main()
+else:
+    sys.modules[__name__] = starter

@@ -1,8 +1,13 @@
 """The repository's worker entry point: `python worker.py [ARGS]` is
-`turnstile worker [ARGS]` (the code is turnstile.cli.worker; the package is
-what `pip install` installs, this file is not)."""
+`turnstile worker [ARGS]`. The code is turnstile.cli.worker, which `import
+worker` gives in the checkout too; the package is what `pip install`
+installs, this file is not."""
 
-from turnstile.cli.worker import main
+import sys
+
+from turnstile.cli import worker
 
 if __name__ == "__main__":
-    main()
+    worker.main()
+else:
+    sys.modules[__name__] = worker
