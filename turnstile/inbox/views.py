@@ -18,10 +18,14 @@ def shown_arguments(arguments: Any, review_fields: Any) -> Any:
     """The arguments as the reviewer sees them: masked as the audit log masks
     them, except the fields the reviewer must see to decide (the tool's
     review fields, e.g. an e-mail's recipient)."""
-    if not isinstance(arguments, dict):
-        return mask_value(arguments)
+    masked = mask_value(arguments)  # sensitive keys (`password`, ...) included
+    if not isinstance(arguments, dict) or not isinstance(masked, dict):
+        return masked
     keep = set(review_fields)
-    return {k: (v if k in keep else mask_value(v)) for k, v in arguments.items()}
+    if len(masked) != len(arguments):  # keys the mask made equal: none kept in clear
+        return masked
+    return {(real if real in keep else key): (arguments[real] if real in keep else value)
+            for real, (key, value) in zip(arguments, masked.items(), strict=True)}
 
 
 def as_json(value: Any) -> str:
