@@ -182,3 +182,13 @@ def test_a_new_field_is_added_and_a_masked_object_replaced_whole() -> None:
         **args, "password": "new"}
     with pytest.raises(EditProblem, match="masked"):
         edited_arguments(args, [], _form({**shown, "password": MASKED + "x"}))
+
+
+def test_an_in_place_edit_beside_the_unchanged_json_editor() -> None:
+    """The page posts both: the JSON editor as shown and the field edited in place."""
+    args = {"to": "ops@example.com", "subject": "S", "body": "write to ann@corp.example"}
+    review = ["to", "subject"]
+    form = {"edit.to": "boss@example.org", "edit.subject": "S",
+            "arguments_json": as_json(shown_arguments(args, review)).replace("\n", "\r\n")}
+    assert edited_arguments(args, review, form) == {**args, "to": "boss@example.org"}
+    assert args["to"] == "ops@example.com"  # the real arguments are never changed in place

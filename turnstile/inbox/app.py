@@ -198,9 +198,14 @@ class Inbox:
             return page
         form = await request.form()
         if not self.security.login_ok(request, str(form.get("csrf", ""))):
-            return self.render(request, "message.html", 403, title="Refused",
-                               text="The login form's token does not match (CSRF): "
-                                    "open the login page again.")
+            text = ("The login form's token does not match (CSRF): open the login page again.")
+            if LOGIN_COOKIE not in request.cookies and self.security.secure(request) and (
+                    request.url.scheme == "http"):
+                text = ("The login form's cookie did not come back: over plain http from "
+                        "another machine the inbox's cookies are Secure (a browser sends them "
+                        "over https only). Serve the inbox over https, or set "
+                        "TURNSTILE_INBOX_SECURE_COOKIE=false (docs/inbox.md).")
+            return self.render(request, "message.html", 403, title="Refused", text=text)
         name = str(form.get("name", "")).strip()
         # A name the identity rule refuses could decide nothing (docs/identity.md).
         problem = id_problem("name", name) or (

@@ -81,7 +81,7 @@ def edited_arguments(original: Any, review_fields: Any, form: dict[str, str]
     if raw is not None and raw.strip():
         merged_value = merged(original, shown, _parsed(raw), "arguments")
         assert isinstance(merged_value, dict)
-        edited = merged_value
+        edited = dict(merged_value)  # (the original itself when nothing changed)
     for name in review_fields:
         key = f"edit.{name}"
         if key not in form or name not in original:
