@@ -12,6 +12,15 @@ mail that arrives over SMTP carries the edits, the audit has an
 APPROVED_WITH_EDITS row, the model's next request says what was edited and
 the "decided" view shows it, with the arguments it ran with (masked).
 
+A masked field is edited in the JSON editor, on a turn whose workflow id has
+dot segments (`turn-x/../../decided`, reached from the list's link): the mail
+that arrives carries the real body with only the edited parts changed.
+Identity headers sent by Chromium itself (DevTools protocol), with the inbox
+served as the product serves it (app.server): `X-Forwarded-For: 10.0.0.5` and
+a forwarded-for chain from 127.0.0.1 are refused with a trusted proxy of
+10.0.0.5; `Ölaf` (UTF-8) may not approve `ölaf`'s call; the mojibake
+`Ã\x96laf` names nobody; `Zoë` approves; each refusal is logged.
+
 With TURNSTILE_SCREENSHOTS=DIR the list and detail pages are saved there as
 PNG (docs/ holds the ones the README shows)."""
 

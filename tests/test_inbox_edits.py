@@ -16,8 +16,7 @@ import json
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from turnstile.engine.masking import MASKED
 from turnstile.inbox.views import (

@@ -242,7 +242,8 @@ async def test_a_turn_whose_worker_is_gone_is_one_row(
                 response = await _get(tc, "/rows")
                 took = time.monotonic() - started
                 page = response.text
-                if html.escape(call_link(alive.id, "p1")) in page and f"{orphan.id} did not answer" in page:
+                listed = html.escape(call_link(alive.id, "p1")) in page
+                if listed and f"{orphan.id} did not answer" in page:
                     break
                 await asyncio.sleep(0.1)
             assert response.status_code == 200

@@ -218,7 +218,8 @@ class Inbox:
         # A new session (a new random id, so a new CSRF token) at every login.
         response.set_cookie(COOKIE, self.security.session_cookie(
             self.security.new_session(name)), **self.security.cookie_options(request))
-        response.delete_cookie(LOGIN_COOKIE, path="/")
+        response.delete_cookie(LOGIN_COOKIE, path="/", secure=self.security.secure(request),
+                               httponly=True, samesite="strict")
         return response
 
     async def logout(self, request: Request) -> Response:
