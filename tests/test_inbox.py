@@ -27,6 +27,8 @@ from turnstile.engine.contract import TurnStatus
 from turnstile.inbox.app import build_app
 from turnstile.inbox.views import call_url
 from turnstile.runtime.config import Settings
+from turnstile.runtime.services import Service
+from turnstile.runtime.tools import ToolRegistry, tool
 from turnstile.stores.db import Database
 
 XSS = "<script>alert('x')</script>"
@@ -158,3 +160,45 @@ async def test_identity_from_the_proxy_header(
             assert "rejected by dave" in done.text
         result = await handle.result()
     assert result.tool_calls[0].status.value == "rejected"
+
+
+@tool(requires_approval=True, idempotent=True, review_fields=("to", "amount"),
+      approval_timeout_seconds=600)
+def payReviewed(to: str, amount: int) -> dict[str, Any]:  # noqa: N802
+    """Pay someone (the recipient and the amount are review fields)."""
+    return {"paid": amount, "to": to}
+
+
+async def test_an_integer_review_field_is_edited_in_place(
+        client: Client, temporal_server: DevServer, task_queue: str, tmp_path: Path,
+        fake_llm: FakeLLM, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TURNSTILE_INBOX_IDENTITY_HEADER", raising=False)
+    fake_llm.script(tool_reply(("p1", "payReviewed", {"to": "bob", "amount": 7})),
+                    text_reply("paid"))
+    url = f"sqlite:///{tmp_path}/t.db"
+    service = Service(name="test", system_prompt="You pay.", tools=ToolRegistry([payReviewed]))
+    async with running_worker(client, task_queue, url, [service],
+                              llm_url=fake_llm.url) as turns:
+        handle = await _pending_turn(turns, "alice")
+        call = call_link(handle.id, "p1")
+        with inbox_client(build_app(_settings(temporal_server, task_queue, url),
+                                    secret="s")) as tc:
+            await login(tc, "carol")
+            page = (await _get(tc, call)).text
+            field = re.search(r'<input id="edit-amount" name="edit.amount" value="([^"]*)"[^>]*>',
+                              page)
+            assert field is not None and field.group(1) == "7", page
+            assert 'inputmode="decimal"' in field.group(0)
+            token = re.search(r'id="decide"[^>]*>\s*<input type="hidden" name="csrf" '
+                              r'value="([0-9a-f]+)"', page)
+            assert token is not None
+            form = {"decision": "approve", "csrf": token.group(1), "edit.to": "bob"}
+            wrong = await _post(tc, call, data={**form, "edit.amount": "12.5"})
+            assert wrong.status_code == 400 and "amount must be a whole number" in wrong.text
+            done = await _post(tc, call, data={**form, "edit.amount": "12"})
+            assert done.status_code == 200 and "payReviewed approved by carol" in done.text
+            assert re.search(r'id="edited">with your edits: amount<', done.text), done.text
+        result = await handle.result()
+    assert result.status == TurnStatus.COMPLETED
+    told = [m for m in fake_llm.requests[-1]["messages"] if m["role"] == "tool"]
+    assert told and '"paid": 12' in told[-1]["content"].replace('"paid":12', '"paid": 12')

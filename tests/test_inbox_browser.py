@@ -321,6 +321,8 @@ def _edit_masked(base: str, workflow_id: str) -> dict[str, Any]:
         browser.open_call(workflow_id, "e1")  # the link from the list, clicked
         seen["url"] = str(browser.driver.current_url)
         seen["heading"] = browser.text("turn")
+        seen["message"] = browser.text("message")  # what the user asked
+        seen["messages"] = browser.text("messages")  # the conversation's recent messages
         seen["shown_body"] = [str(b.text) for b in browser.driver.find_elements(
             By.CSS_SELECTOR, "#arguments .text.value")]
         browser.driver.find_element(By.CSS_SELECTOR, "#decide details summary").click()
@@ -380,8 +382,10 @@ async def test_a_masked_field_is_edited_on_the_real_value_in_the_browser(
                 {"DATABASE_URL": turns.rt.db.url, **smtp_env}), SenderConfig())
         mails = read_mailbox(tmp_path / "mail")
     assert "/call?workflow=" in seen["url"] and workflow_id in seen["heading"]
-    # The page masks the body (the address and the number) ...
+    # The page masks what the user asked, the messages and the body ...
     assert "ann.lee@corp.example" not in str(seen) and "555 2671" not in str(seen)
+    assert "@corp.example about the renewal" in seen["message"]
+    assert "@corp.example about the renewal" in seen["messages"]
     assert "Thanks" in seen["shown_json"]["body"]
     assert "createEmailTask approved by carol" in seen["approved"] and "body" in seen["edited"]
     assert result.status == TurnStatus.COMPLETED
