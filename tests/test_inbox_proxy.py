@@ -269,3 +269,33 @@ def test_any_workflow_id_reaches_its_own_page(header_inbox: str, workflow_id: st
     assert page.status_code == 200, page.text[:500]
     assert f"<h1>Call {escape(call_id)}</h1>" in page.text
     assert f"turn {escape(workflow_id)} ·" in page.text
+
+
+def test_uvicorns_default_would_be_fooled_and_the_products_is_not(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, temporal_server: DevServer) -> None:
+    """Why `server` turns uvicorn's proxy handling off: with uvicorn's defaults
+    (proxy_headers on, FORWARDED_ALLOW_IPS 127.0.0.1) the spoof names the
+    trusted proxy; served as the product serves it, it does not."""
+    import uvicorn
+
+    _header_env(monkeypatch)
+    spoof = [("X-Forwarded-For", b"10.0.0.5"), _user("mallory")]
+    app = build_app(_settings(temporal_server, "no-worker", f"sqlite:///{tmp_path}/d.db"))
+    port = free_port()
+    default = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,
+                                            log_level="warning"))
+    thread = threading.Thread(target=default.run, daemon=True)
+    thread.start()
+    try:
+        for _ in range(200):
+            if default.started:
+                break
+            time.sleep(0.02)
+        fooled = Peer(f"http://127.0.0.1:{port}", OUTSIDE).request("GET", "/decided", spoof)
+    finally:
+        default.should_exit = True
+        thread.join(10)
+    assert fooled.status_code == 200 and 'reviewing as <b id="reviewer">mallory' in fooled.text
+    with serving(app) as base:
+        refused = Peer(base, OUTSIDE).request("GET", "/decided", spoof)
+    assert refused.status_code == 400 and "mallory" not in refused.text
