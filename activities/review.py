@@ -1,18 +1,41 @@
-"""`turnstile.review_call`: a call that needs approval is validated before a
-reviewer is asked, so the reviewer decides on arguments that passed the
-tool's validation and the service's outbound policy (full values, the
-fields that matter first, notes such as "external recipient"). An invalid
-call never reaches a reviewer: the workflow settles it as an argument error
-the model can correct.
+"""`turnstile.review_call`: a call is validated before a reviewer is asked
+(and, from revision 5, before a guarded call the repeat breaker must compare
+runs), so the reviewer decides on arguments that passed the tool's validation
+and the service's outbound policy (full values, the fields that matter first,
+notes such as "external recipient"). An invalid call never reaches a
+reviewer: the workflow settles it as an argument error the model can correct.
+
+The result carries the validated call's comparison key (the repeat breaker's,
+turnstile.engine.equivalence) and, for a call that waits for a reviewer, the
+conversation's earlier effects of the tool that look alike: same effect by
+meaning, or a review field (an e-mail's recipient or subject) equal by the
+tool's equivalence; masked, newest first, within the service's
+`similar_effects_window_seconds`.
 """
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
+from pydantic import BaseModel
 from temporalio import activity
 
 from activities.runtime import Activities, application_error, find_tool
 from turnstile.engine.activity_io import REVIEW_CALL, ReviewCallInput, ReviewedCall
+from turnstile.engine.contract import CallStatus, SimilarEffect
 from turnstile.engine.errors import ToolArgumentError, UnknownServiceError
+from turnstile.engine.masking import mask_json_text
+from turnstile.engine.turn_rules import parsed_arguments
+from turnstile.runtime.services import Service
+from turnstile.runtime.tools import Tool
+from turnstile.stores.connection import Connection
+from turnstile.stores.db import Database
+from turnstile.stores.effects import EarlierCall, calls_of
+
+# At most this many look-alikes are shown (the newest).
+MAX_SIMILAR = 5
+# Outcomes of a call whose effect exists or may exist.
+EFFECTS = frozenset({CallStatus.COMPLETED.value, CallStatus.INTERRUPTED.value})
 
 
 class ReviewActivities(Activities):
@@ -30,4 +53,50 @@ class ReviewActivities(Activities):
             notes = tool.check_outbound(args, service.outbound)
         except ToolArgumentError as exc:
             return ReviewedCall(valid=False, error=str(exc))
-        return ReviewedCall(valid=True, notes=notes)
+        reviewed = ReviewedCall(valid=True, notes=notes, repeat_key=tool.repeat_key(args))
+        if req.similar and req.conversation_id:
+            reviewed.similar_effects = await self.rt.db.call(
+                similar_effects, self.rt.db, req, service, tool, args)
+        return reviewed
+
+
+def similar_effects(db: Database, req: ReviewCallInput, service: Service, tool: Tool,
+                    args: BaseModel) -> list[SimilarEffect]:
+    """The conversation's earlier effects of `tool` that look like `args`."""
+    with db.connect() as conn:
+        return look_alikes(conn, req, service, tool, args)
+
+
+def look_alikes(conn: Connection, req: ReviewCallInput, service: Service, tool: Tool,
+                args: BaseModel) -> list[SimilarEffect]:
+    key, forms = tool.repeat_key(args), tool.review_forms(args)
+    earlier = calls_of(conn, req.conversation_id, tool.name, now=datetime.now(UTC),
+                       window_seconds=service.similar_effects_window_seconds,
+                       workflow_id=req.workflow_id)
+    found: list[SimilarEffect] = []
+    for e in earlier:
+        if e.outcome not in EFFECTS or e.call.id == req.call.id and _same_turn(e, req):
+            continue
+        try:
+            theirs = tool.parse_arguments(e.call.arguments)
+        except ToolArgumentError:
+            continue
+        same = bool(key) and tool.repeat_key(theirs) == key
+        alike = same or not forms or any(
+            v == forms.get(f) for f, v in tool.review_forms(theirs).items())
+        if alike:
+            found.append(_effect(e, req, same))
+        if len(found) >= MAX_SIMILAR:
+            break
+    return found
+
+
+def _same_turn(e: EarlierCall, req: ReviewCallInput) -> bool:
+    return e.workflow_id == req.workflow_id and e.execution_chain == req.execution_chain
+
+
+def _effect(e: EarlierCall, req: ReviewCallInput, same: bool) -> SimilarEffect:
+    return SimilarEffect(tool_name=e.call.name, tool_call_id=e.call.id, at=e.at,
+                         status=e.outcome, arguments=parsed_arguments(
+                             mask_json_text(e.call.arguments)),
+                         this_turn=_same_turn(e, req), same_effect=same)

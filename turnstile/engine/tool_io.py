@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from turnstile.engine.contract import ApprovalDecision, CallStatus, RollbackCause
+from turnstile.engine.contract import ApprovalDecision, CallStatus, RollbackCause, SimilarEffect
 from turnstile.engine.messages import ToolCall
 
 
@@ -26,6 +26,14 @@ class ToolExecInput(BaseModel):
 class ReviewCallInput(BaseModel):
     service: str
     call: ToolCall
+    # From revision 5 (turnstile.engine.versions): the conversation whose
+    # earlier effects are searched for ones that look alike (`similar`: the
+    # call waits for a reviewer), and the turn's workflow id and chain (its
+    # own calls are marked `this_turn`). Left out at their defaults.
+    conversation_id: str = Field(default="", exclude_if=lambda v: not v)
+    similar: bool = Field(default=False, exclude_if=lambda v: not v)
+    workflow_id: str = Field(default="", exclude_if=lambda v: not v)
+    execution_chain: str = Field(default="", exclude_if=lambda v: not v)
 
 
 class ReviewedCall(BaseModel):
@@ -37,6 +45,12 @@ class ReviewedCall(BaseModel):
     valid: bool
     notes: list[str] = Field(default_factory=list)  # e.g. "external recipient: to at x.org"
     error: str = ""  # when not valid: what the model must fix
+    # The validated call's comparison key (turnstile.engine.equivalence; ""
+    # for a repeatable tool and before revision 5): what the repeat breaker compares.
+    repeat_key: str = Field(default="", exclude_if=lambda v: not v)
+    # Earlier effects of the conversation that look alike, masked (when asked).
+    similar_effects: list[SimilarEffect] = Field(default_factory=list,
+                                                 exclude_if=lambda v: not v)
 
 
 class ToolOutcome(BaseModel):
@@ -45,6 +59,9 @@ class ToolOutcome(BaseModel):
     status: CallStatus
     is_error: bool
     preview: str  # bounded; the full result is in memory
+    # The comparison key of the validated arguments the call ran with
+    # (turnstile.engine.equivalence): a completed call's, "" otherwise.
+    repeat_key: str = Field(default="", exclude_if=lambda v: not v)
 
 
 class CompensateInput(BaseModel):

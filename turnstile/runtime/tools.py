@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, TypedDict, Unpack, get_type_hints, overlo
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from turnstile.engine.approvals import OutboundPolicy, outbound_findings
+from turnstile.engine.equivalence import comparison_form, comparison_key
 from turnstile.engine.errors import DuplicateToolError, ToolArgumentError, TurnstileError
 from turnstile.engine.safe_text import safe_text, unsafe_text_at
 from turnstile.engine.specs import (
@@ -163,6 +164,17 @@ class Tool:
                 for err in exc.errors(include_url=False)
             )
             raise ToolArgumentError(f"invalid arguments for {self.name}: {problems}") from exc
+
+    def repeat_key(self, args: BaseModel) -> str:
+        """The validated call's comparison key (the repeat breaker compares
+        these; turnstile.engine.equivalence): "" for a repeatable tool."""
+        return "" if self.spec.repeatable else comparison_key(self.name, args)
+
+    def review_forms(self, args: BaseModel) -> dict[str, Any]:
+        """The review fields' comparison forms: calls that share one look alike."""
+        form = comparison_form(args)
+        assert isinstance(form, dict)
+        return {f: form[f] for f in self.spec.review_fields if f in form}
 
     def check_outbound(self, args: BaseModel, policy: OutboundPolicy) -> list[str]:
         """Recipients against the service's allow-list: a refused domain is an
