@@ -12,6 +12,7 @@ with their audit rows.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from temporalio import workflow
@@ -263,14 +264,20 @@ class ToolRound:
         self.keys[seq] = key
         twins = sorted(s for s, (c, _, _) in self.open.items() if s < seq and c.name == call.name)
         for twin in twins:
-            await workflow.wait_condition(lambda t=twin: t in self.keys or t not in self.open)
+            await workflow.wait_condition(self._keyed_or_closed(twin))
             if self.keys.get(twin) == key:
-                await workflow.wait_condition(lambda t=twin: t not in self.open)
+                await workflow.wait_condition(self._closed(twin))
         earlier = repeats.earlier_by_key(self.breakers, tool, key)
         if earlier is None:
             return False
         self._settle_repeat(rec, seq, call, earlier, by_meaning=True)
         return True
+
+    def _keyed_or_closed(self, seq: int) -> Callable[[], bool]:
+        return lambda: seq in self.keys or seq not in self.open
+
+    def _closed(self, seq: int) -> Callable[[], bool]:
+        return lambda: seq not in self.open
 
     def _settle_repeat(self, rec: ToolCallRecord, seq: int, call: ToolCall, earlier: RanCall,
                        *, by_meaning: bool) -> None:

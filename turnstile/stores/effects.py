@@ -60,11 +60,11 @@ def calls_of(conn: Connection, conversation_id: str, tool_name: str, *, now: dat
             for call in _calls(row.tool_calls):
                 asked[call.id] = call
             continue
-        call = asked.get(row.tool_call_id or "")
-        if call is None or call.name != tool_name:
+        made = asked.get(row.tool_call_id or "")
+        if made is None or made.name != tool_name:
             continue
         attributes = _object(row.attributes)
-        found.append(EarlierCall(call=call, outcome=str(attributes.get(attr.OUTCOME, "")),
+        found.append(EarlierCall(call=made, outcome=str(attributes.get(attr.OUTCOME, "")),
                                  at=row.created_at or "", workflow_id=row.workflow_id or "",
                                  execution_chain=row.execution_chain or ""))
     found.reverse()
