@@ -36,7 +36,6 @@ from datetime import date, datetime, time, timedelta
 from decimal import Decimal
 from enum import Enum
 from typing import Annotated, Any, Literal, get_args, get_origin
-from uuid import UUID
 
 from pydantic import BaseModel
 
@@ -126,8 +125,6 @@ def comparison_form(value: Any, rule: Equivalence = DEFAULT, annotation: Any = A
         return value.isoformat()
     if isinstance(value, timedelta):
         return value.total_seconds()
-    if isinstance(value, UUID):
-        return str(value)
     if isinstance(value, dict):
         return {normal_text(str(k)): comparison_form(v, rule) for k, v in value.items()}
     if isinstance(value, list | tuple | set | frozenset):

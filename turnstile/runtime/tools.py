@@ -34,6 +34,7 @@ from turnstile.engine.specs import (
     RetrySpec,
     ToolSpec,
 )
+from turnstile.stores.effects import made_here
 
 if TYPE_CHECKING:
     from turnstile.stores.connection import Connection
@@ -64,6 +65,20 @@ class ToolContext:
     # The tools the call's service offers (empty outside a turn): a result that
     # names a next step names only these (`offers`).
     offered_tools: frozenset[str] = frozenset()
+
+    def made_here(self, idempotency_key: str, conn: Connection | None = None) -> bool:
+        """Is `idempotency_key` (another call's `idempotency_key`, as a tool
+        stored it with the effect it made) a call of this conversation? For a
+        tool that reads or changes an effect by an id: refuse an id this
+        conversation did not make. In a turn, the call's result must be in the
+        conversation's memory (read on `conn`, or a connection of its own);
+        outside a turn (a program calling the tool directly) every key is."""
+        if self.journal_tx is None:
+            return True
+        if conn is not None:
+            return made_here(conn, self.conversation_id, idempotency_key)
+        with self.db.connect() as own:
+            return made_here(own, self.conversation_id, idempotency_key)
 
     def offers(self, tool_name: str) -> bool:
         """Does the service this call runs in offer `tool_name`? A result text

@@ -36,16 +36,22 @@ import sqlalchemy as sa
 from pydantic import AfterValidator, BaseModel, Field
 from sqlalchemy.dialects import postgresql, sqlite
 
-from turnstile import Settings, ToolContext, ToolExecutionError, Undo, tool
-from turnstile.engine.equivalence import AS_SET, EMAIL_ADDRESS
+from turnstile import (
+    AS_SET,
+    EMAIL_ADDRESS,
+    Connection,
+    Settings,
+    ToolContext,
+    ToolExecutionError,
+    Undo,
+    tool,
+)
 from turnstile.sales import outbox, result_texts as texts
 from turnstile.sales.access import tool_connection, tool_transaction
 from turnstile.sales.outbox import EmailStatus, EmailTask
 from turnstile.sales.query import IsoDate, Money, SalesQueryResult, run_sales_query
 from turnstile.sales.schema import FOLLOWUP_ROLE, follow_up_task, now_text, sales_daily_total
 from turnstile.sales.sender import SenderConfig
-from turnstile.stores.connection import Connection
-from turnstile.stores.effects import made_here
 
 # No "%" (or "!") in the local part: relaying syntax the allow-list would misread.
 _EMAIL = re.compile(r"[A-Za-z0-9._+-]+@[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}")
@@ -348,11 +354,10 @@ def _own_task(ctx: ToolContext, conn: Connection, task_id: str) -> EmailTask:
     """Refuse a task id that no createEmailTask call of this conversation made
     (the task's key is the creating call's idempotency key, and that call's
     result is in the conversation's memory): one conversation never reads or
-    re-sends another's mail. A tool called directly, outside a turn (no
-    call journal: a program, not a model), may name any task."""
+    re-sends another's mail (ToolContext.made_here: a tool called directly,
+    outside a turn, may name any task)."""
     task = outbox.get_in(conn, task_id)
-    if task is None or (ctx.journal_tx is not None and not made_here(
-            conn, ctx.conversation_id, task.idempotency_key)):
+    if task is None or not ctx.made_here(task.idempotency_key, conn):
         raise texts.no_task(ctx, task_id)
     return task
 
