@@ -176,6 +176,19 @@ def test_the_issue_48_calls_are_one_effect() -> None:
     assert len(keys) == 1
 
 
+def test_undeclared_fields_count() -> None:
+    """A model that keeps undeclared fields (an MCP tool's arguments) compares
+    them too: another value is another call, spacing and key order are not."""
+    from turnstile.runtime.mcp.toolset import MCPArguments
+
+    def mcp_key(raw: str) -> str:
+        return comparison_key("mcp_x", MCPArguments.model_validate(json.loads(raw)))
+
+    assert mcp_key('{"path": "/a", "n": 1}') == mcp_key('{"n": 1, "path": " /a "}')
+    assert mcp_key('{"path": "/a"}') != mcp_key('{"path": "/b"}')
+    assert mcp_key('{"path": "/a"}') != mcp_key('{"path": "/a", "n": 1}')
+
+
 def test_what_stays_different() -> None:
     """The known non-merges: verbatim fields keep their spaces, dots and
     +tags in a local part count, a tool's name is part of the key."""

@@ -22,6 +22,10 @@ mainstream mail system does, and the breaker's false merge (a second mail to
 false split it replaces (a duplicate mail sent). Dots, `+tags` and the like
 are not folded: `a.b@x` and `ab@x`, `a+1@x` and `a@x` stay different.
 
+An MCP tool's arguments (checked against its JSON schema, not parsed by a
+model) compare as given, with every string NFC and trimmed: no defaults are
+filled in and no field declares an equivalence.
+
 Pure and deterministic (no I/O): the worker computes the key in the
 activities that validate a call, and history records it.
 """
@@ -105,9 +109,14 @@ def comparison_form(value: Any, rule: Equivalence = DEFAULT, annotation: Any = A
     equal for equivalent values."""
     if isinstance(value, BaseModel):
         fields = type(value).model_fields
-        return {normal_text(str(name)): comparison_form(
+        form = {normal_text(str(name)): comparison_form(
                     getattr(value, name), _marker(info.metadata) or DEFAULT, info.annotation)
                 for name, info in fields.items()}
+        # A model that keeps undeclared fields (an MCP tool's arguments, checked
+        # against its JSON schema): those compare with the default rule.
+        for name, extra in (value.model_extra or {}).items():
+            form.setdefault(normal_text(str(name)), comparison_form(extra))
+        return form
     if isinstance(value, str):
         return normal_text(value, rule.text)
     if isinstance(value, bool) or value is None:
