@@ -16,6 +16,7 @@ tool's equivalence; masked, newest first, within the service's
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 from pydantic import BaseModel
 from temporalio import activity
@@ -32,8 +33,10 @@ from turnstile.stores.connection import Connection
 from turnstile.stores.db import Database
 from turnstile.stores.effects import EarlierCall, calls_of
 
-# At most this many look-alikes are shown (the newest).
+# At most this many look-alikes are shown (the newest), each argument's text
+# cut to VALUE_CHARS (an e-mail body is for the reviewer to open, not history).
 MAX_SIMILAR = 5
+VALUE_CHARS = 300
 # Outcomes of a call whose effect exists or may exist.
 EFFECTS = frozenset({CallStatus.COMPLETED.value, CallStatus.INTERRUPTED.value})
 
@@ -97,6 +100,20 @@ def _same_turn(e: EarlierCall, req: ReviewCallInput) -> bool:
 
 def _effect(e: EarlierCall, req: ReviewCallInput, same: bool) -> SimilarEffect:
     return SimilarEffect(tool_name=e.call.name, tool_call_id=e.call.id, at=e.at,
-                         status=e.outcome, arguments=parsed_arguments(
-                             mask_json_text(e.call.arguments)),
+                         status=e.outcome, arguments=bounded(parsed_arguments(
+                             mask_json_text(e.call.arguments))),
                          this_turn=_same_turn(e, req), same_effect=same)
+
+
+def bounded(value: Any, depth: int = 0) -> Any:
+    """Masked arguments as a look-alike carries them: texts cut to
+    VALUE_CHARS, at most 20 items a level, 4 levels deep."""
+    if isinstance(value, str):
+        return value if len(value) <= VALUE_CHARS else value[:VALUE_CHARS - 1] + "…"
+    if depth >= 4 and isinstance(value, dict | list):
+        return "…"
+    if isinstance(value, dict):
+        return {bounded(k): bounded(v, depth + 1) for k, v in list(value.items())[:20]}
+    if isinstance(value, list):
+        return [bounded(v, depth + 1) for v in value[:20]]
+    return value

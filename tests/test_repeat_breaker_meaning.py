@@ -137,6 +137,16 @@ async def test_the_reviewer_of_a_second_similar_mail_sees_the_first(
     assert "1 earlier call(s) of createEmailTask look alike" in shown and "'e1'" in shown
 
 
+def test_look_alikes_are_bounded() -> None:
+    """What history keeps of a look-alike's arguments: texts cut, lists and
+    depth bounded (an e-mail body is for the reviewer to open)."""
+    from activities.review import VALUE_CHARS, bounded
+
+    shown = bounded({"body": "x" * 20_000, "cc": ["a"] * 50, "deep": {"a": {"b": {"c": {}}}}})
+    assert len(shown["body"]) == VALUE_CHARS and shown["body"].endswith("…")
+    assert len(shown["cc"]) == 20 and shown["deep"] == {"a": {"b": {"c": "…"}}}
+
+
 async def next_pending(handle: Any, call_id: str) -> Any:
     """The pending call `call_id`, once it waits."""
     for _ in range(60):
@@ -147,12 +157,14 @@ async def next_pending(handle: Any, call_id: str) -> Any:
     raise AssertionError(f"{call_id} never waited for a reviewer")
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 async def test_task_ids_of_another_conversation_are_refused(
-        client: Client, task_queue: str, tmp_path: Path, fake_llm: FakeLLM) -> None:
+        client: Client, task_queue: str, tmp_path: Path, fake_llm: FakeLLM, backend: str,
+        request: pytest.FixtureRequest) -> None:
     """getEmailTaskStatus and retryEmailTask read by id: a task another
     conversation made is "no e-mail task" (an error result the model reads),
     the conversation's own is answered."""
-    url = f"sqlite:///{tmp_path}/sales.db"
+    url = worker_database_url(backend, request, tmp_path)
     fake_llm.script(tool_reply(("e1", "createEmailTask", MAIL)), text_reply("Queued."))
     async with running_worker(client, task_queue, url, [build_sales_service()],
                               llm_url=fake_llm.url) as turns:
