@@ -15,23 +15,29 @@ tool's equivalence; masked, newest first, within the service's
 
 from __future__ import annotations
 
+import logging
+import sqlite3
 from datetime import UTC, datetime
 from typing import Any
 
+import sqlalchemy as sa
 from pydantic import BaseModel
 from temporalio import activity
 
 from activities.runtime import Activities, application_error, find_tool
 from turnstile.engine.activity_io import REVIEW_CALL, ReviewCallInput, ReviewedCall
 from turnstile.engine.contract import CallStatus, SimilarEffect
-from turnstile.engine.errors import ToolArgumentError, UnknownServiceError
+from turnstile.engine.errors import DatabaseUnavailable, ToolArgumentError, UnknownServiceError
 from turnstile.engine.masking import mask_json_text
 from turnstile.engine.turn_rules import parsed_arguments
 from turnstile.runtime.services import Service
 from turnstile.runtime.tools import Tool
 from turnstile.stores.connection import Connection
 from turnstile.stores.db import Database
+from turnstile.stores.db_errors import error_category
 from turnstile.stores.effects import EarlierCall, calls_of
+
+log = logging.getLogger(__name__)
 
 # At most this many look-alikes are shown (the newest), each argument's text
 # cut to VALUE_CHARS (an e-mail body is for the reviewer to open, not history).
@@ -58,8 +64,18 @@ class ReviewActivities(Activities):
             return ReviewedCall(valid=False, error=str(exc))
         reviewed = ReviewedCall(valid=True, notes=notes, repeat_key=tool.repeat_key(args))
         if req.similar and req.conversation_id:
-            reviewed.similar_effects = await self.rt.db.call(
-                similar_effects, self.rt.db, req, service, tool, args)
+            try:
+                reviewed.similar_effects = await self.rt.db.call(
+                    similar_effects, self.rt.db, req, service, tool, args)
+            except (sa.exc.SQLAlchemyError, sqlite3.Error, UnicodeDecodeError,
+                    DatabaseUnavailable) as exc:
+                # The reviewer decides without the list, told so: an outage
+                # or a damaged row must not hold the call (nor retry for an hour).
+                why = error_category(exc) or type(exc).__name__
+                log.warning("earlier effects of conversation %s not read for call %s: %s",
+                            req.conversation_id, req.call.id, exc)
+                reviewed.notes.append(f"earlier calls of {tool.name} in this conversation "
+                                      f"could not be read ({why}): check them before approving")
         return reviewed
 
 
