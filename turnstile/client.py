@@ -28,7 +28,7 @@ import logging
 from datetime import timedelta
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 from temporalio.client import (
     Client,
     WorkflowExecution,
@@ -47,6 +47,7 @@ from turnstile.engine.contract import (
     Handlers,
     PendingApproval,
     ReviewInput,
+    SimilarEffect,
     TurnInput,
     TurnResult,
 )
@@ -111,6 +112,8 @@ class PendingApprovalView(BaseModel):
     deadline: str
     message: str | None = None  # the turn's user message (pending_approval only)
     reason: str | None = None  # why it waits, for a tool that asks by condition
+    # Earlier effects of the conversation that look alike (masked, newest first).
+    similar_effects: list[SimilarEffect] = Field(default_factory=list)
 
 
 class UnansweredTurn(BaseModel):

@@ -52,6 +52,14 @@ revision.
   `TurnstileService`) once `begin_turn` has returned, so a running turn is
   found by conversation, user or service from its start (one upsert event
   more per turn); earlier revisions publish at approval waits and the end.
+- Revision 5: the repeat breaker compares calls by meaning
+  (turnstile.engine.equivalence): a guarded call is validated by
+  `review_call` before it runs when it needs approval, when its tool already
+  completed a call in the turn, or when its response holds another call of the
+  tool; the key that activity returns (and the one `execute_tool` returns for
+  the arguments it ran) is what the breaker compares, and a reviewer is shown
+  the conversation's earlier effects that look alike (`similar_effects`).
+  Earlier revisions compare raw JSON and replay so.
 """
 
 from __future__ import annotations
@@ -61,11 +69,12 @@ from dataclasses import dataclass
 from turnstile.engine.activity_io import BEGIN_TURN, DESCRIBE_SERVICE
 
 TURN_VERSION = 2
-TURN_REVISION = 3
+TURN_REVISION = 5
 EVENTS_RIDE_ALONG = 1  # the revision from which turn events ride with bookkeeping
 OPENS_IN_BEGIN_TURN = 2  # the revision from which begin_turn runs steps 4 and 5
 CANCEL_ENDS_CANCELLED = 2  # ... and a cancel during an activity ends the turn Canceled
 FINDABLE_AT_START = 3  # the revision from which a turn publishes its search attributes at once
+REPEATS_BY_MEANING = 5  # the revision from which the repeat breaker compares validated calls
 
 
 
@@ -91,6 +100,10 @@ class Revision:
     @property
     def findable_at_start(self) -> bool:
         return self.number >= FINDABLE_AT_START
+
+    @property
+    def repeats_by_meaning(self) -> bool:
+        return self.number >= REPEATS_BY_MEANING
 
 
 # The first activity (or local activity) each version schedules.
