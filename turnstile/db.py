@@ -19,6 +19,7 @@ from turnstile.runtime.config import Settings
 from turnstile.stores.db import Database
 from turnstile.stores.engines import dispose_engines
 from turnstile.stores.schema import current, head_revision, upgrade
+from turnstile.stores.schema_window import NewerSchema
 
 
 def main(argv: list[str] | None = None, apps: Sequence[App] | None = None) -> int:
@@ -42,7 +43,11 @@ def main(argv: list[str] | None = None, apps: Sequence[App] | None = None) -> in
                 sys.stderr.write(f"error: {exc}\n")
                 return 2
             before = current(db)
-            after = upgrade(db, apps=tables_by_app(served))
+            try:
+                after = upgrade(db, apps=tables_by_app(served))
+            except NewerSchema as exc:
+                sys.stderr.write(f"error: {exc}\n")
+                return 2
             sys.stdout.write(
                 f"database ({db.dialect}) upgraded: {before or 'no revision'} -> {after}\n")
         else:
