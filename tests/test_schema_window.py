@@ -84,7 +84,7 @@ def test_a_revision_marked_compatible_only_adds(fresh_url: str) -> None:
     nullability), key and index of the revision before it, and what it adds is
     nullable or defaulted; the one marked incompatible does change a key."""
     db = Database(fresh_url)
-    chain = [s for s in reversed(list(scripts().walk_revisions()))]
+    chain = list(reversed(list(scripts().walk_revisions())))
     upgrade(db, chain[0].revision)
     before = schema_of(db)
     for script in chain[1:]:

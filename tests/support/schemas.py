@@ -10,7 +10,6 @@ import sqlalchemy as sa
 from turnstile.stores.db import Database
 from turnstile.stores.engines import engine_for
 
-
 # The migrator's own tables (Alembic's revision, turnstile.stores.schema_window's
 # records), not the schema a revision makes.
 BOOKKEEPING = frozenset({"alembic_version", "schema_revision"})
