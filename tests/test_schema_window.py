@@ -177,6 +177,39 @@ def test_the_operator_command_refuses_in_one_line(sqlite_url: str) -> None:
     assert done.stderr.rstrip().endswith(line) and "Traceback" not in done.stderr
 
 
+def test_stubs_let_a_release_before_the_window_know_compatible_revisions(
+        tmp_path: Path) -> None:
+    """`python -m turnstile.db stubs DIR` writes, into an older install's
+    migrations, a stub of each revision it lacks — only when every one is
+    compatible (a stub never makes older code run on a revision that is not)."""
+    older = tmp_path / "versions"
+    older.mkdir()
+    for script in scripts().walk_revisions():
+        if script.revision != head_revision():
+            (older / Path(script.path).name).write_text(Path(script.path).read_text())
+
+    def stubs() -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "turnstile.db", "stubs", str(older)],
+                              cwd=ROOT, capture_output=True, text=True, timeout=60)
+
+    done = stubs()
+    assert done.returncode == 0, done.stderr
+    [stub] = older.glob("*_stub.py")
+    assert stub.name == f"{head_revision()}_stub.py"
+    namespace: dict[str, object] = {}
+    exec(compile(stub.read_text(), str(stub), "exec"), namespace)
+    assert namespace["revision"] == head_revision()
+    assert namespace["down_revision"] == scripts().get_revision(head_revision()).down_revision
+    assert stubs().stdout.startswith("nothing to write")
+    # An install that predates 0005 (marked incompatible) gets none.
+    for path in older.glob("*.py"):
+        if not path.name.startswith(("0001", "0002", "0003", "0004")):
+            path.unlink()
+    refused = stubs()
+    assert refused.returncode == 2 and "revision 0005 is marked not compatible" in refused.stderr
+    assert sorted(p.name[:4] for p in older.glob("*.py")) == ["0001", "0002", "0003", "0004"]
+
+
 # -- the worker -----------------------------------------------------------------------
 
 def worker_env(server: DevServer, url: str, llm_url: str, tmp_path: Path) -> dict[str, str]:

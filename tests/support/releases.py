@@ -101,17 +101,20 @@ def supports_worker_versioning(tree: Path) -> bool:
     return (tree / "turnstile" / "runtime" / "versioning.py").exists()
 
 
-def head_of(tree: Path) -> str:
-    """The newest migration revision of a release's tree."""
-    versions = tree / "turnstile" / "migrations" / "versions"
-    revisions, parents = set(), set()
-    for path in versions.glob("*.py"):
+def _revisions(tree: Path) -> dict[str, tuple[Path, set[str]]]:
+    """A tree's migration files: revision -> (file, the revisions it follows)."""
+    found = {}
+    for path in (tree / "turnstile" / "migrations" / "versions").glob("*.py"):
         text = path.read_text()
         rev = re.search(r'^revision = "([^"]+)"', text, re.M)
         down = re.search(r'^down_revision = (None|"[^"]+"|\([^)]*\))', text, re.M)
-        if rev is None or down is None:
-            continue
-        revisions.add(rev.group(1))
-        parents |= set(re.findall(r'"([^"]+)"', down.group(1)))
-    [head] = revisions - parents
+        if rev is not None and down is not None:
+            found[rev.group(1)] = (path, set(re.findall(r'"([^"]+)"', down.group(1))))
+    return found
+
+
+def head_of(tree: Path) -> str:
+    """The newest migration revision of a release's tree."""
+    revisions = _revisions(tree)
+    [head] = set(revisions) - {p for _, parents in revisions.values() for p in parents}
     return head

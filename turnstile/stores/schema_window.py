@@ -28,7 +28,7 @@ declarations on each upgrade.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -158,3 +158,59 @@ def check_window(conn: sa.Connection, scripts: ScriptDirectory, at: str) -> list
         head = scripts.get_current_head() or "none"
         raise NewerSchema(refusal(at, head, blocking))
     return newer
+
+
+# -- releases before the window -------------------------------------------------------
+
+STUB = '''"""Stub of revision {revision}, written by `python -m turnstile.db stubs` of a
+newer release, which has its migration and ran it: this lets older code find
+the database's revision known, so it starts on the newer schema. Marked
+compatible with older code by that release.
+
+Revision ID: {revision}
+Revises: {parents}
+"""
+
+revision = "{revision}"
+down_revision = {down}
+branch_labels = None
+depends_on = None
+compatible_with_previous = True
+
+
+def upgrade() -> None:
+    raise RuntimeError("revision {revision} is a stub: the release that has it migrates "
+                       "the database")
+
+
+def downgrade() -> None:
+    raise RuntimeError("revision {revision} is a stub")
+'''
+
+
+def _literal(down: str | Sequence[str] | None) -> str:
+    """`down_revision` as the revision files write it (double-quoted names)."""
+    if down is None:
+        return "None"
+    if isinstance(down, str):
+        return f'"{down}"'
+    return "(" + "".join(f'"{d}", ' for d in down) + ")"
+
+
+def stubs_for(scripts: ScriptDirectory, theirs: Iterable[str]) -> dict[str, str]:
+    """File name -> source of a stub for each revision of this code an older
+    install (knowing the revisions `theirs`) lacks. NewerSchema when one of
+    them is not compatible: older code may not run on it, stub or not."""
+    known = set(theirs)
+    out: dict[str, str] = {}
+    for script in scripts.walk_revisions():
+        assert isinstance(script, Script)
+        if script.revision in known:
+            continue
+        if not declared(script):
+            raise NewerSchema(f"revision {script.revision} is marked not compatible with "
+                              "older code: no stub makes older code run on it")
+        out[f"{script.revision}_stub.py"] = STUB.format(
+            revision=script.revision, parents=_parents(script) or "-",
+            down=_literal(script.down_revision))
+    return out
