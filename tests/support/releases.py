@@ -101,20 +101,32 @@ def supports_worker_versioning(tree: Path) -> bool:
     return (tree / "turnstile" / "runtime" / "versioning.py").exists()
 
 
-def _revisions(tree: Path) -> dict[str, tuple[Path, set[str]]]:
-    """A tree's migration files: revision -> (file, the revisions it follows)."""
-    found = {}
-    for path in (tree / "turnstile" / "migrations" / "versions").glob("*.py"):
-        text = path.read_text()
-        rev = re.search(r'^revision = "([^"]+)"', text, re.M)
-        down = re.search(r'^down_revision = (None|"[^"]+"|\([^)]*\))', text, re.M)
+VERSIONS = "turnstile/migrations/versions"
+
+
+def _head(sources: list[str]) -> str:
+    """The newest revision of a set of migration files' sources."""
+    revisions: set[str] = set()
+    parents: set[str] = set()
+    for text in sources:
+        rev = re.search(r'^revision = ["\']([^"\']+)["\']', text, re.M)
+        down = re.search(r'^down_revision = (None|["\'][^"\']+["\']|\([^)]*\))', text, re.M)
         if rev is not None and down is not None:
-            found[rev.group(1)] = (path, set(re.findall(r'"([^"]+)"', down.group(1))))
-    return found
+            revisions.add(rev.group(1))
+            parents |= set(re.findall(r'["\']([^"\']+)["\']', down.group(1)))
+    [head] = revisions - parents
+    return head
 
 
 def head_of(tree: Path) -> str:
     """The newest migration revision of a release's tree."""
-    revisions = _revisions(tree)
-    [head] = set(revisions) - {p for _, parents in revisions.values() for p in parents}
-    return head
+    return _head([p.read_text() for p in (tree / VERSIONS).glob("*.py")])
+
+
+def head_at(release: Release) -> str:
+    """The newest migration revision of a release, read from its commit."""
+    listing = git("ls-tree", "--name-only", f"{release.commit}:{VERSIONS}")
+    assert listing.returncode == 0, listing.stderr.decode()
+    names = [n for n in listing.stdout.decode().split() if n.endswith(".py")]
+    return _head([git("show", f"{release.commit}:{VERSIONS}/{n}").stdout.decode()
+                  for n in names])
