@@ -67,20 +67,20 @@ def test_who_may_decide(policy: ApprovalPolicy, tool: str, reviewer: str,
         assert got is not None and got.startswith(expected)
 
 
-@pytest.mark.parametrize(("reviewer", "requester", "v04"), [
+@pytest.mark.parametrize(("reviewer", "requester", "before"), [
     ("\u0422\u041e\u041c", "tom", None), ("\u039a\u0391\u03a4\u0395", "kate", None),
     ("\u0412\u041e\u0412", "bob", None), ("AL\u0130CE", "alice", None),
     ("b\ud800ob", "alice", None),
     ("\u0430lice", "alice", "confusable with the requester"),
 ])
-def test_the_v04_rule_is_kept_for_the_turns_that_decided_by_it(
-        reviewer: str, requester: str, v04: str | None) -> None:
+def test_the_lowercased_rule_is_kept_for_the_turns_that_decided_by_it(
+        reviewer: str, requester: str, before: str | None) -> None:
     """What a turn begun before revision 4 replays (workflows/decisions.py):
-    v0.4 let capital look-alikes and a lone surrogate decide; today's rule
-    refuses them all."""
+    its rule let capital look-alikes and a lone surrogate decide; today's
+    rule refuses them all."""
     got = approval_refusal(OPEN, tool="createEmailTask", reviewer=reviewer,
                            requester=requester, rule=NameRule.STANDARD)
-    assert got is None if v04 is None else (got is not None and v04 in got)
+    assert got is None if before is None else (got is not None and before in got)
     assert approval_refusal(OPEN, tool="createEmailTask", reviewer=reviewer,
                             requester=requester, rule=NameRule.CASE_BLIND) is not None
 

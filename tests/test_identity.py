@@ -9,7 +9,7 @@ import unicodedata
 
 import pytest
 
-from turnstile.engine import identity_v04
+from turnstile.engine import identity_lowercased
 from turnstile.engine.identity import (
     PersonKeys,
     canonical,
@@ -75,8 +75,8 @@ def test_case_and_script_do_not_split_one_person(a: str, b: str) -> None:
     ("\u0422\u041e\u041c", "tom"), ("\u039a\u0391\u03a4\u0395", "kate"),
     ("\u0412\u041e\u0412", "bob"), ("AL\u0130CE", "alice"),
 ])
-def test_v04_split_them_and_is_kept_for_its_turns(a: str, b: str) -> None:
-    assert not identity_v04.same_person(a, b)  # what turns that decided by it replay
+def test_the_lowercased_rule_split_them_and_is_kept_for_its_turns(a: str, b: str) -> None:
+    assert not identity_lowercased.same_person(a, b)  # what turns begun before revision 4 replay
 
 
 def test_the_keys_are_the_name_in_each_case() -> None:
@@ -135,7 +135,7 @@ def test_what_is_not_text_is_no_name(name: str, why: str) -> None:
 def test_whitespace_and_ignorables_are_still_prepared_away() -> None:
     for name in ("bob\n", "\tbob", "b\u200bob", "bo\u00adb"):
         assert name_problem(name) is None and canonical(name) == "bob", name
-    assert identity_v04.canonical("b\ud800ob") == "bob"  # v0.4 read it as bob
+    assert identity_lowercased.canonical("b\ud800ob") == "bob"  # read as bob before revision 4
 
 
 def test_an_approver_list_admits_identities_never_look_alikes() -> None:

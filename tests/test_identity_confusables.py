@@ -21,8 +21,7 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from tests.support.databases import (
     BACKENDS,

@@ -188,7 +188,7 @@ class Decisions:
 
     @staticmethod
     def _earlier_rules(by: Callable[[NameRule], str | None]) -> str | None:
-        """The refusal by the rules before v0.5, as turns of those releases
+        """The refusal by the rules before revision 4, as turns begun then
         decided (and asked their patches, in their order)."""
         standard = by(NameRule.STANDARD)
         nfkc = by(NameRule.NFKC)

@@ -20,8 +20,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from turnstile.engine import identity, identity_lowercased
 from turnstile.engine.contract import ApprovalDecision
-from turnstile.engine import identity, identity_v04
 from turnstile.engine.identity import legacy_name_key, prepared
 from turnstile.engine.messages import ToolCall
 
@@ -53,8 +53,11 @@ class NameRule(Enum):
 
     SPELLING = "spelling"  # before v0.3: as typed, trimmed
     NFKC = "nfkc"  # v0.3: NFKC, case-folded (identity.legacy_name_key)
-    STANDARD = "standard"  # v0.4: RFC 8265 + UTS #39 of the lower case (identity_v04)
-    CASE_BLIND = "case-blind"  # v0.5: the skeleton in every case, text only (identity)
+    # RFC 8265 + UTS #39 of the lower-cased name (identity_lowercased): turns
+    # begun before revision 4
+    STANDARD = "standard"
+    CASE_BLIND = "case-blind"  # the skeleton in every case, text only (identity): revision 4
+
 
 
 def approval_refusal(policy: ApprovalPolicy, *, tool: str, reviewer: str,
@@ -86,18 +89,18 @@ def approval_refusal(policy: ApprovalPolicy, *, tool: str, reviewer: str,
         if allowed is not None and not identity.is_listed(reviewer, allowed):
             return not_listed
         return None
-    if rule is NameRule.STANDARD:  # v0.4, as its turns decided
+    if rule is NameRule.STANDARD:  # as turns begun before revision 4 decided
         if not prepared(reviewer):
             return "a decision needs a named reviewer"
-        problem = identity_v04.name_problem(reviewer)
+        problem = identity_lowercased.name_problem(reviewer)
         if problem:
             return f"{shown} is {problem}"
-        if identity_v04.same_person(reviewer, requester) and not policy.allow_self_approval:
-            if identity_v04.canonical(reviewer) == identity_v04.canonical(requester):
+        if identity_lowercased.same_person(reviewer, requester) and not policy.allow_self_approval:
+            if identity_lowercased.canonical(reviewer) == identity_lowercased.canonical(requester):
                 return f"{shown} requested this call and may not decide it"
             return (f"{shown} is confusable with the requester {requester!r} and may not "
                     "decide this call")
-        if allowed is not None and not identity_v04.is_listed(reviewer, allowed):
+        if allowed is not None and not identity_lowercased.is_listed(reviewer, allowed):
             return not_listed
         return None
     key = legacy_name_key if rule is NameRule.NFKC else str.strip

@@ -33,7 +33,8 @@ approver list admits a reviewer only by equal identity, case-folded
 Pure and deterministic (the data is read when the module is imported, so
 workflow code, which imports it passed through the sandbox, never reads a
 file). Turns that decided by an earlier rule replay by it:
-turnstile.engine.identity_v04 (v0.4) and `legacy_name_key` (v0.3).
+turnstile.engine.identity_lowercased (turns begun before revision 4) and
+`legacy_name_key` (v0.3).
 """
 
 from __future__ import annotations

@@ -120,12 +120,12 @@ TURN_INPUT_DOOR = "turn-input-door"
 NAMES_AS_IDENTITIES = "names-as-identities"
 
 # Names compared by RFC 8265 and UTS #39's confusable skeleton
-# (turnstile.engine.identity, v0.4) rather than by v0.3's NFKC key. Asked
+# (turnstile.engine.identity_lowercased) rather than by v0.3's NFKC key. Asked
 # only when the two rules disagree about a decision (e.g. a Cyrillic "а").
 NAMES_BY_STANDARD = "names-by-standard"
 
 # Names compared case-blind and script-aware, and only names that are
-# identities decide (turnstile.engine.identity, v0.5): `ТОМ` (Cyrillic
+# identities decide (turnstile.engine.identity, revision 4): `ТОМ` (Cyrillic
 # capitals) is `tom`, `b\ud800ob` decides nothing. In turns begun before
 # revision 4, asked only when this rule and the earlier ones disagree about a
 # decision (from revision 4 it is the only rule, and nothing is asked).

@@ -1,12 +1,12 @@
-"""The v0.4 identity rule, frozen: what turns that decided by it replay with
-(turnstile.engine.approvals.NameRule.STANDARD; docs/identity.md, "Determinism
-and replay"). Today's rule is turnstile.engine.identity.
+"""The identity rule of turns begun before revision 4, frozen: what they
+replay with (turnstile.engine.approvals.NameRule.STANDARD; docs/identity.md,
+"Determinism and replay"). Today's rule is turnstile.engine.identity.
 
-v0.4 took the skeleton only after RFC 8265 had lower-cased the name (so
-`ТОМ`, Cyrillic capitals, was not `tom`), and removed lone surrogates,
-private-use and control characters as it removed zero-width ones (so
-`b\\ud800ob` was `bob`). Do not change it: a decision a turn took by it must
-be taken again when the turn's history is replayed.
+It took the skeleton only after RFC 8265 had lower-cased the name (so `ТОМ`,
+Cyrillic capitals, was not `tom`), and removed lone surrogates, private-use
+and control characters as it removed zero-width ones (so `b\\ud800ob` was
+`bob`). Do not change it: a decision a turn took by it must be taken again
+when the turn's history is replayed.
 """
 
 from __future__ import annotations
