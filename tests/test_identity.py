@@ -64,6 +64,8 @@ def test_equivalent_spellings_are_one_person(a: str, b: str) -> None:
     ("Ian", "lan"),  # written so, "I" is "l"
     ("\u0399\u03b1n", "lan"),  # Greek capital iota
     ("al\u0131\u0307ce", "alice"),  # dotless i with a dot above
+    ("\uff54\uff4f\uff4d", "tom"),  # full-width: the identity's own letters
+    ("a\u03f9z", "acz"),  # a lunate capital sigma: C (a name RFC 8265 refuses)
 ])
 def test_case_and_script_do_not_split_one_person(a: str, b: str) -> None:
     for requester in (b, b.lower(), b.upper()):  # however the requester wrote it

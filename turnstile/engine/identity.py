@@ -210,7 +210,7 @@ class PersonKeys(NamedTuple):
 def person_keys(name: str) -> PersonKeys:
     """Step 4: who `name` is as far as refusals and budgets go."""
     text = prepared(name)
-    folded = text.casefold()
+    folded = (canonical(name) or text).casefold()  # full-width letters as ASCII ones
     lower = skeleton(folded)
     for _ in range(4):  # "0" is "O" in the table: fold and skeletonise to a fixed point
         again = skeleton(lower.casefold())
