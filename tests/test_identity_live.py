@@ -9,9 +9,14 @@ tom's; the usage rows keep their spellings and are keyed by the person
 
 from __future__ import annotations
 
+import asyncio
 import json
+import subprocess
+import tarfile
+import uuid
 from collections.abc import Callable
 from datetime import datetime
+from io import BytesIO
 from pathlib import Path
 from typing import Any
 
@@ -32,10 +37,19 @@ from tests.support.sql import fetchall
 from tests.support.temporal_server import DevServer
 from tests.support.turns import Turns, running_worker, wait_pending
 from tests.support.worker_env import WORKER_ENV
+from tests.support.worker_process import ROOT, WorkerProcess
 from tests.test_decision_doors import audited, run, turns_client
 from turnstile.client import ApprovalRefused
 from turnstile.engine import activity_io as io
-from turnstile.engine.contract import ApproveSignal, RejectSignal, ReviewInput, TurnStatus
+from turnstile.engine.contract import (
+    WORKFLOW_TYPE,
+    ApproveSignal,
+    RejectSignal,
+    ReviewInput,
+    TurnInput,
+    TurnResult,
+    TurnStatus,
+)
 from turnstile.engine.errors import BudgetExceeded
 from turnstile.engine.identity import person_keys
 from turnstile.engine.versions import (
@@ -191,6 +205,53 @@ async def test_a_turn_begun_before_revision_4_takes_todays_rule_for_what_it_deci
     with rt.db.connect() as conn:
         assert fetchall(conn, "SELECT reviewer FROM approval_decision") == [{"reviewer": "bob"}]
     assert name_markers(history) == [NAMES_CASE_BLIND]
+    assert await replays(history)
+
+
+# The last commit whose worker began turns before revision 4 (the base of the
+# work on issue 48): its workflow code decided by the lower-cased rule.
+BEFORE_REVISION_4 = "3f2606016acc777626a3297322f002edb935ee70"
+
+
+def checkout_of(commit: str, dest: Path) -> Path:
+    """`commit`'s files under `dest` (`git archive`, as tests/test_previous_release.py)."""
+    archive = subprocess.run(["git", "archive", commit], cwd=ROOT, capture_output=True,
+                             check=True).stdout
+    with tarfile.open(fileobj=BytesIO(archive)) as tar:
+        tar.extractall(dest, filter="data")
+    return dest
+
+
+@pytest.mark.live
+async def test_a_decision_the_earlier_rule_took_replays_as_taken(
+        client: Client, temporal_server: DevServer, tmp_path: Path, fake_llm: FakeLLM) -> None:
+    """A turn whose worker, before revision 4, let `ТОМ` approve tom's call
+    (the earlier rule did): today's workflow code replays its history with
+    that approval, taking none of the names' patches."""
+    old = checkout_of(BEFORE_REVISION_4, tmp_path / "before")
+    queue = f"before-{uuid.uuid4().hex[:8]}"
+    url = sqlite_file_url(tmp_path / "t.db")
+    env = {"TEMPORAL_ADDRESS": temporal_server.address, "TURNSTILE_TASK_QUEUE": queue,
+           "DATABASE_URL": url, "LLM_BASE_URL": fake_llm.url,
+           "TURNSTILE_DATA_DIR": str(tmp_path / "data")}
+    fake_llm.script(tool_reply(("e1", "createEmailTask", MAIL)), text_reply("queued"))
+    worker = WorkerProcess(tmp_path / "before.log", env, root=old).start()
+    try:
+        handle = await client.start_workflow(
+            WORKFLOW_TYPE, TurnInput(conversation_id=f"c-{queue}", user_id="tom",
+                                     message="mail ops", service="sales-assistant"),
+            id=f"turn-{queue}", task_queue=queue, result_type=TurnResult)
+        await wait_pending(handle)
+        await handle.signal("approve", ApproveSignal(tool_call_id="e1", reviewer=CYRILLIC_TOM))
+        result = await asyncio.wait_for(handle.result(), 60)
+        history = await handle.fetch_history()
+    finally:
+        worker.stop()
+    assert result.status == TurnStatus.COMPLETED, result.error
+    with Database(url).connect() as conn:
+        assert fetchall(conn, "SELECT reviewer FROM approval_decision") == [
+            {"reviewer": CYRILLIC_TOM}]  # what the earlier rule let through
+    assert name_markers(history) == []
     assert await replays(history)
 
 
