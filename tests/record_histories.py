@@ -11,7 +11,8 @@ by a new message (`steered`) and the new turn that steered it
 (`steered_new_turn`), a turn queued behind one waiting for an approval
 (`queued`), a new message refused meanwhile (`new_message_refused`), and an
 e-mail approved with the reviewer's edits through the `review` update
-(`approved_with_edits`) — on a fresh dev server and writes each history to
+(`approved_with_edits`), and the repeat breaker by meaning
+(`repeat_by_meaning`, revision 5) — on a fresh dev server and writes each history to
 tests/histories/NAME.json (only the NAMEs given, if any). Commit the
 files: replaying them on every run makes a workflow change that would break
 turns in flight fail CI. Re-record only for a deliberate, versioned change
@@ -233,6 +234,32 @@ async def record_small_models(client: Client, fake: FakeLLM, tmp: Path) -> None:
     await scenario(client, fake, tmp, "text_tool_calls", [service], None, as_text)
 
 
+async def record_by_meaning(client: Client, fake: FakeLLM, tmp: Path) -> None:
+    """Revision 5 (issue 48): the repeat breaker by meaning. One sales turn:
+    an e-mail, the same one with the address in capitals (a repeat, never
+    reviewed), one with another subject (reviewed, with the first among its
+    `similar_effects`), then two in one response that differ by a trailing
+    space (the second waits for the first and is its repeat)."""
+
+    async def by_meaning(turns: Turns) -> WorkflowHandle:
+        fake.script(mail("e1", "Follow up"), mail("e2", "Follow up", to="OPS@example.com"),
+                    mail("e3", "Second"),
+                    tool_reply(("e4", "createEmailTask", {"to": "ops@example.com",
+                                                          "subject": "Third",
+                                                          "body": "Please follow up."}),
+                               ("e5", "createEmailTask", {"to": "ops@example.com",
+                                                          "subject": "Third ",
+                                                          "body": "Please follow up."})),
+                    text_reply("Three e-mails queued."))
+        h = await turns.start("mail ops", service="sales-assistant",
+                              workflow_id="repeat-by-meaning", conversation="c-meaning")
+        await approve_all(h, "ops-lead")
+        return h
+
+    await scenario(client, fake, tmp, "repeat_by_meaning", [build_sales_service()], None,
+                   by_meaning)
+
+
 async def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     OUT.mkdir(exist_ok=True)
@@ -292,6 +319,7 @@ async def main() -> None:
         await scenario(client, fake, tmp, "content_filtered", [make_service()], None, filtered)
         await record_approvals_v2(client, fake, tmp)
         await record_small_models(client, fake, tmp)
+        await record_by_meaning(client, fake, tmp)
     finally:
         fake.close()
         server.stop()

@@ -8,6 +8,7 @@ import pytest
 
 from turnstile.engine.approvals import (
     ApprovalPolicy,
+    NameRule,
     OutboundPolicy,
     approval_refusal,
     outbound_findings,
@@ -45,6 +46,17 @@ SELF_OK = ApprovalPolicy(allow_self_approval=True)
     (NARROW, "createEmailTask", "0ps-lead", "'0ps-lead' is not an approver"),
     (NARROW, "createEmailTask", "\uff2f\uff30\uff33-lead", None),  # full-width: same identity
     (OPEN, "createEmailTask", "b\u2603b", "'b\\u2603b' is not a valid name"),
+    # case-blind: a look-alike of the requester in capitals (docs/identity.md)
+    (OPEN, "createEmailTask", "\u0410LICE", "'\\u0410LICE' is confusable with the requester"),
+    (OPEN, "createEmailTask", "AL\u0130CE", "'AL\\u0130CE' is confusable with the requester"),
+    (OPEN, "createEmailTask", "\u0391L\u0399C\u0395", "'\\u0391L\\u0399C\\u0395' is confusable"),
+    (NARROW, "createEmailTask", "\u041ePS-LEAD", "'\\u041ePS-LEAD' is not an approver"),
+    # only text is a name: never read as the name without what is not text
+    (OPEN, "createEmailTask", "b\ud800ob", "'b\\ud800ob' is not a valid name (it holds U+D800"),
+    (NARROW, "createEmailTask", "ops-lead\udcff", "'ops-lead\\udcff' is not a valid name"),
+    (NARROW, "createEmailTask", "ops\x00-lead", "'ops\\x00-lead' is not a valid name"),
+    (NARROW, "createEmailTask", "ops-lead\ue000", "'ops-lead\\ue000' is not a valid name"),
+    (OPEN, "createEmailTask", "\x00", "'\\x00' is not a valid name"),
 ])
 def test_who_may_decide(policy: ApprovalPolicy, tool: str, reviewer: str,
                         expected: str | None) -> None:
@@ -53,6 +65,24 @@ def test_who_may_decide(policy: ApprovalPolicy, tool: str, reviewer: str,
         assert got is None
     else:
         assert got is not None and got.startswith(expected)
+
+
+@pytest.mark.parametrize(("reviewer", "requester", "before"), [
+    ("\u0422\u041e\u041c", "tom", None), ("\u039a\u0391\u03a4\u0395", "kate", None),
+    ("\u0412\u041e\u0412", "bob", None), ("AL\u0130CE", "alice", None),
+    ("b\ud800ob", "alice", None),
+    ("\u0430lice", "alice", "confusable with the requester"),
+])
+def test_the_lowercased_rule_is_kept_for_the_turns_that_decided_by_it(
+        reviewer: str, requester: str, before: str | None) -> None:
+    """What a turn begun before revision 4 replays (workflows/decisions.py):
+    its rule let capital look-alikes and a lone surrogate decide; today's
+    rule refuses them all."""
+    got = approval_refusal(OPEN, tool="createEmailTask", reviewer=reviewer,
+                           requester=requester, rule=NameRule.STANDARD)
+    assert got is None if before is None else (got is not None and before in got)
+    assert approval_refusal(OPEN, tool="createEmailTask", reviewer=reviewer,
+                            requester=requester, rule=NameRule.CASE_BLIND) is not None
 
 
 @pytest.mark.parametrize(("policy", "to", "problems", "notes"), [

@@ -11,17 +11,24 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from temporalio.api.common.v1 import Payload
 from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 
 from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.processes import free_port
 from tests.support.sql import fetchall
+from tests.support.temporal_server import DevServer
 from tests.support.turns import running_worker, wait_pending
+from tests.support.worker_process import ROOT
 from turnstile.cli.starter import review as cli_review
 from turnstile.client import ApprovalRefused, TurnstileClient
 from turnstile.engine.approvals import arguments_digest
@@ -35,6 +42,7 @@ from turnstile.engine.contract import (
 )
 from turnstile.engine.decision_payloads import DECISION_NOTE_MAX
 from turnstile.runtime.config import Settings
+from turnstile.runtime.devstack import temporal_binary
 from turnstile.sales.sender import SenderConfig, deliver_due
 from turnstile.sales.service import build_sales_service
 from turnstile.sales.smtp_server import LocalSmtpServer, read_mailbox
@@ -132,6 +140,65 @@ async def test_malformed_decisions_are_refused_recorded_and_audited(
                                                                        "update review"]
     assert all(r["tool_name"] in ("createEmailTask", "(none)") for r in refused)
     assert json.loads(refused[2]["input_params"])["decision"] == "approve"
+    assert rows(db, "SELECT reviewer FROM approval_decision") == [{"reviewer": "bob"}]
+
+
+def raw_json(text: str) -> RawValue:
+    """A payload of JSON text as it is written (escapes kept, as a CLI sends)."""
+    return RawValue(Payload(metadata={"encoding": b"json/plain"}, data=text.encode("ascii")))
+
+
+async def run(*argv: str | bytes, env: dict[str, str] | None = None) -> tuple[int, str]:
+    """A command (bytes for an argument that is no UTF-8): exit code, output."""
+    proc = await asyncio.create_subprocess_exec(
+        *argv, env={**os.environ, **(env or {})}, cwd=ROOT,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    out, _ = await proc.communicate()
+    return proc.returncode or 0, out.decode("utf-8", "replace")
+
+
+@pytest.mark.parametrize("db", ["sqlite", "postgresql"], indirect=True)
+async def test_a_reviewer_name_holding_a_lone_surrogate_decides_through_no_door(
+        client: Client, temporal_server: DevServer, task_queue: str, db: Database,
+        fake_llm: FakeLLM) -> None:
+    """`b\\ud800ob` was read as `bob` and approved (the decision row said
+    `b\\ufffdob`). Each door now refuses it, audited: the Temporal CLI's
+    signal (its JSON escape), a raw signal and update, TurnstileClient, and
+    `starter.py approve` given bytes that are no UTF-8 (argv's surrogates)."""
+    fake_llm.script(tool_reply(("e1", "createEmailTask", MAIL)), text_reply("queued"))
+    async with running_worker(client, task_queue, db.url, [build_sales_service()],
+                              llm_url=fake_llm.url) as turns:
+        handle = await turns.start("mail ops", service="sales-assistant", user="alice")
+        await wait_pending(handle)
+        escaped = '{"tool_call_id":"e1","reviewer":"b\\ud800ob"}'
+        code, said = await run(temporal_binary(), "workflow", "signal", "--workflow-id",
+                               handle.id, "--name", "approve", "--input", escaped,
+                               "--address", temporal_server.address)
+        assert code == 0, said
+        await handle.signal("reject", raw_json(escaped))
+        why = await refused_update(handle, raw_json(
+            '{"tool_call_id":"e1","reviewer":"b\\ud800ob","approved":true}'))
+        assert "lone surrogate" in why
+        tc = turns_client(client, task_queue)
+        with pytest.raises(ApprovalRefused) as refused:
+            await tc.review(handle.id, "e1", True, "b\ud800ob", "it's me")
+        assert "'b\\ud800ob' is not a valid name (it holds U+D800, a lone surrogate" in (
+            refused.value.reason)
+        code, said = await run(sys.executable, "starter.py", "approve", handle.id, "e1",
+                               "--reviewer", b"b\xffob", env={
+                                   "TEMPORAL_ADDRESS": temporal_server.address,
+                                   "TURNSTILE_TASK_QUEUE": task_queue, "DATABASE_URL": db.url})
+        assert code == 1 and "approve refused for e1: " in said and "U+DCFF" in said, said
+        rows_now = await audited(db, handle, 5)
+        assert [p.tool_call_id for p in await wait_pending(handle)] == ["e1"]  # still waiting
+        decided = await tc.review(handle.id, "e1", True, "bob", "ok")
+        result = await handle.result()
+    assert decided.reviewer == "bob" and result.status == TurnStatus.COMPLETED
+    assert [json.loads(r["input_params"])["door"] for r in rows_now] == [
+        "signal approve", "signal reject", "update review", "update review", "update review"]
+    for row in rows_now:
+        assert "is not a valid name (it holds U+D" in row["error_message"], row
+        assert "lone surrogate" in row["error_message"]
     assert rows(db, "SELECT reviewer FROM approval_decision") == [{"reviewer": "bob"}]
 
 

@@ -13,6 +13,15 @@ APPROVED_WITH_EDITS row, the model's next request says what was edited (a
 note after the tool's own result) and the "decided" view shows it, with the
 arguments it ran with (masked).
 
+A masked field is edited in the JSON editor, on a turn whose workflow id has
+dot segments (`turn-x/../../decided`, reached from the list's link): the mail
+that arrives carries the real body with only the edited parts changed.
+Identity headers sent by Chromium itself (DevTools protocol), with the inbox
+served as the product serves it (app.server): `X-Forwarded-For: 10.0.0.5` and
+a forwarded-for chain from 127.0.0.1 are refused with a trusted proxy of
+10.0.0.5; `Ölaf` (UTF-8) may not approve `ölaf`'s call; the mojibake
+`Ã\x96laf` names nobody; `Zoë` approves; each refusal is logged.
+
 With TURNSTILE_SCREENSHOTS=DIR the list and detail pages are saved there as
 PNG (docs/ holds the ones the README shows)."""
 
@@ -27,7 +36,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import uvicorn
 from temporalio.client import Client
 
 from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
@@ -35,7 +43,9 @@ from tests.support.processes import free_port
 from tests.support.temporal_server import DevServer
 from tests.support.turns import running_worker, wait_pending
 from turnstile.engine.contract import TurnStatus
-from turnstile.inbox.app import build_app
+from turnstile.inbox import records
+from turnstile.inbox.app import build_app, server
+from turnstile.inbox.views import call_url
 from turnstile.runtime.config import Settings
 from turnstile.sales.sender import SenderConfig, deliver_due
 from turnstile.sales.service import build_sales_service
@@ -84,13 +94,13 @@ class Browser:
 
         self.driver.get(f"{self.base}/login")  # the form sets its CSRF cookie
         self.driver.find_element(By.NAME, "name").send_keys(name)
-        self.driver.find_element(By.CSS_SELECTOR, "form button").click()
+        self.driver.find_element(By.ID, "login").click()
         self.wait_for("reviewer")  # the login's redirect has landed, the cookie is set
 
     def open_call(self, workflow_id: str, call_id: str, shot: str | None = None) -> None:
         from selenium.webdriver.common.by import By
 
-        link = f"/calls/{workflow_id}/{call_id}"
+        link = call_url(workflow_id, call_id)
         for _ in range(100):  # the list refreshes itself; visibility catches up
             self.driver.get(f"{self.base}/")
             found = self.driver.find_elements(By.CSS_SELECTOR, f'a[href="{link}"]')
@@ -135,7 +145,7 @@ def _review(base: str, workflow_id: str, shots: Path | None) -> dict[str, Any]:
     try:
         # The requester herself: the page lets her try, the turn refuses.
         browser.login("alice")
-        browser.driver.get(f"{base}/calls/{workflow_id}/e1")
+        browser.driver.get(base + call_url(workflow_id, "e1"))
         refused = browser.decide("approve", "my own")
         # Another reviewer, from the list.
         browser.login("carol")
@@ -165,9 +175,8 @@ async def test_a_reviewer_approves_in_the_browser(
     settings = Settings.from_env({"TEMPORAL_ADDRESS": temporal_server.address,
                                   "TURNSTILE_TASK_QUEUE": task_queue,
                                   "DATABASE_URL": f"sqlite:///{tmp_path}/t.db"})
-    server = uvicorn.Server(uvicorn.Config(build_app(settings), host="127.0.0.1", port=port,
-                                           log_level="warning"))
-    serving = threading.Thread(target=server.run, daemon=True)
+    inbox = server(build_app(settings), "127.0.0.1", port, log_level="warning")
+    serving = threading.Thread(target=inbox.run, daemon=True)
     shots = Path(os.environ["TURNSTILE_SCREENSHOTS"]) if os.environ.get(
         "TURNSTILE_SCREENSHOTS") else None
     smtp_env = {"SMTP_HOST": "127.0.0.1", "SMTP_PORT": str(smtp)}
@@ -183,7 +192,7 @@ async def test_a_reviewer_approves_in_the_browser(
                 seen = await asyncio.to_thread(_review, f"http://127.0.0.1:{port}",
                                                handle.id, shots)
             finally:
-                server.should_exit = True
+                inbox.should_exit = True
                 await asyncio.to_thread(serving.join, 10)
             result = await handle.result()
             sent = deliver_due(turns.rt.db, Settings.from_env(
@@ -248,9 +257,8 @@ async def test_a_reviewer_edits_the_mail_and_approves_in_the_browser(
     settings = Settings.from_env({"TEMPORAL_ADDRESS": temporal_server.address,
                                   "TURNSTILE_TASK_QUEUE": task_queue,
                                   "DATABASE_URL": database_url})
-    server = uvicorn.Server(uvicorn.Config(build_app(settings), host="127.0.0.1", port=port,
-                                           log_level="warning"))
-    serving = threading.Thread(target=server.run, daemon=True)
+    inbox = server(build_app(settings), "127.0.0.1", port, log_level="warning")
+    serving = threading.Thread(target=inbox.run, daemon=True)
     smtp_env = {"SMTP_HOST": "127.0.0.1", "SMTP_PORT": str(smtp)}
     with LocalSmtpServer(tmp_path / "mail", port=smtp):
         async with running_worker(client, task_queue, database_url,
@@ -264,7 +272,7 @@ async def test_a_reviewer_edits_the_mail_and_approves_in_the_browser(
                 seen = await asyncio.to_thread(_edit, f"http://127.0.0.1:{port}",
                                                handle.id, None)
             finally:
-                server.should_exit = True
+                inbox.should_exit = True
                 await asyncio.to_thread(serving.join, 10)
             result = await handle.result()
             sent = deliver_due(turns.rt.db, Settings.from_env(
@@ -297,3 +305,193 @@ async def test_a_reviewer_edits_the_mail_and_approves_in_the_browser(
     [i] = [n for n, m in enumerate(wire) if m["role"] == "tool"][-1:]
     assert wire[i + 1]["role"] == "user" and "edited the arguments" in wire[i + 1]["content"]
     assert "Renewal for Q4 (edited)" in wire[i + 1]["content"]
+
+
+# -- a masked field edited on the real value; a workflow id with dot segments ------------
+
+MASKED_BODY = ("Hello ops,\nplease renew the contract. Call Ann at +1 415 555 2671 or write to "
+               "ann.lee@corp.example.\n\nThanks")
+
+
+def _edit_masked(base: str, workflow_id: str) -> dict[str, Any]:
+    import json
+
+    from selenium.webdriver.common.by import By
+
+    browser = Browser(base, None)
+    seen: dict[str, Any] = {}
+    try:
+        browser.login("carol")
+        browser.open_call(workflow_id, "e1")  # the link from the list, clicked
+        seen["url"] = str(browser.driver.current_url)
+        seen["heading"] = browser.text("turn")
+        seen["message"] = browser.text("message")  # what the user asked
+        seen["messages"] = browser.text("messages")  # the conversation's recent messages
+        seen["shown_body"] = [str(b.text) for b in browser.driver.find_elements(
+            By.CSS_SELECTOR, "#arguments .text.value")]
+        browser.driver.find_element(By.CSS_SELECTOR, "#decide details summary").click()
+        editor = browser.wait_for("arguments_json")
+        shown = json.loads(str(editor.get_attribute("value")))
+        seen["shown_json"] = shown
+        # The reviewer edits the masked body outside its masked parts.
+        shown["body"] = shown["body"].replace("Thanks", "Thanks a lot").replace(
+            "renew the contract", "renew the contract today")
+        editor.clear()
+        editor.send_keys(json.dumps(shown, ensure_ascii=False))
+        seen["approved"] = browser.decide("approve", "fine")
+        seen["edited"] = browser.text("edited")
+        return seen
+    finally:
+        browser.driver.quit()
+
+
+@pytest.mark.skipif(not (CHROMIUM and DRIVER),
+                    reason="Debian's chromium and chromium-driver are not installed "
+                           "(.ci/run installs them)")
+async def test_a_masked_field_is_edited_on_the_real_value_in_the_browser(
+        client: Client, temporal_server: DevServer, task_queue: str, tmp_path: Path,
+        fake_llm: FakeLLM, monkeypatch: pytest.MonkeyPatch) -> None:
+    import uuid
+
+    monkeypatch.delenv("TURNSTILE_INBOX_IDENTITY_HEADER", raising=False)
+    mail = {"to": "ops@example.com", "subject": "Renewal", "body": MASKED_BODY}
+    fake_llm.script(tool_reply(("e1", "createEmailTask", mail)), text_reply("queued"))
+    port, smtp = free_port(), free_port()
+    database_url = f"sqlite:///{tmp_path}/t.db"
+    settings = Settings.from_env({"TEMPORAL_ADDRESS": temporal_server.address,
+                                  "TURNSTILE_TASK_QUEUE": task_queue,
+                                  "DATABASE_URL": database_url})
+    # Dot segments: as a path, a browser would resolve this id to "/decided".
+    workflow_id = f"turn-{uuid.uuid4().hex[:6]}/../../decided"
+    inbox = server(build_app(settings), "127.0.0.1", port, log_level="warning")
+    serving = threading.Thread(target=inbox.run, daemon=True)
+    smtp_env = {"SMTP_HOST": "127.0.0.1", "SMTP_PORT": str(smtp)}
+    with LocalSmtpServer(tmp_path / "mail", port=smtp):
+        async with running_worker(client, task_queue, database_url,
+                                  [build_sales_service()], llm_url=fake_llm.url,
+                                  env=smtp_env) as turns:
+            handle = await turns.start("write to ann.lee@corp.example about the renewal",
+                                       user="alice", service="sales-assistant",
+                                       workflow_id=workflow_id)
+            await wait_pending(handle)
+            serving.start()
+            try:
+                seen = await asyncio.to_thread(_edit_masked, f"http://127.0.0.1:{port}",
+                                               workflow_id)
+            finally:
+                inbox.should_exit = True
+                await asyncio.to_thread(serving.join, 10)
+            result = await handle.result()
+            sent = deliver_due(turns.rt.db, Settings.from_env(
+                {"DATABASE_URL": turns.rt.db.url, **smtp_env}), SenderConfig())
+        mails = read_mailbox(tmp_path / "mail")
+    assert "/call?workflow=" in seen["url"] and workflow_id in seen["heading"]
+    # The page masks what the user asked, the messages and the body ...
+    assert "ann.lee@corp.example" not in str(seen) and "555 2671" not in str(seen)
+    assert "@corp.example about the renewal" in seen["message"]
+    assert "@corp.example about the renewal" in seen["messages"]
+    assert "Thanks" in seen["shown_json"]["body"]
+    assert "createEmailTask approved by carol" in seen["approved"] and "body" in seen["edited"]
+    assert result.status == TurnStatus.COMPLETED
+    # ... and the tool ran with the real body, only the edited parts changed.
+    assert sent == 1 and len(mails) == 1
+    body = mails[0].get_content().replace("\r\n", "\n").rstrip("\n")
+    assert body == MASKED_BODY.replace("Thanks", "Thanks a lot").replace(
+        "renew the contract", "renew the contract today")
+
+
+# -- identity headers from the browser: spoofed peers, encodings ------------------------
+
+def _as_proxy(base: str, workflow_id: str, attempts: list[dict[str, str]]) -> list[str]:
+    """Each set of headers sent by the browser itself (Chromium's DevTools
+    protocol), on the call's page; what the page said."""
+    browser = Browser(base, None)
+    said = []
+    try:
+        browser.driver.execute_cdp_cmd("Network.enable", {})
+        for headers in attempts:
+            browser.driver.execute_cdp_cmd("Network.setExtraHTTPHeaders", {"headers": headers})
+            browser.driver.get(base + call_url(workflow_id, "p1"))
+            page = str(browser.driver.find_element("tag name", "main").text)
+            if "decide" in headers.get("X-Test-Action", "") and browser.driver.find_elements(
+                    "id", "approve"):
+                page = browser.decide("approve", "from the browser")
+            said.append(page)
+        return said
+    finally:
+        browser.driver.quit()
+
+
+@pytest.mark.skipif(not (CHROMIUM and DRIVER),
+                    reason="Debian's chromium and chromium-driver are not installed "
+                           "(.ci/run installs them)")
+async def test_spoofed_and_encoded_identity_headers_from_the_browser(
+        client: Client, temporal_server: DevServer, task_queue: str, tmp_path: Path,
+        fake_llm: FakeLLM, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    from tests.test_client import plain_service
+
+    caplog.set_level(logging.WARNING, logger="turnstile.inbox.security")
+    monkeypatch.setenv("TURNSTILE_INBOX_IDENTITY_HEADER", "X-Forwarded-User")
+    monkeypatch.setenv("TURNSTILE_INBOX_SECRET", "stable-secret")
+    monkeypatch.delenv("TURNSTILE_INBOX_PROXY_SECRET", raising=False)
+    fake_llm.script(tool_reply(("p1", "sendMoneySlowly", {"to": "bob@example.com",
+                                                          "amount": 5})),
+                    text_reply("paid"))
+    database_url = f"sqlite:///{tmp_path}/t.db"
+    settings = Settings.from_env({"TEMPORAL_ADDRESS": temporal_server.address,
+                                  "TURNSTILE_TASK_QUEUE": task_queue,
+                                  "DATABASE_URL": database_url})
+    async with running_worker(client, task_queue, database_url, [plain_service()],
+                              llm_url=fake_llm.url) as turns:
+        handle = await turns.start("pay bob", user="ölaf", service="test")
+        await wait_pending(handle)
+        # The issue's setting: the proxy is 10.0.0.5; the browser is on 127.0.0.1.
+        monkeypatch.setenv("TURNSTILE_INBOX_TRUSTED_PROXIES", "10.0.0.5")
+        spoofed_app = build_app(settings)
+        # The browser as the proxy: bound by the proxy's secret instead.
+        monkeypatch.delenv("TURNSTILE_INBOX_TRUSTED_PROXIES")
+        monkeypatch.setenv("TURNSTILE_INBOX_PROXY_SECRET", "from-the-proxy")
+        monkeypatch.setenv("TURNSTILE_INBOX_SECURE_COOKIE", "false")  # plain http, locally
+        proxied_app = build_app(settings)
+        said: dict[str, list[str]] = {}
+        for name, app, attempts in (
+                ("spoofed", spoofed_app, [
+                    {"X-Forwarded-For": "10.0.0.5", "X-Forwarded-User": "mallory",
+                     "X-Test-Action": "decide"},
+                    {"X-Forwarded-For": "1.2.3.4, 10.0.0.5", "X-Forwarded-User": "mallory",
+                     "X-Test-Action": "decide"}]),
+                ("proxied", proxied_app, [
+                    {"X-Turnstile-Proxy-Secret": "from-the-proxy", "X-Forwarded-User": "Ölaf",
+                     "X-Test-Action": "decide"},
+                    {"X-Turnstile-Proxy-Secret": "from-the-proxy",
+                     "X-Forwarded-User": "Ã\u0096laf", "X-Test-Action": "decide"},
+                    {"X-Turnstile-Proxy-Secret": "from-the-proxy", "X-Forwarded-User": "Zoë",
+                     "X-Test-Action": "decide"}])):
+            port = free_port()
+            inbox = server(app, "127.0.0.1", port, log_level="warning")
+            serving = threading.Thread(target=inbox.run, daemon=True)
+            serving.start()
+            try:
+                said[name] = await asyncio.to_thread(_as_proxy, f"http://127.0.0.1:{port}",
+                                                     handle.id, attempts)
+            finally:
+                inbox.should_exit = True
+                await asyncio.to_thread(serving.join, 10)
+        result = await handle.result()
+        decisions = [d.reviewer for d in records.recent_decisions(turns.rt.db)
+                     if d.workflow_id == handle.id]
+    for page in said["spoofed"]:
+        assert "only from the configured proxy" in page and "'127.0.0.1'" in page, page
+        assert "mallory" not in page
+    utf8, mojibake, zoe = said["proxied"]
+    assert "Refused" in utf8 and "requested this call" in utf8, utf8  # Ölaf is ölaf
+    assert "names no reviewer" in mojibake, mojibake
+    assert "sendMoneySlowly approved by Zoë" in zoe, zoe
+    assert decisions == ["Zoë"]
+    assert result.status == TurnStatus.COMPLETED
+    logged = [r.getMessage() for r in caplog.records if r.name == "turnstile.inbox.security"]
+    assert sum("only from the configured proxy" in m for m in logged) >= 2, logged
+    assert any("names no reviewer" in m for m in logged), logged

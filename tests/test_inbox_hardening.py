@@ -12,6 +12,7 @@ the decisions) is read on SQLite and PostgreSQL (the `db` fixture)."""
 from __future__ import annotations
 
 import asyncio
+import html
 import re
 import subprocess
 import sys
@@ -28,7 +29,7 @@ from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.temporal_server import DevServer
 from tests.support.turns import running_worker, wait_pending
 from tests.test_client import plain_service
-from tests.test_inbox import _get, _listed, _post, _settings, login
+from tests.test_inbox import _get, _listed, _post, _settings, call_link, inbox_client, login
 from turnstile.client import TurnstileClient
 from turnstile.engine.contract import TurnStatus
 from turnstile.inbox.app import build_app
@@ -66,9 +67,8 @@ async def test_header_mode_one_bound_identity_and_nothing_for_anonymous(
                               [plain_service()], llm_url=fake_llm.url) as turns:
         handle = await turns.start("pay bob for the renewal", user=requester, service="test")
         await wait_pending(handle)
-        call = f"/calls/{handle.id}/p1"
-        with TestClient(build_app(_settings(temporal_server, task_queue, db.url)),
-                        follow_redirects=False) as tc:
+        call = call_link(handle.id, "p1")
+        with inbox_client(build_app(_settings(temporal_server, task_queue, db.url))) as tc:
             # Anonymous: no data at all, on every page.
             for url in ("/", "/rows", "/decided", call):
                 page = await _get(tc, url)
@@ -188,20 +188,23 @@ async def test_a_slash_id_framing_and_the_decided_call(
                                    conversation=f"tickets/{uuid.uuid4().hex[:4]}",
                                    workflow_id=workflow_id)
         await wait_pending(handle)
-        with TestClient(build_app(_settings(temporal_server, task_queue, url), secret="s"),
-                        follow_redirects=False) as tc:
+        with inbox_client(build_app(_settings(temporal_server, task_queue, url),
+                                    secret="s")) as tc:
             nonces = {_csp_nonce(await _get(tc, "/login"))}
+            call = call_link(workflow_id, "p1")
             # Not logged in: a call's page is not shown either (development mode).
-            assert (await _get(tc, f"/calls/{workflow_id}/p1")).status_code == 303
+            assert (await _get(tc, call)).status_code == 303
             await login(tc, "carol")
             listing = await _listed(tc, workflow_id)
-            call = f"/calls/{workflow_id}/p1"
-            assert f'href="{call}"' in listing
-            for shown in (call, f"/calls/{workflow_id.replace('/', '%2F')}/p1"):
-                page = await _get(tc, shown)
-                assert page.status_code == 200 and "sendMoneySlowly for alice" in page.text
-                nonces.add(_csp_nonce(page))
-            assert len(nonces) == 3  # a nonce per answer
+            assert f'href="{html.escape(call)}"' in listing
+            # A v0.4 link (the id in the path, "/" as is or as %2F) leads to the page.
+            for old in (f"/calls/{workflow_id}/p1", f"/calls/{workflow_id.replace('/', '%2F')}/p1"):
+                moved = await _get(tc, old)
+                assert moved.status_code == 303 and moved.headers["location"] == call
+            page = await _get(tc, call)
+            assert page.status_code == 200 and "sendMoneySlowly for alice" in page.text
+            nonces.add(_csp_nonce(page))
+            assert len(nonces) == 2  # a nonce per answer
             done = await _post(tc, call, data={"decision": "approve", "note": "fine",
                                                "csrf": _token(page.text)})
             assert done.status_code == 200 and "approved by carol" in done.text
@@ -231,8 +234,7 @@ async def test_a_turn_whose_worker_is_gone_is_one_row(
                               [plain_service()], llm_url=fake_llm.url) as turns:
         alive = await turns.start("pay", user="frank", service="test")
         await wait_pending(alive)
-        with TestClient(build_app(_settings(temporal_server, task_queue), secret="s"),
-                        follow_redirects=False) as tc:
+        with inbox_client(build_app(_settings(temporal_server, task_queue), secret="s")) as tc:
             await login(tc, "carol")
             page = ""
             for _ in range(100):  # visibility is eventually consistent
@@ -240,7 +242,8 @@ async def test_a_turn_whose_worker_is_gone_is_one_row(
                 response = await _get(tc, "/rows")
                 took = time.monotonic() - started
                 page = response.text
-                if f"/calls/{alive.id}/p1" in page and f"{orphan.id} did not answer" in page:
+                listed = html.escape(call_link(alive.id, "p1")) in page
+                if listed and f"{orphan.id} did not answer" in page:
                     break
                 await asyncio.sleep(0.1)
             assert response.status_code == 200

@@ -1,33 +1,32 @@
 """Expand, then contract, tried as an operator upgrades: the previous
 release's worker keeps working on the schema this release migrates to.
 
-The previous release is the `v0.3.0` tag (or, in a clone without tags, its
-commit, an ancestor of main), extracted with `git archive` and run as its own
-`worker.py` process (with this environment's libraries: the releases share
-their dependencies). It starts on its own schema and parks a turn on the
-approval of an e-mail; this release's migrations then run (as the new
-worker's start runs them); the reviewer approves; the old worker completes
-the turn on the migrated schema — the e-mail task in the outbox, the decision
-and the audit row recorded — and a new turn on it completes too.
+The previous release is read from RELEASES.md (tests/support/releases.py: the
+newest row whose version is not the package's), its commit extracted from git
+history with `git archive` and run as its own `worker.py` process (with this
+environment's libraries: the releases share their dependencies). It starts on
+its own schema and parks a turn on the approval of an e-mail; this release's
+migrations then run (as the new worker's start runs them); the reviewer
+approves; the old worker completes the turn on the migrated schema — the
+e-mail task in the outbox, the decision and the audit row recorded — and a new
+turn on it completes too. (The whole rollout, with Worker Versioning, a
+restart of the old worker and a rollback: tests/test_rollout.py.)
 """
 
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import tarfile
 import uuid
-from io import BytesIO
 from pathlib import Path
 
-import pytest
 from temporalio.client import Client
 
 from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
+from tests.support.releases import head_of, previous_release, release_tree
 from tests.support.sql import fetchall
 from tests.support.temporal_server import DevServer
 from tests.support.turns import wait_pending
-from tests.support.worker_process import ROOT, WorkerProcess
+from tests.support.worker_process import WorkerProcess
 from turnstile.engine.contract import (
     WORKFLOW_TYPE,
     ApproveSignal,
@@ -39,29 +38,13 @@ from turnstile.engine.contract import (
 from turnstile.stores.db import Database
 from turnstile.stores.schema import current, head_revision, upgrade
 
-PREVIOUS_RELEASE = "v0.3.0"
-PREVIOUS_RELEASE_COMMIT = "9dd608fdc17d1e2693e77acb99b2db35d5e82c30"
-PREVIOUS_HEAD = "0008"
 MAIL = {"to": "ops@example.com", "subject": "Follow up", "body": "C0001"}
-
-
-def previous_release(dest: Path) -> Path:
-    """The previous release's files under `dest` (from the tag, else its commit)."""
-    for rev in (f"{PREVIOUS_RELEASE}^{{commit}}", PREVIOUS_RELEASE_COMMIT):
-        found = subprocess.run(["git", "rev-parse", "--verify", "-q", rev], cwd=ROOT,
-                               capture_output=True, text=True)
-        if found.returncode == 0:
-            archive = subprocess.run(["git", "archive", found.stdout.strip()], cwd=ROOT,
-                                     capture_output=True, check=True).stdout
-            with tarfile.open(fileobj=BytesIO(archive)) as tar:
-                tar.extractall(dest, filter="data")
-            return dest
-    pytest.fail(f"neither {PREVIOUS_RELEASE} nor {PREVIOUS_RELEASE_COMMIT} is in this clone")
 
 
 async def test_the_previous_release_completes_an_approved_email_on_the_migrated_schema(
         client: Client, temporal_server: DevServer, tmp_path: Path, fake_llm: FakeLLM) -> None:
-    old = previous_release(tmp_path / "previous")
+    old = release_tree(previous_release(), tmp_path / "previous")
+    previous_head = head_of(old)
     url = f"sqlite:///{tmp_path}/t.db"
     queue = f"prev-{uuid.uuid4().hex[:8]}"
     env = {"TEMPORAL_ADDRESS": temporal_server.address, "TURNSTILE_TASK_QUEUE": queue,
@@ -80,7 +63,7 @@ async def test_the_previous_release_completes_an_approved_email_on_the_migrated_
     worker = WorkerProcess(tmp_path / "previous.log", env, root=old).start()
     try:
         db = Database(url)
-        assert current(db) == PREVIOUS_HEAD  # the old worker made its own schema
+        assert current(db) == previous_head  # the old worker made its own schema
         conversation = f"c-{uuid.uuid4().hex[:6]}"
         handle = await client.start_workflow(
             WORKFLOW_TYPE, TurnInput(conversation_id=conversation, user_id="alice",
@@ -88,7 +71,7 @@ async def test_the_previous_release_completes_an_approved_email_on_the_migrated_
             id=f"prev-{uuid.uuid4().hex[:8]}", task_queue=queue, result_type=TurnResult)
         [pending] = await wait_pending(handle)
         upgrade(db)  # this release's migrations, as its worker runs them on start
-        assert current(db) == head_revision() != PREVIOUS_HEAD
+        assert current(db) == head_revision()
         await handle.signal("approve", ApproveSignal(tool_call_id=pending.tool_call_id,
                                                      reviewer="carol"))
         result = await asyncio.wait_for(handle.result(), 60)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
+from tests.support.releases import head_at, previous_release
 from tests.support.schemas import schema_of
 from tests.support.sql import fetchall
 from turnstile.stores.db import Database
@@ -86,8 +87,8 @@ def downgrade_to(db: Database, revision: str) -> None:
         command.downgrade(config, revision)
 
 
-# The previous release (v0.3.0) made the schema through revision 0008.
-PREVIOUS_RELEASE_HEAD = "0008"
+# The newest revision of the previous release (RELEASES.md; 0.3.0's is 0008).
+PREVIOUS_RELEASE_HEAD = head_at(previous_release())
 
 
 def test_revisions_after_the_previous_release_only_add(fresh_url: str) -> None:

@@ -52,6 +52,13 @@ if TYPE_CHECKING:
         TurnInput as TurnInput,
         TurnResult as TurnResult,
     )
+    from turnstile.engine.equivalence import (
+        AS_SET as AS_SET,
+        CASELESS as CASELESS,
+        EMAIL_ADDRESS as EMAIL_ADDRESS,
+        VERBATIM as VERBATIM,
+        Equivalence as Equivalence,
+    )
     from turnstile.engine.errors import (
         ConfigurationError as ConfigurationError,
         ToolArgumentError as ToolArgumentError,
@@ -146,6 +153,11 @@ _WHERE: dict[str, str] = {
     "LoopPolicy": "turnstile.engine.specs",
     "RetrySpec": "turnstile.engine.specs",
     "BreakerPolicy": "turnstile.engine.breakers",
+    "Equivalence": "turnstile.engine.equivalence",
+    "EMAIL_ADDRESS": "turnstile.engine.equivalence",
+    "AS_SET": "turnstile.engine.equivalence",
+    "CASELESS": "turnstile.engine.equivalence",
+    "VERBATIM": "turnstile.engine.equivalence",
     "OutboundPolicy": "turnstile.engine.approvals",
     "MemoryWindow": "turnstile.engine.memory_window",
     "ModelSettings": "turnstile.engine.model_settings",
@@ -185,6 +197,7 @@ _WHERE: dict[str, str] = {
 }
 
 __all__ = [
+    "AS_SET", "CASELESS", "EMAIL_ADDRESS", "VERBATIM", "Equivalence",
     "App", "AppLoadError", "ApprovalRefused", "ApproverContext", "BackgroundContext",
     "BreakerPolicy", "Call", "ChatMessage", "ClientError", "ConfigurationError", "Connection",
     "Database", "DevService", "Document", "FunctionModel", "GuardrailResult",

@@ -43,8 +43,23 @@ def describe_pending(p: PendingApproval) -> list[str]:
     lines.append("    arguments: " + json.dumps(p.arguments, ensure_ascii=False, indent=2)
                  .replace("\n", "\n    "))
     lines += [f"    !! {note}" for note in p.notes]
+    lines += similar_lines(p)
     if p.arguments_digest:
         lines.append(f"    arguments digest: {p.arguments_digest}")
+    return lines
+
+
+def similar_lines(p: PendingApproval) -> list[str]:
+    """The conversation's earlier effects that look like the waiting call
+    (newest first): what a reviewer must know before approving another."""
+    if not p.similar_effects:
+        return []
+    lines = [f"    !! {len(p.similar_effects)} earlier call(s) of {p.tool_name} look alike:"]
+    for e in p.similar_effects:
+        where = "this turn" if e.this_turn else "an earlier turn"
+        same = ", SAME EFFECT" if e.same_effect else ""
+        lines.append(f"       - call {e.tool_call_id!r} ({where}, {e.status}{same}, {e.at}): "
+                     + json.dumps(e.arguments, ensure_ascii=False)[:200])
     return lines
 
 

@@ -16,7 +16,9 @@ It needs Temporal only: the database is reached only when a payload was
 claim-checked into it (turnstile.stores.payload_store: above
 TURNSTILE_PAYLOAD_THRESHOLD), through DATABASE_URL. Errors are typed:
 `TurnNotFound`, `ApprovalRefused` (with the turn's reason) and its kind
-`AlreadyDecided`; a turn that ends without a result raises a
+`AlreadyDecided` (a reviewer name that is no identity — empty, refused by
+RFC 8265, holding a lone surrogate — is refused by the turn and audited, as
+every refused decision); a turn that ends without a result raises a
 `TurnEndedError` (`TurnCancelledError`, `TurnTerminatedError`,
 `TurnTimedOutError`, `TurnFailedError`: turnstile.turn_handle).
 """
@@ -25,11 +27,14 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import logging
 from datetime import timedelta
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
+from pydantic_core import to_jsonable_python
+from temporalio.api.common.v1 import Payload
 from temporalio.client import (
     Client,
     WorkflowExecution,
@@ -37,7 +42,7 @@ from temporalio.client import (
     WorkflowQueryFailedError,
     WorkflowUpdateFailedError,
 )
-from temporalio.common import SearchAttributeKey
+from temporalio.common import RawValue, SearchAttributeKey
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
@@ -48,6 +53,7 @@ from turnstile.engine.contract import (
     Handlers,
     PendingApproval,
     ReviewInput,
+    SimilarEffect,
     TurnInput,
     TurnResult,
 )
@@ -112,6 +118,8 @@ class PendingApprovalView(BaseModel):
     deadline: str
     message: str | None = None  # the turn's user message (pending_approval only)
     reason: str | None = None  # why it waits, for a tool that asks by condition
+    # Earlier effects of the conversation that look alike (masked, newest first).
+    similar_effects: list[SimilarEffect] = Field(default_factory=list)
 
 
 class UnansweredTurn(BaseModel):
@@ -243,9 +251,9 @@ class TurnstileClient:
         self._listing.forget(workflow_id)
         try:
             decision: ApprovalDecision = await handle.execute_update(
-                Handlers.REVIEW, ReviewInput(tool_call_id=tool_call_id, reviewer=reviewer,
-                                             approved=approved, note=note, arguments=arguments,
-                                             arguments_digest=arguments_digest),
+                Handlers.REVIEW, review_payload(ReviewInput(
+                    tool_call_id=tool_call_id, reviewer=reviewer, approved=approved, note=note,
+                    arguments=arguments, arguments_digest=arguments_digest)),
                 result_type=ApprovalDecision)
             return decision
         except WorkflowUpdateFailedError as err:
@@ -265,6 +273,17 @@ class TurnstileClient:
         s = self.settings
         db = Database(s.database_url, readonly_url=s.database_readonly_url)
         return await asyncio.to_thread(read_transcript, db, conversation_id)
+
+
+def review_payload(review: ReviewInput) -> RawValue:
+    """The `review` update's payload: its JSON with every character past
+    ASCII escaped, so text no UTF-8 encoder takes (a lone surrogate, as a
+    JSON escape or a command line's undecodable bytes carry it) reaches the
+    turn as it was given, which refuses the decision and audits it
+    (docs/identity.md), instead of failing here or arriving changed."""
+    data = json.dumps(review.model_dump(), ensure_ascii=True, separators=(",", ":"),
+                      default=to_jsonable_python)
+    return RawValue(Payload(metadata={"encoding": b"json/plain"}, data=data.encode("ascii")))
 
 
 def _ids(wf: WorkflowExecution) -> dict[str, Any]:

@@ -5,30 +5,42 @@
     python -m turnstile.db query-window DAYS|off
                                       # PostgreSQL: how many days of sales the query tool's
                                       # role sees (row-level security; 90 after migrating)
+    python -m turnstile.db stubs DIR  # for a release before 0.4.0: write stubs of this
+                                      # code's newer revisions into its migrations' DIR
+                                      # (turnstile/migrations/versions), so it starts on the
+                                      # schema this code migrated (compatible revisions only)
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import re
 import sys
 from collections.abc import Sequence
+from pathlib import Path
+
+from alembic.script import ScriptDirectory
 
 from turnstile.runtime.apps import App, AppLoadError, load_apps, tables_by_app
 from turnstile.runtime.config import Settings
 from turnstile.stores.db import Database
 from turnstile.stores.engines import dispose_engines
-from turnstile.stores.schema import current, head_revision, upgrade
+from turnstile.stores.schema import alembic_config, current, head_revision, upgrade
+from turnstile.stores.schema_window import NewerSchema, stubs_for
 
 
 def main(argv: list[str] | None = None, apps: Sequence[App] | None = None) -> int:
     """`apps`: whose tables `upgrade` makes and grants privileges on
     (None: TURNSTILE_APPS, as the worker serves them)."""
     parser = argparse.ArgumentParser(prog="python -m turnstile.db", description=__doc__)
-    parser.add_argument("command", choices=["upgrade", "current", "query-window"])
+    parser.add_argument("command", choices=["upgrade", "current", "query-window", "stubs"])
     parser.add_argument("days", nargs="?", default=None,
-                        help="query-window: a number of days, or `off` (every row)")
+                        help="query-window: a number of days, or `off` (every row); "
+                             "stubs: the older install's turnstile/migrations/versions")
     args = parser.parse_args(argv)
+    if args.command == "stubs":
+        return _stubs(args.days)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     settings = Settings.from_env()
     db = Database(settings.database_url, readonly_url=settings.database_readonly_url)
@@ -42,7 +54,11 @@ def main(argv: list[str] | None = None, apps: Sequence[App] | None = None) -> in
                 sys.stderr.write(f"error: {exc}\n")
                 return 2
             before = current(db)
-            after = upgrade(db, apps=tables_by_app(served))
+            try:
+                after = upgrade(db, apps=tables_by_app(served))
+            except NewerSchema as exc:
+                sys.stderr.write(f"error: {exc}\n")
+                return 2
             sys.stdout.write(
                 f"database ({db.dialect}) upgraded: {before or 'no revision'} -> {after}\n")
         else:
@@ -50,6 +66,28 @@ def main(argv: list[str] | None = None, apps: Sequence[App] | None = None) -> in
                              f"newest {head_revision()}\n")
     finally:
         dispose_engines()
+    return 0
+
+
+def _stubs(directory: str | None) -> int:
+    """Stubs of this code's revisions an older install lacks (schema_window)."""
+    if directory is None or not Path(directory).is_dir():
+        sys.stderr.write("stubs takes the older install's turnstile/migrations/versions "
+                         "directory\n")
+        return 2
+    target = Path(directory)
+    theirs = [m.group(1) for path in target.glob("*.py")
+              if (m := re.search(r'^revision = ["\']([^"\']+)["\']', path.read_text(), re.M))]
+    try:
+        stubs = stubs_for(ScriptDirectory.from_config(alembic_config()), theirs)
+    except NewerSchema as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        return 2
+    for name, source in sorted(stubs.items()):
+        (target / name).write_text(source)
+        sys.stdout.write(f"wrote {target / name}\n")
+    if not stubs:
+        sys.stdout.write("nothing to write: it knows every revision of this code\n")
     return 0
 
 

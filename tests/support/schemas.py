@@ -10,13 +10,18 @@ import sqlalchemy as sa
 from turnstile.stores.db import Database
 from turnstile.stores.engines import engine_for
 
+# The migrator's own tables (Alembic's revision, turnstile.stores.schema_window's
+# records), not the schema a revision makes.
+BOOKKEEPING = frozenset({"alembic_version", "schema_revision"})
+
 
 def schema_of(db: Database) -> dict[str, Any]:
-    """Tables, columns (type, nullability, default), keys and indexes."""
+    """Tables, columns (type, nullability, default), keys and indexes (the
+    migrator's bookkeeping left out)."""
     with engine_for(db.url).connect() as conn:
         insp = sa.inspect(conn)
         out: dict[str, Any] = {}
-        for table in sorted(set(insp.get_table_names()) - {"alembic_version"}):
+        for table in sorted(set(insp.get_table_names()) - BOOKKEEPING):
             out[table] = {
                 "columns": [(c["name"], str(c["type"]), c["nullable"],
                              str(c.get("default")).replace("'", "").lower())

@@ -51,6 +51,7 @@ from turnstile.engine.errors import (
     ToolArgumentError,
 )
 from turnstile.engine.masking import mask_json_text
+from turnstile.engine.messages import ToolCall
 from turnstile.runtime.services import Service
 from turnstile.runtime.tools import (
     Tool,
@@ -170,7 +171,6 @@ class ToolActivities(Activities):
             raise
 
     async def _execute(self, req: ToolExecInput) -> ToolOutcome:
-        wf_id, chain = turn_workflow_id(), req.execution_chain
         call = ran_call(req.call, req.approval)  # checked again below, as the model's would be
         service = self.rt.services.get(req.service)
         tool = await find_tool(service, call.name, LISTING_HEARTBEAT_SECONDS)
@@ -184,6 +184,16 @@ class ToolActivities(Activities):
             return await self._finish(req, str(exc), CallStatus.INVALID_ARGUMENTS, True,
                                       error=str(exc))
 
+        outcome = await self._claimed(req, tool, args, call)
+        if outcome.status is CallStatus.COMPLETED and not outcome.is_error:
+            # What the repeat breaker compares (turnstile.engine.equivalence).
+            outcome.repeat_key = tool.repeat_key(args)
+        return outcome
+
+    async def _claimed(self, req: ToolExecInput, tool: Tool, args: BaseModel,
+                       call: ToolCall) -> ToolOutcome:
+        """Claim the validated call in the ledger and run it (or replay how it ended)."""
+        wf_id, chain = turn_workflow_id(), req.execution_chain
         entry = await self.rt.db.call(
             self.rt.journal.begin, Start(workflow_id=wf_id, chain=chain,
                                          conversation_id=req.conversation_id,

@@ -198,17 +198,20 @@ async def review(turns: TurnstileClient, workflow_id: str, approved: bool,
                  arguments: dict[str, object] | None = None, digest: str | None = None) -> int:
     """`approve`/`reject` through the `review` update (turnstile.client): print
     the decision that took effect, or the refusal and its reason (exit 1) —
-    never "sent". `arguments`: the reviewer's complete edited arguments;
+    never "sent" (a reviewer name that is no identity, a lone surrogate from
+    undecodable argv bytes included, is refused by the turn and audited).
+    `arguments`: the reviewer's complete edited arguments;
     `digest`: the pending call's arguments_digest the reviewer saw."""
     verb = "approve" if approved else "reject"
+    shown = call_id.encode("utf-8", "backslashreplace").decode("utf-8")  # argv's surrogates
     try:
         taken = await turns.review(workflow_id, call_id, approved, reviewer, note,
                                    arguments=arguments, arguments_digest=digest)
     except ApprovalRefused as err:
-        out(f"{verb} refused for {call_id}: {err.reason}")
+        out(f"{verb} refused for {shown}: {err.reason}")
         return 1
     except TurnNotFound as err:  # no such turn, or it has ended
-        out(f"{verb} refused for {call_id}: {err}")
+        out(f"{verb} refused for {shown}: {err}")
         return 1
     verdict = ("approved with edits" if taken.arguments is not None else "approved"
                ) if taken.approved else "rejected"

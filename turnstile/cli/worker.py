@@ -45,6 +45,7 @@ from turnstile.runtime.tracing import interceptors as tracing_interceptors, setu
 from turnstile.runtime.upgrade import older_turns, refusal
 from turnstile.runtime.versioning import deployment_of, settle_current
 from turnstile.stores.schema import upgrade
+from turnstile.stores.schema_window import NewerSchema
 from turnstile.temporal_plugin import sandbox_passthrough
 from turnstile.workflows import AgentTurn
 from turnstile.workflows.agent_turn import FAILS_THE_TURN
@@ -120,6 +121,9 @@ def build_worker(client: Client, rt: Runtime, **overrides: object) -> Worker:
 
 # Exit status when an app or plugin cannot be loaded (turnstile.runtime.apps).
 EXIT_BAD_APP = 2
+# Exit status when the database is at a newer revision older code may not run
+# on (turnstile.stores.schema_window).
+EXIT_NEWER_SCHEMA = 2
 
 
 def apps(settings: Settings | None = None) -> list[App]:
@@ -245,6 +249,9 @@ def main(argv: list[str] | None = None) -> None:
     except AppLoadError as exc:  # one line, not a traceback
         log.error("%s", exc)
         raise SystemExit(EXIT_BAD_APP) from None
+    except NewerSchema as exc:  # one line naming the revision
+        log.error("%s", exc)
+        raise SystemExit(EXIT_NEWER_SCHEMA) from None
 
 
 if __name__ == "__main__":

@@ -20,15 +20,9 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from turnstile.engine import identity, identity_lowercased
 from turnstile.engine.contract import ApprovalDecision
-from turnstile.engine.identity import (
-    canonical,
-    is_listed,
-    legacy_name_key,
-    name_problem,
-    prepared,
-    same_person,
-)
+from turnstile.engine.identity import legacy_name_key, prepared
 from turnstile.engine.messages import ToolCall
 
 ANY_TOOL = "*"
@@ -59,7 +53,11 @@ class NameRule(Enum):
 
     SPELLING = "spelling"  # before v0.3: as typed, trimmed
     NFKC = "nfkc"  # v0.3: NFKC, case-folded (identity.legacy_name_key)
-    STANDARD = "standard"  # v0.4: RFC 8265 + UTS #39 (turnstile.engine.identity)
+    # RFC 8265 + UTS #39 of the lower-cased name (identity_lowercased): turns
+    # begun before revision 4
+    STANDARD = "standard"
+    CASE_BLIND = "case-blind"  # the skeleton in every case, text only (identity): revision 4
+
 
 
 def approval_refusal(policy: ApprovalPolicy, *, tool: str, reviewer: str,
@@ -67,27 +65,42 @@ def approval_refusal(policy: ApprovalPolicy, *, tool: str, reviewer: str,
                      rule: NameRule | None = None) -> str | None:
     """Why `reviewer` may not decide a call of `tool` requested by `requester`;
     None when they may. Names are compared by `rule` (default: today's,
-    turnstile.engine.identity: the requester or anyone confusable with them
-    may not decide, an approver list admits equal identities only);
-    `by_identity=False` is the exact-spelling rule of turns that decided
-    before identities (their replay)."""
-    rule = rule or (NameRule.STANDARD if by_identity else NameRule.SPELLING)
+    turnstile.engine.identity: a name that is no identity decides nothing,
+    the requester or anyone confusable with them in any case may not decide,
+    an approver list admits equal identities only); the earlier rules are
+    kept for the replay of turns that decided by them (`by_identity=False`:
+    the exact spelling of turns that decided before identities)."""
+    rule = rule or (NameRule.CASE_BLIND if by_identity else NameRule.SPELLING)
     shown = repr(reviewer.strip()).encode("ascii", "backslashreplace").decode("ascii")
     allowed = policy.reviewers.get(tool, policy.reviewers.get(ANY_TOOL))
     not_listed = (f"{shown} is not an approver of {tool} "
                   f"(approvers: {', '.join(allowed or []) or 'none'})")
-    if rule is NameRule.STANDARD:
-        if not prepared(reviewer):
+    if rule is NameRule.CASE_BLIND:
+        if not prepared(reviewer) and identity.not_text(reviewer) is None:
             return "a decision needs a named reviewer"
-        problem = name_problem(reviewer)
+        problem = identity.name_problem(reviewer)
         if problem:
             return f"{shown} is {problem}"
-        if same_person(reviewer, requester) and not policy.allow_self_approval:
-            if canonical(reviewer) == canonical(requester):
+        if identity.same_person(reviewer, requester) and not policy.allow_self_approval:
+            if identity.is_listed(reviewer, [requester]):
+                return f"{shown} requested this call and may not decide it"
+            return (f"{shown} is confusable with the requester {_shown(requester)} and "
+                    "may not decide this call")
+        if allowed is not None and not identity.is_listed(reviewer, allowed):
+            return not_listed
+        return None
+    if rule is NameRule.STANDARD:  # as turns begun before revision 4 decided
+        if not prepared(reviewer):
+            return "a decision needs a named reviewer"
+        problem = identity_lowercased.name_problem(reviewer)
+        if problem:
+            return f"{shown} is {problem}"
+        if identity_lowercased.same_person(reviewer, requester) and not policy.allow_self_approval:
+            if identity_lowercased.canonical(reviewer) == identity_lowercased.canonical(requester):
                 return f"{shown} requested this call and may not decide it"
             return (f"{shown} is confusable with the requester {requester!r} and may not "
                     "decide this call")
-        if allowed is not None and not is_listed(reviewer, allowed):
+        if allowed is not None and not identity_lowercased.is_listed(reviewer, allowed):
             return not_listed
         return None
     key = legacy_name_key if rule is NameRule.NFKC else str.strip
@@ -99,6 +112,10 @@ def approval_refusal(policy: ApprovalPolicy, *, tool: str, reviewer: str,
     if allowed is not None and name not in {key(a) for a in allowed}:
         return not_listed
     return None
+
+
+def _shown(name: str) -> str:
+    return repr(name).encode("ascii", "backslashreplace").decode("ascii")
 
 
 class OutboundPolicy(BaseModel):

@@ -54,6 +54,7 @@ class Breakers:
     disabled: set[str] = field(default_factory=set)
     # Completed calls by repeat key (turnstile.engine.repeats.repeat_key).
     completed: dict[str, RanCall] = field(default_factory=dict)
+    completed_tools: set[str] = field(default_factory=set)  # tools with a completed call
     repeats: int = 0  # calls the repeat breaker settled in this turn
 
     def before_round(self, names: list[str]) -> None:

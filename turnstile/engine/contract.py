@@ -218,6 +218,20 @@ class SteerSignal(BaseModel):
     user_id: str
 
 
+class SimilarEffect(BaseModel):
+    """An earlier call of the conversation that looks like the one waiting for
+    a reviewer (same tool, a review field equal by the tool's equivalence, or
+    the same effect): what a reviewer must know before approving another."""
+
+    tool_name: str
+    tool_call_id: str
+    at: str  # when its result was recorded (ISO 8601, UTC)
+    status: str  # its outcome (a CallStatus value: completed, interrupted, ...)
+    arguments: Any  # masked (turnstile.engine.masking)
+    this_turn: bool = False  # made by the turn that waits (else an earlier turn)
+    same_effect: bool = False  # equal by meaning (the repeat breaker's key)
+
+
 class PendingApproval(BaseModel):
     tool_call_id: str
     tool_name: str
@@ -234,6 +248,9 @@ class PendingApproval(BaseModel):
     # Why the call waits when its tool asks for approval by condition
     # (`@tool(approval=...)`): the condition's words. None: the tool always asks.
     reason: str | None = None
+    # Earlier effects of the conversation that look alike (newest first; within
+    # the service's `similar_effects_window_seconds`): docs/approvals.md.
+    similar_effects: list[SimilarEffect] = Field(default_factory=list)
 
 
 class ApprovalDecision(BaseModel):

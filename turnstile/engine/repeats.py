@@ -1,14 +1,21 @@
-"""The repeat breaker (docs/design.md, "Circuit breakers"): no repeated side
-effects from the model.
+"""The repeat breaker (docs/design.md, "Circuit breakers"; docs/semantics.md):
+no repeated side effects from the model.
 
 A small model may call the same tool with the same arguments again and
 again (issue 36: `createEmailTask` 15 times, 14 identical e-mails sent). Once
-a call has completed in a turn, a later call of the same tool with identical
-arguments (compared as canonical JSON: key order and spacing do not count)
-is not run and not sent to a reviewer: its result tells the model that the
-call already ran and what it returned. Outcome `repeated`, `is_error` false
-(the effect the model asked for exists; an error would invite another try),
-audit status `REPEATED`.
+a call has completed in a turn, a later call of the same tool with the same
+arguments is not run and not sent to a reviewer: its result tells the model
+that the call already ran and what it returned. "The same" is by meaning
+from revision 5 (issue 48): the validated call's comparison key
+(turnstile.engine.equivalence: defaults filled in, strings NFC and trimmed,
+the tool's declared equivalences such as e-mail addresses without case and
+lists as sets), which the activity that validates the call computes and
+history records (`ReviewedCall.repeat_key`, `ToolOutcome.repeat_key`).
+Turns begun earlier compare canonical JSON (key order and spacing do not
+count), and so does the check that needs no activity: a call identical as
+JSON to one that completed is a repeat without being validated again.
+Outcome `repeated`, `is_error` false (the effect the model asked for
+exists; an error would invite another try), audit status `REPEATED`.
 
 It applies to every tool unless the tool is declared `repeatable` (a read or
 a status check, whose second call may answer differently) or the service's
@@ -16,7 +23,8 @@ a status check, whose second call may answer differently) or the service's
 (`repeat_identical=False`, or `enabled=False` for every breaker). Note that
 `idempotent` does not exempt a tool: it means the same *call* (call id) may
 run twice, not that a second call with a new id changes nothing. Of two
-identical calls in one response, the later waits for the earlier's result
+identical calls in one response (from revision 5: calls with the same
+validated key), the later waits for the earlier's result
 (workflows/tool_round.py) and is a repeat of it if it completed.
 
 A model that repeats again after being told (`ANSWER_AFTER` repeats in a
@@ -45,6 +53,13 @@ REPEATED_TEXT = (
     "{call_id}) and succeeded, so its effect exists once. What it returned: {preview} "
     "Do not call {name} again with the same arguments; go on with the next step, or "
     "answer the user.")
+# A repeat by meaning (revision 5): the arguments differ only in ways that do
+# not change the effect (case of an address, spacing, order of a set, ...).
+REPEATED_BY_MEANING_TEXT = (
+    "Not run again: {name} already ran in this turn with arguments that mean the same "
+    "(call {call_id}; they differ only in case, spacing, order or defaults) and succeeded, "
+    "so its effect exists once. What it returned: {preview} Do not call {name} again for "
+    "the same effect; go on with the next step, or answer the user.")
 
 
 # After this many repeats in a turn the model is stuck on a call it was told
@@ -86,16 +101,41 @@ def earlier_run(breakers: Breakers, tool: ToolSpec | None, name: str,
     return None if key is None else breakers.completed.get(key)
 
 
-def remember(breakers: Breakers, name: str, arguments: list[str], ran: RanCall) -> None:
+def needs_validated_key(breakers: Breakers, tool: ToolSpec | None, name: str,
+                        in_round: int) -> bool:
+    """From revision 5: must this call be validated (review_call) before it
+    runs, for its comparison key? When the breaker applies and a call it could
+    repeat exists: its tool completed a call in this turn, or the response
+    holds `in_round` > 1 calls of it. (A call that needs approval is validated
+    anyway.)"""
+    return (guarded(tool, breakers.policy) and not breakers.is_disabled(name)
+            and (name in breakers.completed_tools or in_round > 1))
+
+
+def earlier_by_key(breakers: Breakers, tool: ToolSpec | None, key: str) -> RanCall | None:
+    """The call of this turn that completed with the same validated key."""
+    if not key or not guarded(tool, breakers.policy):
+        return None
+    return breakers.completed.get(key)
+
+
+def remember(breakers: Breakers, name: str, arguments: list[str], ran: RanCall,
+             keys: tuple[str, ...] = ()) -> None:
     """A call completed: later calls with any of `arguments` (the model's, and a
-    reviewer's edited ones it ran with) are repeats of it. The first stays."""
+    reviewer's edited ones it ran with), or with any of the validated `keys`,
+    are repeats of it. The first stays."""
     for args in arguments:
         key = repeat_key(name, args)
         if key is not None:
             breakers.completed.setdefault(key, ran)
+    for key in keys:
+        if key:
+            breakers.completed.setdefault(key, ran)
+    breakers.completed_tools.add(name)
 
 
-def repeated_text(name: str, earlier: RanCall) -> str:
+def repeated_text(name: str, earlier: RanCall, by_meaning: bool = False) -> str:
     """The result the model reads for a call the breaker did not run."""
-    return REPEATED_TEXT.format(name=name, call_id=earlier.call_id,
-                                preview=earlier.preview or "(no text)")
+    text = REPEATED_BY_MEANING_TEXT if by_meaning else REPEATED_TEXT
+    return text.format(name=name, call_id=earlier.call_id,
+                       preview=earlier.preview or "(no text)")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from turnstile.engine.contract import ApprovalDecision, CallStatus, RollbackCause
+from turnstile.engine.contract import ApprovalDecision, CallStatus, RollbackCause, SimilarEffect
 from turnstile.engine.messages import ToolCall
 
 
@@ -26,11 +26,17 @@ class ToolExecInput(BaseModel):
 class ReviewCallInput(BaseModel):
     service: str
     call: ToolCall
-    # A tool whose approval depends on what it sees (ToolSpec.approval_condition):
-    # the turn's conversation and user, for the condition's ToolContext. Left
-    # out of the serialized form when empty (every other call's input).
+    # The turn's conversation: for a tool whose approval depends on what it
+    # sees (ToolSpec.approval_condition), and from revision 5
+    # (turnstile.engine.versions) the conversation whose earlier effects are
+    # searched for ones that look alike (`similar`: the call may wait for a
+    # reviewer); the user (the condition's ToolContext); the turn's workflow id
+    # and chain (its own calls are marked `this_turn`). Left out at their defaults.
     conversation_id: str = Field(default="", exclude_if=lambda v: not v)
     user_id: str = Field(default="", exclude_if=lambda v: not v)
+    similar: bool = Field(default=False, exclude_if=lambda v: not v)
+    workflow_id: str = Field(default="", exclude_if=lambda v: not v)
+    execution_chain: str = Field(default="", exclude_if=lambda v: not v)
 
 
 class ReviewedCall(BaseModel):
@@ -47,6 +53,12 @@ class ReviewedCall(BaseModel):
     # not hold, and the call runs at once. Recorded in the turn's history, so
     # a replay takes the same path whatever the condition would say now.
     reason: str | None = Field(default=None, exclude_if=lambda v: v is None)
+    # The validated call's comparison key (turnstile.engine.equivalence; ""
+    # for a repeatable tool and before revision 5): what the repeat breaker compares.
+    repeat_key: str = Field(default="", exclude_if=lambda v: not v)
+    # Earlier effects of the conversation that look alike, masked (when asked).
+    similar_effects: list[SimilarEffect] = Field(default_factory=list,
+                                                 exclude_if=lambda v: not v)
 
 
 class ToolOutcome(BaseModel):
@@ -55,6 +67,9 @@ class ToolOutcome(BaseModel):
     status: CallStatus
     is_error: bool
     preview: str  # bounded; the full result is in memory
+    # The comparison key of the validated arguments the call ran with
+    # (turnstile.engine.equivalence): a completed call's, "" otherwise.
+    repeat_key: str = Field(default="", exclude_if=lambda v: not v)
 
 
 class CompensateInput(BaseModel):

@@ -52,6 +52,20 @@ revision.
   `TurnstileService`) once `begin_turn` has returned, so a running turn is
   found by conversation, user or service from its start (one upsert event
   more per turn); earlier revisions publish at approval waits and the end.
+- Revision 4: the turn decides who may decide by today's identity rule
+  alone (turnstile.engine.identity: the skeleton in every case; a name that
+  is no identity, such as one holding a lone surrogate, decides nothing) and
+  asks no patch for it. A turn begun earlier weighs the earlier rules as it
+  did and, where today's disagrees with them, asks `NAMES_CASE_BLIND`, so a
+  decision it took replays as taken and a new one is taken by today's rule.
+- Revision 5: the repeat breaker compares calls by meaning
+  (turnstile.engine.equivalence): a guarded call is validated by
+  `review_call` before it runs when it needs approval, when its tool already
+  completed a call in the turn, or when its response holds another call of the
+  tool; the key that activity returns (and the one `execute_tool` returns for
+  the arguments it ran) is what the breaker compares, and a reviewer is shown
+  the conversation's earlier effects that look alike (`similar_effects`).
+  Earlier revisions compare raw JSON and replay so.
 """
 
 from __future__ import annotations
@@ -61,11 +75,13 @@ from dataclasses import dataclass
 from turnstile.engine.activity_io import BEGIN_TURN, DESCRIBE_SERVICE
 
 TURN_VERSION = 2
-TURN_REVISION = 3
+TURN_REVISION = 5
 EVENTS_RIDE_ALONG = 1  # the revision from which turn events ride with bookkeeping
 OPENS_IN_BEGIN_TURN = 2  # the revision from which begin_turn runs steps 4 and 5
 CANCEL_ENDS_CANCELLED = 2  # ... and a cancel during an activity ends the turn Canceled
 FINDABLE_AT_START = 3  # the revision from which a turn publishes its search attributes at once
+NAMES_BY_TODAYS_RULE = 4  # the revision from which decisions weigh only today's identity rule
+REPEATS_BY_MEANING = 5  # the revision from which the repeat breaker compares validated calls
 
 
 
@@ -92,6 +108,14 @@ class Revision:
     def findable_at_start(self) -> bool:
         return self.number >= FINDABLE_AT_START
 
+    @property
+    def names_by_todays_rule(self) -> bool:
+        return self.number >= NAMES_BY_TODAYS_RULE
+
+    @property
+    def repeats_by_meaning(self) -> bool:
+        return self.number >= REPEATS_BY_MEANING
+
 
 # The first activity (or local activity) each version schedules.
 OPENINGS: dict[str, int] = {DESCRIBE_SERVICE: 1, BEGIN_TURN: 2}
@@ -109,9 +133,16 @@ TURN_INPUT_DOOR = "turn-input-door"
 NAMES_AS_IDENTITIES = "names-as-identities"
 
 # Names compared by RFC 8265 and UTS #39's confusable skeleton
-# (turnstile.engine.identity, v0.4) rather than by v0.3's NFKC key. Asked
+# (turnstile.engine.identity_lowercased) rather than by v0.3's NFKC key. Asked
 # only when the two rules disagree about a decision (e.g. a Cyrillic "а").
 NAMES_BY_STANDARD = "names-by-standard"
+
+# Names compared case-blind and script-aware, and only names that are
+# identities decide (turnstile.engine.identity, revision 4): `ТОМ` (Cyrillic
+# capitals) is `tom`, `b\ud800ob` decides nothing. In turns begun before
+# revision 4, asked only when this rule and the earlier ones disagree about a
+# decision (from revision 4 it is the only rule, and nothing is asked).
+NAMES_CASE_BLIND = "names-case-blind"
 
 # A decision that arrives in the same activation as its approval deadline
 # stands (the deadline used to overwrite it). Asked only in that case.

@@ -19,7 +19,9 @@ import logging
 import secrets
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
+import uvicorn
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.applications import Starlette
 from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
@@ -31,11 +33,14 @@ from starlette.staticfiles import StaticFiles
 from turnstile.client import ApprovalRefused, PendingApprovalView, TurnNotFound, TurnstileClient
 from turnstile.engine.contract import ApprovalDecision
 from turnstile.engine.identity import name_problem
+from turnstile.engine.masking import mask_text
 from turnstile.engine.turn_input_rules import id_problem
 from turnstile.inbox import records
 from turnstile.inbox.security import (
     COOKIE,
     LOGIN_COOKIE,
+    LOGIN_SECONDS,
+    SESSION_COOKIE,
     Identity,
     InboxSecurity,
     check_host,
@@ -44,6 +49,7 @@ from turnstile.inbox.security import (
 from turnstile.inbox.views import (
     EditProblem,
     as_json,
+    call_url,
     changed_fields,
     edited_arguments,
     fields,
@@ -54,13 +60,16 @@ from turnstile.inbox.views import (
 from turnstile.runtime.config import Settings
 from turnstile.stores.db import Database
 
-__all__ = ["build_app", "serve", "shown_arguments"]
+__all__ = ["build_app", "serve", "server", "shown_arguments"]
 
 log = logging.getLogger(__name__)
 HERE = Path(__file__).parent
 TEMPLATES = Environment(loader=FileSystemLoader(HERE / "templates"),
                         autoescape=select_autoescape(default=True, default_for_string=True))
 TEMPLATES.filters["utc"] = utc_text
+TEMPLATES.globals["call_url"] = call_url
+# One path segment, "/" and "." included: no id can leave its segment.
+TEMPLATES.filters["segment"] = lambda text: quote(str(text), safe="").replace(".", "%2E")
 
 
 class Headers(BaseHTTPMiddleware):
@@ -70,6 +79,15 @@ class Headers(BaseHTTPMiddleware):
         request.state.nonce = secrets.token_urlsafe(16)
         response = await call_next(request)
         response.headers.update(security_headers(request.state.nonce))
+        identity = getattr(request.state, "identity", None)
+        security: InboxSecurity = request.app.state.inbox.security
+        if (isinstance(identity, Identity) and identity.session is not None
+                and identity.session.fresh and security.header
+                and not getattr(request.state, "logged_out", False)):
+            # Header mode: the browser's session (its forms' CSRF tokens), made on
+            # its first page and kept for TURNSTILE_INBOX_SESSION_HOURS.
+            response.set_cookie(SESSION_COOKIE, security.session_cookie(identity.session),
+                                **security.cookie_options(request))
         return response
 
 
@@ -89,6 +107,11 @@ class Inbox:
 
     def render(self, request: Request, name: str, status: int = 200,
                **context: Any) -> HTMLResponse:
+        identity = getattr(request.state, "identity", None)
+        csrf = ""
+        if isinstance(identity, Identity) and identity.session and identity.name:
+            csrf = self.security.csrf(identity.session, identity.name)
+        context.setdefault("csrf", csrf)
         body = TEMPLATES.get_template(name).render(
             header=self.header, web_ui=self.settings.web_ui_url,
             namespace=self.settings.temporal_namespace,
@@ -160,7 +183,7 @@ class Inbox:
         rows = await self._read(records.recent_decisions, 100, text)
         return self.render(request, "decided.html", reviewer=reviewer, rows=rows, q=text)
 
-    # -- login (development) ---------------------------------------------------
+    # -- login (development) and logout ---------------------------------------
     async def login(self, request: Request) -> Response:
         if self.header:
             return self.render(request, "message.html", 404, title="No login here",
@@ -169,14 +192,20 @@ class Inbox:
         if request.method == "GET":
             nonce = secrets.token_hex(16)
             page = self.render(request, "login.html", error=None, reviewer=current,
-                               csrf=self.security.login_token(nonce))
-            page.set_cookie(LOGIN_COOKIE, nonce, httponly=True, samesite="strict")
+                               login_csrf=self.security.login_token(nonce))
+            page.set_cookie(LOGIN_COOKIE, nonce,
+                            **self.security.cookie_options(request, LOGIN_SECONDS))
             return page
         form = await request.form()
         if not self.security.login_ok(request, str(form.get("csrf", ""))):
-            return self.render(request, "message.html", 403, title="Refused",
-                               text="The login form's token does not match (CSRF): "
-                                    "open the login page again.")
+            text = ("The login form's token does not match (CSRF): open the login page again.")
+            if LOGIN_COOKIE not in request.cookies and self.security.secure(request) and (
+                    request.url.scheme == "http"):
+                text = ("The login form's cookie did not come back: over plain http from "
+                        "another machine the inbox's cookies are Secure (a browser sends them "
+                        "over https only). Serve the inbox over https, or set "
+                        "TURNSTILE_INBOX_SECURE_COOKIE=false (docs/inbox.md).")
+            return self.render(request, "message.html", 403, title="Refused", text=text)
         name = str(form.get("name", "")).strip()
         # A name the identity rule refuses could decide nothing (docs/identity.md).
         problem = id_problem("name", name) or (
@@ -184,32 +213,64 @@ class Inbox:
         if problem:
             nonce = request.cookies.get(LOGIN_COOKIE, "")
             return self.render(request, "login.html", 400, error=problem, reviewer=current,
-                               csrf=self.security.login_token(nonce))
+                               login_csrf=self.security.login_token(nonce))
         response = RedirectResponse("/", status_code=303)
-        response.set_cookie(COOKIE, self.security.login_cookie(name), httponly=True,
-                            samesite="strict")
-        response.delete_cookie(LOGIN_COOKIE)
+        # A new session (a new random id, so a new CSRF token) at every login.
+        response.set_cookie(COOKIE, self.security.session_cookie(
+            self.security.new_session(name)), **self.security.cookie_options(request))
+        response.delete_cookie(LOGIN_COOKIE, path="/", secure=self.security.secure(request),
+                               httponly=True, samesite="strict")
+        return response
+
+    async def logout(self, request: Request) -> Response:
+        identity = self.security.identify(request)
+        form = {k: str(v) for k, v in (await request.form()).items()}
+        if identity.name is not None and not self.security.csrf_ok(identity,
+                                                                    form.get("csrf", "")):
+            return self.render(request, "message.html", 403, title="Refused",
+                               text="The form's token does not match (CSRF).")
+        request.state.logged_out = True
+        response = RedirectResponse("/" if self.header else "/login", status_code=303)
+        for name in (COOKIE, SESSION_COOKIE, LOGIN_COOKIE):
+            response.delete_cookie(name, path="/", secure=self.security.secure(request),
+                                   httponly=True, samesite="strict")
         return response
 
     # -- one call ----------------------------------------------------------------
+    async def old_call_link(self, request: Request) -> Response:
+        """`/calls/{workflow_id}/{tool_call_id}` (links of v0.4): to the call's
+        page, whose ids are query parameters (docs/inbox.md)."""
+        return RedirectResponse(call_url(request.path_params["workflow_id"],
+                                         request.path_params["tool_call_id"]),
+                                status_code=303)
+
     async def call(self, request: Request) -> Response:
-        workflow_id = request.path_params["workflow_id"]
-        call_id = request.path_params["tool_call_id"]
+        workflow_id = request.query_params.get("workflow", "")
+        call_id = request.query_params.get("call", "")
         reviewer, refused = self.who(request)
         if refused:
             return refused
         assert reviewer is not None
+        if not workflow_id or not call_id:
+            return self.render(request, "message.html", 400, title="Which call?",
+                               text="A call's page needs ?workflow=ID&call=ID.",
+                               reviewer=reviewer)
         client = await self.client()
         context: dict[str, Any] = {"form": {}}
         status = 200
         if request.method == "POST":
             form = {k: str(v) for k, v in (await request.form()).items()}
-            if not self.security.csrf_ok(reviewer, form.get("csrf", "")):
+            if not self.security.csrf_ok(self.security.identify(request), form.get("csrf", "")):
                 return self.render(request, "message.html", 403, title="Refused",
-                                   text="The form's token does not match (CSRF).")
+                                   text="The form's token does not match (CSRF): open the "
+                                        "call's page again.", reviewer=reviewer)
             status = await self._decide(client, workflow_id, call_id, reviewer, form, context)
         view = await client.pending_approval(workflow_id, call_id)
         if view is not None:
+            # What the user asked and the turn's notes: masked as the audit log masks.
+            view = view.model_copy(update={
+                "message": None if view.message is None else mask_text(view.message),
+                "notes": [mask_text(n) for n in view.notes]})
             shown = shown_arguments(view.arguments, view.highlights)
             context.update(fields=fields(shown, view.highlights), arguments_json=as_json(shown),
                            messages=await self._read(records.recent_messages,
@@ -219,8 +280,7 @@ class Inbox:
         if "decision" in context:
             context["next_call"] = await self._next_call(client, reviewer, workflow_id, call_id)
         return self.render(request, "call.html", status, reviewer=reviewer, view=view,
-                           workflow_id=workflow_id, tool_call_id=call_id,
-                           csrf=self.security.csrf(reviewer), **context)
+                           workflow_id=workflow_id, tool_call_id=call_id, **context)
 
     async def _decide(self, client: TurnstileClient, workflow_id: str, call_id: str,
                       reviewer: str, form: dict[str, str], context: dict[str, Any]) -> int:
@@ -262,9 +322,11 @@ def build_app(settings: Settings | None = None, client: TurnstileClient | None =
         Route("/rows", inbox.rows),
         Route("/decided", inbox.decided),
         Route("/login", inbox.login, methods=["GET", "POST"]),
-        # A workflow id may hold "/" (the default embeds the conversation id):
-        # the path converter takes all of it up to the last segment, the call id.
-        Route("/calls/{workflow_id:path}/{tool_call_id}", inbox.call, methods=["GET", "POST"]),
+        Route("/logout", inbox.logout, methods=["POST"]),
+        # A workflow id may hold anything ("/", "..", "%2F"): the ids are query
+        # parameters, which no browser or proxy normalises (views.call_url).
+        Route("/call", inbox.call, methods=["GET", "POST"]),
+        Route("/calls/{workflow_id:path}/{tool_call_id}", inbox.old_call_link),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ])
     app.add_middleware(Headers)
@@ -272,10 +334,21 @@ def build_app(settings: Settings | None = None, client: TurnstileClient | None =
     return app
 
 
+def server(app: Starlette, host: str = "127.0.0.1", port: int = 8234,
+           log_level: str = "info") -> uvicorn.Server:
+    """The inbox's uvicorn server, as `serve` runs it (and the tests do).
+
+    uvicorn's proxy-header handling is off: by default it rewrites the
+    request's peer from `X-Forwarded-For` for peers in FORWARDED_ALLOW_IPS
+    (127.0.0.1), which would let anyone on this host choose the address the
+    trusted-proxy check sees. The inbox reads the socket's peer and no
+    forwarded-for header, ever (docs/inbox.md, docs/security.md)."""
+    return uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level=log_level,
+                                         proxy_headers=False, forwarded_allow_ips=""))
+
+
 def serve(host: str = "127.0.0.1", port: int = 8234,
           allow_dev_login_on_network: bool = False) -> None:
-    import uvicorn
-
     app = build_app()
     check_host(host, app.state.inbox.security, allow_dev_login_on_network)
-    uvicorn.run(app, host=host, port=port, log_level="info")
+    server(app, host, port).run()

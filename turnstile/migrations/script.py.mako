@@ -14,6 +14,10 @@ revision = ${repr(up_revision)}
 down_revision = ${repr(down_revision)}
 branch_labels = None
 depends_on = None
+# Can code of the revision before run on this one (turnstile.stores.schema_window)?
+# True only when this revision only adds (tables, nullable or defaulted
+# columns, indexes); say why.
+compatible_with_previous = False
 
 
 def upgrade() -> None:

@@ -92,6 +92,9 @@ class Service:
     approvers: ApproverResolver | None = None  # default: any named reviewer but the requester
     allow_self_approval: bool = False
     outbound: OutboundPolicy = field(default_factory=OutboundPolicy)
+    # A reviewer of an effectful call is shown the conversation's earlier calls
+    # of the tool that look alike from this far back (0: the turn's own only).
+    similar_effects_window_seconds: float = 7 * 24 * 3600.0
     # The model of this service's turns when the worker has none (LLM_BASE_URL
     # unset), instead of the offline demo planner: e.g. a function model
     # (turnstile.testing.FunctionModel) for an offline demo.

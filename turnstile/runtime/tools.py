@@ -33,6 +33,7 @@ from pydantic import (
 )
 
 from turnstile.engine.approvals import OutboundPolicy, outbound_findings
+from turnstile.engine.equivalence import comparison_form, comparison_key
 from turnstile.engine.errors import DuplicateToolError, ToolArgumentError, TurnstileError
 from turnstile.engine.safe_text import safe_text, unsafe_text_at
 from turnstile.engine.specs import (
@@ -42,6 +43,7 @@ from turnstile.engine.specs import (
     RetrySpec,
     ToolSpec,
 )
+from turnstile.stores.effects import made_here
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +82,20 @@ class ToolContext:
     # The tools the call's service offers (empty outside a turn): a result that
     # names a next step names only these (`offers`).
     offered_tools: frozenset[str] = frozenset()
+
+    def made_here(self, idempotency_key: str, conn: Connection | None = None) -> bool:
+        """Is `idempotency_key` (another call's `idempotency_key`, as a tool
+        stored it with the effect it made) a call of this conversation? For a
+        tool that reads or changes an effect by an id: refuse an id this
+        conversation did not make. In a turn, the call's result must be in the
+        conversation's memory (read on `conn`, or a connection of its own);
+        outside a turn (a program calling the tool directly) every key is."""
+        if self.journal_tx is None:
+            return True
+        if conn is not None:
+            return made_here(conn, self.conversation_id, idempotency_key)
+        with self.db.connect() as own:
+            return made_here(own, self.conversation_id, idempotency_key)
 
     def offers(self, tool_name: str) -> bool:
         """Does the service this call runs in offer `tool_name`? A result text
@@ -189,6 +205,17 @@ class Tool:
                 for err in exc.errors(include_url=False)
             )
             raise ToolArgumentError(f"invalid arguments for {self.name}: {problems}") from exc
+
+    def repeat_key(self, args: BaseModel) -> str:
+        """The validated call's comparison key (the repeat breaker compares
+        these; turnstile.engine.equivalence): "" for a repeatable tool."""
+        return "" if self.spec.repeatable else comparison_key(self.name, args)
+
+    def review_forms(self, args: BaseModel) -> dict[str, Any]:
+        """The review fields' comparison forms: calls that share one look alike."""
+        form = comparison_form(args)
+        assert isinstance(form, dict)
+        return {f: form[f] for f in self.spec.review_fields if f in form}
 
     def check_outbound(self, args: BaseModel, policy: OutboundPolicy) -> list[str]:
         """Recipients against the service's allow-list: a refused domain is an

@@ -10,7 +10,9 @@ recorded.
 
 - Deployment name: TURNSTILE_DEPLOYMENT_NAME (default "turnstile").
 - Build id: TURNSTILE_BUILD_ID (default `default_build_id()`: the package
-  version and the turn's command-sequence version and revision).
+  version, the turn's command-sequence version and revision, and a digest of
+  the workflow code — turnstile.runtime.workflow_code —, so two builds whose
+  workflow code differs are never one version).
 - Which version is current is the operator's decision
   (`temporal worker deployment set-current-version`, or ramping). A worker
   makes its own version current only when TURNSTILE_MAKE_CURRENT says so:
@@ -41,6 +43,7 @@ from temporalio.worker import WorkerDeploymentConfig
 from turnstile.engine.contract import WORKFLOW_TYPE
 from turnstile.engine.versions import TURN_REVISION, TURN_VERSION
 from turnstile.runtime.config import Settings
+from turnstile.runtime.workflow_code import workflow_digest
 
 log = logging.getLogger(__name__)
 
@@ -56,8 +59,10 @@ def package_version() -> str:
 
 
 def default_build_id() -> str:
-    """`<package version>-turn<version>.<revision>`, e.g. 0.3.0-turn2.3."""
-    return f"{package_version()}-turn{TURN_VERSION}.{TURN_REVISION}"
+    """`<package version>-turn<version>.<revision>-<workflow code digest>`,
+    e.g. 0.4.0-turn2.3-c6f6c9792a: it changes whenever the workflow code does
+    (turnstile.runtime.workflow_code), whatever the version says."""
+    return f"{package_version()}-turn{TURN_VERSION}.{TURN_REVISION}-{workflow_digest()}"
 
 
 @dataclass(frozen=True)

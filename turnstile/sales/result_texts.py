@@ -47,7 +47,10 @@ def unknown_customers(ctx: ToolContext, unknown: list[str]) -> ToolArgumentError
 def no_task(ctx: ToolContext, task_id: str) -> ToolArgumentError:
     source = ("that createEmailTask returned" if ctx.offers("createEmailTask")
               else "of an existing e-mail task")
-    return ToolArgumentError(f"no e-mail task {task_id}; use the taskId {source}")
+    # The same words for a task of another conversation: whether it exists
+    # there is not this conversation's to know.
+    return ToolArgumentError(f"no e-mail task {task_id} in this conversation; use the taskId "
+                             f"{source}")
 
 
 def explain(task: EmailTask) -> str:

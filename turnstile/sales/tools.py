@@ -12,8 +12,13 @@ idempotent: the same call run twice changes nothing the second time).
 
 The reads (querySalesData, checkEmailConfig, getEmailTaskStatus) are
 `repeatable`: the repeat breaker lets the model ask them again with the same
-arguments; a write called again with identical arguments is not run
-(turnstile.engine.repeats). Every result says what was done and names a next
+arguments; a write called again with the same arguments is not run
+(turnstile.engine.repeats), "the same" by meaning: addresses compare without
+case, customer ids as a set, every text NFC and trimmed
+(turnstile.engine.equivalence markers on the argument types below).
+getEmailTaskStatus and retryEmailTask take only a task this conversation's
+own createEmailTask made (`_own_task`): any other id is "no e-mail task".
+Every result says what was done and names a next
 step only in terms of the tools the call's service offers (`ctx.offers`):
 a service without getEmailTaskStatus is never told to check delivery with it.
 """
@@ -31,7 +36,16 @@ import sqlalchemy as sa
 from pydantic import AfterValidator, BaseModel, Field
 from sqlalchemy.dialects import postgresql, sqlite
 
-from turnstile import Settings, ToolContext, ToolExecutionError, Undo, tool
+from turnstile import (
+    AS_SET,
+    EMAIL_ADDRESS,
+    Connection,
+    Settings,
+    ToolContext,
+    ToolExecutionError,
+    Undo,
+    tool,
+)
 from turnstile.sales import outbox, result_texts as texts
 from turnstile.sales.access import tool_connection, tool_transaction
 from turnstile.sales.outbox import EmailStatus, EmailTask
@@ -78,6 +92,7 @@ EmailAddress = Annotated[
     # 100: email_task.recipient's CHECK (migration 0004) refuses longer ones.
     Field(max_length=100, json_schema_extra={"format": "email"}),
     _matching(_EMAIL, "one e-mail address such as ops@example.com"),
+    EMAIL_ADDRESS,  # the repeat breaker: OPS@Example.com is ops@example.com
 ]
 CustomerId = Annotated[
     str,
@@ -150,7 +165,7 @@ class FollowUpResult(BaseModel):
 @tool(idempotent=True, transactional=True)
 def createFollowUpTask(
     ctx: ToolContext,
-    customerIds: Annotated[list[CustomerId], Field(min_length=1, max_length=100)],
+    customerIds: Annotated[list[CustomerId], Field(min_length=1, max_length=100), AS_SET],
     assignee: OneLine,
     note: Note,
 ) -> FollowUpResult:
@@ -331,8 +346,18 @@ def cancel_email_task(ctx: ToolContext, arguments: Any, result: Any) -> Undo | s
 
 
 def _task(ctx: ToolContext, task_id: str) -> EmailTask:
-    task = outbox.get(ctx.db, task_id, timeout_seconds=ctx.statement_timeout_seconds)
-    if task is None:
+    with tool_connection(ctx.db, None, timeout_seconds=ctx.statement_timeout_seconds) as conn:
+        return _own_task(ctx, conn, task_id)
+
+
+def _own_task(ctx: ToolContext, conn: Connection, task_id: str) -> EmailTask:
+    """Refuse a task id that no createEmailTask call of this conversation made
+    (the task's key is the creating call's idempotency key, and that call's
+    result is in the conversation's memory): one conversation never reads or
+    re-sends another's mail (ToolContext.made_here: a tool called directly,
+    outside a turn, may name any task)."""
+    task = outbox.get_in(conn, task_id)
+    if task is None or not ctx.made_here(task.idempotency_key, conn):
         raise texts.no_task(ctx, task_id)
     return task
 
@@ -349,6 +374,7 @@ def retryEmailTask(ctx: ToolContext, taskId: TaskId) -> EmailTaskView:
     """Re-queue a FAILED e-mail task for immediate delivery. Only FAILED tasks
     can be retried."""
     with tool_transaction(ctx, None) as conn:
+        _own_task(ctx, conn, taskId)
         requeued, task = outbox.requeue_in(conn, taskId)
     if requeued and task is not None:
         return EmailTaskView.of(task)

@@ -12,6 +12,12 @@ nothing to do.
 A database made by v0.1 (its tables, no `alembic_version`) is recognised and
 stamped at revision 0001 (exactly v0.1's schema) before the later revisions
 run; a database holding only some of v0.1's tables is refused, not guessed at.
+
+A database at a revision this code does not know (a newer release migrated
+it) is left as it is when every newer revision is marked compatible with
+older code — the code runs on it, logging that it "runs on a newer schema" —
+and refused with `NewerSchema` otherwise (turnstile.stores.schema_window,
+which also records each revision's mark in the database as it migrates).
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from alembic.script import ScriptDirectory
 from turnstile.engine.errors import ConfigurationError
 from turnstile.stores.db import Database
 from turnstile.stores.engines import READER_ROLE, engine_for
+from turnstile.stores.schema_window import check_window, known_revisions, record
 from turnstile.stores.tables import metadata
 
 log = logging.getLogger(__name__)
@@ -107,19 +114,35 @@ def upgrade(db: Database, revision: str = "head", *, tables: Iterable[sa.Table] 
                 conn.execute(sa.select(sa.func.pg_advisory_xact_lock(_ADVISORY_LOCK)))
             _stamp_v0_1(conn)
             config = alembic_config()
-            config.attributes["connection"] = conn
-            config.attributes["apps"] = None if apps is None else frozenset(apps)
-            command.upgrade(config, revision)
-            if apps is not None and revision == "head":
-                _create_app_tables(conn, apps)
-            if db.dialect == "postgresql":
-                granted = [*metadata.sorted_tables, *tables]
-                _grant_reader(conn, reader_role(db), granted)
-                _grant_tool_roles(conn, granted)
+            scripts = ScriptDirectory.from_config(config)
+            if not _on_newer_schema(conn, scripts):
+                config.attributes["connection"] = conn
+                config.attributes["apps"] = None if apps is None else frozenset(apps)
+                command.upgrade(config, revision)
+                record(conn, scripts, MigrationContext.configure(conn).get_current_revision())
+                if apps is not None and revision == "head":
+                    _create_app_tables(conn, apps)
+                if db.dialect == "postgresql":
+                    granted = [*metadata.sorted_tables, *tables]
+                    _grant_reader(conn, reader_role(db), granted)
+                    _grant_tool_roles(conn, granted)
         now = MigrationContext.configure(conn).get_current_revision()
     if engine is not engine_for(db.url):
         engine.dispose()
     return now
+
+
+def _on_newer_schema(conn: sa.Connection, scripts: ScriptDirectory) -> bool:
+    """Is the database at a revision this code does not know, every newer one
+    compatible (True: leave it as it is)? NewerSchema when one is not."""
+    at = MigrationContext.configure(conn).get_current_revision()
+    if at is None or at in known_revisions(scripts):
+        return False
+    newer = check_window(conn, scripts, at)
+    log.warning("this code (newest revision %s) runs on a newer schema (%s): the revisions "
+                "after it (%s) are marked compatible with older code; nothing migrated",
+                scripts.get_current_head(), at, ", ".join(n.revision for n in reversed(newer)))
+    return True
 
 
 def _create_app_tables(conn: sa.Connection, apps: Mapping[str, Sequence[sa.Table]]) -> None:

@@ -11,13 +11,16 @@ model again, and that call is counted as spent.
 
 Read by `starter.py usage` (`summary`: sums per user, service and model) and
 by the per-user daily token budget (`tokens_since`, TURNSTILE_DAILY_TOKEN_BUDGET),
-through the index `model_usage_person_time (person, recorded_at)`.
+through the indexes `model_usage_person_time (person, recorded_at)`,
+`model_usage_person_upper_time` and `model_usage_person_written_time`.
 
-A user is a person, not a spelling: each row carries `person`, the user id's
-`person_key` (turnstile.engine.identity; migration 0009), and the budget and
-`--user` count every row of that person — `Alice`, `alice` and `аlice` spend
-one budget. Rows a previous release's worker wrote have no `person`; they
-count by their `user_id`, read through the same rule.
+A user is a person, not a spelling: each row carries the user id's three
+person keys (turnstile.engine.identity.person_keys: `person`, in lower case,
+migration 0009; `person_upper` and `person_written`, in capitals and as
+written, migration 0011), and the budget and `--user` count every row one of
+whose keys is one of the user's — `Alice`, `alice`, `аlice` and `ТОМ`'s
+`tom` spend one budget. Rows a previous release's worker wrote have no
+`person_written`; they count by their `user_id`, read through the same rule.
 
 `recorded_at` is ISO-8601 UTC text of one width, as every time the stores
 write (turnstile.stores.memory.now_iso), so a window is a text range.
@@ -33,7 +36,7 @@ from typing import Any, NamedTuple
 
 import sqlalchemy as sa
 
-from turnstile.engine.identity import person_key
+from turnstile.engine.identity import person_keys, same_person
 from turnstile.stores.connection import Connection
 from turnstile.stores.db import Database
 from turnstile.stores.memory import now_iso
@@ -51,15 +54,20 @@ model_usage = sa.Table(
     sa.Column("run_id", sa.Text, nullable=False),
     sa.Column("call_seq", sa.BigInteger, nullable=False),  # the answer's memory slot
     *text_columns("conversation_id", "user_id", "service", "model"),
-    # person_key(user_id) (NULL on rows a previous release's worker wrote).
+    # person_keys(user_id): lower, upper, written (NULL on rows a previous
+    # release's worker wrote: person_written always, person before 0009).
     sa.Column("person", sa.Text),
     sa.Column("prompt_tokens", sa.Integer, nullable=False),
     sa.Column("completion_tokens", sa.Integer, nullable=False),
     sa.Column("recorded_at", sa.Text, nullable=False),
+    sa.Column("person_upper", sa.Text),
+    sa.Column("person_written", sa.Text),
     # A user's tokens in a window (the budget, `starter.py usage --user`).
     sa.Index("model_usage_user_time", "user_id", "recorded_at"),
     # A person's tokens in a window (the budget, `starter.py usage --user`).
     sa.Index("model_usage_person_time", "person", "recorded_at"),
+    sa.Index("model_usage_person_upper_time", "person_upper", "recorded_at"),
+    sa.Index("model_usage_person_written_time", "person_written", "recorded_at"),
 )
 c = model_usage.c
 
@@ -87,11 +95,12 @@ class ModelCall:
 def record(conn: Connection, call: ModelCall, recorded_at: str | None = None) -> bool:
     """Record `call` in the caller's transaction; False when it was recorded
     already (an earlier attempt of the same activity)."""
+    keys = person_keys(call.user_id)
     values: dict[str, Any] = {
         "usage_key": usage_key(call.workflow_id, call.run_id, call.call_seq),
         "workflow_id": call.workflow_id, "run_id": call.run_id, "call_seq": call.call_seq,
         "conversation_id": call.conversation_id, "user_id": call.user_id,
-        "person": person_key(call.user_id),
+        "person": keys.lower, "person_upper": keys.upper, "person_written": keys.written,
         "service": call.service, "model": call.model,
         "prompt_tokens": max(0, int(call.prompt_tokens)),
         "completion_tokens": max(0, int(call.completion_tokens)),
@@ -112,21 +121,27 @@ def tokens_since(conn: Connection, user_id: str, since: datetime) -> int:
     spent = c.prompt_tokens + c.completion_tokens
     total = sa.func.coalesce(sa.func.sum(spent), 0)
     window = c.recorded_at >= stored_time(since)
-    stmt = sa.select(total.label("tokens")).where(c.person == person_key(user_id), window)
+    stmt = sa.select(total.label("tokens")).where(person_of(user_id), window)
     tokens = conn.scalar(stmt, int) or 0
-    return tokens + sum(n for user, n in _unkeyed(conn, window) if _same(user, user_id))
+    return tokens + sum(n for user, n in _unkeyed(conn, window) if same_person(user, user_id))
+
+
+def person_of(user_id: str) -> sa.ColumnElement[bool]:
+    """The keyed rows of the person `user_id` names: one of the row's keys
+    is one of the user's (the relation of identity.same_person)."""
+    keys = sorted(set(person_keys(user_id)))
+    return sa.and_(c.person_written.is_not(None),
+                   sa.or_(c.person.in_(keys), c.person_upper.in_(keys),
+                          c.person_written.in_(keys)))
 
 
 def _unkeyed(conn: Connection, *where: sa.ColumnElement[bool]) -> list[tuple[str, int]]:
-    """(user id, tokens) of the rows without `person` (a previous release's
-    worker wrote them): few, and read by the identity rule here."""
+    """(user id, tokens) of the rows without person keys (a previous
+    release's worker wrote them): few, and read by the identity rule here."""
     tokens = sa.func.sum(c.prompt_tokens + c.completion_tokens).label("tokens")
-    stmt = sa.select(c.user_id, tokens).where(c.person.is_(None), *where).group_by(c.user_id)
+    stmt = (sa.select(c.user_id, tokens).where(c.person_written.is_(None), *where)
+            .group_by(c.user_id))
     return conn.rows(stmt, lambda user_id, tokens: (str(user_id), int(tokens or 0)))
-
-
-def _same(a: str, b: str) -> bool:
-    return person_key(a) == person_key(b)
 
 
 @dataclass(frozen=True)
@@ -139,8 +154,8 @@ class UsageFilter(TimeWindow):
     def where(self) -> list[sa.ColumnElement[bool]]:
         found = self.on(c.recorded_at) + ([c.service == self.service] if self.service else [])
         if self.user:  # the person, every spelling (rows without one: by user id)
-            found.append(sa.or_(c.person == person_key(self.user),
-                                sa.and_(c.person.is_(None), c.user_id == self.user)))
+            found.append(sa.or_(person_of(self.user),
+                                sa.and_(c.person_written.is_(None), c.user_id == self.user)))
         return found
 
 

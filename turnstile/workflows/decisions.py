@@ -5,9 +5,10 @@ A decision arrives as the `approve`/`reject` signals or the `review` update
 (workflows/approval_handlers.py), read from its raw payload by the product
 (turnstile.engine.decision_payloads). It takes effect only for a call that
 waits, from a reviewer the service's approver policy allows (names compared
-as identities,
-turnstile.engine.identity: RFC 8265 and UTS #39's confusable skeleton), bound to the arguments the
-reviewer saw when it names their digest, and only once: the first decision
+as identities, turnstile.engine.identity: RFC 8265, and UTS #39's confusable
+skeleton in every case; a name that is no identity — a lone surrogate, a
+name RFC 8265 refuses, an empty one — decides nothing), bound to the
+arguments the reviewer saw when it names their digest, and only once: the first decision
 stands, later ones — and the approval deadline — are refused or ignored.
 An approval may carry the reviewer's complete edited arguments: they are
 checked again as the model's were (the tool's schema and validation, the
@@ -63,6 +64,7 @@ with workflow.unsafe.imports_passed_through():
         DECISIONS_READ_BY_PRODUCT,
         NAMES_AS_IDENTITIES,
         NAMES_BY_STANDARD,
+        NAMES_CASE_BLIND,
         REFUSALS_AUDITED_AT_ONCE,
     )
     from turnstile.workflows.state import TurnState, TurnStopped, failure_reason
@@ -173,20 +175,31 @@ class Decisions:
             return approval_refusal(self.spec().approvals, tool=pending.tool_name,
                                     reviewer=reviewer, requester=requester, rule=rule)
 
-        today = by(NameRule.STANDARD)
-        if not replaying_rules:
+        today = by(NameRule.CASE_BLIND)
+        if not replaying_rules or s.revision.names_by_todays_rule:
             return today
-        # Only where two rules disagree does it matter which one this turn
-        # follows: a decision taken by an earlier rule replays as it was taken.
+        # A turn begun before revision 4: only where two rules disagree does
+        # it matter which one it follows, and a decision taken by an earlier
+        # rule replays as it was taken.
+        earlier = self._earlier_rules(by)
+        if (today is None) != (earlier is None) and workflow.patched(NAMES_CASE_BLIND):
+            return today
+        return today if (today is None) == (earlier is None) else earlier
+
+    @staticmethod
+    def _earlier_rules(by: Callable[[NameRule], str | None]) -> str | None:
+        """The refusal by the rules before revision 4, as turns begun then
+        decided (and asked their patches, in their order)."""
+        standard = by(NameRule.STANDARD)
         nfkc = by(NameRule.NFKC)
-        if (today is None) != (nfkc is None) and workflow.patched(NAMES_BY_STANDARD):
-            return today
-        if (today is None) != (nfkc is None):
-            today = nfkc  # the v0.3 rule, as this turn's history took it
+        if (standard is None) != (nfkc is None) and workflow.patched(NAMES_BY_STANDARD):
+            return standard
+        if (standard is None) != (nfkc is None):
+            standard = nfkc  # the v0.3 rule, as this turn's history took it
         before = by(NameRule.SPELLING)
-        if (today is None) != (before is None) and not workflow.patched(NAMES_AS_IDENTITIES):
+        if (standard is None) != (before is None) and not workflow.patched(NAMES_AS_IDENTITIES):
             return before
-        return today
+        return standard
 
     async def take(self, r: DecisionRequest, door: str) -> ApprovalDecision | Refused:
         """Check `r` (edits included) and apply it, or refuse it (audited).

@@ -12,6 +12,7 @@ with their audit rows.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from temporalio import workflow
@@ -77,9 +78,13 @@ class ToolRound:
         self.writes = RoundWrites()
         # Calls without a result yet, by slot: (call, record, running?).
         self.open: dict[int, tuple[ToolCall, ToolCallRecord, bool]] = {}
+        self.in_round: dict[str, int] = {}  # calls of each tool in this response
+        self.keys: dict[int, str] = {}  # validated comparison keys, by slot (revision 5)
 
     async def run(self, calls: list[ToolCall], base_seq: int) -> None:
         records = [self.s.new_call(c) for c in calls]
+        for c in calls:
+            self.in_round[c.name] = self.in_round.get(c.name, 0) + 1
         self.open = {base_seq + i: (c, r, False)
                      for i, (c, r) in enumerate(zip(calls, records, strict=True))}
         jobs = [self._one(c, r, base_seq + i)
@@ -129,7 +134,9 @@ class ToolRound:
     async def _one(self, call: ToolCall, rec: ToolCallRecord, seq: int) -> None:
         tool = self.spec.tool(call.name)
         loop = self.spec.loop
-        await self._after_twin(call, tool, seq)
+        by_meaning = self.s.revision.repeats_by_meaning
+        if not by_meaning:
+            await self._after_twin(call, tool, seq)
         # A disabled tool says so (its breaker tripped after the earlier
         # success); only a tool that may still run is settled as a repeat.
         if not self.breakers.is_disabled(call.name) and self._repeated(rec, seq, call, tool):
@@ -140,24 +147,36 @@ class ToolRound:
             self._settle(rec, seq, call, decision)
             return
         assert tool is not None  # before_call settles an unknown tool
-        approval = None
+        reviewed = None
         # A tool that asks by condition (ToolSpec.approval_condition, only in
         # specs recorded since 0.5, so no turn begun earlier takes this path)
         # is reviewed like one that always asks; the activity's answer, in
         # history, says whether it waits and why.
-        if decision.needs_approval or tool.approval_condition:
-            reviewed = await self._review(call, tool.approval_condition)
+        conditional = tool.approval_condition
+        if decision.needs_approval or conditional or (by_meaning and repeats.needs_validated_key(
+                self.breakers, tool, call.name, self.in_round.get(call.name, 0))):
+            reviewed = await self._review(
+                call, similar=by_meaning and (decision.needs_approval or conditional),
+                conditional=conditional)
             if not reviewed.valid:
                 # Never ask a reviewer about arguments that fail validation.
                 count = self.s.argument_errors.get(call.name, 0)
                 self.s.argument_errors[call.name] = count + 1
                 self._settle(rec, seq, call, rules.after_validation(reviewed.error, count, loop))
                 return
+            if by_meaning and await self._repeated_by_meaning(rec, seq, call, tool,
+                                                              reviewed.repeat_key):
+                return
+        approval = None
+        if reviewed is not None and (decision.needs_approval or reviewed.reason is not None):
             # The loop's "await approval" step (steered: rejected at once instead).
-            if decision.needs_approval or reviewed.reason is not None:
-                approval = (steered_rejection(self.s, call) if self.s.steered is not None
-                            else await await_decision(self.s, rules.approval_step(
-                                call, tool, reviewed.notes, workflow.now(), reviewed.reason)))
+            if self.s.steered is not None:
+                approval = steered_rejection(self.s, call)
+            else:
+                step = rules.approval_step(call, tool, reviewed.notes, workflow.now(),
+                                           reviewed.reason)
+                step.pending.similar_effects = reviewed.similar_effects
+                approval = await await_decision(self.s, step)
         if approval is not None:
             rejected = rules.after_review(call.name, approval, loop)
             if rejected is not None and call.id in self.s.steered_calls:
@@ -191,8 +210,10 @@ class ToolRound:
         self.open.pop(seq, None)  # the activity wrote the result
         self.s.finish(rec, out.status, out.preview)
         if out.status is CallStatus.COMPLETED and not out.is_error:
+            keys = ((reviewed.repeat_key if reviewed else "", out.repeat_key) if by_meaning
+                    else ())
             repeats.remember(self.breakers, call.name, [model_call.arguments, call.arguments],
-                             RanCall(call_id=call.id, preview=out.preview))
+                             RanCall(call_id=call.id, preview=out.preview), keys)
         effects = rules.after_outcome(out.status, out.is_error, out.preview, tool,
                                       self.s.argument_errors.get(call.name, 0), loop)
         self._breaker(call.name, executed=effects.executed, failed=effects.failed)
@@ -229,12 +250,45 @@ class ToolRound:
     def _repeated(self, rec: ToolCallRecord, seq: int, call: ToolCall,
                   tool: ToolSpec | None) -> bool:
         """The repeat breaker (turnstile.engine.repeats): settle a call that
-        repeats one of this turn that completed, without running it or asking
-        a reviewer. True when it did."""
+        repeats one of this turn that completed (its arguments identical as
+        JSON), without running it or asking a reviewer. True when it did."""
         earlier = repeats.earlier_run(self.breakers, tool, call.name, call.arguments)
-        if earlier is None or not workflow.patched(REPEAT_BREAKER):
+        # From revision 5 a turn needs no marker: its revision says which path it took.
+        if earlier is None or not (self.s.revision.repeats_by_meaning
+                                   or workflow.patched(REPEAT_BREAKER)):
             return False
-        text = repeats.repeated_text(call.name, earlier)
+        self._settle_repeat(rec, seq, call, earlier, by_meaning=False)
+        return True
+
+    async def _repeated_by_meaning(self, rec: ToolCallRecord, seq: int, call: ToolCall,
+                                   tool: ToolSpec, key: str) -> bool:
+        """From revision 5: settle a validated call whose comparison key
+        (`key`, turnstile.engine.equivalence) is that of a call of this turn
+        that completed. A call of the same response with the same key runs
+        first: this one waits for its result. True when it settled the call."""
+        if not key or not repeats.guarded(tool, self.breakers.policy):
+            return False
+        self.keys[seq] = key
+        twins = sorted(s for s, (c, _, _) in self.open.items() if s < seq and c.name == call.name)
+        for twin in twins:
+            await workflow.wait_condition(self._keyed_or_closed(twin))
+            if self.keys.get(twin) == key:
+                await workflow.wait_condition(self._closed(twin))
+        earlier = repeats.earlier_by_key(self.breakers, tool, key)
+        if earlier is None:
+            return False
+        self._settle_repeat(rec, seq, call, earlier, by_meaning=True)
+        return True
+
+    def _keyed_or_closed(self, seq: int) -> Callable[[], bool]:
+        return lambda: seq in self.keys or seq not in self.open
+
+    def _closed(self, seq: int) -> Callable[[], bool]:
+        return lambda: seq not in self.open
+
+    def _settle_repeat(self, rec: ToolCallRecord, seq: int, call: ToolCall, earlier: RanCall,
+                       *, by_meaning: bool) -> None:
+        text = repeats.repeated_text(call.name, earlier, by_meaning)
         self.open.pop(seq, None)
         self.s.finish(rec, CallStatus.REPEATED, text)
         rec.is_error = False  # the effect exists: not an error to retry
@@ -243,9 +297,8 @@ class ToolRound:
                            attributes={attr.REPEAT_OF: earlier.call_id})
         self.breakers.history.append(call.name)
         self.breakers.repeats += 1
-        self.s.event("breaker", f"{call.name}: same arguments as {earlier.call_id}, "
-                                "which completed; not run again")
-        return True
+        self.s.event("breaker", f"{call.name}: same {'effect' if by_meaning else 'arguments'} "
+                                f"as {earlier.call_id}, which completed; not run again")
 
     def _breaker(self, name: str, executed: bool, failed: bool) -> None:
         if self.breakers.record(name, executed=executed, failed=failed):
@@ -253,13 +306,22 @@ class ToolRound:
                                     f"{self.spec.loop.breakers.consecutive_failures} "
                                     "consecutive failures")
 
-    async def _review(self, call: ToolCall, conditional: bool = False) -> io.ReviewedCall:
-        """Validate a call before a reviewer sees it; for a tool that asks by
-        condition, also whether a reviewer must see it (`reason`)."""
-        turn = ({"conversation_id": self.turn.conversation_id, "user_id": self.turn.user_id}
-                if conditional else {})
+    async def _review(self, call: ToolCall, *, similar: bool = False,
+                      conditional: bool = False) -> io.ReviewedCall:
+        """Validate a call before a reviewer sees it (`similar`: and find the
+        conversation's earlier effects that look alike), or before the repeat
+        breaker compares it (revision 5); for a tool that asks by condition,
+        also whether a reviewer must see it (`reason`)."""
+        by_meaning = self.s.revision.repeats_by_meaning
+        ask = io.ReviewCallInput(
+            service=self.turn.service, call=call,
+            conversation_id=self.turn.conversation_id if by_meaning or conditional else "",
+            user_id=self.turn.user_id if conditional else "",
+            similar=similar and by_meaning,
+            workflow_id=workflow.info().workflow_id if by_meaning else "",
+            execution_chain=self.s.chain if by_meaning else "")
         reviewed: io.ReviewedCall = await self.s.activity(
-            io.review_call, io.ReviewCallInput(service=self.turn.service, call=call, **turn),
+            io.review_call, ask,
             f"review {call.name}", TurnStatus.FAILED, options=listing_options())
         return reviewed
 

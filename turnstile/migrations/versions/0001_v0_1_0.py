@@ -16,6 +16,9 @@ revision = "0001"
 down_revision = None
 branch_labels = None
 depends_on = None
+# Can code of the revision before run on this one? (turnstile.stores.schema_window)
+# The first revision: exactly the schema v0.1.0's code made for itself.
+compatible_with_previous = True
 
 READER_ROLE = "turnstile_reader"
 # Every table this revision makes (retrieval_fts on SQLite only): a database

@@ -17,6 +17,10 @@ revision = "0002"
 down_revision = "0001"
 branch_labels = None
 depends_on = None
+# Can code of the revision before run on this one? (turnstile.stores.schema_window)
+# Adds a table and the triggers that keep it: older code writes
+# sales_record as before.
+compatible_with_previous = True
 
 TS = sa.Text().with_variant(sa.Text(collation="C"), "postgresql")
 COLUMNS = "day, customer_id, customer_name, customer_email, total_cents, order_count, last_time"

@@ -16,6 +16,9 @@ revision = "0003"
 down_revision = "0002"
 branch_labels = None
 depends_on = None
+# Can code of the revision before run on this one? (turnstile.stores.schema_window)
+# Adds a table.
+compatible_with_previous = True
 
 
 def serves_sales() -> bool:

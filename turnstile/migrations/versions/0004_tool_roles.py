@@ -33,6 +33,11 @@ revision = "0004"
 down_revision = "0003"
 branch_labels = None
 depends_on = None
+# Can code of the revision before run on this one? (turnstile.stores.schema_window)
+# Adds roles, indexes, row-level security for the reader and the
+# recipient rule: older code runs; only a recipient over 100 characters is
+# refused, as a tool error.
+compatible_with_previous = True
 
 TOOL_ROLES = ("turnstile_followup", "turnstile_email", "turnstile_sender")
 RECIPIENT_MAX = 100

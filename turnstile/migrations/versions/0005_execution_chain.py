@@ -24,6 +24,11 @@ revision = "0005"
 down_revision = "0004"
 branch_labels = None
 depends_on = None
+# Can code of the revision before run on this one? (turnstile.stores.schema_window)
+# Changes two primary keys: older code's `ON CONFLICT (workflow_id,
+# tool_call_id)` on tool_call_ledger and approval_decision names a key that
+# no longer exists (0.1's store wrote them so).
+compatible_with_previous = False
 
 _KEYED = ("tool_call_ledger", "approval_decision")
 

@@ -24,6 +24,9 @@ revision = "0006"
 down_revision = "0005"
 branch_labels = None
 depends_on = None
+# Can code of the revision before run on this one? (turnstile.stores.schema_window)
+# Adds nullable columns, an index and a table.
+compatible_with_previous = True
 
 # A yes/no column as the earlier revisions make it (a revision keeps its own types).
 FLAG = sa.Integer().with_variant(sa.Boolean(), "postgresql")

@@ -22,6 +22,9 @@ revision = "0007"
 down_revision = "0006"
 branch_labels = None
 depends_on = None
+# Can code of the revision before run on this one? (turnstile.stores.schema_window)
+# Adds a nullable column and indexes.
+compatible_with_previous = True
 
 STATEFUL = "role = 'tool' AND attributes LIKE '%\"turnstile.state\"%'"
 

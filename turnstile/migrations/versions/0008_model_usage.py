@@ -21,6 +21,9 @@ revision = "0008"
 down_revision = "0007"
 branch_labels = None
 depends_on = None
+# Can code of the revision before run on this one? (turnstile.stores.schema_window)
+# Adds a table.
+compatible_with_previous = True
 
 
 def upgrade() -> None:

@@ -24,6 +24,9 @@ revision = "0009"
 down_revision = "0008"
 branch_labels = None
 depends_on = None
+# Can code of the revision before run on this one? (turnstile.stores.schema_window)
+# Adds a nullable column (filled for rows already there) and an index.
+compatible_with_previous = True
 
 
 def upgrade() -> None:

@@ -27,6 +27,9 @@ revision = "0010_decision_edits"
 down_revision = "0009"
 branch_labels = None
 depends_on = None
+# Can code of the revision before run on this one? (turnstile.stores.schema_window)
+# Adds a nullable column: older code's INSERTs leave it NULL.
+compatible_with_previous = True
 
 
 def upgrade() -> None:
