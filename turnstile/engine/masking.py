@@ -83,7 +83,8 @@ _INVISIBLE = regex.compile(r"[\p{Cf}\p{DI}]")
 # Nonspacing marks beside "@" and "." (nothing they could combine with).
 _MARK_BESIDE = regex.compile(r"\p{Mn}+(?=[@.])|(?<=[@.])\p{Mn}+")
 # Right-to-left override: what follows (to a pop or the line's end) shows reversed.
-_OVERRIDDEN = re.compile("\u202e[^\u202c\u2069\n]*")
+_OVERRIDDEN = re.compile("\u202e[^\n]*")
+_POPS = "\u202c\u2069"  # where an override may end (pop directional formatting or isolate)
 
 # The local part: RFC 5322's atext and dots, in any script, bounded (RFC 5321
 # caps it at 64 characters; an unbounded `[...]*@` backtracks quadratically
@@ -196,6 +197,8 @@ def _plain(text: str) -> str:
 
 def _masked_address(m: regex.Match[str]) -> str:
     local, domain = m.group(1), m.group(2)
+    if local == MASKED or (len(local) == len(MASKED) + 1 and local.endswith(MASKED)):
+        return m.group()  # masked already: masking twice changes nothing
     if local.startswith('"') or _PUNCTUATED.search(local):
         return f"{MASKED}@{domain}"  # quoted, punctuated, SRS: no prefix kept
     return f"{local[:1]}{MASKED}@{domain}"
@@ -203,12 +206,18 @@ def _masked_address(m: regex.Match[str]) -> str:
 
 def _reversed_address(text: str) -> bool:
     """Whether a right-to-left override in `text` shows an address: the
-    override's span read in the order it is shown."""
-    return any(_EMAIL.search(_plain(span.group()[::-1])) for span in _OVERRIDDEN.finditer(text))
+    override's span (to each pop, or the line's end) read in the order it is shown."""
+    for span in _OVERRIDDEN.finditer(text):
+        shown = span.group()
+        ends = [i for i, ch in enumerate(shown) if ch in _POPS] + [len(shown)]
+        if any(_EMAIL.search(decoded(shown[:end][::-1])) for end in ends):
+            return True
+    return False
 
 
 def _mask_overrides(text: str) -> str:
-    """Spans after a right-to-left override that show an address: masked whole."""
+    """What follows a right-to-left override that shows an address, to the
+    line's end: masked whole."""
     if "\u202e" not in text or not _reversed_address(text):
         return text
     return _OVERRIDDEN.sub(lambda s: MASKED if _reversed_address(s.group()) else s.group(), text)
@@ -254,7 +263,9 @@ def _visible(text: str) -> tuple[str, list[int] | None]:
     return "".join(text[i] for i in where), where
 
 
-def _mask_phones(text: str) -> str:
+def _mask_phones(text: str, international_only: bool = False) -> str:
+    """Phone numbers in `text` masked (`international_only`: those written
+    with a country code, "+" or "00")."""
     view, where = _visible(text)
     if not _MAYBE_PHONE.search(view) or not _MAYBE_PHONE.search(
             _UUIDS.sub(" ", _TIMES.sub(" ", view))):
@@ -267,6 +278,10 @@ def _mask_phones(text: str) -> str:
         prefix_at[idd.end() - 1] = idd.start()
     if prefix_at:
         scan = _IDD.sub(lambda m: " " * (len(m.group()) - 1) + "+", scan)
+    # Numbers after a field named as an id, count, time or amount ("order_id:
+    # 4155552671"): left unless written with a country code, as in parsed values.
+    fields = [f for f in _FIELD_NUMBER.finditer(scan)]
+    not_phones = [f.span(2) for f in fields if _not_phone_field(f.group(1))]
     spans: list[tuple[int, int, str]] = []
     for found in phonenumbers.PhoneNumberMatcher(scan, PHONE_REGION,
                                                  leniency=phonenumbers.Leniency.VALID):
@@ -276,8 +291,11 @@ def _mask_phones(text: str) -> str:
         after = scan[end:end + 2]
         if _glued(before[::-1]) or _glued(after):
             continue  # digits of an id (demo-4155552671), not a phone number
+        if not found.raw_string.startswith("+") and (international_only or any(
+                s < end and start < e for s, e in not_phones)):
+            continue
         spans.append((start, end, _masked_digits(found.raw_string)))
-    for field in _FIELD_NUMBER.finditer(scan):
+    for field in () if international_only else fields:
         start, end = field.span(2)
         if _phone_field(field.group(1)) and not any(s < end and start < e for s, e, _ in spans):
             spans.append((start, end, _masked_digits(field.group(2))))
@@ -379,6 +397,9 @@ def mask_value(value: Any, sensitive: Iterable[str] = SENSITIVE_FIELDS) -> Any:
             nested = _json_in(v) if depth < MAX_NESTED_JSON else None
             if nested is not None:  # JSON inside a string: masked value by value
                 return json.dumps(walk(nested, depth + 1, field), ensure_ascii=False)
+            if _not_phone_field(field):  # an id, count, time or amount: numbers with
+                # a country code only (docs/masking.md)
+                return _mask_phones(_mask_addresses(_mask_overrides(v)), international_only=True)
             return mask_text(v)
         if isinstance(v, bool) or v is None:
             return v
