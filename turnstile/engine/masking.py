@@ -331,6 +331,20 @@ def mask_text(text: str) -> str:
     return _mask_phones(_mask_addresses(_mask_overrides(text)))
 
 
+# A cut text's tail: the run the cut went through, and the digits and phone
+# punctuation before it (a number cut in half is no number to the matcher).
+_CUT_TAIL = re.compile(r"[\d\s().+\-/]*[^\s\"<>(),]*\Z")
+
+
+def mask_prefix(text: str, chars: int) -> str:
+    """At most `chars` characters of `text`, masked, for a preview: the text
+    is cut first (the rest is never read) and the run the cut went through is
+    dropped, so an address or number cut in half is not left unmasked."""
+    if len(text) > chars:
+        text = _CUT_TAIL.sub("", text[:chars])
+    return mask_text(text)
+
+
 # Short texts recur: the values of a tool result's rows (names, addresses,
 # dates) in every call and turn that reads them, the run and workflow ids on
 # every log line and span of a turn. Their masked form is remembered (pure, so
