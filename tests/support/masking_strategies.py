@@ -181,7 +181,7 @@ def integer_phones(draw: st.DrawFn) -> tuple[str | None, int, Form]:
 # --- what must stay as written ---------------------------------------------------
 
 ID_FIELDS = ["id", "order_id", "customerId", "invoiceID", "seq", "ref", "uid", "pk"]
-TIME_FIELDS = ["created_at", "ts", "timestamp", "updatedAt", "epoch_ms", "time"]
+TIME_FIELDS = ["created_at", "ts", "timestamp", "updatedAt", "epoch_ms", "time", "sent_at"]
 COUNT_FIELDS = ["count", "total", "qty", "amount", "price_cents", "size", "balance"]
 # Epoch timestamps whose digits never read as a phone number (docs/masking.md).
 EPOCH_FROM, EPOCH_TO = 1_000_000_000, 2_000_000_000  # 2001-09-09 .. 2033-05-18

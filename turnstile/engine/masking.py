@@ -149,7 +149,7 @@ NOT_PHONE_WORDS = frozenset({
     "id", "ids", "uid", "uuid", "guid", "pk", "key", "ref", "seq", "sequence", "serial",
     "idx", "index", "offset", "limit", "page", "count", "counts", "total", "qty",
     "quantity", "amount", "amounts", "price", "cost", "cents", "balance", "sum", "size",
-    "bytes", "length", "len", "ts", "time", "timestamp", "date", "at", "epoch", "ms",
+    "bytes", "length", "len", "ts", "time", "timestamp", "date", "epoch", "ms",
     "millis", "micros", "nanos", "seconds", "secs", "duration", "elapsed", "version",
     "port", "year", "created", "updated", "modified", "expires", "deadline", "tokens",
     "hash", "nonce"})
@@ -210,8 +210,10 @@ def _reversed_address(text: str) -> bool:
     for span in _OVERRIDDEN.finditer(text):
         shown = span.group()
         ends = [i for i, ch in enumerate(shown) if ch in _POPS] + [len(shown)]
-        if any(_EMAIL.search(decoded(shown[:end][::-1])) for end in ends):
-            return True
+        for end in ends:
+            layers = _decoded_layers(shown[:end][::-1])
+            if layers is None or _EMAIL.search(_plain(layers)):  # over the bound: masked
+                return True
     return False
 
 
@@ -278,10 +280,6 @@ def _mask_phones(text: str, international_only: bool = False) -> str:
         prefix_at[idd.end() - 1] = idd.start()
     if prefix_at:
         scan = _IDD.sub(lambda m: " " * (len(m.group()) - 1) + "+", scan)
-    # Numbers after a field named as an id, count, time or amount ("order_id:
-    # 4155552671"): left unless written with a country code, as in parsed values.
-    fields = [f for f in _FIELD_NUMBER.finditer(scan)]
-    not_phones = [f.span(2) for f in fields if _not_phone_field(f.group(1))]
     spans: list[tuple[int, int, str]] = []
     for found in phonenumbers.PhoneNumberMatcher(scan, PHONE_REGION,
                                                  leniency=phonenumbers.Leniency.VALID):
@@ -291,11 +289,10 @@ def _mask_phones(text: str, international_only: bool = False) -> str:
         after = scan[end:end + 2]
         if _glued(before[::-1]) or _glued(after):
             continue  # digits of an id (demo-4155552671), not a phone number
-        if not found.raw_string.startswith("+") and (international_only or any(
-                s < end and start < e for s, e in not_phones)):
+        if international_only and not found.raw_string.startswith("+"):
             continue
         spans.append((start, end, _masked_digits(found.raw_string)))
-    for field in () if international_only else fields:
+    for field in () if international_only else _FIELD_NUMBER.finditer(scan):
         start, end = field.span(2)
         if _phone_field(field.group(1)) and not any(s < end and start < e for s, e, _ in spans):
             spans.append((start, end, _masked_digits(field.group(2))))
