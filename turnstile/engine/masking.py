@@ -235,7 +235,10 @@ def _mask_addresses(text: str) -> str:
         if start < done or not _ANY_AT_MARK.search(run.group()):
             continue
         layers = _decoded_layers(run.group())
-        if layers is None:  # more escape layers than any writer needs: masked whole
+        if layers is None:  # more escape layers than any writer needs: masked whole,
+            if start > done and text[start - 1] == '"':  # with a quoted part before it
+                opening = text.rfind('"', max(done, start - 66), start - 1)
+                start = opening if opening >= 0 else start
             out += [text[done:start], MASKED]
             done = end
             continue
