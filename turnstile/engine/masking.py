@@ -190,15 +190,15 @@ def _escaped_char(m: re.Match[str]) -> str:
 def _plain(text: str) -> str:
     """Decoded text as the address matcher reads it: no invisible characters,
     NFC then NFKC, ideographic full stops as dots, no marks beside "@" and "."."""
-    text = _INVISIBLE.sub("", text)
+    text = str(_INVISIBLE.sub("", text))
     text = unicodedata.normalize("NFKC", unicodedata.normalize("NFC", text)).translate(_DOTS)
-    return _MARK_BESIDE.sub("", text)
+    return str(_MARK_BESIDE.sub("", text))
 
 
 def _masked_address(m: regex.Match[str]) -> str:
-    local, domain = m.group(1), m.group(2)
+    local, domain = str(m.group(1)), str(m.group(2))
     if local == MASKED or (len(local) == len(MASKED) + 1 and local.endswith(MASKED)):
-        return m.group()  # masked already: masking twice changes nothing
+        return str(m.group())  # masked already: masking twice changes nothing
     if local.startswith('"') or _PUNCTUATED.search(local):
         return f"{MASKED}@{domain}"  # quoted, punctuated, SRS: no prefix kept
     return f"{local[:1]}{MASKED}@{domain}"
