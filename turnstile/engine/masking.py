@@ -130,7 +130,7 @@ _UUIDS = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4
 _IDD = re.compile(r"(?<![^\s(\[\"'=:,])00[ .\-]?(?=[1-9])")
 # A field named as a phone number, then a number, in text: `"mobile": 447911123456`,
 # `fax=0044...` (the field decides, as in parsed values).
-_FIELD_NUMBER = re.compile(r"([A-Za-z][A-Za-z0-9_\-]{1,40})[\"']?\s{0,3}[:=]\s{0,3}[\"']?"
+_FIELD_NUMBER = re.compile(r"(?<![A-Za-z0-9_\-])([A-Za-z][A-Za-z0-9_\-]{1,40})[\"']?\s{0,3}[:=]\s{0,3}[\"']?"
                            r"(\+?\d(?:[\s().\-]{0,2}\d){6,16})(?!\d)")
 
 SENSITIVE_FIELDS = frozenset({"password", "secret", "token", "api_key", "apikey",
@@ -153,6 +153,8 @@ NOT_PHONE_WORDS = frozenset({
     "millis", "micros", "nanos", "seconds", "secs", "duration", "elapsed", "version",
     "port", "year", "created", "updated", "modified", "expires", "deadline", "tokens",
     "hash", "nonce"})
+# A cheap first look for a field named as a phone number in text (substrings).
+_PHONE_STEMS = ("phone", "mobile", "tel", "fax", "cell", "msisdn", "whatsapp", "sms", "landline")
 _WORDS = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")
 
 
@@ -295,7 +297,9 @@ def _mask_phones(text: str, international_only: bool = False) -> str:
         if international_only and not found.raw_string.startswith("+"):
             continue
         spans.append((start, end, _masked_digits(found.raw_string)))
-    for field in () if international_only else _FIELD_NUMBER.finditer(scan):
+    lowered = "" if international_only else scan.lower()
+    named = any(stem in lowered for stem in _PHONE_STEMS)
+    for field in _FIELD_NUMBER.finditer(scan) if named else ():
         start, end = field.span(2)
         if _phone_field(field.group(1)) and not any(s < end and start < e for s, e, _ in spans):
             spans.append((start, end, _masked_digits(field.group(2))))
