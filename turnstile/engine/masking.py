@@ -130,7 +130,8 @@ _UUIDS = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4
 _IDD = re.compile(r"(?<![^\s(\[\"'=:,])00[ .\-]?(?=[1-9])")
 # A field named as a phone number, then a number, in text: `"mobile": 447911123456`,
 # `fax=0044...` (the field decides, as in parsed values).
-_FIELD_NUMBER = re.compile(r"(?<![A-Za-z0-9_\-])([A-Za-z][A-Za-z0-9_\-]{1,40})[\"']?\s{0,3}[:=]\s{0,3}[\"']?"
+_FIELD_NUMBER = re.compile(r"(?<![A-Za-z0-9_\-])([A-Za-z][A-Za-z0-9_\-]{1,40})"
+                           r"[\"']?\s{0,3}[:=]\s{0,3}[\"']?"
                            r"(\+?\d(?:[\s().\-]{0,2}\d){6,16})(?!\d)")
 
 SENSITIVE_FIELDS = frozenset({"password", "secret", "token", "api_key", "apikey",
