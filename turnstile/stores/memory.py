@@ -27,6 +27,7 @@ from turnstile.engine.activity_io import MemorySnapshot
 from turnstile.engine.errors import ConversationOwnershipError, MemoryConflictError
 from turnstile.engine.messages import Attachment, ChatMessage, Role, ToolCall
 from turnstile.stores.connection import Connection
+from turnstile.stores.damage import Damage, check_row, damaged as damaged_rows, message_damage, shown
 from turnstile.stores.db import Database
 from turnstile.stores.memory_tables import (
     GET,
@@ -34,6 +35,7 @@ from turnstile.stores.memory_tables import (
     NEWEST_PAGE,
     OTHERS,
     OWNER,
+    QUARANTINED_COLUMNS,
     SLOT_WRITER,
     STATEFUL as STATEFUL,
     SYSTEM_PROMPT,
@@ -42,6 +44,7 @@ from turnstile.stores.memory_tables import (
     cv,
     m,
     message_columns as message_columns,
+    quarantined_message as quarantined_message,
 )
 from turnstile.stores.message_parts import delete_parts, read_parts, write_parts
 from turnstile.stores.prebuilt import prebuilt
@@ -76,6 +79,9 @@ class MessageRow(NamedTuple):
     run_id: str | None = None
 
     def message(self) -> ChatMessage:
+        """The stored message; `DamagedRow` when the row cannot be read as
+        one (turnstile.stores.damage)."""
+        check_row(self._asdict())
         calls = json.loads(self.tool_calls) if self.tool_calls else []
         return ChatMessage(role=self.role, content=self.content,
                            tool_calls=[ToolCall.model_validate(c) for c in calls],
@@ -83,11 +89,23 @@ class MessageRow(NamedTuple):
                            attributes=load_attributes(self.attributes))
 
 
+class SystemPrompt(NamedTuple):
+    conversation_id: str
+    seq: int
+    content: str | None
+
+
 class SlotWriter(NamedTuple):
     """Who wrote a memory slot (NULL in rows other programs wrote)."""
 
     workflow_id: str | None = None
     run_id: str | None = None
+
+
+class SlotState(NamedTuple):
+    conversation_id: str
+    seq: int
+    attributes: str | None
 
 
 class SlotAttributes(NamedTuple):
@@ -180,11 +198,13 @@ class MemoryStore:
         with self.db.joined(conn) as conn:
             self.bind(conn, conversation_id, user_id)
             last = conn.scalar(LAST_SEQ, int, mine)  # MAX over the primary key: one probe
-            system = conn.scalar(SYSTEM_PROMPT, str, mine)
+            system = conn.row(SYSTEM_PROMPT, SystemPrompt, mine)
+        if system is not None:
+            check_row(system._asdict())
         return MemorySnapshot(
             next_seq=0 if last is None else last + 1,
             message_count=0 if last is None else last + 1,  # slots used
-            system_prompt=system,
+            system_prompt=None if system is None else system.content,
         )
 
     def messages(self, conversation_id: str, workflow_id: str | None = None,
@@ -244,12 +264,14 @@ class MemoryStore:
             # FROM is text (and the columns are named without their table).
             source = (sa.text("chat_message INDEXED BY chat_message_state")
                       if conn.dialect == "sqlite" else chat_message)
-            found = conn.scalars(
-                sa.select(sa.column("attributes")).select_from(source)
+            found = conn.rows(
+                sa.select(sa.column("conversation_id"), sa.column("seq"),
+                          sa.column("attributes")).select_from(source)
                 .where(sa.column("conversation_id") == conversation_id, sa.text(STATEFUL))
-                .order_by(sa.column("seq")), str)
-        for text in found:
-            attrs = load_attributes(text)
+                .order_by(sa.column("seq")), SlotState)
+        for row in found:
+            check_row(row._asdict())
+            attrs = load_attributes(row.attributes)
             if not attrs.get(attr.ROLLED_BACK) and not attrs.get(attr.DISCARDED):
                 merged.update(attrs.get(attr.STATE) or {})
         return merged
@@ -360,3 +382,60 @@ class MemoryStore:
                 self._set_attributes(conn, conversation_id, row, extra_attributes,
                                      content=content, is_error=True)
             return len(rows)
+
+    # -- damaged rows (turnstile.stores.damage) -------------------------------
+    def damaged(self, conversation_id: str | None = None) -> list[Damage]:
+        """Every damaged row of memory (of one conversation), in order; rows
+        whose text is not UTF-8 included (read tolerantly)."""
+        with self.db.connect() as conn, conn.tolerant():
+            result = conn.execute(sa.select(chat_message).where(
+                *([m.conversation_id == conversation_id] if conversation_id else []))
+                .order_by(m.conversation_id, m.seq))
+            found: list[Damage] = []
+            names = list(result.keys())
+            while batch := result.fetchmany(500):
+                found += damaged_rows([dict(zip(names, r, strict=True)) for r in batch])
+        return found
+
+    def quarantine(self, conversation_id: str, seq: int, by: str, reason: str | None,
+                   force: bool = False) -> Quarantined:
+        """Set the row at `seq` aside: copied into `quarantined_message` by the
+        database (bytes as they are) with who, when and why, then taken out
+        of memory with its images. Refused (`NotDamaged`) for a row that is
+        not damaged unless `force`; `LookupError` when there is no such row."""
+        with self.db.connect() as conn:
+            with conn.tolerant():
+                row = conn.execute(sa.select(chat_message).where(_slot(conversation_id, seq))
+                                   ).mappings().first()
+            if row is None:
+                raise LookupError(f"conversation {shown(conversation_id)} has no row at "
+                                  f"seq {seq}")
+            problem = message_damage(row)
+            if problem is None and not force:
+                raise NotDamaged(f"conversation {shown(conversation_id)} seq {seq} is not "
+                                 "damaged; nothing was set aside (--force sets it aside anyway)")
+            why = reason or problem or "set aside by an operator"
+            at = now_iso()
+            columns = [m[name] for name in QUARANTINED_COLUMNS]
+            extra = [sa.literal(by, sa.Text).label("quarantined_by"),
+                     sa.literal(at, sa.Text).label("quarantined_at"),
+                     sa.literal(why, sa.Text).label("reason")]
+            conn.execute(sa.insert(quarantined_message).from_select(
+                [*QUARANTINED_COLUMNS, "quarantined_by", "quarantined_at", "reason"],
+                sa.select(*columns, *extra).where(_slot(conversation_id, seq))))
+            remove(conn, conversation_id, [seq])
+        return Quarantined(conversation_id, seq, by, at, why)
+
+
+class NotDamaged(ValueError):
+    """`quarantine` of a row that is not damaged (without `force`)."""
+
+
+class Quarantined(NamedTuple):
+    """A row set aside: where it was, who set it aside, when and why."""
+
+    conversation_id: str
+    seq: int
+    by: str
+    at: str
+    reason: str
