@@ -3,6 +3,7 @@ rows it reads as the caller's types."""
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -76,7 +77,7 @@ class Connection:
         is made again tolerantly to name the row (`DamagedRow`)."""
         try:
             return self._read_once(stmt, params, limit)
-        except exc.OperationalError as err:
+        except (exc.OperationalError, sqlite3.OperationalError) as err:
             if not (is_decode_error(err) and isinstance(stmt, sa.Select | sa.CompoundSelect)):
                 raise
             with self.tolerant():
