@@ -351,10 +351,13 @@ class DamagedRow(UnreadableData):
     `python starter.py check` lists it (`damaged: ...`) and `python starter.py
     conversation quarantine CONVERSATION_ID SEQ` sets it aside (docs/operating.md)."""
 
-    def __init__(self, conversation_id: str, seq: int | None, what: str,
-                 table: str = "chat_message") -> None:
+    def __init__(self, conversation_id: str, seq: int | None = None,
+                 what: str = "a value it cannot read", table: str = "chat_message") -> None:
         self.conversation_id, self.seq, self.what, self.table = conversation_id, seq, what, table
-        where = f"seq {seq}" if seq is not None else "a row"
-        super().__init__(f"conversation {conversation_id} has a damaged row in {table} "
-                         f"({where}): {what}; set it aside with `starter.py conversation "
-                         f"quarantine {conversation_id} {seq if seq is not None else 'SEQ'}`")
+        if seq is None:
+            text = f"conversation {conversation_id} has a damaged row in {table}: {what}"
+        else:
+            text = (f"conversation {conversation_id} has a damaged row in {table} (seq {seq}): "
+                    f"{what}; set it aside with `starter.py conversation quarantine "
+                    f"{conversation_id} {seq}`")
+        super().__init__(text)

@@ -16,7 +16,6 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import CursorResult
 
 from turnstile.stores.damage import is_decode_error, tolerant, undecodable_in
-
 from turnstile.stores.engines import Dialect
 from turnstile.stores.prebuilt import DriverForm, driver_form, prebuilt
 
@@ -201,7 +200,7 @@ class Connection:
         self.sa.execute(stmt)
 
 
-def _table_of(stmt: sa.Select[Any] | sa.CompoundSelect) -> str:
+def _table_of(stmt: sa.Select[Any] | sa.CompoundSelect[Any]) -> str:
     """The table a SELECT reads (the first one named), for an error's text."""
     select = stmt if isinstance(stmt, sa.Select) else stmt.selects[0]
     if not isinstance(select, sa.Select):

@@ -195,7 +195,9 @@ def message_damage(values: Mapping[str, Any]) -> str | None:
         if problem is not None:
             return problem
     flag = values.get("is_error", 0)
-    if flag not in (0, 1) or (not isinstance(flag, bool | int)):
+    if isinstance(flag, Undecodable | str):
+        return "is_error holds text, not 0 or 1"
+    if flag not in (0, 1) or not isinstance(flag, bool | int):
         return f"is_error holds {shown(repr(flag), 40)}, not 0 or 1"
     if values.get("tool_calls") is not None:
         problem = _calls_problem(values["tool_calls"])
@@ -203,6 +205,20 @@ def message_damage(values: Mapping[str, Any]) -> str | None:
             return problem
     if values.get("attributes") is not None:
         return _attributes_problem(values["attributes"])
+    return None
+
+
+def part_damage(values: Mapping[str, Any]) -> str | None:
+    """Why a `chat_message_part` row (an image of a message) cannot be read,
+    or None: its type and texts must be text every sink can hold."""
+    idx = values.get("idx")
+    for column in ("type", "url", "data", "mime_type"):
+        value = values.get(column)
+        if column == "type" and value is None:
+            return f"image part {idx}: type is missing"
+        problem = _text_problem(column, value)
+        if problem is not None:
+            return f"image part {idx}: {problem}"
     return None
 
 
@@ -214,6 +230,25 @@ def check_row(values: Mapping[str, Any]) -> None:
         seq = values.get("seq")
         raise DamagedRow(shown(conv) if isinstance(conv, str) else "(unknown)",
                          int(seq) if isinstance(seq, int) else None, problem)
+
+
+def check_part(conversation_id: str, values: Mapping[str, Any]) -> None:
+    """Raise `DamagedRow` when an image part of a message is damaged."""
+    problem = part_damage(values)
+    if problem is not None:
+        seq = values.get("seq")
+        raise DamagedRow(shown(conversation_id), int(seq) if isinstance(seq, int) else None,
+                         problem, "chat_message_part")
+
+
+def kept_value(value: Any) -> Any:
+    """A value as JSON can keep it for the record: bytes that are not UTF-8 as
+    {"bytes_hex": ...}, text made storable."""
+    if isinstance(value, Undecodable):
+        return {"bytes_hex": bytes(value).hex()}
+    if isinstance(value, str):
+        return safe_text(value)
+    return value
 
 
 def damaged(rows: Sequence[Mapping[str, Any]]) -> list[Damage]:
@@ -228,6 +263,6 @@ def damaged(rows: Sequence[Mapping[str, Any]]) -> list[Damage]:
     return out
 
 
-__all__ = ["ROLES", "TEXT_MAX", "Damage", "Undecodable",
-           "check_row", "damaged", "is_decode_error", "message_damage", "tolerant",
-           "undecodable_in"]
+__all__ = ["ROLES", "TEXT_MAX", "Damage", "Undecodable", "check_part", "check_row",
+           "damaged", "is_decode_error", "kept_value", "message_damage", "part_damage",
+           "tolerant", "undecodable_in"]

@@ -111,8 +111,8 @@ def repair_orphans(conn: Connection, memory: MemoryStore, audit: bool, conversat
     call is answered."""
     repairs: list[Repair] = []
     rows = conn.rows(_AFTER_WATERMARK, MessageRow, {"conv": conversation_id})
-    for r in rows:  # a damaged row ends the turn, named (turnstile.stores.damage)
-        check_row(r._asdict())
+    for row in rows:  # a damaged row ends the turn, named (turnstile.stores.damage)
+        check_row(row._asdict())
     taken = {int(r.seq) for r in rows}
     stuck: int | None = None  # the first call left unanswered (no free slot)
     for owner, calls, next_seq in open_calls(rows):

@@ -24,10 +24,18 @@ import sqlalchemy as sa
 
 from turnstile.engine import attributes as attr
 from turnstile.engine.activity_io import MemorySnapshot
-from turnstile.engine.errors import ConversationOwnershipError, MemoryConflictError
+from turnstile.engine.errors import ConversationOwnershipError, DamagedRow, MemoryConflictError
 from turnstile.engine.messages import Attachment, ChatMessage, Role, ToolCall
 from turnstile.stores.connection import Connection
-from turnstile.stores.damage import Damage, check_row, damaged as damaged_rows, message_damage, shown
+from turnstile.stores.damage import (
+    Damage,
+    check_row,
+    damaged as damaged_rows,
+    kept_value,
+    message_damage,
+    part_damage,
+    shown,
+)
 from turnstile.stores.db import Database
 from turnstile.stores.memory_tables import (
     GET,
@@ -46,7 +54,12 @@ from turnstile.stores.memory_tables import (
     message_columns as message_columns,
     quarantined_message as quarantined_message,
 )
-from turnstile.stores.message_parts import delete_parts, read_parts, write_parts
+from turnstile.stores.message_parts import (
+    chat_message_part,
+    delete_parts,
+    read_parts,
+    write_parts,
+)
 from turnstile.stores.prebuilt import prebuilt
 from turnstile.stores.tables import stored_time
 
@@ -180,7 +193,10 @@ class MemoryStore:
         if conn.insert_new(conversation, {"conversation_id": conversation_id,
                                           "user_id": user_id, "created_at": now_iso()}):
             return  # new: bound to this user now (no read of what was just written)
-        owner = conn.scalar(OWNER, str, {"conv": conversation_id})
+        try:
+            owner = conn.scalar(OWNER, str, {"conv": conversation_id})
+        except DamagedRow as err:  # its owner cannot be read: named, not retried
+            raise DamagedRow(shown(conversation_id), None, err.what, "conversation") from None
         if owner != user_id:
             raise ConversationOwnershipError(
                 f"conversation {conversation_id!r} belongs to another user; "
@@ -395,7 +411,17 @@ class MemoryStore:
             names = list(result.keys())
             while batch := result.fetchmany(500):
                 found += damaged_rows([dict(zip(names, r, strict=True)) for r in batch])
-        return found
+            parts = conn.execute(sa.select(chat_message_part).where(
+                *([chat_message_part.c.conversation_id == conversation_id]
+                  if conversation_id else []))
+                .order_by(chat_message_part.c.conversation_id, chat_message_part.c.seq,
+                          chat_message_part.c.idx)).mappings()
+            for part in parts:
+                problem = part_damage(dict(part))
+                if problem is not None:
+                    found.append(Damage(shown(str(part["conversation_id"])), int(part["seq"]),
+                                        problem))
+        return sorted(found)
 
     def quarantine(self, conversation_id: str, seq: int, by: str, reason: str | None,
                    force: bool = False) -> Quarantined:
@@ -410,18 +436,28 @@ class MemoryStore:
             if row is None:
                 raise LookupError(f"conversation {shown(conversation_id)} has no row at "
                                   f"seq {seq}")
-            problem = message_damage(row)
+            with conn.tolerant():
+                parts = [dict(r) for r in conn.execute(
+                    sa.select(chat_message_part).where(
+                        chat_message_part.c.conversation_id == conversation_id,
+                        chat_message_part.c.seq == seq).order_by(chat_message_part.c.idx)
+                ).mappings()]
+            problem = message_damage(dict(row)) or next(
+                (d for d in map(part_damage, parts) if d is not None), None)
             if problem is None and not force:
                 raise NotDamaged(f"conversation {shown(conversation_id)} seq {seq} is not "
                                  "damaged; nothing was set aside (--force sets it aside anyway)")
             why = reason or problem or "set aside by an operator"
             at = now_iso()
             columns = [m[name] for name in QUARANTINED_COLUMNS]
-            extra = [sa.literal(by, sa.Text).label("quarantined_by"),
+            kept = json.dumps([{k: kept_value(v) for k, v in part.items()
+                                if k not in ("conversation_id", "seq")} for part in parts])
+            extra = [sa.literal(kept if parts else None, sa.Text).label("parts"),
+                     sa.literal(by, sa.Text).label("quarantined_by"),
                      sa.literal(at, sa.Text).label("quarantined_at"),
                      sa.literal(why, sa.Text).label("reason")]
             conn.execute(sa.insert(quarantined_message).from_select(
-                [*QUARANTINED_COLUMNS, "quarantined_by", "quarantined_at", "reason"],
+                [*QUARANTINED_COLUMNS, "parts", "quarantined_by", "quarantined_at", "reason"],
                 sa.select(*columns, *extra).where(_slot(conversation_id, seq))))
             remove(conn, conversation_id, [seq])
         return Quarantined(conversation_id, seq, by, at, why)

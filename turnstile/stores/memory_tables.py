@@ -69,6 +69,9 @@ quarantined_message = sa.Table(
     sa.Column("is_error", Flag),
     *text_columns("attributes", "created_at", "workflow_id", "execution_chain", "run_id",
                   nullable=True),
+    # Its chat_message_part rows (images), as a JSON list; bytes that are not
+    # UTF-8 as {"bytes_hex": ...}.
+    sa.Column("parts", sa.Text),
     *text_columns("quarantined_by", "quarantined_at", "reason"),
     sa.Index("quarantined_message_conversation", "conversation_id", "seq"),
 )
@@ -85,8 +88,8 @@ GET = prebuilt(sa.select(chat_message).where(_slot))
 SLOT_WRITER = prebuilt(sa.select(m.workflow_id, m.run_id).where(_slot))
 OWNER = prebuilt(sa.select(cv.user_id).where(cv.conversation_id == sa.bindparam("conv")))
 LAST_SEQ = prebuilt(sa.select(sa.func.max(m.seq)).where(_conv))
-SYSTEM_PROMPT = prebuilt(sa.select(m.conversation_id, m.seq, m.content).where(_conv, m.role == "system")
-                         .order_by(m.seq.desc()).limit(1))
+SYSTEM_PROMPT = prebuilt(sa.select(m.conversation_id, m.seq, m.content)
+                         .where(_conv, m.role == "system").order_by(m.seq.desc()).limit(1))
 NEWEST_SYSTEM = (sa.select(chat_message).where(_conv, m.role == "system")
                  .order_by(m.seq.desc()).limit(1))
 OTHERS = sa.select(chat_message).where(_conv, m.role != "system").order_by(m.seq.desc())

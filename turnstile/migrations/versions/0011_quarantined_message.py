@@ -3,7 +3,8 @@
 - `quarantined_message`: a `chat_message` row an operator set aside with
   `python starter.py conversation quarantine CONVERSATION_ID SEQ` (a row the
   product cannot read: turnstile.stores.damage), copied as it was with who
-  set it aside, when and why. The row leaves `chat_message`, so no window
+  set it aside, when and why (its images, `chat_message_part` rows, as a
+  JSON list in `parts`). The row leaves `chat_message`, so no window
   reads it again; nothing is deleted from the record.
 
 Compatible with the previous release: a new table, no column changed. A
@@ -38,7 +39,7 @@ def upgrade() -> None:
                                                 "tool_call_id")),
         sa.Column("is_error", flag),
         *(sa.Column(name, sa.Text) for name in ("attributes", "created_at", "workflow_id",
-                                                "execution_chain", "run_id")),
+                                                "execution_chain", "run_id", "parts")),
         *(sa.Column(name, sa.Text, nullable=False)
           for name in ("quarantined_by", "quarantined_at", "reason")),
     )
