@@ -242,9 +242,9 @@ def check_part(conversation_id: str, values: Mapping[str, Any]) -> None:
 
 
 def kept_value(value: Any) -> Any:
-    """A value as JSON can keep it for the record: bytes that are not UTF-8 as
-    {"bytes_hex": ...}, text made storable."""
-    if isinstance(value, Undecodable):
+    """A value as JSON can keep it for the record: bytes (text that is not
+    UTF-8, a BLOB) as {"bytes_hex": ...}, text made storable."""
+    if isinstance(value, bytes):  # Undecodable text, or a BLOB
         return {"bytes_hex": bytes(value).hex()}
     if isinstance(value, str):
         return safe_text(value)
