@@ -23,6 +23,7 @@ from turnstile.engine.messages import ChatMessage, ToolCall
 from turnstile.stores.damage import Undecodable, message_damage
 from turnstile.stores.db import Database
 from turnstile.stores.journal_repair import repair_orphans
+from turnstile.stores.ledger import ToolLedger
 from turnstile.stores.memory import MemoryStore, NotDamaged
 from turnstile.stores.memory_tables import GET, NEWEST_PAGE, SYSTEM_PROMPT
 from turnstile.stores.prebuilt import driver_form
@@ -225,3 +226,19 @@ def test_a_decode_error_of_a_write_is_not_retried_as_a_read(db: Database) -> Non
     damage(db, "c-w", 1, "content", None, raw_sql="CAST(X'FF' AS TEXT)")
     with db.connect() as conn, pytest.raises(exc.OperationalError):
         conn.execute("SELECT content FROM chat_message WHERE conversation_id = 'c-w'").all()
+
+
+def test_undecodable_text_elsewhere_is_named_by_its_table(db: Database) -> None:
+    """Any typed read of the stores: a call's ledger row with bytes that are
+    not UTF-8 is a `DamagedRow` naming the table, not an outage."""
+    if db.dialect != "sqlite":
+        pytest.skip("PostgreSQL refuses text that is not UTF-8 on write")
+    with db.connect() as conn:
+        conn.execute("INSERT INTO tool_call_ledger (workflow_id, execution_chain, tool_call_id, "
+                     "tool_name, status, result, started_at) VALUES ('t-1', '', 'c1', 'echo', "
+                     "'COMPLETED', CAST(X'7BFF7D' AS TEXT), '2026-12-06')")
+    with pytest.raises(DamagedRow) as err:
+        ToolLedger(db).row("t-1", "c1")
+    assert err.value.table == "tool_call_ledger" and "result is not UTF-8" in str(err.value)
+    failure = classified(err.value, "turnstile.execute_tool")
+    assert failure is not None and failure.non_retryable and failure.type == "DamagedRow"

@@ -297,7 +297,8 @@ def test_each_kind_of_damage_ends_its_turn_named_and_quarantine_frees_it(
                 for d, pick, part in EACH_KIND]
     # Each kind the engine can hold is damage, named; PostgreSQL cannot hold
     # bytes that are not UTF-8, BLOBs or NUL in text, or text in a flag.
-    assert all(o in ("damaged", None) for o in outcomes), list(zip(EACH_KIND, outcomes, strict=True))
+    pairs = list(zip(EACH_KIND, outcomes, strict=True))
+    assert all(o in ("damaged", None) for o in outcomes), pairs
     held = {d.kind for (d, _, _), o in zip(EACH_KIND, outcomes, strict=True) if o}
     assert held == ({"bytes", "blob", "shape", "role", "text", "huge"}
                     if db.dialect == "sqlite" else {"shape", "role", "huge"}), held
