@@ -13,6 +13,7 @@ import argparse
 import json
 
 import pytest
+from hypothesis import given, settings, strategies as st
 from sqlalchemy import exc
 
 from activities.data_errors import classified
@@ -24,7 +25,7 @@ from turnstile.stores.damage import Undecodable, message_damage
 from turnstile.stores.db import Database
 from turnstile.stores.journal_repair import repair_orphans
 from turnstile.stores.ledger import ToolLedger
-from turnstile.stores.memory import MemoryStore, NotDamaged
+from turnstile.stores.memory import MemoryStore, MessageRow, NotDamaged
 from turnstile.stores.memory_tables import GET, NEWEST_PAGE, SYSTEM_PROMPT
 from turnstile.stores.prebuilt import driver_form
 
@@ -242,3 +243,37 @@ def test_undecodable_text_elsewhere_is_named_by_its_table(db: Database) -> None:
     assert err.value.table == "tool_call_ledger" and "result is not UTF-8" in str(err.value)
     failure = classified(err.value, "turnstile.execute_tool")
     assert failure is not None and failure.non_retryable and failure.type == "DamagedRow"
+
+
+SOUND = {"conversation_id": "c", "seq": 1, "role": "assistant", "content": "hi",
+         "tool_calls": json.dumps([CALL.model_dump()]), "tool_call_id": None, "is_error": 0,
+         "attributes": '{"turnstile.tool_name": "echo"}', "created_at": "2026-12-06",
+         "workflow_id": "t-1", "execution_chain": None, "run_id": None}
+_json = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=6),
+                     lambda inner: st.lists(inner, max_size=3)
+                     | st.dictionaries(st.text(max_size=6), inner, max_size=3), max_leaves=6)
+_values = st.one_of(
+    st.none(), st.integers(-2, 3), st.booleans(), st.floats(allow_nan=False),
+    st.text(max_size=10), st.binary(max_size=6), st.binary(max_size=6).map(Undecodable),
+    st.sampled_from(["system", "user", "tool", "robot", "\x00", "\ud800", '"\\u0000"',
+                     '[{"id": "a", "name": "b"}]', '{"turnstile.state": 1}',
+                     '{"turnstile.state": {}}', '[{"id": "a", "name": "b", "arguments": 1}]',
+                     '"\\ud83d\\ude00"', "[" * 3000]),
+    _json.map(json.dumps))
+
+
+@settings(max_examples=400, deadline=None, derandomize=True)
+@given(changes=st.dictionaries(st.sampled_from(sorted(set(SOUND) - {"conversation_id", "seq"})),
+                               _values, min_size=1, max_size=3))
+def test_reading_a_row_agrees_with_the_rule(changes: dict[str, object]) -> None:
+    """Memory's read (parsed once, the rule only on doubt) and the rule agree
+    on every row: damaged rows raise DamagedRow naming it, others read."""
+    row = {**SOUND, **changes}
+    problem = message_damage(row)
+    if problem is None:
+        msg = MessageRow(**row).message()
+        assert msg.role == row["role"]
+    else:
+        with pytest.raises(DamagedRow) as err:
+            MessageRow(**row).message()
+        assert err.value.seq == 1 and err.value.what == problem

@@ -30,6 +30,7 @@ What is damaged (each reader relies on it):
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -52,6 +53,10 @@ _TYPED_ATTRIBUTES: dict[str, tuple[type | tuple[type, ...], str]] = {
     attr.WORKFLOW_ID: (str, "text"),
 }
 _TEXT_COLUMNS = ("tool_call_id", "created_at", "workflow_id", "execution_chain", "run_id")
+_PLAIN_COLUMNS = ("role", "content", *_TEXT_COLUMNS)
+_SURROGATE = re.compile("[\ud800-\udfff]")
+# A JSON escape of NUL or of a surrogate (a pair is walked too; rare).
+_UNSAFE_ESCAPE = re.compile(r"\\u(?:0000|[dD][89a-fA-F])")
 
 
 class Undecodable(bytes):
@@ -131,7 +136,7 @@ def _text_problem(column: str, value: Any) -> str | None:
         return f"{column} holds a {type(value).__name__}, not text"
     if len(value) > TEXT_MAX:
         return f"{column} holds {len(value):,} characters (more than {TEXT_MAX:,})"
-    if unsafe_text_at(value) is not None:
+    if not storable(value):
         return f"{column} holds a NUL or a lone surrogate"
     return None
 
@@ -145,7 +150,9 @@ def _json(column: str, value: Any) -> tuple[Any, str | None]:
         decoded = json.loads(value)
     except (ValueError, RecursionError):
         return None, f"{column} is not JSON"
-    where = unsafe_text_at(decoded)
+    # Decoded text holds NUL or a surrogate only from an escape (a raw one
+    # does not parse): walk the value only when the text has one.
+    where = unsafe_text_at(decoded) if _UNSAFE_ESCAPE.search(value) else None
     if where is not None:
         return None, f"{column} holds a NUL or a lone surrogate (at {shown(where, 60)})"
     return decoded, None
@@ -177,9 +184,59 @@ def _attributes_problem(value: Any) -> str | None:
     return None
 
 
+def _plain_text_ok(values: Mapping[str, Any]) -> bool:
+    """The common case at a glance (every read of memory runs it): a role,
+    a 0/1 flag, and text columns that are None or storable text."""
+    if values.get("role", "user") not in ROLES:
+        return False
+    flag = values.get("is_error", 0)
+    if type(flag) not in (int, bool) or flag not in (0, 1):
+        return False
+    for column in _PLAIN_COLUMNS:
+        value = values.get(column)
+        if value is not None and (type(value) is not str or len(value) > TEXT_MAX
+                                  or not storable(value)):
+            return False
+    return True
+
+
+def storable(text: str) -> bool:
+    """No NUL and no lone surrogate (ASCII text at the cost of one memchr)."""
+    return "\x00" not in text and (text.isascii() or _SURROGATE.search(text) is None)
+
+
+def looks_sound(is_error: Any, texts: Sequence[Any], json_texts: Sequence[Any],
+                attributes: Mapping[str, Any]) -> bool:
+    """For a row that parsed into a message (its flag, its plain text
+    columns, its JSON columns' text, its decoded attributes): what parsing
+    does not check — storable text of the right type, the flag, the types of
+    the attributes the product reads — at a glance. False: judge the row by
+    `message_damage` (it may still be sound: a surrogate pair escaped)."""
+    if type(is_error) not in (int, bool) or is_error not in (0, 1):
+        return False
+    for text in texts:
+        if text is not None and (type(text) is not str or len(text) > TEXT_MAX
+                                 or not storable(text)):
+            return False
+    for text in json_texts:
+        if text is not None and (type(text) is not str or len(text) > TEXT_MAX
+                                 or _UNSAFE_ESCAPE.search(text)):
+            return False
+    return all(attributes.get(name) is None or isinstance(attributes[name], kind)
+               for name, (kind, _) in _TYPED_ATTRIBUTES.items())
+
+
 def message_damage(values: Mapping[str, Any]) -> str | None:
     """Why a `chat_message` row (its selected columns by name) cannot be read
     as a message, or None. Columns not selected are not judged."""
+    if _plain_text_ok(values):
+        if values.get("tool_calls"):  # empty: no calls, as memory reads it
+            problem = _calls_problem(values["tool_calls"])
+            if problem is not None:
+                return problem
+        if values.get("attributes"):
+            return _attributes_problem(values["attributes"])
+        return None
     if "role" in values:
         role = values["role"]
         problem = _text_problem("role", role)
@@ -199,11 +256,11 @@ def message_damage(values: Mapping[str, Any]) -> str | None:
         return "is_error holds text, not 0 or 1"
     if flag not in (0, 1) or not isinstance(flag, bool | int):
         return f"is_error holds {shown(repr(flag), 40)}, not 0 or 1"
-    if values.get("tool_calls") is not None:
+    if values.get("tool_calls"):  # empty: no calls, as memory reads it
         problem = _calls_problem(values["tool_calls"])
         if problem is not None:
             return problem
-    if values.get("attributes") is not None:
+    if values.get("attributes"):
         return _attributes_problem(values["attributes"])
     return None
 
@@ -264,5 +321,6 @@ def damaged(rows: Sequence[Mapping[str, Any]]) -> list[Damage]:
 
 
 __all__ = ["ROLES", "TEXT_MAX", "Damage", "Undecodable", "check_part", "check_row",
-           "damaged", "is_decode_error", "kept_value", "message_damage", "part_damage",
+           "damaged", "is_decode_error", "kept_value", "looks_sound", "message_damage",
+           "part_damage",
            "tolerant", "undecodable_in"]

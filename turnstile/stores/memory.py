@@ -32,6 +32,7 @@ from turnstile.stores.damage import (
     check_row,
     damaged as damaged_rows,
     kept_value,
+    looks_sound,
     message_damage,
     part_damage,
     shown,
@@ -93,13 +94,23 @@ class MessageRow(NamedTuple):
 
     def message(self) -> ChatMessage:
         """The stored message; `DamagedRow` when the row cannot be read as
-        one (turnstile.stores.damage)."""
-        check_row(self._asdict())
-        calls = json.loads(self.tool_calls) if self.tool_calls else []
-        return ChatMessage(role=self.role, content=self.content,
-                           tool_calls=[ToolCall.model_validate(c) for c in calls],
-                           tool_call_id=self.tool_call_id, is_error=bool(self.is_error),
-                           attributes=load_attributes(self.attributes))
+        one (turnstile.stores.damage: parsed once, judged by the whole rule
+        only when parsing fails or a glance finds something)."""
+        try:
+            calls = json.loads(self.tool_calls) if self.tool_calls else []
+            attrs = load_attributes(self.attributes)
+            msg = ChatMessage(role=self.role, content=self.content,
+                              tool_calls=[ToolCall.model_validate(c) for c in calls],
+                              tool_call_id=self.tool_call_id, is_error=bool(self.is_error),
+                              attributes=attrs)
+        except (ValueError, TypeError, AttributeError, RecursionError):
+            check_row(self._asdict())  # names the row; else the error stands (UnreadableData)
+            raise
+        if not looks_sound(self.is_error, (self.content, self.tool_call_id, self.created_at,
+                                           self.workflow_id, self.execution_chain, self.run_id),
+                           (self.tool_calls, self.attributes), msg.attributes):
+            check_row(self._asdict())
+        return msg
 
 
 class SystemPrompt(NamedTuple):
