@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -87,6 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         url = args.database_url or f"sqlite:///{Path(tmp) / 'damaged.db'}"
         db = Database(url)
         migrate(db)
+        os.environ["DATABASE_URL"] = url  # what `starter.py check` and quarantine read
         server = DevServer(free_port(), Path(tmp) / "server.log")
         llm = FakeLLM()
         try:

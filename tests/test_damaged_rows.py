@@ -10,12 +10,14 @@ the turns themselves: tests/test_damaged_rows_turns.py."""
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 
 import pytest
 from hypothesis import given, settings, strategies as st
 from sqlalchemy import exc
 
+import starter
 from activities.data_errors import classified
 from tests.support.sql import fetchall, fetchone
 from turnstile.conversation_cli import quarantine as quarantine_command
@@ -277,3 +279,14 @@ def test_reading_a_row_agrees_with_the_rule(changes: dict[str, object]) -> None:
         with pytest.raises(DamagedRow) as err:
             MessageRow(**row).message()
         assert err.value.seq == 1 and err.value.what == problem
+
+
+def test_conversation_show_names_a_damaged_row(db: Database, monkeypatch: pytest.MonkeyPatch,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    conversation(db, "c-show")
+    damage(db, "c-show", 2, "tool_calls", "[1]")
+    monkeypatch.setenv("DATABASE_URL", db.url)
+    assert asyncio.run(starter.main(["conversation", "show", "c-show"])) == 1
+    err = capsys.readouterr().err
+    assert "conversation c-show has a damaged row in chat_message (seq 2)" in err
+    assert "starter.py conversation quarantine c-show 2" in err

@@ -16,6 +16,7 @@ import getpass
 import logging
 import sys
 
+from turnstile.engine.errors import DamagedRow
 from turnstile.engine.turn_input_rules import clean_note, id_problem
 from turnstile.runtime.config import Settings
 from turnstile.stores.db import Database
@@ -52,7 +53,11 @@ async def command(args: argparse.Namespace, settings: Settings) -> int:
             return await asyncio.to_thread(quarantine, db, args)
         finally:
             dispose_engines()
-    transcript = await asyncio.to_thread(read_transcript, db, args.conversation_id)
+    try:
+        transcript = await asyncio.to_thread(read_transcript, db, args.conversation_id)
+    except DamagedRow as exc:  # named, with the command that sets it aside
+        sys.stderr.write(f"{exc}\n")
+        return 1
     if not transcript.entries:
         sys.stderr.write(f"no conversation {args.conversation_id!r} in memory "
                          f"({settings.database_url})\n")

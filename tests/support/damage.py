@@ -186,7 +186,8 @@ def exercise(lt: Runs, turns: Turns, client: Client, db: Database, d: Damage, pi
              part: bool = False) -> Outcome:
     """One conversation, one real turn, then `d` written into the row at
     `pick` (modulo its rows; `part`: into an image part of it) and the
-    property checked (AssertionError when it fails)."""
+    property checked (AssertionError when it fails). `starter.py` reads the
+    database from DATABASE_URL: set it to `db`'s URL."""
     memory = MemoryStore(db)
     conv = f"c-dmg-{uuid.uuid4().hex[:10]}"
     first, _, _ = lt.run(timed_turn(turns, conv, "hello"), 60)
