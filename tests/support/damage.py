@@ -124,6 +124,10 @@ def write_part(db: Database, conv: str, seq: int, d: Damage) -> bool:
             conn.execute(f"UPDATE chat_message_part SET {sql} WHERE conversation_id = :c "
                          "AND seq = :s", {**values, "c": conv, "s": seq})
     except (exc.IntegrityError, exc.DataError, exc.ProgrammingError):
+        return False  # the database refuses it (PostgreSQL: NUL, bytes)
+    except exc.OperationalError as err:
+        if "index row size" not in str(err):  # PostgreSQL: a huge role, in an index
+            raise
         return False
     return True
 
@@ -139,6 +143,10 @@ def write(db: Database, conv: str, seq: int, d: Damage) -> bool:
             conn.execute(f"UPDATE chat_message SET {sql} WHERE conversation_id = :c "
                          "AND seq = :s", {**values, "c": conv, "s": seq})
     except (exc.IntegrityError, exc.DataError, exc.ProgrammingError):
+        return False  # the database refuses it (PostgreSQL: NUL, bytes)
+    except exc.OperationalError as err:
+        if "index row size" not in str(err):  # PostgreSQL: a huge role, in an index
+            raise
         return False
     return True
 
