@@ -107,6 +107,8 @@ EACH_KIND = [
     (Damage("tool_call_id", "blob", b"c1"), 2, False),
     (Damage("content", "text", "a\x00b"), 3, False),
     (Damage("attributes", "shape", '{"k": "\\ud800"}'), 3, False),
+    (Damage("tool_calls", "shape", '[{"id": "c\\u0000", "name": "echo", "arguments": "{}"}]'),
+     1, False),
     (Damage("content", "huge", "x" * 17_000_000), 3, False),
     (Damage("url", "bytes", b"https://\xff"), 0, True),
     (Damage("type", "blob", b"\x01"), 0, True),
