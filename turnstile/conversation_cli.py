@@ -21,7 +21,7 @@ from turnstile.engine.turn_input_rules import clean_note, id_problem
 from turnstile.runtime.config import Settings
 from turnstile.stores.db import Database
 from turnstile.stores.engines import dispose_engines
-from turnstile.stores.memory import MemoryStore, NotDamaged
+from turnstile.stores.quarantine import NotDamaged, quarantine as set_aside
 from turnstile.stores.transcript import read_transcript
 
 log = logging.getLogger("turnstile.quarantine")
@@ -79,8 +79,7 @@ def quarantine(db: Database, args: argparse.Namespace) -> int:
         return 2
     reason = clean_note(args.reason) if args.reason else None
     try:
-        done = MemoryStore(db).quarantine(args.conversation_id, args.seq, by, reason,
-                                          force=args.force)
+        done = set_aside(db, args.conversation_id, args.seq, by, reason, force=args.force)
     except LookupError as exc:
         sys.stderr.write(f"{exc}\n")
         return 1

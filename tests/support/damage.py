@@ -27,7 +27,7 @@ from tests.support.sql import fetchall
 from tests.support.turns import Turns
 from turnstile.engine.contract import TurnStatus
 from turnstile.stores.db import Database
-from turnstile.stores.memory import MemoryStore
+from turnstile.stores.quarantine import damaged_rows
 
 TURN_SECONDS = 5.0
 
@@ -196,7 +196,6 @@ def exercise(lt: Runs, turns: Turns, client: Client, db: Database, d: Damage, pi
     `pick` (modulo its rows; `part`: into an image part of it) and the
     property checked (AssertionError when it fails). `starter.py` reads the
     database from DATABASE_URL: set it to `db`'s URL."""
-    memory = MemoryStore(db)
     conv = f"c-dmg-{uuid.uuid4().hex[:10]}"
     first, _, _ = lt.run(timed_turn(turns, conv, "hello"), 60)
     assert first.status == TurnStatus.COMPLETED, first.error
@@ -206,7 +205,7 @@ def exercise(lt: Runs, turns: Turns, client: Client, db: Database, d: Damage, pi
     seq = seqs[pick % len(seqs)]
     if not (write_part(db, conv, seq, d) if part else write(db, conv, seq, d)):
         return Outcome("unwritable")
-    damaged = [x for x in memory.damaged(conv) if x.seq == seq]
+    damaged = [x for x in damaged_rows(db, conv) if x.seq == seq]
     result, took, events = lt.run(timed_turn(turns, conv, "again"), 60)
     assert EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED not in events, d
     assert took < TURN_SECONDS, (d, took, result.status)
@@ -230,7 +229,7 @@ def exercise(lt: Runs, turns: Turns, client: Client, db: Database, d: Damage, pi
     assert kept == [{"quarantined_by": "ops-lead", "reason": damaged[0].what}], kept
     after, _, _ = lt.run(timed_turn(turns, conv, "and now?"), 60)
     assert after.status == TurnStatus.COMPLETED, (d, after.error)
-    assert memory.damaged(conv) == []
+    assert damaged_rows(db, conv) == []
     return Outcome("damaged", took, result.error.type)
 
 

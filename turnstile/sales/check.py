@@ -31,7 +31,7 @@ from turnstile.sales.truth import disagreements
 from turnstile.stores import truth
 from turnstile.stores.db import Database
 from turnstile.stores.lock import Holder
-from turnstile.stores.memory import MemoryStore
+from turnstile.stores.quarantine import damaged_rows
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +74,7 @@ async def check(db: Database, temporal: Callable[[], Awaitable[Client]],
     states, unknown, stuck = await _states(temporal, holders)
     report = CheckReport()
     busy = set(unknown)
-    damage = await asyncio.to_thread(MemoryStore(db).damaged, conversation_id)
+    damage = await asyncio.to_thread(damaged_rows, db, conversation_id)
     report.damaged = [d.line() for d in damage]
     busy |= {d.conversation_id for d in damage}  # named; not compared further
     for conv, holder in sorted(holders.items()):

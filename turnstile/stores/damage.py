@@ -7,8 +7,8 @@ so it is a data error, never an outage (activities.data_errors), and a turn on
 its conversation ends at once with `DamagedRow` naming the conversation and
 the row's `seq`. `message_damage` is the one rule, used by every reader of
 memory (turnstile.stores.memory, the orphan repair in journal_repair) and by
-`python starter.py check`, which lists every damaged row (`scan`); `python
-starter.py conversation quarantine` sets one aside (memory.quarantine).
+`python starter.py check`, which lists every damaged row; `python starter.py
+conversation quarantine` sets one aside (both: turnstile.stores.quarantine).
 
 What is damaged (each reader relies on it):
 

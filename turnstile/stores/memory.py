@@ -27,16 +27,7 @@ from turnstile.engine.activity_io import MemorySnapshot
 from turnstile.engine.errors import ConversationOwnershipError, DamagedRow, MemoryConflictError
 from turnstile.engine.messages import Attachment, ChatMessage, Role, ToolCall
 from turnstile.stores.connection import Connection
-from turnstile.stores.damage import (
-    Damage,
-    check_row,
-    damaged as damaged_rows,
-    kept_value,
-    looks_sound,
-    message_damage,
-    part_damage,
-    shown,
-)
+from turnstile.stores.damage import check_row, looks_sound, shown
 from turnstile.stores.db import Database
 from turnstile.stores.memory_tables import (
     GET,
@@ -44,7 +35,6 @@ from turnstile.stores.memory_tables import (
     NEWEST_PAGE,
     OTHERS,
     OWNER,
-    QUARANTINED_COLUMNS,
     SLOT_WRITER,
     STATEFUL as STATEFUL,
     SYSTEM_PROMPT,
@@ -53,14 +43,8 @@ from turnstile.stores.memory_tables import (
     cv,
     m,
     message_columns as message_columns,
-    quarantined_message as quarantined_message,
 )
-from turnstile.stores.message_parts import (
-    chat_message_part,
-    delete_parts,
-    read_parts,
-    write_parts,
-)
+from turnstile.stores.message_parts import delete_parts, read_parts, write_parts
 from turnstile.stores.prebuilt import prebuilt
 from turnstile.stores.tables import stored_time
 
@@ -409,80 +393,3 @@ class MemoryStore:
                 self._set_attributes(conn, conversation_id, row, extra_attributes,
                                      content=content, is_error=True)
             return len(rows)
-
-    # -- damaged rows (turnstile.stores.damage) -------------------------------
-    def damaged(self, conversation_id: str | None = None) -> list[Damage]:
-        """Every damaged row of memory (of one conversation), in order; rows
-        whose text is not UTF-8 included (read tolerantly)."""
-        with self.db.connect() as conn, conn.tolerant():
-            result = conn.execute(sa.select(chat_message).where(
-                *([m.conversation_id == conversation_id] if conversation_id else []))
-                .order_by(m.conversation_id, m.seq))
-            found: list[Damage] = []
-            names = list(result.keys())
-            while batch := result.fetchmany(500):
-                found += damaged_rows([dict(zip(names, r, strict=True)) for r in batch])
-            parts = conn.execute(sa.select(chat_message_part).where(
-                *([chat_message_part.c.conversation_id == conversation_id]
-                  if conversation_id else []))
-                .order_by(chat_message_part.c.conversation_id, chat_message_part.c.seq,
-                          chat_message_part.c.idx)).mappings()
-            for part in parts:
-                problem = part_damage(dict(part))
-                if problem is not None:
-                    found.append(Damage(shown(str(part["conversation_id"])), int(part["seq"]),
-                                        problem))
-        return sorted(found)
-
-    def quarantine(self, conversation_id: str, seq: int, by: str, reason: str | None,
-                   force: bool = False) -> Quarantined:
-        """Set the row at `seq` aside: copied into `quarantined_message` by the
-        database (bytes as they are) with who, when and why, then taken out
-        of memory with its images. Refused (`NotDamaged`) for a row that is
-        not damaged unless `force`; `LookupError` when there is no such row."""
-        with self.db.connect() as conn:
-            with conn.tolerant():
-                row = conn.execute(sa.select(chat_message).where(_slot(conversation_id, seq))
-                                   ).mappings().first()
-            if row is None:
-                raise LookupError(f"conversation {shown(conversation_id)} has no row at "
-                                  f"seq {seq}")
-            with conn.tolerant():
-                parts = [dict(r) for r in conn.execute(
-                    sa.select(chat_message_part).where(
-                        chat_message_part.c.conversation_id == conversation_id,
-                        chat_message_part.c.seq == seq).order_by(chat_message_part.c.idx)
-                ).mappings()]
-            problem = message_damage(dict(row)) or next(
-                (d for d in map(part_damage, parts) if d is not None), None)
-            if problem is None and not force:
-                raise NotDamaged(f"conversation {shown(conversation_id)} seq {seq} is not "
-                                 "damaged; nothing was set aside (--force sets it aside anyway)")
-            why = reason or problem or "set aside by an operator"
-            at = now_iso()
-            columns = [m[name] for name in QUARANTINED_COLUMNS]
-            kept = json.dumps([{k: kept_value(v) for k, v in part.items()
-                                if k not in ("conversation_id", "seq")} for part in parts])
-            extra = [sa.literal(kept if parts else None, sa.Text).label("parts"),
-                     sa.literal(by, sa.Text).label("quarantined_by"),
-                     sa.literal(at, sa.Text).label("quarantined_at"),
-                     sa.literal(why, sa.Text).label("reason")]
-            conn.execute(sa.insert(quarantined_message).from_select(
-                [*QUARANTINED_COLUMNS, "parts", "quarantined_by", "quarantined_at", "reason"],
-                sa.select(*columns, *extra).where(_slot(conversation_id, seq))))
-            remove(conn, conversation_id, [seq])
-        return Quarantined(conversation_id, seq, by, at, why)
-
-
-class NotDamaged(ValueError):
-    """`quarantine` of a row that is not damaged (without `force`)."""
-
-
-class Quarantined(NamedTuple):
-    """A row set aside: where it was, who set it aside, when and why."""
-
-    conversation_id: str
-    seq: int
-    by: str
-    at: str
-    reason: str

@@ -56,10 +56,11 @@ chat_message = sa.Table(
 m = chat_message.c
 cv = conversation.c
 
-# Rows an operator set aside (`starter.py conversation quarantine`;
-# turnstile.stores.damage): the row as it was, copied by the database (text
-# that is not UTF-8 stays as its bytes), with who, when and why (migration
-# 0011). Out of chat_message, so out of every window; kept for the record.
+# Damaged rows (turnstile.stores.damage) an operator set aside with
+# `starter.py conversation quarantine` (their one writer:
+# turnstile.stores.quarantine): the row as it was, copied by the database
+# (text that is not UTF-8 stays as its bytes), with who, when and why
+# (migration 0011). Out of chat_message, so out of every window; kept.
 quarantined_message = sa.Table(
     "quarantined_message", metadata,
     sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
