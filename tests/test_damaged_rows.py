@@ -261,7 +261,7 @@ _values = st.one_of(
     st.sampled_from(["system", "user", "tool", "robot", "\x00", "\ud800", '"\\u0000"',
                      '[{"id": "a", "name": "b"}]', '{"turnstile.state": 1}',
                      '{"turnstile.state": {}}', '[{"id": "a", "name": "b", "arguments": 1}]',
-                     '"\\ud83d\\ude00"', "[" * 3000]),
+                     '"\\ud83d\\ude00"', "[" * 3000, "{}", '{"a": 1}', '"ab"', "[]"]),
     _json.map(json.dumps))
 
 

@@ -90,9 +90,10 @@ class MessageRow(NamedTuple):
         except (ValueError, TypeError, AttributeError, RecursionError):
             check_row(self._asdict())  # names the row; else the error stands (UnreadableData)
             raise
-        if not looks_sound(self.is_error, (self.content, self.tool_call_id, self.created_at,
-                                           self.workflow_id, self.execution_chain, self.run_id),
-                           (self.tool_calls, self.attributes), msg.attributes):
+        texts = (self.content, self.tool_call_id, self.created_at, self.workflow_id,
+                 self.execution_chain, self.run_id)
+        if type(calls) is not list or not looks_sound(self.is_error, texts, (
+                self.tool_calls, self.attributes), msg.attributes):
             check_row(self._asdict())
         return msg
 
