@@ -41,6 +41,7 @@ STABLE = {
     errors.UnexpectedError: "UnexpectedError",
     errors.IllegalTransition: "IllegalTransition",  # a move the turn's machine refuses
     errors.UnreadableData: "UnreadableData",
+    errors.DamagedRow: "DamagedRow",  # a stored row no read can take: named, not retried
     errors.TemplateVariableMissing: "TemplateVariableMissing",
     errors.ModelRequestRejected: "ModelRequestRejected",
     errors.ModelFunctionError: "ModelFunctionError",

@@ -37,6 +37,7 @@ OWNERS = {
     "conversation_lock": "turnstile/stores/lock.py",
     "model_usage": "turnstile/stores/usage.py",
     "payload_blob": "turnstile/stores/payload_store.py",
+    "quarantined_message": "turnstile/stores/quarantine.py",
     "payload_ref": "turnstile/stores/payload_store.py",
     "retrieval_document": "turnstile/stores/retrieval_index.py",
     "superseded_message": "turnstile/stores/superseded.py",
