@@ -21,6 +21,7 @@ from turnstile.sales.access import QueryTooLong, ToolRoleUnavailable
 from turnstile.sales.query import EmptyConditionError
 from turnstile.stores.runs import RunUnconfirmed
 from turnstile.stores.schema import SchemaError
+from turnstile.stores.schema_window import NewerSchema
 
 STABLE = {
     errors.UnknownServiceError: "UnknownService",
@@ -45,6 +46,7 @@ STABLE = {
     errors.TemplateVariableMissing: "TemplateVariableMissing",
     errors.ModelRequestRejected: "ModelRequestRejected",
     errors.ModelFunctionError: "ModelFunctionError",
+    NewerSchema: "NewerSchema",  # the database is newer than this code and not compatible
     errors.ModelUnavailable: "ModelUnavailable",
     RetryableModelError: "ModelUnavailable",  # a variant keeps its parent's name
     InvalidRequestAnswer: "ModelUnavailable",  # ... until it repeats: ModelServerRefused

@@ -40,6 +40,7 @@ OWNERS = {
     "quarantined_message": "turnstile/stores/quarantine.py",
     "payload_ref": "turnstile/stores/payload_store.py",
     "retrieval_document": "turnstile/stores/retrieval_index.py",
+    "schema_revision": "turnstile/stores/schema_window.py",
     "superseded_message": "turnstile/stores/superseded.py",
     "tool_call_ledger": "turnstile/stores/journal_writes.py",
     "tool_execution_log": "turnstile/stores/journal_writes.py",
