@@ -21,6 +21,7 @@ from turnstile.sales.access import QueryTooLong, ToolRoleUnavailable
 from turnstile.sales.query import EmptyConditionError
 from turnstile.stores.runs import RunUnconfirmed
 from turnstile.stores.schema import SchemaError
+from turnstile.stores.schema_window import NewerSchema
 
 STABLE = {
     errors.UnknownServiceError: "UnknownService",
@@ -41,9 +42,11 @@ STABLE = {
     errors.UnexpectedError: "UnexpectedError",
     errors.IllegalTransition: "IllegalTransition",  # a move the turn's machine refuses
     errors.UnreadableData: "UnreadableData",
+    errors.DamagedRow: "DamagedRow",  # a stored row no read can take: named, not retried
     errors.TemplateVariableMissing: "TemplateVariableMissing",
     errors.ModelRequestRejected: "ModelRequestRejected",
     errors.ModelFunctionError: "ModelFunctionError",
+    NewerSchema: "NewerSchema",  # the database is newer than this code and not compatible
     errors.ModelUnavailable: "ModelUnavailable",
     RetryableModelError: "ModelUnavailable",  # a variant keeps its parent's name
     InvalidRequestAnswer: "ModelUnavailable",  # ... until it repeats: ModelServerRefused

@@ -199,3 +199,57 @@ def test_a_timestamp_beside_a_phone_number_stays_whole() -> None:
             assert phone not in masked and masked.replace(stamp, "").count("*") >= 8
 
     whole()
+
+
+# The gaps issue 48 found, each as it was found (the generated forms of
+# tests/test_masking_property.py cover their kind).
+@pytest.mark.parametrize(("value", "seed"), [
+    ({"zq48key@corp.com": "x"}, "zq48key"),                      # an address as a key
+    ({"mobile": 14155552671}, "4155552671"),                       # an integer phone number
+    ({"n": [14155552671]}, "4155552671"),                          # ... in a neutral list
+    ("alice\u200bzq48zw@corp.com", "zq48zw"),                     # zero-width beside "@"
+    ("zq48zw\u200b@corp.com", "zq48zw"),
+    ("zq48bidi\u202e@corp.com", "zq48bidi"),                       # a bidi control
+    ("zq48hex&#x40corp.com", "zq48hex"),                           # &#x40 before a hex letter
+    ("zq48deep%" + "25" * 9 + "40corp.com", "zq48deep"),           # ten layers
+    ("zq48over%" + "25" * 30 + "40corp.com", "zq48over"),          # over the bound
+    ("call 0044 20 7946 0958", "7946"),                            # a 00 prefix
+    ("zq48ip@[10.0.0.1]", "zq48ip"), ("zq48v6@[IPv6:2001:db8::1]", "zq48v6"),
+    ("o'zq48oc@corp.com", "zq48oc"), ("tom&zq48tj@corp.com", "tom&"),
+    ("SRS0=HHzq=TT=example.org=zq48srs@fwd.example.net", "zq48srs"),
+    ("\u202emoc.proc@sr48qz", "sr48qz"),                           # shown reversed
+])
+def test_the_gaps_of_issue_48_are_closed(value: object, seed: str) -> None:
+    masked = json.dumps(mask_any(value), ensure_ascii=False) + mask_json_text(json.dumps(value))
+    if isinstance(value, str):
+        masked += mask_text(f"see {value} now")
+    assert seed not in masked, masked
+    assert "***" in masked
+
+
+def test_punctuated_and_srs_local_parts_keep_no_prefix() -> None:
+    assert mask_text("o'connor@x.com") == "***@x.com"
+    assert mask_text("tom&jerry@x.com") == "***@x.com"
+    assert mask_text("SRS0=HHH=TT=example.com=alice@fwd.net") == "***@fwd.net"
+    assert mask_text("first.last+tag@x.com") == "f***@x.com"  # ". _ + -" are ordinary
+    assert mask_text("user@[10.0.0.1]") == "u***@[10.0.0.1]"
+    assert mask_text("mail 0044 20 7946 0958") == "mail **********58"
+
+
+def test_integers_the_field_decides() -> None:
+    out = mask_value({"mobile": 14155552671, "n": 14155552671, "order_id": 14155552671,
+                      "created_at": 1733337327123, "count": 4155552671, "ts": 1733337327})
+    assert out == {"mobile": "***", "n": "*********71", "order_id": 14155552671,
+                   "created_at": 1733337327123, "count": 4155552671, "ts": 1733337327}
+    # two keys that mask alike stay two keys
+    assert mask_value({"alice@x.com": 1, "adam@x.com": 2}) == {
+        "a***@x.com": 1, "a***@x.com#2": 2}
+
+
+def test_a_preview_is_cut_before_it_is_masked_and_never_through_a_value() -> None:
+    from turnstile.engine.masking import mask_prefix
+
+    text = "hello zq48cut%2540example.com and more"
+    assert mask_prefix(text, 20) == "hello"  # the cut run is dropped, not left half-decoded
+    assert mask_prefix(text, 400) == "hello z***@example.com and more"
+    assert mask_prefix("ring +44 20 7946 0958 now", 15) == "ring"

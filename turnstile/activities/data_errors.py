@@ -11,6 +11,10 @@ This worker interceptor (`DataErrors`, registered on every Turnstile worker:
 worker.build_worker) classifies what escapes an activity, wherever it
 surfaces (raised directly, or as the cause of another error):
 
+- a damaged stored row (turnstile.stores.damage: text that is not UTF-8 on
+  SQLite, JSON of the wrong shape, a role that is none) → non-retryable
+  `DamagedRow`, naming the conversation and the row's `seq` — also when the
+  driver's decode error (an OperationalError, otherwise retried) lies beneath;
 - the database refusing the data itself (PostgreSQL's NUL in text, a value
   too long for its column, a NOT NULL or CHECK violation) → non-retryable
   `DatabaseRefusedData`;
@@ -48,7 +52,7 @@ from temporalio.worker import (
     Interceptor,
 )
 
-from turnstile.engine.errors import DatabaseRefusedData, UnreadableData
+from turnstile.engine.errors import DamagedRow, DatabaseRefusedData, UnreadableData
 from turnstile.engine.masking import mask_text
 from turnstile.engine.safe_text import safe_text
 from turnstile.stores.db_errors import db_error_text
@@ -126,6 +130,10 @@ def classified(err: BaseException, activity_type: str) -> ApplicationError | Non
     """The non-retryable failure `err` stands for, or None: raise it as it is."""
     if isinstance(err, asyncio.CancelledError):
         return None
+    damaged = next((e for e in _chain(err) if isinstance(e, DamagedRow)), None)
+    if damaged is not None:
+        return ApplicationError(mask_text(safe_text(str(damaged)))[:_MESSAGE_MAX * 2],
+                                type=DamagedRow.error_type, non_retryable=True)
     # A refusal of the data by the database, also beneath an error the activity
     # raised (e.g. CallNotRecorded), is the same on every attempt.
     category = refused_data(err)

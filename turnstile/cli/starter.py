@@ -13,6 +13,8 @@
     python starter.py usage [--since 7d|ISO] [--until ISO] [--user U] [--service S] [--json]
     python starter.py check [--conversation ID]
     python starter.py conversation show CONVERSATION_ID [--json]   (memory, readable)
+    python starter.py conversation quarantine CONVERSATION_ID SEQ [--by NAME] [--reason TEXT]
+                            (set a damaged row aside; `check` lists them as `damaged:`)
 
 One function a subcommand (`COMMANDS`); what they print is in turnstile.cli_views.
 """

@@ -349,3 +349,24 @@ class UnreadableData(TurnstileError):
     the wrong type or shape (TypeError, KeyError, ValueError). The activity
     fails at once, not retried; the message names the activity and what it
     could not read (activities/errors.py)."""
+
+
+class DamagedRow(UnreadableData):
+    """A stored row of a conversation that the product cannot read as what it
+    is: text that is not UTF-8 (SQLite), JSON that does not parse or has the
+    wrong shape, a role or type no message has, text no store can hold (NUL,
+    lone surrogates). The same row fails every read, so the turn ends at once
+    (not retried) and the message names the conversation and the row's `seq`;
+    `python starter.py check` lists it (`damaged: ...`) and `python starter.py
+    conversation quarantine CONVERSATION_ID SEQ` sets it aside (docs/operating.md)."""
+
+    def __init__(self, conversation_id: str, seq: int | None = None,
+                 what: str = "a value it cannot read", table: str = "chat_message") -> None:
+        self.conversation_id, self.seq, self.what, self.table = conversation_id, seq, what, table
+        if seq is None:
+            text = f"conversation {conversation_id} has a damaged row in {table}: {what}"
+        else:
+            text = (f"conversation {conversation_id} has a damaged row in {table} (seq {seq}): "
+                    f"{what}; set it aside with `starter.py conversation quarantine "
+                    f"{conversation_id} {seq}`")
+        super().__init__(text)

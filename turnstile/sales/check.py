@@ -11,7 +11,10 @@ a result, audit rows left INITIATED) is named. A holder Temporal cannot
 answer about (unreachable) leaves its conversation unchecked, listed, and
 the check not clean. A running holder whose workflow task has failed more
 than once is stuck, not running: listed as `stuck: <workflow id> ...` with
-its last failure, and the check exits 1."""
+its last failure, and the check exits 1. A damaged row of memory (one no turn
+can read: turnstile.stores.damage) is listed as `damaged: CONVERSATION_ID seq N
+<what>` and its conversation is not compared further; the check runs to its
+end and exits 1."""
 
 from __future__ import annotations
 
@@ -28,6 +31,7 @@ from turnstile.sales.truth import disagreements
 from turnstile.stores import truth
 from turnstile.stores.db import Database
 from turnstile.stores.lock import Holder
+from turnstile.stores.quarantine import damaged_rows
 
 log = logging.getLogger(__name__)
 
@@ -43,19 +47,21 @@ class CheckReport:
     skipped: list[str] = field(default_factory=list)  # a running turn holds them
     stuck: list[str] = field(default_factory=list)  # a turn whose workflow task keeps failing
     unchecked: list[str] = field(default_factory=list)  # Temporal could not say
+    damaged: list[str] = field(default_factory=list)  # rows no turn can read
 
     def lines(self) -> list[str]:
         """What the command prints, the count last."""
-        return [*self.disagreements, *(f"stuck: {line}" for line in self.stuck),
+        return [*self.damaged, *self.disagreements, *(f"stuck: {line}" for line in self.stuck),
                 *(f"awaits repair: {line}" for line in self.awaiting_repair),
                 *(f"note: {line}" for line in self.notes),
                 *(f"skipped: {line}" for line in self.skipped),
                 *(f"unchecked: {line}" for line in self.unchecked),
-                f"{len(self.disagreements)} disagreement(s)"]
+                f"{len(self.disagreements)} disagreement(s)"
+                + (f", {len(self.damaged)} damaged row(s)" if self.damaged else "")]
 
     @property
     def exit_code(self) -> int:
-        if self.disagreements or self.awaiting_repair or self.stuck:
+        if self.disagreements or self.awaiting_repair or self.stuck or self.damaged:
             return DISAGREES
         return UNCHECKED if self.unchecked else CLEAN
 
@@ -68,6 +74,9 @@ async def check(db: Database, temporal: Callable[[], Awaitable[Client]],
     states, unknown, stuck = await _states(temporal, holders)
     report = CheckReport()
     busy = set(unknown)
+    damage = await asyncio.to_thread(damaged_rows, db, conversation_id)
+    report.damaged = [d.line() for d in damage]
+    busy |= {d.conversation_id for d in damage}  # named; not compared further
     for conv, holder in sorted(holders.items()):
         if conv in stuck:
             busy.add(conv)  # its memory is the stuck turn's until it ends

@@ -3,15 +3,19 @@ rows it reads as the caller's types."""
 
 from __future__ import annotations
 
+import sqlite3
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from functools import lru_cache
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
+from sqlalchemy import exc
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import CursorResult
 
+from turnstile.stores.damage import is_decode_error, tolerant, undecodable_in
 from turnstile.stores.engines import Dialect
 from turnstile.stores.prebuilt import DriverForm, driver_form, prebuilt
 
@@ -67,7 +71,34 @@ class Connection:
     def _read(self, stmt: sa.Executable, params: Params | None,
               limit: int | None = None) -> tuple[Sequence[str], Sequence[Sequence[Any]]]:
         """The column names and the rows (at most `limit`) of a statement: a
-        prebuilt one on SQLite by the driver, any other by SQLAlchemy."""
+        prebuilt one on SQLite by the driver, any other by SQLAlchemy. Text
+        that is not UTF-8 (SQLite) is a damaged row, not an outage: the read
+        is made again tolerantly to name the row (`DamagedRow`)."""
+        try:
+            return self._read_once(stmt, params, limit)
+        except (exc.OperationalError, sqlite3.OperationalError) as err:
+            if not (is_decode_error(err) and isinstance(stmt, sa.Select | sa.CompoundSelect)):
+                raise
+            with self.tolerant():
+                names, rows = self._read_once(stmt, params, limit)
+            damaged = undecodable_in(names, rows, _table_of(stmt))
+            if damaged is None:
+                raise
+            raise damaged from None
+
+    @contextmanager
+    def tolerant(self) -> Iterator[None]:
+        """Reads inside give text that is not UTF-8 as `Undecodable` values
+        (turnstile.stores.damage) instead of failing: for whoever names
+        damaged rows (`starter.py check`). PostgreSQL holds only UTF-8."""
+        if self.dialect != "sqlite":
+            yield
+            return
+        with tolerant(self.raw):
+            yield
+
+    def _read_once(self, stmt: sa.Executable, params: Params | None,
+                   limit: int | None = None) -> tuple[Sequence[str], Sequence[Sequence[Any]]]:
         form = self._form(stmt, params)
         if form is not None:
             cur = self._run(form, params)
@@ -176,6 +207,23 @@ class Connection:
         stmt = stmt.on_conflict_do_update(
             index_elements=key, set_={k: stmt.excluded[k] for k in values if k not in names})
         self.sa.execute(stmt)
+
+
+def _table_of(stmt: sa.Select[Any] | sa.CompoundSelect[Any]) -> str:
+    """The table a SELECT reads (the first one named), for an error's text."""
+    select = stmt if isinstance(stmt, sa.Select) else stmt.selects[0]
+    if not isinstance(select, sa.Select):
+        return "a table"
+    for from_ in select.get_final_froms():
+        while isinstance(from_, sa.Subquery) and isinstance(from_.element, sa.Select):
+            froms = from_.element.get_final_froms()
+            if not froms:
+                break
+            from_ = froms[0]
+        name = getattr(from_, "name", None)
+        if isinstance(name, str):
+            return name
+    return "a table"
 
 
 _INSERTS_NEW: dict[tuple[str, sa.Table], Any] = {}

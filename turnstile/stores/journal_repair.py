@@ -26,6 +26,7 @@ from turnstile.engine.messages import ChatMessage, ToolCall
 from turnstile.stores import journal_writes as w, ledger
 from turnstile.stores.call_key import CallKey
 from turnstile.stores.connection import Connection
+from turnstile.stores.damage import check_row
 from turnstile.stores.ledger import LedgerStatus
 from turnstile.stores.memory import (
     MemoryStore,
@@ -110,6 +111,8 @@ def repair_orphans(conn: Connection, memory: MemoryStore, audit: bool, conversat
     call is answered."""
     repairs: list[Repair] = []
     rows = conn.rows(_AFTER_WATERMARK, MessageRow, {"conv": conversation_id})
+    for row in rows:  # a damaged row ends the turn, named (turnstile.stores.damage)
+        check_row(row._asdict())
     taken = {int(r.seq) for r in rows}
     stuck: int | None = None  # the first call left unanswered (no free slot)
     for owner, calls, next_seq in open_calls(rows):

@@ -24,9 +24,10 @@ import sqlalchemy as sa
 
 from turnstile.engine import attributes as attr
 from turnstile.engine.activity_io import MemorySnapshot
-from turnstile.engine.errors import ConversationOwnershipError, MemoryConflictError
+from turnstile.engine.errors import ConversationOwnershipError, DamagedRow, MemoryConflictError
 from turnstile.engine.messages import Attachment, ChatMessage, Role, ToolCall
 from turnstile.stores.connection import Connection
+from turnstile.stores.damage import check_row, looks_sound, shown
 from turnstile.stores.db import Database
 from turnstile.stores.memory_tables import (
     GET,
@@ -76,11 +77,31 @@ class MessageRow(NamedTuple):
     run_id: str | None = None
 
     def message(self) -> ChatMessage:
-        calls = json.loads(self.tool_calls) if self.tool_calls else []
-        return ChatMessage(role=self.role, content=self.content,
-                           tool_calls=[ToolCall.model_validate(c) for c in calls],
-                           tool_call_id=self.tool_call_id, is_error=bool(self.is_error),
-                           attributes=load_attributes(self.attributes))
+        """The stored message; `DamagedRow` when the row cannot be read as
+        one (turnstile.stores.damage: parsed once, judged by the whole rule
+        only when parsing fails or a glance finds something)."""
+        try:
+            calls = json.loads(self.tool_calls) if self.tool_calls else []
+            attrs = load_attributes(self.attributes)
+            msg = ChatMessage(role=self.role, content=self.content,
+                              tool_calls=[ToolCall.model_validate(c) for c in calls],
+                              tool_call_id=self.tool_call_id, is_error=bool(self.is_error),
+                              attributes=attrs)
+        except (ValueError, TypeError, AttributeError, RecursionError):
+            check_row(self._asdict())  # names the row; else the error stands (UnreadableData)
+            raise
+        texts = (self.content, self.tool_call_id, self.created_at, self.workflow_id,
+                 self.execution_chain, self.run_id)
+        if type(calls) is not list or not looks_sound(self.is_error, texts, (
+                self.tool_calls, self.attributes), msg.attributes):
+            check_row(self._asdict())
+        return msg
+
+
+class SystemPrompt(NamedTuple):
+    conversation_id: str
+    seq: int
+    content: str | None
 
 
 class SlotWriter(NamedTuple):
@@ -88,6 +109,12 @@ class SlotWriter(NamedTuple):
 
     workflow_id: str | None = None
     run_id: str | None = None
+
+
+class SlotState(NamedTuple):
+    conversation_id: str
+    seq: int
+    attributes: str | None
 
 
 class SlotAttributes(NamedTuple):
@@ -162,7 +189,10 @@ class MemoryStore:
         if conn.insert_new(conversation, {"conversation_id": conversation_id,
                                           "user_id": user_id, "created_at": now_iso()}):
             return  # new: bound to this user now (no read of what was just written)
-        owner = conn.scalar(OWNER, str, {"conv": conversation_id})
+        try:
+            owner = conn.scalar(OWNER, str, {"conv": conversation_id})
+        except DamagedRow as err:  # its owner cannot be read: named, not retried
+            raise DamagedRow(shown(conversation_id), None, err.what, "conversation") from None
         if owner != user_id:
             raise ConversationOwnershipError(
                 f"conversation {conversation_id!r} belongs to another user; "
@@ -180,11 +210,13 @@ class MemoryStore:
         with self.db.joined(conn) as conn:
             self.bind(conn, conversation_id, user_id)
             last = conn.scalar(LAST_SEQ, int, mine)  # MAX over the primary key: one probe
-            system = conn.scalar(SYSTEM_PROMPT, str, mine)
+            system = conn.row(SYSTEM_PROMPT, SystemPrompt, mine)
+        if system is not None:
+            check_row(system._asdict())
         return MemorySnapshot(
             next_seq=0 if last is None else last + 1,
             message_count=0 if last is None else last + 1,  # slots used
-            system_prompt=system,
+            system_prompt=None if system is None else system.content,
         )
 
     def messages(self, conversation_id: str, workflow_id: str | None = None,
@@ -244,12 +276,14 @@ class MemoryStore:
             # FROM is text (and the columns are named without their table).
             source = (sa.text("chat_message INDEXED BY chat_message_state")
                       if conn.dialect == "sqlite" else chat_message)
-            found = conn.scalars(
-                sa.select(sa.column("attributes")).select_from(source)
+            found = conn.rows(
+                sa.select(sa.column("conversation_id"), sa.column("seq"),
+                          sa.column("attributes")).select_from(source)
                 .where(sa.column("conversation_id") == conversation_id, sa.text(STATEFUL))
-                .order_by(sa.column("seq")), str)
-        for text in found:
-            attrs = load_attributes(text)
+                .order_by(sa.column("seq")), SlotState)
+        for row in found:
+            check_row(row._asdict())
+            attrs = load_attributes(row.attributes)
             if not attrs.get(attr.ROLLED_BACK) and not attrs.get(attr.DISCARDED):
                 merged.update(attrs.get(attr.STATE) or {})
         return merged

@@ -56,6 +56,30 @@ chat_message = sa.Table(
 m = chat_message.c
 cv = conversation.c
 
+# Damaged rows (turnstile.stores.damage) an operator set aside with
+# `starter.py conversation quarantine` (their one writer:
+# turnstile.stores.quarantine): the row as it was, copied by the database
+# (text that is not UTF-8 stays as its bytes), with who, when and why
+# (migration 0012). Out of chat_message, so out of every window; kept.
+quarantined_message = sa.Table(
+    "quarantined_message", metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("conversation_id", sa.Text, nullable=False),
+    sa.Column("seq", sa.BigInteger, nullable=False),  # the slot it had in chat_message
+    *text_columns("role", "content", "tool_calls", "tool_call_id", nullable=True),
+    sa.Column("is_error", Flag),
+    *text_columns("attributes", "created_at", "workflow_id", "execution_chain", "run_id",
+                  nullable=True),
+    # Its chat_message_part rows (images), as a JSON list; bytes that are not
+    # UTF-8 as {"bytes_hex": ...}.
+    sa.Column("parts", sa.Text),
+    *text_columns("quarantined_by", "quarantined_at", "reason"),
+    sa.Index("quarantined_message_conversation", "conversation_id", "seq"),
+)
+QUARANTINED_COLUMNS = ("conversation_id", "seq", "role", "content", "tool_calls",
+                       "tool_call_id", "is_error", "attributes", "created_at", "workflow_id",
+                       "execution_chain", "run_id")
+
 _conv = m.conversation_id == sa.bindparam("conv")
 _slot = sa.and_(_conv, m.seq == sa.bindparam("seq"))
 
@@ -65,8 +89,8 @@ GET = prebuilt(sa.select(chat_message).where(_slot))
 SLOT_WRITER = prebuilt(sa.select(m.workflow_id, m.run_id).where(_slot))
 OWNER = prebuilt(sa.select(cv.user_id).where(cv.conversation_id == sa.bindparam("conv")))
 LAST_SEQ = prebuilt(sa.select(sa.func.max(m.seq)).where(_conv))
-SYSTEM_PROMPT = prebuilt(sa.select(m.content).where(_conv, m.role == "system")
-                         .order_by(m.seq.desc()).limit(1))
+SYSTEM_PROMPT = prebuilt(sa.select(m.conversation_id, m.seq, m.content)
+                         .where(_conv, m.role == "system").order_by(m.seq.desc()).limit(1))
 NEWEST_SYSTEM = (sa.select(chat_message).where(_conv, m.role == "system")
                  .order_by(m.seq.desc()).limit(1))
 OTHERS = sa.select(chat_message).where(_conv, m.role != "system").order_by(m.seq.desc())

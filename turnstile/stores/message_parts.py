@@ -16,6 +16,7 @@ import sqlalchemy as sa
 
 from turnstile.engine.messages import Attachment
 from turnstile.stores.connection import Connection
+from turnstile.stores.damage import check_part
 from turnstile.stores.prebuilt import prebuilt
 from turnstile.stores.tables import metadata, text_columns
 
@@ -39,6 +40,7 @@ class PartRow(NamedTuple):
     url: str | None
     data: str | None
     mime_type: str | None
+    conversation_id: str | None = None  # selected to name a damaged row
 
     def attachment(self) -> Attachment:
         return Attachment(type=self.type, url=self.url, data=self.data, mime_type=self.mime_type)
@@ -53,7 +55,8 @@ def write_parts(conn: Connection, conversation_id: str, seq: int,
             "url": part.url, "data": part.data, "mime_type": part.mime_type})
 
 
-_PARTS = sa.select(p.seq, p.idx, p.type, p.url, p.data, p.mime_type).order_by(p.seq, p.idx)
+_PARTS = sa.select(p.seq, p.idx, p.type, p.url, p.data, p.mime_type,
+                   p.conversation_id).order_by(p.seq, p.idx)
 # Built once: every model call's window reads them (values bound at execution).
 _PARTS_SINCE = prebuilt(_PARTS.where(p.conversation_id == sa.bindparam("conv"),
                                      p.seq >= sa.bindparam("since")))
@@ -74,6 +77,7 @@ def read_parts(conn: Connection, conversation_id: str,
     """Images of the messages at `since` and after."""
     out: dict[int, list[Attachment]] = defaultdict(list)
     for r in part_rows(conn, conversation_id, since):
+        check_part(conversation_id, r._asdict())  # a damaged row is named, not retried
         out[int(r.seq)].append(r.attachment())
     return out
 

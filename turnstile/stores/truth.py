@@ -28,6 +28,7 @@ from turnstile.engine.messages import ToolCall
 from turnstile.stores import superseded
 from turnstile.stores.audit import execution_id, tool_execution_log
 from turnstile.stores.connection import Connection
+from turnstile.stores.damage import message_damage
 from turnstile.stores.db import Database
 from turnstile.stores.journal import open_calls
 from turnstile.stores.ledger import tool_call_ledger
@@ -88,8 +89,12 @@ def _of(column: sa.ColumnElement[Any], conversation_id: str | None) -> list[sa.C
 
 
 def _messages(conn: Connection, conversation_id: str | None) -> list[MessageRow]:
-    return conn.rows(sa.select(chat_message).where(*_of(m.conversation_id, conversation_id))
-                     .order_by(m.conversation_id, m.seq), MessageRow)
+    """Read tolerantly: a damaged row (turnstile.stores.damage) is the check's
+    to name (`damaged`), its conversation skipped by the caller."""
+    with conn.tolerant():
+            return conn.rows(sa.select(chat_message).where(*_of(m.conversation_id,
+                                                            conversation_id))
+                         .order_by(m.conversation_id, m.seq), MessageRow)
 
 
 def _audit_rows(conn: Connection, *where: sa.ColumnElement[bool]) -> list[_Audited]:
@@ -137,13 +142,15 @@ def awaiting_repair(db: Database, conversation_id: str) -> AwaitingRepair:
 
 
 def tool_results(db: Database, conversation_id: str | None) -> list[ToolResultRow]:
-    with db.connect() as conn:
+    with db.connect() as conn, conn.tolerant():
         rows = conn.rows(sa.select(m.conversation_id, m.seq, m.role, m.workflow_id,
                                    m.execution_chain, m.tool_call_id, m.attributes)
                          .where(m.role == "tool", *_of(m.conversation_id, conversation_id))
                          .order_by(m.conversation_id, m.seq), MessageRow)
     out = []
     for r in rows:
+        if message_damage(r._asdict()) is not None:
+            continue  # named by `damaged`; nothing to compare
         a = load_attributes(r.attributes)
         out.append(ToolResultRow(
             conversation_id=r.conversation_id, workflow_id=r.workflow_id or "",

@@ -56,10 +56,10 @@ with workflow.unsafe.imports_passed_through():
         read_decision,
     )
     from turnstile.engine.errors import DecisionRefused
-    from turnstile.engine.masking import mask_text
+    from turnstile.engine.masking import mask_prefix
     from turnstile.engine.messages import ToolCall
     from turnstile.engine.specs import ServiceSpec
-    from turnstile.engine.turn_input_rules import clean_note
+    from turnstile.engine.turn_input_rules import NOTE_MAX, clean_note
     from turnstile.engine.versions import (
         DECISIONS_READ_BY_PRODUCT,
         NAMES_AS_IDENTITIES,
@@ -230,7 +230,7 @@ class Decisions:
             return Refused(reason)
         return s.machine.decide(ApprovalDecision(
             tool_call_id=call_id, tool_name=s.pending[call_id].tool_name, approved=approved,
-            reviewer=clean_note(reviewer)[:200], note=mask_text(clean_note(note)),
+            reviewer=clean_note(reviewer)[:200], note=clean_note(mask_prefix(note, NOTE_MAX)),
             decided_at=workflow.now().isoformat(), arguments=arguments))
 
     async def _check_edits(self, r: DecisionRequest) -> tuple[str | None, dict[str, Any] | None]:

@@ -13,7 +13,7 @@ with workflow.unsafe.imports_passed_through():
     from turnstile.engine.breakers import Breakers
     from turnstile.engine.contract import CallStatus, TurnInput, TurnStatus
     from turnstile.engine.errors import AnswerTruncated, ContentFiltered
-    from turnstile.engine.masking import mask_text
+    from turnstile.engine.masking import mask_prefix
     from turnstile.engine.messages import ChatMessage, ToolCall
     from turnstile.engine.specs import ServiceSpec
     from turnstile.engine.tool_round_rules import round_stop
@@ -48,7 +48,7 @@ class ModelLoop:
             step = next_step(response.message)
             if isinstance(step, FinalAnswer):
                 text = await self.answers.checked(step.text)
-                s.event("answer", mask_text(text[:400])[:160])
+                s.event("answer", mask_prefix(text, 400)[:160])
                 return text
             assert isinstance(step, RunTools)
             try:
@@ -98,7 +98,7 @@ class ModelLoop:
                                 "answer without tools")
         response = await self._ask_again(repeats.ANSWER_NOW)
         text = await self.answers.checked(response.message.content or "")
-        self.s.event("answer", mask_text(text[:400])[:160])
+        self.s.event("answer", mask_prefix(text, 400)[:160])
         return text
 
     async def _ask_again(self, nudge: str) -> io.ModelCallResult:

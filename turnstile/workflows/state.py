@@ -30,7 +30,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from turnstile.engine.decision_payloads import REFUSAL_TEXT_MAX, REFUSALS_KEPT
     from turnstile.engine.errors import REFUSING_ERRORS, ResetConflict, TurnstileError
-    from turnstile.engine.masking import mask_any, mask_json_text
+    from turnstile.engine.masking import mask_any, mask_json_text, mask_prefix
     from turnstile.engine.messages import ChatMessage, ToolCall, Usage
     from turnstile.engine.turn_machine import Moved, Phase, TurnMachine
     from turnstile.engine.turn_rules import parsed_arguments
@@ -213,7 +213,9 @@ class TurnState:
                           else "(unknown)", status.value)
         rec.status = status
         rec.is_error = status not in (CallStatus.COMPLETED, CallStatus.PENDING)
-        rec.result_preview = mask_json_text(preview[:4000])[:400]
+        # Cut before masking (workflow code: bounded work), never through a value.
+        rec.result_preview = (mask_json_text(preview) if len(preview) <= 4000
+                              else mask_prefix(preview, 4000))[:400]
         self.event("tool_result", f"{rec.name}: {status.value}")
 
     def event(self, step: str, detail: str) -> None:
