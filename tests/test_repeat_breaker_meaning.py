@@ -91,8 +91,8 @@ async def approve(handle: Any, call_id: str) -> None:
 
 @pytest.mark.parametrize("backend", BACKENDS)
 async def test_the_reviewer_of_a_second_similar_mail_sees_the_first(
-        client: Client, task_queue: str, tmp_path: Path, fake_llm: FakeLLM, backend: str,
-        request: pytest.FixtureRequest) -> None:
+        client: Client, temporal_server: Any, task_queue: str, tmp_path: Path,
+        fake_llm: FakeLLM, backend: str, request: pytest.FixtureRequest) -> None:
     """A second mail to the same recipient (another subject: another effect,
     so it is reviewed) carries the first in `similar_effects`, masked; in the
     conversation's next turn a third carries both, from an earlier turn. A
@@ -114,6 +114,7 @@ async def test_the_reviewer_of_a_second_similar_mail_sees_the_first(
         assert (p1.tool_call_id, p1.similar_effects) == ("e1", [])  # nothing went before
         await approve(first, "e1")
         p2 = await next_pending(first, "e2")
+        page = await inbox_call_page(temporal_server.address, task_queue, url, first.id, "e2")
         await approve(first, "e2")
         assert (await first.result()).status == TurnStatus.COMPLETED
 
@@ -133,8 +134,27 @@ async def test_the_reviewer_of_a_second_similar_mail_sees_the_first(
     assert [(s.tool_call_id, s.this_turn) for s in p3.similar_effects] == [
         ("e2", False), ("e1", False)]  # newest first, from the earlier turn
     assert p4.similar_effects == []  # another recipient and subject: nothing alike
+    # The inbox's reviewer sees the first mail on the second's page, masked.
+    assert "Earlier calls that look alike (1)" in page and "createEmailTask e1" in page, page
+    assert "this turn" in page and "ops@example.com" not in page
     shown = "\n".join(describe_pending(p2))
     assert "1 earlier call(s) of createEmailTask look alike" in shown and "'e1'" in shown
+
+
+async def inbox_call_page(address: str, queue: str, url: str, workflow_id: str,
+                          call_id: str) -> str:
+    """A call's page in the inbox (development login as carol), as a browser gets it."""
+    from tests.test_inbox import _get, inbox_client, login
+    from turnstile.inbox.app import build_app
+    from turnstile.inbox.views import call_url
+
+    settings = Settings.from_env({"TEMPORAL_ADDRESS": address, "TURNSTILE_TASK_QUEUE": queue,
+                                  "DATABASE_URL": url})
+    with inbox_client(build_app(settings, secret="s" * 32)) as tc:
+        await login(tc, "carol")
+        answer = await _get(tc, call_url(workflow_id, call_id))
+        assert answer.status_code == 200, answer.text
+        return str(answer.text)
 
 
 def test_look_alikes_are_bounded() -> None:
