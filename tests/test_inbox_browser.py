@@ -22,6 +22,10 @@ a forwarded-for chain from 127.0.0.1 are refused with a trusted proxy of
 10.0.0.5; `Ölaf` (UTF-8) may not approve `ölaf`'s call; the mojibake
 `Ã\x96laf` names nobody; `Zoë` approves; each refusal is logged.
 
+`ТОМ` (Cyrillic capitals) is tom: the list offers ТОМ dave's call, not tom's;
+tom's call's page, opened directly, refuses ТОМ's approval (audited,
+APPROVAL_REFUSED), the call stays pending, and carol approves it.
+
 With TURNSTILE_SCREENSHOTS=DIR the list and detail pages are saved there as
 PNG (docs/ holds the ones the README shows)."""
 
@@ -495,3 +499,134 @@ async def test_spoofed_and_encoded_identity_headers_from_the_browser(
     logged = [r.getMessage() for r in caplog.records if r.name == "turnstile.inbox.security"]
     assert sum("only from the configured proxy" in m for m in logged) >= 2, logged
     assert any("names no reviewer" in m for m in logged), logged
+
+
+# -- ТОМ (Cyrillic capitals) is tom: not offered tom's call, refused on its page ---------
+
+TOM = "\u0422\u041e\u041c"  # ТОМ, which looks like TOM, which is tom in capitals
+
+
+def _listed(browser: Browser, links: list[str]) -> dict[str, bool]:
+    """Which of `links` the list offers the reviewer, once it offers the
+    first (the list refreshes itself; visibility catches up)."""
+    from selenium.webdriver.common.by import By
+
+    for _ in range(100):
+        browser.driver.get(f"{browser.base}/")
+        found = {link: bool(browser.driver.find_elements(By.CSS_SELECTOR, f'a[href="{link}"]'))
+                 for link in links}
+        if found[links[0]]:
+            return found
+        time.sleep(0.2)
+    raise AssertionError(f"{links[0]} never appeared in the inbox")
+
+
+def _tom_tries(base: str, toms: str, daves: str) -> dict[str, Any]:
+    from selenium.webdriver.common.by import By
+
+    browser = Browser(base, None)
+    seen: dict[str, Any] = {}
+    try:
+        tom_link, dave_link = call_url(toms, "e1"), call_url(daves, "e1")
+        # Another reviewer's list offers both calls: visibility has them.
+        browser.login("carol")
+        seen["carol_lists"] = _listed(browser, [tom_link, dave_link])
+        browser.login(TOM)
+        seen["reviewer"] = browser.text("reviewer")
+        # ТОМ's list offers dave's call, not tom's ...
+        seen["tom_lists"] = _listed(browser, [dave_link, tom_link])
+        # ... and ТОМ may decide dave's.
+        browser.open_call(daves, "e1")
+        seen["rejected"] = browser.decide("reject", "not now")
+        seen["next"] = [str(a.get_attribute("href")) for a in
+                        browser.driver.find_elements(By.ID, "next-call")]
+        # tom's call, opened directly: the page lets ТОМ try, the turn refuses.
+        browser.driver.get(base + tom_link)
+        seen["requester"] = str(browser.wait_for("decide").find_element(
+            By.XPATH, "preceding::h2[1]").text)
+        seen["refused"] = browser.decide("approve", "mine")
+        # Still pending: the page, opened again, offers the decision.
+        browser.driver.get(base + tom_link)
+        seen["still_pending"] = bool(browser.driver.find_elements(By.ID, "approve"))
+        if seen["still_pending"]:  # (else the assertions below say why)
+            # A reviewer who is not tom approves it from the list.
+            browser.login("carol")
+            browser.open_call(toms, "e1")
+            seen["approved"] = browser.decide("approve", "fine by me")
+        return seen
+    finally:
+        browser.driver.quit()
+
+
+@pytest.mark.skipif(not (CHROMIUM and DRIVER),
+                    reason="Debian's chromium and chromium-driver are not installed "
+                           "(.ci/run installs them)")
+async def test_TOM_is_not_offered_toms_call_and_is_refused_on_its_page(
+        client: Client, temporal_server: DevServer, task_queue: str, tmp_path: Path,
+        fake_llm: FakeLLM, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`ТОМ` (Cyrillic capitals) logs in to the inbox: the list leaves out
+    tom's call (the reviewer's own calls, by the identity rule) but offers
+    dave's, which ТОМ rejects; tom's call's page, opened directly, refuses
+    ТОМ's approval with the reason, the refusal is audited
+    (APPROVAL_REFUSED), the call stays pending; carol approves it and tom's
+    turn completes."""
+    import json
+
+    from tests.test_decision_doors import audit, audited
+
+    monkeypatch.delenv("TURNSTILE_INBOX_IDENTITY_HEADER", raising=False)
+    fake_llm.script(
+        tool_reply(("e1", "createEmailTask", {"to": "ops@example.com", "subject": "Renewal",
+                                              "body": "Please renew."})),
+        tool_reply(("e1", "createEmailTask", {"to": "ops@example.com", "subject": "Lunch",
+                                              "body": "Lunch on Friday?"})),
+        text_reply("done"), text_reply("done"))
+    port = free_port()
+    database_url = f"sqlite:///{tmp_path}/t.db"
+    settings = Settings.from_env({"TEMPORAL_ADDRESS": temporal_server.address,
+                                  "TURNSTILE_TASK_QUEUE": task_queue,
+                                  "DATABASE_URL": database_url})
+    inbox = server(build_app(settings), "127.0.0.1", port, log_level="warning")
+    serving = threading.Thread(target=inbox.run, daemon=True)
+    async with running_worker(client, task_queue, database_url, [build_sales_service()],
+                              llm_url=fake_llm.url) as turns:
+        toms = await turns.start("remind ops about the renewal", user="tom",
+                                 service="sales-assistant")
+        await wait_pending(toms)
+        daves = await turns.start("ask ops to lunch", user="dave", conversation="c-2",
+                                 service="sales-assistant")
+        await wait_pending(daves)
+        serving.start()
+        try:
+            seen = await asyncio.to_thread(_tom_tries, f"http://127.0.0.1:{port}",
+                                           toms.id, daves.id)
+        finally:
+            inbox.should_exit = True
+            await asyncio.to_thread(serving.join, 10)
+        await audited(turns.rt.db, toms, 1)  # the refusal's row, once written
+        tom_result, dave_result = await toms.result(), await daves.result()
+        refusals = audit(turns.rt.db, toms.id, "APPROVAL_REFUSED")
+        decisions = {(d.workflow_id, d.reviewer) for d in records.recent_decisions(turns.rt.db)
+                     if d.workflow_id in (toms.id, daves.id)}
+    tom_link, dave_link = call_url(toms.id, "e1"), call_url(daves.id, "e1")
+    assert seen["carol_lists"] == {tom_link: True, dave_link: True}
+    assert seen["reviewer"] == TOM
+    assert seen["tom_lists"] == {dave_link: True, tom_link: False}, seen
+    assert "createEmailTask rejected by " + TOM in seen["rejected"], seen
+    assert not any(n.endswith(tom_link) for n in seen["next"]), seen  # nor offered as next
+    assert "createEmailTask for tom" in seen["requester"], seen
+    refused = seen["refused"]
+    assert "Refused" in refused and "confusable with the requester 'tom'" in refused, refused
+    assert seen["still_pending"]
+    assert "createEmailTask approved by carol" in seen.get("approved", ""), seen
+    assert tom_result.status == TurnStatus.COMPLETED, tom_result.error
+    [call] = tom_result.tool_calls
+    assert call.status.value == "completed"
+    assert dave_result.status == TurnStatus.COMPLETED, dave_result.error
+    assert [c.status.value for c in dave_result.tool_calls] == ["rejected"]
+    # One refusal, audited: ТОМ's try through the inbox (the client's update).
+    [row] = refusals
+    assert row["tool_name"] == "createEmailTask"
+    assert "is confusable with the requester 'tom'" in row["error_message"], row
+    assert json.loads(row["input_params"])["door"] == "update review"
+    assert decisions == {(toms.id, "carol"), (daves.id, TOM)}
