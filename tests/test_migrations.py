@@ -216,15 +216,21 @@ def test_operator_commands(tmp_path: Path) -> None:
 
 
 def test_migrations_ship_in_the_package() -> None:
-    """A non-editable install carries every package (migrations included)."""
+    """A non-editable install carries every package (migrations included):
+    the packages setuptools finds by pyproject's rule are every package on
+    disk under turnstile/, and nothing else (tests/test_package_install.py
+    builds the wheel itself)."""
     import tomllib
 
+    from setuptools import find_packages
+
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
-    packages = set(config["packages"])
+    found = set(find_packages(str(ROOT), include=config["packages"]["find"]["include"]))
     on_disk = {".".join(p.parent.relative_to(ROOT).parts)
                for p in (ROOT / "turnstile").rglob("__init__.py")}
-    assert on_disk <= packages, on_disk - packages
-    assert {"turnstile.migrations", "turnstile.migrations.versions"} <= packages
+    assert on_disk <= found, on_disk - found
+    assert {p.split(".")[0] for p in found} == {"turnstile"}
+    assert {"turnstile.migrations", "turnstile.migrations.versions"} <= found
     assert "script.py.mako" in config["package-data"]["turnstile.migrations"]
 
 

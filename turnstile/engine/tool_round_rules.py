@@ -26,7 +26,12 @@ from datetime import datetime, timedelta
 
 from turnstile.engine.approvals import arguments_digest
 from turnstile.engine.breakers import DISABLED, Breakers, BreakerTripped
-from turnstile.engine.contract import ApprovalDecision, CallStatus, PendingApproval
+from turnstile.engine.contract import (
+    ApprovalDecision,
+    CallStatus,
+    PendingApproval,
+    SimilarEffect,
+)
 from turnstile.engine.errors import (
     FatalToolFailure,
     RoundTripCapExceeded,
@@ -116,12 +121,14 @@ def after_validation(error: str, argument_errors: int, loop: LoopPolicy) -> Sett
 
 
 def approval_step(call: ToolCall, tool: ToolSpec, notes: list[str] | None,
-                  now: datetime, reason: str | None = None) -> AwaitApproval:
+                  now: datetime, reason: str | None = None,
+                  similar_effects: list[SimilarEffect] | None = None) -> AwaitApproval:
     """A call whose tool requires approval, validated: the loop's next step
     for it is to wait for a reviewer (turn_rules.AwaitApproval). The reviewer
     sees the call's full arguments (its record keeps them masked), the
     tool's review fields first, the validation's notes (None: not
-    validated), the deadline and, for a tool that asks by condition, why."""
+    validated), the deadline, for a tool that asks by condition, why, and the
+    conversation's earlier effects that look alike."""
     arguments = parsed_arguments(call.arguments)
     highlights = ({f: arguments[f] for f in tool.review_fields if f in arguments}
                   if isinstance(arguments, dict) else {})
@@ -130,6 +137,7 @@ def approval_step(call: ToolCall, tool: ToolSpec, notes: list[str] | None,
         tool_call_id=call.id, tool_name=call.name, arguments=arguments,
         highlights=highlights, notes=notes or [], validated=notes is not None,
         arguments_digest=arguments_digest(arguments), reason=reason,
+        similar_effects=similar_effects or [],
         requested_at=now.isoformat(), deadline=(now + timeout).isoformat())
     return AwaitApproval(call=call, pending=pending, since=now,
                          timeout_seconds=tool.approval_timeout_seconds)

@@ -173,10 +173,9 @@ class ToolRound:
             if self.s.steered is not None:
                 approval = steered_rejection(self.s, call)
             else:
-                step = rules.approval_step(call, tool, reviewed.notes, workflow.now(),
-                                           reviewed.reason)
-                step.pending.similar_effects = reviewed.similar_effects
-                approval = await await_decision(self.s, step)
+                approval = await await_decision(self.s, rules.approval_step(
+                    call, tool, reviewed.notes, workflow.now(), reviewed.reason,
+                    reviewed.similar_effects))
         if approval is not None:
             rejected = rules.after_review(call.name, approval, loop)
             if rejected is not None and call.id in self.s.steered_calls:
