@@ -185,3 +185,18 @@ def test_make_up_starts_the_local_smtp_server_for_an_outbox_app(tmp_path: Path) 
     while answers("127.0.0.1", port) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not answers("127.0.0.1", port)
+
+
+def test_two_apps_share_one_outbox_table(tmp_path: Path) -> None:
+    """Apps that name the same table share it: made once, one state machine."""
+    first, second = Outbox("shared_mail"), Outbox("shared_mail")
+    assert first.table is second.table
+    db = Database(f"sqlite:///{tmp_path}/shared.db")
+    upgrade(db, apps={"one": first.tables, "two": second.tables})
+    task, created = first.enqueue(db, key="k-1", to="hal@example.com", subject="s", body="b")
+    again, created_again = second.enqueue(db, key="k-1", to="hal@example.com", subject="s",
+                                          body="b")
+    assert (created, created_again, again.task_id) == (True, False, task.task_id)
+    assert isinstance(second.cancel(db, task.task_id), str)
+    now = first.status(db, task.task_id)
+    assert now is not None and now.status is EmailStatus.CANCELLED
