@@ -16,7 +16,7 @@ approve as the requester respelled ("ＡＬＩＣＥ", "alice\u200b"), which mus
 be applied. Prints turns, kills, mails and disagreements;
 exit status 1 when any of them is wrong. E-mail tasks parked as "possibly
 sent" (the sender was killed while delivering: never retried on its own, so
-never sent twice; turnstile/sales/outbox.py) are counted apart. tests/test_chaos.py runs a short
+never sent twice; turnstile/outbox/store.py) are counted apart. tests/test_chaos.py runs a short
 version.
 """
 

@@ -1,6 +1,7 @@
 """The package tree's five layers, checked by walking the imports.
 
-app (turnstile.sales) -> activities (turnstile.activities) -> runtime
+app (turnstile.sales) -> activities (turnstile.activities) and the public
+outbox (turnstile.outbox) -> runtime
 (turnstile.runtime, turnstile.providers) -> stores (turnstile.stores) ->
 engine (turnstile.engine): a module may import its own layer or a lower one,
 never a higher one; turnstile.workflows imports only the engine; no module
@@ -18,7 +19,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 LAYER = {"turnstile.engine": 0, "turnstile.stores": 1, "turnstile.runtime": 2,
-         "turnstile.providers": 2, "turnstile.activities": 3, "turnstile.sales": 4}
+         "turnstile.providers": 2, "turnstile.activities": 3, "turnstile.outbox": 3,
+         "turnstile.sales": 4}
 APP = "turnstile.sales"
 # The programs that still name the reference app: starter.py's sales-only
 # commands (check, --show-effects) and `turnstile.db query-window` (the sales

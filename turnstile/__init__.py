@@ -5,6 +5,7 @@ and `tests/test_layers.py` fails on a violation or an import cycle):
 
     app      turnstile.sales      the reference sales/e-mail service
     activity turnstile.activities the activity names, wired to the runtime, stores, providers
+             turnstile.outbox     the public outbox apps add (table, sender, local SMTP)
     runtime  turnstile.runtime    config, services, apps, plugins, tools, tracing, client, dev stack
              turnstile.providers  model providers (OpenAI-compatible HTTP, offline demo planner)
     stores   turnstile.stores     database, memory, ledger, audit, lock, payloads, streaming, RAG
@@ -75,6 +76,7 @@ if TYPE_CHECKING:
         LoopPolicy as LoopPolicy,
         RetrySpec as RetrySpec,
     )
+    from turnstile.outbox.component import Outbox as Outbox
     from turnstile.providers.base import (
         ModelProvider as ModelProvider,
         ModelRequest as ModelRequest,
@@ -194,6 +196,7 @@ _WHERE: dict[str, str] = {
     "TurnTimedOutError": "turnstile.client",
     "TurnstileClient": "turnstile.client",
     "TurnstilePlugin": "turnstile.temporal_plugin",
+    "Outbox": "turnstile.outbox.component",
 }
 
 __all__ = [
@@ -202,7 +205,8 @@ __all__ = [
     "BreakerPolicy", "Call", "ChatMessage", "ClientError", "ConfigurationError", "Connection",
     "Database", "DevService", "Document", "FunctionModel", "GuardrailResult",
     "InputGuardrailContext", "LoopPolicy", "MemoryWindow", "ModelCall", "ModelProvider",
-    "ModelRequest", "ModelResponse", "ModelSettings", "OutboundPolicy", "OutputGuardrailContext",
+    "ModelRequest", "ModelResponse", "ModelSettings", "OutboundPolicy", "Outbox",
+    "OutputGuardrailContext",
     "PipelinePolicy", "ProviderContext", "Reply", "RetrySpec", "ScriptedModel", "Service",
     "ServiceRegistry", "Settings", "SystemMessageContext", "Tool", "ToolArgumentError",
     "ToolCall", "ToolContext", "ToolExecutionError", "ToolInterrupted", "ToolOutcome",

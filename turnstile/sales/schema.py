@@ -29,7 +29,8 @@ from datetime import UTC, date, datetime, time
 
 import sqlalchemy as sa
 
-from turnstile.stores.tables import Flag
+from turnstile.outbox import Outbox
+from turnstile.stores.timestamps import Ts, now_text as now_text, utc_text as utc_text
 
 # The sales app's tables (the stores declare theirs on turnstile.stores.tables.metadata).
 metadata = sa.MetaData()
@@ -41,8 +42,6 @@ FOLLOWUP_ROLE = "turnstile_followup"
 EMAIL_ROLE = "turnstile_email"
 SENDER_ROLE = "turnstile_sender"
 
-# Timestamps: fixed-width ISO text; "C" collation on PostgreSQL (byte order).
-Ts = sa.Text().with_variant(sa.Text(collation="C"), "postgresql")
 
 sales_record = sa.Table(
     "sales_record", metadata,
@@ -97,51 +96,22 @@ follow_up_task = sa.Table(
     info={"grants": {FOLLOWUP_ROLE: "SELECT, INSERT, UPDATE"}},
 )
 
-email_task = sa.Table(
-    "email_task", metadata,
-    sa.Column("task_id", sa.Text, primary_key=True),
-    sa.Column("idempotency_key", sa.Text, nullable=False, unique=True),
-    sa.Column("recipient", sa.Text, nullable=False),
-    sa.Column("subject", sa.Text, nullable=False),
-    sa.Column("body", sa.Text, nullable=False),
-    sa.Column("status", sa.Text, nullable=False),
-    sa.Column("attempts", sa.Integer, nullable=False, server_default="0"),
-    sa.Column("last_error", sa.Text),
-    sa.Column("created_at", Ts, nullable=False),
-    sa.Column("updated_at", Ts, nullable=False),
-    sa.Column("message_id", sa.Text, nullable=False),
-    sa.Column("next_attempt_at", Ts),
-    sa.Column("claimed_by", sa.Text),
-    sa.Column("claimed_at", Ts),
-    sa.Column("sent_at", Ts),
-    sa.Column("possibly_sent", Flag, nullable=False, server_default=sa.false()),
-    sa.Index("email_task_due_idx", "status", "next_attempt_at"),
-    # createEmailTask may only insert; every state change (sender, status,
-    # retry, cancel) goes through the sender's role. A CHECK (migration 0004;
-    # triggers on SQLite) keeps recipient <= 100 characters.
-    info={"grants": {EMAIL_ROLE: "INSERT", SENDER_ROLE: "SELECT, UPDATE"}},
-)
+# The outbox of createEmailTask (the public one, turnstile.outbox): createEmailTask
+# may only insert; every state change (sender, status, retry, cancel) goes
+# through the sender's role. A CHECK (migration 0004; triggers on SQLite) keeps
+# recipient <= 100 characters. The revisions make the table (0001).
+EMAIL_OUTBOX = Outbox("email_task", metadata=metadata, insert_role=EMAIL_ROLE,
+                      sender_role=SENDER_ROLE)
+email_task = EMAIL_OUTBOX.table
 
 
 # What the app hands the runtime (turnstile.sales.app).
 TABLES = (sales_record, approver, sales_daily_total, follow_up_task, email_task)
 
 
-def utc_text(moment: datetime) -> str:
-    """The stored form of a timestamp (naive datetimes are taken as UTC)."""
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    # isoformat, not strftime: it always pads the year to four digits.
-    return moment.astimezone(UTC).replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
-
-
 def day_start_text(day: date) -> str:
     """Midnight UTC of `day`, in the stored form (an inclusive lower bound)."""
     return utc_text(datetime.combine(day, time.min, tzinfo=UTC))
-
-
-def now_text() -> str:
-    return utc_text(datetime.now(UTC))
 
 
 def rollup_rebuild() -> sa.Insert:

@@ -50,8 +50,13 @@ from turnstile.sales import outbox, result_texts as texts
 from turnstile.sales.access import tool_connection, tool_transaction
 from turnstile.sales.outbox import EmailStatus, EmailTask
 from turnstile.sales.query import IsoDate, Money, SalesQueryResult, run_sales_query
-from turnstile.sales.schema import FOLLOWUP_ROLE, follow_up_task, now_text, sales_daily_total
-from turnstile.sales.sender import SenderConfig
+from turnstile.sales.schema import (
+    EMAIL_OUTBOX,
+    FOLLOWUP_ROLE,
+    follow_up_task,
+    now_text,
+    sales_daily_total,
+)
 
 # No "%" (or "!") in the local part: relaying syntax the allow-list would misread.
 _EMAIL = re.compile(r"[A-Za-z0-9._+-]+@[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}")
@@ -272,7 +277,7 @@ class EmailTaskView(BaseModel):
         return cls(
             taskId=task.task_id, status=task.status, recipient=task.recipient,
             subject=task.subject, attempts=task.attempts,
-            maxAttempts=SenderConfig().max_attempts, lastError=task.last_error,
+            maxAttempts=EMAIL_OUTBOX.max_attempts, lastError=task.last_error,
             possiblySent=task.possibly_sent, createdAt=task.created_at,
             updatedAt=task.updated_at, sentAt=task.sent_at, nextAttemptAt=task.next_attempt_at,
             messageId=task.message_id, explanation=texts.explain(task),
@@ -297,9 +302,7 @@ def createEmailTask(
 ) -> EmailTaskCreated:
     """Queue one e-mail for delivery (needs approval). Returns a taskId with
     status QUEUED: nothing is sent yet; the sender delivers it shortly."""
-    with tool_transaction(ctx, None) as conn:
-        task, created = outbox.enqueue_in(conn, idempotency_key=ctx.idempotency_key,
-                                          recipient=to, subject=subject, body=body)
+    task, created = EMAIL_OUTBOX.enqueue(ctx, to=to, subject=subject, body=body)
     note = (texts.queued_note(ctx) if created
             else f"this call already queued this task; current status {task.status.value}")
     return EmailTaskCreated(
@@ -310,39 +313,9 @@ def createEmailTask(
 
 @createEmailTask.compensation
 def cancel_email_task(ctx: ToolContext, arguments: Any, result: Any) -> Undo | str:
-    task_id = _field(result, "taskId")
-    with tool_transaction(ctx, None) as conn:
-        # No recorded result: the task, if any, carries this call's key.
-        task = (outbox.get_in(conn, task_id) if task_id
-                else outbox.by_key_in(conn, ctx.idempotency_key))
-        if task is None:
-            return "no e-mail task was created by this call; nothing to undo"
-        cancelled, now = outbox.cancel_in(conn, task.task_id)
-    task = now or task
-    if cancelled and task.possibly_sent:
-        return Undo(
-            f"e-mail task {task.task_id} cancelled, but an earlier delivery attempt was "
-            "interrupted: it may already have reached the recipient (effect may remain)",
-            undone=False,
-        )
-    if cancelled:
-        return f"e-mail task {task.task_id} cancelled before it was sent; nothing was delivered"
-    match task.status:
-        case EmailStatus.SENT:
-            return Undo(
-                f"e-mail task {task.task_id} was already sent to {task.recipient} at "
-                f"{task.sent_at}; an e-mail cannot be recalled: the effect remains",
-                undone=False,
-            )
-        case EmailStatus.SENDING:
-            return Undo(
-                f"e-mail task {task.task_id} is being delivered right now and cannot be "
-                "stopped; it will most likely arrive: the effect remains",
-                undone=False,
-            )
-        case EmailStatus.DEAD:
-            return f"e-mail task {task.task_id} was never delivered (DEAD); nothing to undo"
-    return f"e-mail task {task.task_id} was already {task.status.value}; nothing to undo"
+    """The public outbox's compensation: cancelled if not handed to SMTP yet
+    (no recorded result: the task this call's key queued, if any)."""
+    return EMAIL_OUTBOX.cancel(ctx, _field(result, "taskId") or None)
 
 
 def _task(ctx: ToolContext, task_id: str) -> EmailTask:

@@ -157,8 +157,9 @@ def _create_app_tables(conn: sa.Connection, apps: Mapping[str, Sequence[sa.Table
                 f"tables {missing} are made by the core revisions, which already ran. Serve "
                 f"it on a fresh database (DATABASE_URL), or one migrated with it")
         for table in app_tables:
-            if table.name in missing:
+            if table.name in missing and table.name not in present:
                 table.create(conn)
+                present.add(table.name)  # a table two apps share is made once
                 log.info("app %s: created table %s", name, table.name)
 
 

