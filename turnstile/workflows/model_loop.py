@@ -13,7 +13,12 @@ with workflow.unsafe.imports_passed_through():
     from turnstile.engine import activity_io as io, dead_ends, endings, repeats
     from turnstile.engine.breakers import Breakers
     from turnstile.engine.contract import CallStatus, TurnInput, TurnStatus
-    from turnstile.engine.errors import AnswerTruncated, ContentFiltered, DeadEndCalls
+    from turnstile.engine.errors import (
+        AnswerTruncated,
+        ContentFiltered,
+        DeadEndCalls,
+        RoundTripCapExceeded,
+    )
     from turnstile.engine.masking import mask_prefix
     from turnstile.engine.messages import ChatMessage, ToolCall
     from turnstile.engine.specs import ServiceSpec
@@ -68,12 +73,16 @@ class ModelLoop:
                 await self._record_unrun(step.calls, str(stop))
                 raise
             s.round_trips += 1
+            dead_end = self._dead_end(step.calls) if dead_ends_end_turn else None
             limit = round_stop(s.round_trips, [c.name for c in step.calls], spec.loop,
                                self.breakers)
             if limit is not None:
                 await self._record_unrun(step.calls, str(limit))
+                # From revision 6 the cap never ends a run of dead ends: they do.
+                if (isinstance(limit, RoundTripCapExceeded) and dead_ends_end_turn
+                        and self.dead.record(dead_end)):
+                    return await self._dead_end_ask()
                 raise TurnStopped(TurnStatus.FAILED, limit)
-            dead_end = self._dead_end(step.calls) if dead_ends_end_turn else None
             s.machine.start_round()
             self.round = ToolRound(s, self.turn, spec, self.breakers)
             await self.round.run(step.calls, s.alloc(len(step.calls)))
@@ -129,7 +138,10 @@ class ModelLoop:
         s.event("dead_end", f"the model kept {what}; asking for the answer without tools")
         response = await self._ask_again(dead_ends.ASK_NOW.format(what=what))
         text = response.message.content or ""
-        if dead_ends.written_call(text, s.tool_names) is not None:
+        # A call the server parsed although no tool was offered is dropped by
+        # the model activity (it has no result slot); its finish reason says so.
+        called = not text.strip() and response.finish_reason == "tool_calls"
+        if called or dead_ends.written_call(text, s.tool_names) is not None:
             await self.steps.answer.discard_answer("dead_end")
             s.event("dead_end", f"the model kept {what}: the turn is stopped")
             raise TurnStopped(TurnStatus.FAILED, DeadEndCalls(dead_ends.STOPPED.format(what=what)),
