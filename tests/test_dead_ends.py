@@ -34,8 +34,10 @@ from turnstile.engine.dead_ends import (
     no_arguments,
     text_dead_end,
 )
+from turnstile.engine.errors import ToolArgumentError
 from turnstile.engine.model_settings import ModelSettings
-from turnstile.engine.specs import ToolSpec
+from turnstile.engine.specs import LoopPolicy, ToolSpec
+from turnstile.engine.tool_round_rules import without_arguments
 from turnstile.sales.service import build_sales_service
 from turnstile.stores.memory import MemoryStore
 
@@ -238,3 +240,15 @@ def test_no_arguments_and_the_count() -> None:
     assert text_dead_end('{"name": "refuses", "arguments": {}}', ["refuses"], {"refuses"}) == (
         "calling refuses, which was disabled after repeated failures")
     assert text_dead_end('{"name": "refuses", "arguments": {}}', ["refuses"], set()) is None
+
+
+def test_a_call_without_arguments_is_settled_without_validation() -> None:
+    settled = without_arguments("echo", "{}", TOOL, LoopPolicy())
+    assert settled is not None and settled.status is CallStatus.INVALID_ARGUMENTS
+    assert settled.text == ("Not run: echo was called with no arguments, and it needs text. "
+                            "Call it with them, or answer the user without it.")
+    assert settled.stop is None and settled.breaker_failure
+    failing = without_arguments("echo", "", TOOL, LoopPolicy(on_invalid_arguments="fail"))
+    assert failing is not None and isinstance(failing.stop, ToolArgumentError)
+    assert without_arguments("echo", '{"text": "x"}', TOOL, LoopPolicy()) is None
+    assert without_arguments("checkEmailConfig", "{}", OPTIONAL, LoopPolicy()) is None

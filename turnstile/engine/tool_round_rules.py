@@ -107,15 +107,18 @@ def before_call(name: str, tool: ToolSpec | None, known: list[str], disabled: bo
     return Execute(needs_approval=tool.requires_approval)
 
 
-def without_arguments(name: str, arguments: str, tool: ToolSpec) -> Settle | None:
+def without_arguments(name: str, arguments: str, tool: ToolSpec,
+                      loop: LoopPolicy) -> Settle | None:
     """From revision 6: a call without arguments of a tool that requires some
     is a dead end (turnstile.engine.dead_ends), settled without validating it
-    or asking a reviewer; None for any other call."""
+    or asking a reviewer (`on_invalid_arguments="fail"` still ends the turn
+    with it); None for any other call."""
     required = required_arguments(tool)
     if not required or not no_arguments(arguments):
         return None
-    return Settle(CallStatus.INVALID_ARGUMENTS,
-                  NO_ARGUMENTS_TEXT.format(name=name, required=", ".join(required)))
+    text = NO_ARGUMENTS_TEXT.format(name=name, required=", ".join(required))
+    stop = ToolArgumentError(text) if loop.on_invalid_arguments == "fail" else None
+    return Settle(CallStatus.INVALID_ARGUMENTS, text, stop=stop)
 
 
 def after_validation(error: str, argument_errors: int, loop: LoopPolicy) -> Settle:

@@ -147,6 +147,7 @@ class ModelLoop:
             raise TurnStopped(TurnStatus.FAILED, DeadEndCalls(dead_ends.STOPPED.format(what=what)),
                               compensate=False)
         text = await self.answers.checked(text)
+        self.dead.in_row = 0  # answered: a later re-ask (steps 15/16) counts afresh
         s.event("answer", mask_prefix(text, 400)[:160])
         return text
 
