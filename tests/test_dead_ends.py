@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings, strategies as st
 from temporalio.client import Client, WorkflowHandle
 
 from tests.support.databases import BACKENDS, worker_database_url
@@ -24,7 +25,7 @@ from tests.support.services import make_service
 from tests.support.sql import fetchall
 from tests.support.turns import running_worker
 from turnstile.engine import attributes as attr
-from turnstile.engine.answer_rules import unparsed_call
+from turnstile.engine.answer_rules import calls_written_as_text, unparsed_call
 from turnstile.engine.contract import ApproveSignal, CallStatus, PendingApproval, TurnStatus
 from turnstile.engine.dead_ends import (
     ASK_NOW,
@@ -252,3 +253,31 @@ def test_a_call_without_arguments_is_settled_without_validation() -> None:
     assert failing is not None and isinstance(failing.stop, ToolArgumentError)
     assert without_arguments("echo", '{"text": "x"}', TOOL, LoopPolicy()) is None
     assert without_arguments("checkEmailConfig", "{}", OPTIONAL, LoopPolicy()) is None
+
+
+@pytest.mark.parametrize(("text", "called"), [
+    # A typed answer that names a tool in a "name" field is an answer.
+    ('{"name": "createEmailTask", "summary": "queued one e-mail"}', None),
+    ('[{"name": "querySalesData", "rows": 8}]', None),
+    # A call in shape whose arguments are missing or not an object is a dead end.
+    ('{"name": "createEmailTask"}', "createEmailTask"),
+    ('{"type": "function", "function": {"name": "querySalesData"}}', "querySalesData"),
+    ('{"name": "createEmailTask", "arguments": 5}', "createEmailTask"),
+])
+def test_json_that_parses_is_a_dead_end_only_in_a_call_s_shape(text: str,
+                                                                called: str | None) -> None:
+    assert unparsed_call(text, ["createEmailTask", "querySalesData"]) == called
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=300) | st.builds("".join, st.lists(st.sampled_from(
+    ["functions.createEmailTask:", "functions.x:", '{"name": "createEmailTask"', "{", "}", "[",
+     '"arguments": ', "```json\n", "```", "<tool_call>", "\n", "text", '"a"']), max_size=15)))
+def test_any_text_is_read_for_a_dead_end_without_error(text: str) -> None:
+    """Whatever a model writes: read without raising, only an offered tool
+    named, and never both a call that parses and a dead end."""
+    offered = ["createEmailTask", "querySalesData"]
+    name = unparsed_call(text, offered)
+    assert name is None or name in offered
+    if calls_written_as_text(text, offered):
+        assert name is None

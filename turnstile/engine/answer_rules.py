@@ -122,12 +122,49 @@ def unparsed_call(text: str, offered: list[str]) -> str | None:
             if head.group(1) in names and (not rest or rest[0] in "{["):
                 return head.group(1)
             continue
-        if block.startswith(("{", "[", "<function")):
+        if block.startswith(("{", "[")) and _parses(block):
+            # JSON that parses: a call only in shape (`{"name": X}` and call
+            # keys, nothing else), so a typed answer naming a tool is no call.
+            for item in _flat(_values(block)):
+                name = _call_shaped(item)
+                if name in names:
+                    return name
+        elif block.startswith(("{", "[", "<function")):
             for named in _NAMED.finditer(block):
                 name = named.group(1) or named.group(2)
                 if name in names:
                     return name
     return None
+
+
+_CALL_KEYS = frozenset({"name", "arguments", "parameters", "type", "function", "id"})
+
+
+def _parses(block: str) -> bool:
+    """Is `block` nothing but JSON values?"""
+    at = 0
+    while at < len(block):
+        try:
+            _, at = _DECODER.raw_decode(block, at)
+        except (ValueError, RecursionError):
+            return False
+        while at < len(block) and block[at].isspace():
+            at += 1
+    return True
+
+
+def _flat(values: list[Any]) -> list[Any]:
+    return [i for v in values for i in (v if isinstance(v, list) else [v])]
+
+
+def _call_shaped(item: Any) -> str | None:
+    """The name a JSON object that has only a call's keys gives, else None."""
+    if not isinstance(item, dict) or not set(item) <= _CALL_KEYS:
+        return None
+    if isinstance(item.get("function"), dict):
+        return _call_shaped(item["function"])
+    name = item.get("name")
+    return name if isinstance(name, str) else None
 
 
 def _calls_in(block: str, bare_heads: bool = False) -> list[tuple[str, str]]:
