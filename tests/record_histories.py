@@ -12,7 +12,8 @@ by a new message (`steered`) and the new turn that steered it
 (`queued`), a new message refused meanwhile (`new_message_refused`), and an
 e-mail approved with the reviewer's edits through the `review` update
 (`approved_with_edits`), and the repeat breaker by meaning
-(`repeat_by_meaning`, revision 5) — on a fresh dev server and writes each history to
+(`repeat_by_meaning`, revision 5) and dead ends (`dead_end_recovered`,
+`dead_end_calls`, revision 6) — on a fresh dev server and writes each history to
 tests/histories/NAME.json (only the NAMEs given, if any). Commit the
 files: replaying them on every run makes a workflow change that would break
 turns in flight fail CI. Re-record only for a deliberate, versioned change
@@ -23,6 +24,7 @@ tests/histories/v<N>/ for tests/test_upgrade.py).
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import sys
 import tempfile
@@ -260,6 +262,36 @@ async def record_by_meaning(client: Client, fake: FakeLLM, tmp: Path) -> None:
                    by_meaning)
 
 
+async def record_dead_ends(client: Client, fake: FakeLLM, tmp: Path) -> None:
+    """Revision 6 (issue 54): dead ends. `dead_end_recovered`: a tool that
+    fails three times is disabled and no longer offered, a call without the
+    arguments its tool needs, a bare `functions.echo:`, the request without
+    tools, an answer. `dead_end_calls`: the llama-cpp-python finding — a real
+    e-mail, then `functions.createEmailTask:` until the turn ends
+    `DeadEndCalls`."""
+
+    async def recovered(turns: Turns) -> WorkflowHandle:
+        fake.script(*[tool_reply((f"f{i}", "refuses", {})) for i in range(3)],
+                    tool_reply(("e1", "echo", {})), text_reply("functions.echo:"),
+                    text_reply("Nothing could be done."))
+        return await turns.start("try", workflow_id="dead-end-recovered")
+
+    await scenario(client, fake, tmp, "dead_end_recovered", [make_service()], None, recovered)
+
+    async def stopped(turns: Turns) -> WorkflowHandle:
+        fake.script(text_reply("functions.createEmailTask:\n" + json.dumps(
+                        {"to": "ops@example.com", "subject": "Follow up", "body": "C0001"})),
+                    *[text_reply("functions.createEmailTask:") for _ in range(6)])
+        h = await turns.start("mail ops", service="sales-assistant",
+                              workflow_id="dead-end-calls", conversation="c-dead-end")
+        await approve_all(h, "ops-lead")
+        return h
+
+    service = build_sales_service()
+    service.model = ModelSettings(text_tool_calls=True, tool_results="text")
+    await scenario(client, fake, tmp, "dead_end_calls", [service], None, stopped)
+
+
 async def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     OUT.mkdir(exist_ok=True)
@@ -320,6 +352,7 @@ async def main() -> None:
         await record_approvals_v2(client, fake, tmp)
         await record_small_models(client, fake, tmp)
         await record_by_meaning(client, fake, tmp)
+        await record_dead_ends(client, fake, tmp)
     finally:
         fake.close()
         server.stop()

@@ -79,6 +79,7 @@ STABLE = {
     errors.ContentFiltered: "ContentFiltered",
     errors.EmptyAnswer: "EmptyAnswer",  # an empty answer, asked for once more (issue 36)
     errors.ToolCallAsText: "ToolCallAsText",  # a tool call written as text, not run
+    errors.DeadEndCalls: "DeadEndCalls",  # dead-end calls, also after the no-tools ask
     errors.ModelResponseTooLarge: "ModelResponseTooLarge",
     errors.MCPServerUnavailable: "MCPServerUnavailable",
     IncompleteStream: "IncompleteStream",

@@ -23,10 +23,12 @@ import pytest
 
 from examples.support_desk.app import app as support_desk_app
 from tests.support.llama_server import CpuLacksInstructions, LlamaServer, write_tiny_model
+from turnstile.engine.constrained_calls import SCHEMA_NAME, read_reply
 from turnstile.engine.errors import ModelRequestRejected
 from turnstile.engine.messages import ChatMessage
 from turnstile.engine.specs import ToolSpec
 from turnstile.providers import ModelRequest, OpenAICompatibleProvider
+from turnstile.providers.openai_compat import RetryableModelError
 from turnstile.runtime.services import Service
 from turnstile.sales.app import build_sales_app
 
@@ -127,3 +129,61 @@ async def test_the_dialect_makes_a_known_bad_schema_compile(case: str,
         await provider.aclose()
     assert reason is None
 
+
+
+# --- constrained tool calls (issue 54; ModelSettings.constrain_tool_calls) ----------------
+
+def squeezed(text: str) -> str:
+    return "".join(text.split())
+
+
+@pytest.mark.parametrize("name", sorted(REFERENCE_SERVICES))
+async def test_the_constrained_reply_schema_compiles_and_constrains(
+        name: str, llama: LlamaServer) -> None:
+    """Every reference service's tools as one `response_format` schema ("one
+    of these calls, or an answer", turnstile.engine.constrained_calls), as
+    the product sends it: the real server compiles it (a schema it cannot
+    compile is a 400, below) and what the tiny model writes under it is the
+    start of an answer or of calls. (Left to run on, the random model writes
+    bytes such as `<tool_call>` into the answer's string, and this build's
+    output parser then answers 500 "does not match the expected peg-native
+    format": a real model's limit, not the schema's.)"""
+    service = REFERENCE_SERVICES[name]
+    tools = [t.spec for t in service.tools]
+    provider = OpenAICompatibleProvider(llama.url, model="tiny")
+    request = request_for(service, tools).model_copy(
+        update={"constrain_tool_calls": True, "max_tokens": 30})
+    try:
+        response = await provider.complete(request)
+    except RetryableModelError as exc:  # compiled (not a 400); its output parser refused
+        assert "does not match the expected" in str(exc), exc
+        return
+    finally:
+        await provider.aclose()
+    written = squeezed(response.message.content or "")
+    starts = ('{"answer":"', '{"tool_calls":[{')
+    assert any(s.startswith(written) or written.startswith(s) for s in starts), written
+    assert llama.alive(), llama.output()[-2000:]
+
+
+def test_the_server_constrains_by_the_response_format(llama: LlamaServer) -> None:
+    """The server does compile `response_format`'s schema (a pass above means
+    something): one it cannot compile is refused, and under a one-value schema
+    the reply is that value (or its start, when cut at max_tokens)."""
+    def post(schema: dict[str, Any]) -> httpx.Response:
+        body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 200,
+                "response_format": {"type": "json_schema",
+                                    "json_schema": {"name": SCHEMA_NAME, "schema": schema}}}
+        return httpx.post(f"{llama.url}/chat/completions", json=body, timeout=60)
+
+    refused = post(note_schema(maxLength=2000))
+    assert refused.status_code == 400, refused.text
+    only = post({"type": "object", "properties": {"answer": {"type": "string", "enum": ["ok"]}},
+                 "required": ["answer"]})
+    assert only.status_code == 200, only.text
+    choice = only.json()["choices"][0]
+    content = choice["message"]["content"]
+    if choice["finish_reason"] == "stop":
+        assert read_reply(content) == ("ok", [])
+    else:
+        assert '{"answer":"ok"}'.startswith(squeezed(content)), content

@@ -16,7 +16,8 @@ approval that a new message steered and the new turn that steered it, a
 turn queued behind one waiting for an approval, a new message refused
 meanwhile, and an e-mail approved with the reviewer's edits; and the
 loop's rules for small models (`record_small_models`): a repeated call, an
-empty answer asked for again, calls written as text read as calls."""
+empty answer asked for again, calls written as text read as calls; and
+dead ends (`record_dead_ends`, revision 6)."""
 
 from __future__ import annotations
 
@@ -49,10 +50,16 @@ SMALL_MODELS = {"repeat_breaker", "empty_answer", "text_tool_calls"}
 # with the address in capitals, a look-alike reviewed with `similar_effects`,
 # two calls of one response differing by a trailing space.
 BY_MEANING = {"repeat_by_meaning"}
+# Recorded at revision 6 (issue 54): dead ends — a disabled tool no longer
+# offered, a call without arguments and a bare `functions.echo:`, then the
+# request without tools answered; and the llama-cpp-python finding ended
+# `DeadEndCalls`.
+DEAD_ENDS = {"dead_end_recovered", "dead_end_calls"}
 
 
 def test_the_main_scenarios_are_recorded() -> None:
-    assert {p.stem for p in HISTORIES} >= MAIN | APPROVALS_V2 | SMALL_MODELS | BY_MEANING
+    assert {p.stem for p in HISTORIES} >= (MAIN | APPROVALS_V2 | SMALL_MODELS | BY_MEANING
+                                           | DEAD_ENDS)
 
 
 def test_the_turns_of_the_earlier_revisions_are_kept() -> None:

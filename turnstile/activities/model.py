@@ -15,6 +15,7 @@ from turnstile.activities.model_refusals import RefusalCount
 from turnstile.activities.model_request import (
     RequestShape,
     build_request,
+    read_constrained_reply,
     read_text_calls,
     read_window,
 )
@@ -216,6 +217,8 @@ class ModelActivities(Activities):
         message = response.message
         if req.continuation:
             message.tool_calls = []  # no tools were offered: a call here has no result slot
+        elif (req.model or service.model).constrain_tool_calls and tools:
+            read_constrained_reply(message)
         elif (req.model or service.model).text_tool_calls:
             read_text_calls(message, [t.name for t in tools])
         message.attributes[attr.WORKFLOW_ID] = wf_id

@@ -10,7 +10,7 @@ import logging
 from typing import Any
 
 from turnstile.activities.runtime import Runtime, model_name
-from turnstile.engine import answer_rules
+from turnstile.engine import answer_rules, constrained_calls
 from turnstile.engine.activity_io import ModelCallInput
 from turnstile.engine.endings import CONTINUATION_PROMPT
 from turnstile.engine.errors import MessageTooLong
@@ -145,7 +145,24 @@ def build_request(shape: RequestShape,
                         max_tokens=settings.max_tokens, temperature=settings.temperature,
                         tool_choice=settings.choice_for(req.round, [t.name for t in tools]),
                         schema_dialect=settings.schema_dialect,
-                        tool_results=settings.tool_results), sent
+                        tool_results=settings.tool_results,
+                        constrain_tool_calls=settings.constrain_tool_calls), sent
+
+
+def read_constrained_reply(message: ChatMessage) -> None:
+    """`ModelSettings.constrain_tool_calls`: the reply `{"answer": ...}`
+    becomes that answer, `{"tool_calls": [...]}` those calls (ids
+    `constrained-call-<n>`; validated, reviewed and journaled like any call).
+    Anything else stays text, for the loop's rules on text."""
+    if message.tool_calls or not message.content:
+        return
+    read = constrained_calls.read_reply(message.content)
+    if read is None:
+        return
+    answer, calls = read
+    message.content = answer if answer is not None else ""
+    message.tool_calls = [ToolCall(id=f"constrained-call-{i}", name=name, arguments=args)
+                          for i, (name, args) in enumerate(calls)]
 
 
 def read_text_calls(message: ChatMessage, offered: list[str]) -> None:

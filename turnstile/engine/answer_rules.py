@@ -10,10 +10,15 @@
 - **A tool call written as text.** An answer that is only a call of an
   offered tool written as JSON (```json {"name": ..., "arguments": ...}```,
   `<tool_call>...</tool_call>`, `<tools>...</tools>`, `<function ...>` tags,
-  chatml-function-calling's `functions.NAME:`, bare, or several such
-  calls one after another) ends the turn `failed` with
+  chatml-function-calling's `functions.NAME:` followed by its arguments,
+  bare, or several such calls one after another) ends the turn `failed` with
   `ToolCallAsText`; the call is never run (a model whose server's chat
   template does not parse its tool calls writes them so).
+- **A call that does not parse** (`unparsed_call`): a bare `functions.NAME:`
+  with no arguments, or a JSON block naming an offered tool that is not a
+  call (`{{"name": "createEmailTask", ...}}}`, measured) is not a call. From
+  revision 6 it is a dead end (turnstile.engine.dead_ends); turns begun
+  earlier read a bare `functions.NAME:` as a call with `{}` (`bare_heads`).
 
 Deterministic and cheap: safe in workflow code (answers longer than
 `SCAN_LIMIT` are not scanned for a call).
@@ -57,20 +62,25 @@ _CHATML_HEAD = re.compile(r"functions\.([A-Za-z0-9_-]+):\s*")
 _FUNCTION_TAG = re.compile(
     r"""<function\s+name="([^"]+)"\s+arguments=(?:'(.*?)'|"(.*?)")\s*/?>"""
     r"|<function=([A-Za-z0-9_.-]+)>(.*?)(?:</function>|\Z)", re.S)
+# A tool named in a block that is not a call (`unparsed_call`).
+_NAMED = re.compile(r"""["']?name["']?\s*[:=]\s*["']([A-Za-z0-9_.-]+)["']"""
+                    r"|<function=([A-Za-z0-9_.-]+)")
 
 
 def is_empty(text: str) -> bool:
     return not text.strip()
 
 
-def tool_call_as_text(text: str, offered: list[str]) -> str | None:
+def tool_call_as_text(text: str, offered: list[str], bare_heads: bool = False) -> str | None:
     """The name of the offered tool `text` calls instead of calling it; None
-    when the text is an answer."""
-    calls = calls_written_as_text(text, offered)
+    when the text is an answer. `bare_heads`: a bare `functions.NAME:` is a
+    call with `{}` (the rule of turns begun before revision 6)."""
+    calls = calls_written_as_text(text, offered, bare_heads)
     return calls[0][0] if calls else None
 
 
-def calls_written_as_text(text: str, offered: list[str]) -> list[tuple[str, str]]:
+def calls_written_as_text(text: str, offered: list[str],
+                          bare_heads: bool = False) -> list[tuple[str, str]]:
     """Every call of an offered tool that `text` writes, as (name, arguments
     as JSON text), when the answer is only calls (at most `AROUND_LIMIT`
     characters of other text); empty otherwise. For `ToolCallAsText` and for
@@ -85,16 +95,84 @@ def calls_written_as_text(text: str, offered: list[str]) -> list[tuple[str, str]
     if len(around) > AROUND_LIMIT:
         return []
     names = set(offered)
-    return [(name, args) for block in blocks for name, args in _calls_in(block.strip())
-            if name in names]
+    return [(name, args) for block in blocks
+            for name, args in _calls_in(block.strip(), bare_heads) if name in names]
 
 
-def _calls_in(block: str) -> list[tuple[str, str]]:
+def unparsed_call(text: str, offered: list[str]) -> str | None:
+    """The offered tool `text` tries to call without writing a call that
+    parses: a bare `functions.NAME:` (or one whose arguments are not JSON),
+    or a block that names an offered tool (`"name": "NAME"`) but is not a
+    call. None when the text writes a call that parses (that is
+    `calls_written_as_text`'s) or is an answer. Same bounds as
+    `calls_written_as_text`: the answer must be only that."""
+    if len(text) > SCAN_LIMIT or not offered or calls_written_as_text(text, offered):
+        return None
+    blocks = [a or b for a, b in _BLOCK.findall(text)]
+    around = _BLOCK.sub("", text).strip()
+    if not blocks:
+        blocks, around = [text], ""
+    if len(around) > AROUND_LIMIT:
+        return None
+    names = set(offered)
+    for block in (b.strip() for b in blocks):
+        head = _CHATML_HEAD.match(block)
+        if head is not None:
+            rest = block[head.end():].strip()
+            if head.group(1) in names and (not rest or rest[0] in "{["):
+                return head.group(1)
+            continue
+        if block.startswith(("{", "[")) and _parses(block):
+            # JSON that parses: a call only in shape (`{"name": X}` and call
+            # keys, nothing else), so a typed answer naming a tool is no call.
+            for item in _flat(_values(block)):
+                name = _call_shaped(item)
+                if name in names:
+                    return name
+        elif block.startswith(("{", "[", "<function")):
+            for named in _NAMED.finditer(block):
+                name = named.group(1) or named.group(2)
+                if name in names:
+                    return name
+    return None
+
+
+_CALL_KEYS = frozenset({"name", "arguments", "parameters", "type", "function", "id"})
+
+
+def _parses(block: str) -> bool:
+    """Is `block` nothing but JSON values?"""
+    at = 0
+    while at < len(block):
+        try:
+            _, at = _DECODER.raw_decode(block, at)
+        except (ValueError, RecursionError):
+            return False
+        while at < len(block) and block[at].isspace():
+            at += 1
+    return True
+
+
+def _flat(values: list[Any]) -> list[Any]:
+    return [i for v in values for i in (v if isinstance(v, list) else [v])]
+
+
+def _call_shaped(item: Any) -> str | None:
+    """The name a JSON object that has only a call's keys gives, else None."""
+    if not isinstance(item, dict) or not set(item) <= _CALL_KEYS:
+        return None
+    if isinstance(item.get("function"), dict):
+        return _call_shaped(item["function"])
+    name = item.get("name")
+    return name if isinstance(name, str) else None
+
+
+def _calls_in(block: str, bare_heads: bool = False) -> list[tuple[str, str]]:
     """The calls `block` writes: JSON values one after another, or
     `<function name="X" arguments='{...}'/>` / `<function=X>{...}</function>`
     tags (both measured from Qwen2.5-Coder under llama-server)."""
     if block.startswith("functions."):
-        return _chatml_calls(block)
+        return _chatml_calls(block, bare_heads)
     if block.startswith("<function"):
         found = []
         for name, single, double, bare, body in _FUNCTION_TAG.findall(block):
@@ -113,12 +191,13 @@ def _calls_in(block: str) -> list[tuple[str, str]]:
     return found
 
 
-def _chatml_calls(block: str) -> list[tuple[str, str]]:
+def _chatml_calls(block: str, bare_heads: bool = False) -> list[tuple[str, str]]:
     """llama-cpp-python's chatml-function-calling format, `functions.NAME:`
-    then the arguments as JSON, one call after another; an answer that is
-    only `functions.NAME:` (measured: asked for its answer without tools
-    after a repeat, the model wrote just that) is a call with no arguments.
-    Any other text in between: not calls."""
+    then the arguments as JSON, one call after another. A head without
+    arguments (measured: asked for its answer without tools after a repeat,
+    the model wrote only `functions.createEmailTask:`) is no call
+    (`unparsed_call` names it); with `bare_heads` (turns begun before
+    revision 6) it is a call with `{}`. Any other text in between: not calls."""
     found: list[tuple[str, str]] = []
     at = 0
     while at < len(block):
@@ -126,14 +205,15 @@ def _chatml_calls(block: str) -> list[tuple[str, str]]:
         if head is None:
             return []
         at = head.end()
-        args = "{}"
+        args = "{}" if bare_heads else ""
         if at < len(block) and block[at] in "{[":
             try:
                 value, at = _DECODER.raw_decode(block, at)
             except (ValueError, RecursionError):
                 return []
             args = json.dumps(value, ensure_ascii=False)
-        found.append((head.group(1), args))
+        if args:
+            found.append((head.group(1), args))
         while at < len(block) and block[at].isspace():
             at += 1
     return found

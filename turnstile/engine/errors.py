@@ -320,6 +320,15 @@ class ToolCallAsText(TurnstileError):
     server's chat template or tool-call parser does not suit the model."""
 
 
+class DeadEndCalls(TurnstileError):
+    """The model kept making calls that cannot run — a tool that needs
+    arguments called with none, a tool the breaker disabled, a tool that does
+    not exist, a call written as text that does not parse — and was asked
+    once for its answer without tools, and made such a call again (status
+    failed; turnstile.engine.dead_ends). The message names what it kept
+    doing; the work done before it is kept."""
+
+
 class OutputParseError(TurnstileError):
     """The model's answer did not parse into the service's return type, re-asks included."""
 

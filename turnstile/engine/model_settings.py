@@ -62,6 +62,16 @@ class ModelSettings(BaseModel):
     # model never saw a result and answered "[list of customer IDs]").
     # Memory keeps them as calls and results either way.
     tool_results: Literal["messages", "text"] = "messages"
+    # Constrained tool calls (turnstile/engine/constrained_calls.py): the
+    # request carries no `tools` but a `response_format` JSON schema, "one of
+    # these tool calls (their arguments in the grammar dialect), or a final
+    # answer", which servers that compile schemas into grammars (llama.cpp's
+    # llama-server, llama-cpp-python) enforce; the tools are named in a
+    # system message, and the reply is read back as calls or an answer (the
+    # arguments still validated against the full schema). Not with a
+    # service's output type (its schema is the response_format). Left out of
+    # the serialized form when False, so recorded specs read as before.
+    constrain_tool_calls: bool = Field(default=False, exclude_if=lambda v: not v)
 
     def choice_for(self, round_: int, offered: list[str]) -> str | dict[str, object]:
         """The wire's `tool_choice` for a request in `round_` offering `offered`:

@@ -114,9 +114,12 @@ class ToolSpec(BaseModel):
 
     def policy(self) -> ToolSpec:
         """The tool as workflow code needs it: without what only the model
-        request needs (description and argument schema), so history does
-        not carry them."""
-        return self.model_copy(update={"description": "", "parameters": {}})
+        request needs (description and argument schema, but for the names of
+        the required arguments: a call without arguments is a dead end,
+        turnstile.engine.dead_ends), so history does not carry them."""
+        required = self.parameters.get("required")
+        kept = {"required": list(required)} if isinstance(required, list) and required else {}
+        return self.model_copy(update={"description": "", "parameters": kept})
 
 
 class LoopPolicy(BaseModel):

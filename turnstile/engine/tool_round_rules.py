@@ -6,7 +6,8 @@ and what happened, what it does next:
 
 - before a round: stop it (round-trip cap, a breaker) or run it;
 - before a call: run it, wait for approval first, or settle it without running
-  (unknown tool, a tool a breaker disabled);
+  (unknown tool, a tool a breaker disabled, from revision 6 a call without the
+  arguments its tool requires);
 - after validation (calls that need approval): settle invalid arguments
   before any reviewer is asked, or wait for one (`approval_step`: the
   loop's `AwaitApproval` step);
@@ -32,6 +33,7 @@ from turnstile.engine.contract import (
     PendingApproval,
     SimilarEffect,
 )
+from turnstile.engine.dead_ends import NO_ARGUMENTS_TEXT, no_arguments, required_arguments
 from turnstile.engine.errors import (
     FatalToolFailure,
     RoundTripCapExceeded,
@@ -108,6 +110,20 @@ def before_call(name: str, tool: ToolSpec | None, known: list[str], disabled: bo
         return Settle(CallStatus.FAILED,
                       DISABLED.format(name=name, n=loop.breakers.consecutive_failures))
     return Execute(needs_approval=tool.requires_approval)
+
+
+def without_arguments(name: str, arguments: str, tool: ToolSpec,
+                      loop: LoopPolicy) -> Settle | None:
+    """From revision 6: a call without arguments of a tool that requires some
+    is a dead end (turnstile.engine.dead_ends), settled without validating it
+    or asking a reviewer (`on_invalid_arguments="fail"` still ends the turn
+    with it); None for any other call."""
+    required = required_arguments(tool)
+    if not required or not no_arguments(arguments):
+        return None
+    text = NO_ARGUMENTS_TEXT.format(name=name, required=", ".join(required))
+    stop = ToolArgumentError(text) if loop.on_invalid_arguments == "fail" else None
+    return Settle(CallStatus.INVALID_ARGUMENTS, text, stop=stop)
 
 
 def after_validation(error: str, argument_errors: int, loop: LoopPolicy) -> Settle:

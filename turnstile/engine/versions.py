@@ -66,6 +66,16 @@ revision.
   the arguments it ran) is what the breaker compares, and a reviewer is shown
   the conversation's earlier effects that look alike (`similar_effects`).
   Earlier revisions compare raw JSON and replay so.
+- Revision 6: dead ends end the turn (turnstile.engine.dead_ends): a call
+  that cannot run (no arguments for a tool that requires them, a tool the
+  breaker disabled, an unknown tool, a call written as text that does not
+  parse, such as a bare `functions.NAME:`) is a dead end; a call without
+  arguments is settled without validating it; after `DEAD_END_AFTER`
+  responses in a row that are only dead ends the model is asked once for
+  its answer without tools, and a dead end then ends the turn `failed` with
+  `DeadEndCalls`. A disabled tool is no longer offered. A bare
+  `functions.NAME:` is no call (earlier revisions read it as one with `{}`
+  for `ToolCallAsText`, and replay so).
 """
 
 from __future__ import annotations
@@ -75,13 +85,14 @@ from dataclasses import dataclass
 from turnstile.engine.activity_io import BEGIN_TURN, DESCRIBE_SERVICE
 
 TURN_VERSION = 2
-TURN_REVISION = 5
+TURN_REVISION = 6
 EVENTS_RIDE_ALONG = 1  # the revision from which turn events ride with bookkeeping
 OPENS_IN_BEGIN_TURN = 2  # the revision from which begin_turn runs steps 4 and 5
 CANCEL_ENDS_CANCELLED = 2  # ... and a cancel during an activity ends the turn Canceled
 FINDABLE_AT_START = 3  # the revision from which a turn publishes its search attributes at once
 NAMES_BY_TODAYS_RULE = 4  # the revision from which decisions weigh only today's identity rule
 REPEATS_BY_MEANING = 5  # the revision from which the repeat breaker compares validated calls
+DEAD_ENDS_END_TURN = 6  # the revision from which dead-end calls end the turn (DeadEndCalls)
 
 
 
@@ -115,6 +126,10 @@ class Revision:
     @property
     def repeats_by_meaning(self) -> bool:
         return self.number >= REPEATS_BY_MEANING
+
+    @property
+    def dead_ends_end_turn(self) -> bool:
+        return self.number >= DEAD_ENDS_END_TURN
 
 
 # The first activity (or local activity) each version schedules.

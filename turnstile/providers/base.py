@@ -24,6 +24,8 @@ class ModelRequest(BaseModel):
     schema_dialect: SchemaDialect | None = None  # None: the provider's own
     # "text": tool calls and results rendered as text (ModelSettings.tool_results).
     tool_results: Literal["messages", "text"] = "messages"
+    # ModelSettings.constrain_tool_calls: the tools as a response_format schema.
+    constrain_tool_calls: bool = False
 
 
 class ModelResponse(BaseModel):

@@ -24,7 +24,7 @@ from typing import Any
 import httpx
 import pydantic_core
 
-from turnstile.engine import attributes as attr
+from turnstile.engine import attributes as attr, constrained_calls
 from turnstile.engine.approvals import note_of_edits
 from turnstile.engine.errors import (
     MalformedModelResponse,
@@ -306,10 +306,24 @@ class OpenAICompatibleProvider:
     def payload(self, request: ModelRequest) -> dict[str, Any]:
         noted = with_edit_notes(request.messages)
         messages = calls_as_text(noted) if request.tool_results == "text" else noted
+        constrained = (request.constrain_tool_calls and bool(request.tools)
+                       and not request.response_format)
+        if constrained:  # the tools as a schema (turnstile.engine.constrained_calls)
+            # Named in the one system message (chat templates take one, first).
+            listing = constrained_calls.tool_list(request.tools)
+            if messages and messages[0].role == "system":
+                first = messages[0].model_copy(
+                    update={"content": f"{messages[0].content or ''}\n\n{listing}".lstrip()})
+                messages = [first, *messages[1:]]
+            else:
+                messages = [ChatMessage(role="system", content=listing), *messages]
         body: dict[str, Any] = {"messages": [to_openai_message(m) for m in messages]}
         if self.model:
             body["model"] = self.model
-        if request.tools:
+        if constrained:
+            body["response_format"] = constrained_calls.response_format(
+                request.tools, request.schema_dialect or self.schema_dialect)
+        elif request.tools:
             dialect = request.schema_dialect or self.schema_dialect
             body["tools"] = wire_tools(request.tools, dialect)
             body["tool_choice"] = request.tool_choice

@@ -1,7 +1,11 @@
 """Honest endings for final answers that are not answers (issue 36;
 turnstile.engine.answer_rules): an empty answer is asked for once more
 without tools, then ends the turn `failed` (`EmptyAnswer`); a tool call
-written as text ends it `failed` (`ToolCallAsText`) without running it.
+written as text ends it `failed` (`ToolCallAsText`) without running it;
+from revision 6, a call written as text that does not parse (a bare
+`functions.NAME:`) ends it `failed` (`DeadEndCalls`: the model loop counts
+such answers first, turnstile.engine.dead_ends; one reaches these checks
+only after the model was asked without tools).
 Each new path asks its patch (turnstile.engine.versions) only when it is
 taken, so a turn that answers plainly carries no marker. Deterministic code
 only.
@@ -14,9 +18,9 @@ from collections.abc import Awaitable, Callable
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from turnstile.engine import activity_io as io, answer_rules as rules
+    from turnstile.engine import activity_io as io, answer_rules as rules, dead_ends
     from turnstile.engine.contract import TurnStatus
-    from turnstile.engine.errors import EmptyAnswer, ToolCallAsText
+    from turnstile.engine.errors import DeadEndCalls, EmptyAnswer, ToolCallAsText
     from turnstile.engine.versions import EMPTY_ANSWER_REASKED, TOOL_CALL_AS_TEXT
     from turnstile.workflows.state import TurnState, TurnStopped
 
@@ -35,7 +39,18 @@ class AnswerChecks:
     async def checked(self, text: str) -> str:
         """The final answer, or the turn ends (TurnStopped)."""
         s = self.s
-        name = rules.tool_call_as_text(text, s.tool_names)
+        dead_ends_end_turn = s.revision.dead_ends_end_turn
+        if dead_ends_end_turn:
+            unparsed = rules.unparsed_call(text, s.tool_names)
+            if unparsed is not None:
+                await self.discard("dead_end")
+                what = dead_ends.text_dead_end(text, s.tool_names, ()) or unparsed
+                s.event("dead_end", f"the model kept {what}")
+                raise TurnStopped(TurnStatus.FAILED,
+                                  DeadEndCalls(dead_ends.STOPPED.format(what=what)),
+                                  compensate=False)
+        # Before revision 6 a bare `functions.NAME:` read as a call with `{}`.
+        name = rules.tool_call_as_text(text, s.tool_names, bare_heads=not dead_ends_end_turn)
         if name is not None and workflow.patched(TOOL_CALL_AS_TEXT):
             s.event("answer", f"a call of {name} written as text: not run")
             raise TurnStopped(TurnStatus.FAILED,

@@ -1,7 +1,8 @@
 """Steps 12-14 (docs/pipeline.md): the model and tool loop. Ask the model
 (with the tools dynamic providers add); run the tools it asks for, a round at
 a time, until it answers; the breakers, the round-trip cap and moderation
-stop it. Deterministic code only.
+stop it; from revision 6, dead ends (turnstile.engine.dead_ends) end it
+after one ask without tools. Deterministic code only.
 """
 
 from __future__ import annotations
@@ -9,10 +10,15 @@ from __future__ import annotations
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from turnstile.engine import activity_io as io, endings, repeats
+    from turnstile.engine import activity_io as io, dead_ends, endings, repeats
     from turnstile.engine.breakers import Breakers
     from turnstile.engine.contract import CallStatus, TurnInput, TurnStatus
-    from turnstile.engine.errors import AnswerTruncated, ContentFiltered
+    from turnstile.engine.errors import (
+        AnswerTruncated,
+        ContentFiltered,
+        DeadEndCalls,
+        RoundTripCapExceeded,
+    )
     from turnstile.engine.masking import mask_prefix
     from turnstile.engine.messages import ChatMessage, ToolCall
     from turnstile.engine.specs import ServiceSpec
@@ -37,6 +43,7 @@ class ModelLoop:
         self.round: ToolRound | None = None  # the tool round under way
         # Empty answers and tool calls written as text (workflows/answer_checks.py).
         self.answers = AnswerChecks(state, self._ask_again, steps.answer.discard_answer)
+        self.dead = dead_ends.DeadEnds()  # from revision 6: dead-end responses in a row
 
     async def run(self) -> str:
         """Until the model answers: its answer."""
@@ -46,6 +53,15 @@ class ModelLoop:
                 await self._resolve_tools()
             response = await self._honest_ending(await self._call_model())
             step = next_step(response.message)
+            dead_ends_end_turn = s.revision.dead_ends_end_turn
+            if isinstance(step, FinalAnswer) and dead_ends_end_turn:
+                what = dead_ends.text_dead_end(step.text, s.tool_names, self.breakers.disabled)
+                if what is not None:  # never sent to the model again; ask it again
+                    await self.steps.answer.discard_answer("dead_end")
+                    s.event("dead_end", f"the model answered by {what}")
+                    if self.dead.record(what):
+                        return await self._dead_end_ask()
+                    continue
             if isinstance(step, FinalAnswer):
                 text = await self.answers.checked(step.text)
                 s.event("answer", mask_prefix(text, 400)[:160])
@@ -57,10 +73,15 @@ class ModelLoop:
                 await self._record_unrun(step.calls, str(stop))
                 raise
             s.round_trips += 1
+            dead_end = self._dead_end(step.calls) if dead_ends_end_turn else None
             limit = round_stop(s.round_trips, [c.name for c in step.calls], spec.loop,
                                self.breakers)
             if limit is not None:
                 await self._record_unrun(step.calls, str(limit))
+                # From revision 6 the cap never ends a run of dead ends: they do.
+                if (isinstance(limit, RoundTripCapExceeded) and dead_ends_end_turn
+                        and self.dead.record(dead_end)):
+                    return await self._dead_end_ask()
                 raise TurnStopped(TurnStatus.FAILED, limit)
             s.machine.start_round()
             self.round = ToolRound(s, self.turn, spec, self.breakers)
@@ -68,6 +89,8 @@ class ModelLoop:
             self.round = None
             if s.steered is not None:  # a new message: the new turn asks the model
                 raise steered_stop(s, spec)
+            if dead_ends_end_turn and self.dead.record(dead_end):
+                return await self._dead_end_ask()
             if self.breakers.repeats >= repeats.ANSWER_AFTER:  # only after repeat-breaker
                 return await self._answer_now()
 
@@ -100,6 +123,39 @@ class ModelLoop:
         text = await self.answers.checked(response.message.content or "")
         self.s.event("answer", mask_prefix(text, 400)[:160])
         return text
+
+    def _dead_end(self, calls: list[ToolCall]) -> str | None:
+        """A response whose every call is a dead end: what the first does."""
+        found = [dead_ends.call_dead_end(c.name, c.arguments, self.spec.tool(c.name),
+                                         self.breakers.is_disabled(c.name)) for c in calls]
+        return found[0] if found and all(found) else None
+
+    async def _dead_end_ask(self) -> str:
+        """The model made dead-end calls `DEAD_END_AFTER` times in a row
+        (turnstile.engine.dead_ends): its answer, asked for once without
+        tools; a call written as text again ends the turn `DeadEndCalls`."""
+        s, what = self.s, self.dead.what
+        s.event("dead_end", f"the model kept {what}; asking for the answer without tools")
+        response = await self._ask_again(dead_ends.ASK_NOW.format(what=what))
+        text = response.message.content or ""
+        # A call the server parsed although no tool was offered is dropped by
+        # the model activity (it has no result slot); its finish reason says so.
+        called = not text.strip() and response.finish_reason == "tool_calls"
+        if called or dead_ends.written_call(text, s.tool_names) is not None:
+            await self.steps.answer.discard_answer("dead_end")
+            s.event("dead_end", f"the model kept {what}: the turn is stopped")
+            raise TurnStopped(TurnStatus.FAILED, DeadEndCalls(dead_ends.STOPPED.format(what=what)),
+                              compensate=False)
+        text = await self.answers.checked(text)
+        self.dead.in_row = 0  # answered: a later re-ask (steps 15/16) counts afresh
+        s.event("answer", mask_prefix(text, 400)[:160])
+        return text
+
+    def _offered(self) -> list[str]:
+        """The tools a request offers: from revision 6 not those a breaker disabled."""
+        if not self.s.revision.dead_ends_end_turn:
+            return list(self.s.tool_names)
+        return [n for n in self.s.tool_names if not self.breakers.is_disabled(n)]
 
     async def _ask_again(self, nudge: str) -> io.ModelCallResult:
         """Ask once more without tools, `nudge` sent after the stored conversation."""
@@ -149,7 +205,7 @@ class ModelLoop:
             io.call_model,
             io.ModelCallInput(conversation_id=turn.conversation_id, service=turn.service,
                               execution_chain=s.chain,
-                              tool_names=[] if continuation else list(s.tool_names),
+                              tool_names=[] if continuation else self._offered(),
                               response_seq=s.answer_seq, round=s.round_trips,
                               taken_call_ids=[c.id for c in s.calls], stream=self.stream,
                               response_format=self.response_format, window=spec.memory,

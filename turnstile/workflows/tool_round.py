@@ -143,6 +143,9 @@ class ToolRound:
             return
         decision = rules.before_call(call.name, tool, self.s.tool_names,
                                      self.breakers.is_disabled(call.name), loop)
+        if (isinstance(decision, rules.Execute) and tool is not None
+                and self.s.revision.dead_ends_end_turn):
+            decision = rules.without_arguments(call.name, call.arguments, tool, loop) or decision
         if isinstance(decision, rules.Settle):
             self._settle(rec, seq, call, decision)
             return

@@ -1,0 +1,103 @@
+"""Constrained tool calls (issue 54; `ModelSettings(constrain_tool_calls=True)`,
+turnstile.engine.constrained_calls): the request carries no `tools` but a
+`response_format` JSON schema — "one of these tool calls, or a final
+answer", each call's arguments in the grammar dialect — and names the tools
+in its system message; the reply is read back as calls or an answer, and the
+arguments are still validated against the tool's full schema. Real turns:
+the strict scripted model server over HTTP, a Temporal dev server, SQLite."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.client import Client
+
+from tests.support.fake_llm import FakeLLM, text_reply
+from tests.support.services import make_service
+from tests.support.turns import running_worker
+from turnstile.engine.constrained_calls import SCHEMA_NAME, read_reply, reply_schema
+from turnstile.engine.contract import CallStatus, TurnStatus
+from turnstile.engine.model_settings import ModelSettings
+from turnstile.engine.specs import ToolSpec
+
+
+def constrained(value: dict[str, Any]) -> dict[str, Any]:
+    return text_reply(json.dumps(value))
+
+
+async def test_calls_and_the_answer_travel_as_the_constrained_schema(
+        client: Client, task_queue: str, tmp_path: Path, fake_llm: FakeLLM) -> None:
+    service = make_service()
+    service.model = ModelSettings(constrain_tool_calls=True)
+    fake_llm.script(
+        constrained({"tool_calls": [{"name": "add", "arguments": {"a": 1, "b": 2}},
+                                    {"name": "echo", "arguments": {"text": "hi"}}]}),
+        # b must be >= 0: the full schema says so (the grammar dialect keeps
+        # integer bounds; validation does not depend on it)
+        constrained({"tool_calls": [{"name": "add", "arguments": {"a": 1, "b": -5}}]}),
+        constrained({"answer": "3, and hi."}))
+    async with running_worker(client, task_queue, f"sqlite:///{tmp_path}/t.db", [service],
+                              llm_url=fake_llm.url) as turns:
+        result = await turns.run("add 1 and 2, then echo hi")
+    assert result.status == TurnStatus.COMPLETED, result.error
+    assert result.answer == "3, and hi."
+    assert [(c.name, c.status) for c in result.tool_calls] == [
+        ("add", CallStatus.COMPLETED), ("echo", CallStatus.COMPLETED),
+        ("add", CallStatus.INVALID_ARGUMENTS)]
+    first = fake_llm.requests[0]
+    assert "tools" not in first and "tool_choice" not in first
+    fmt = first["response_format"]
+    assert fmt["type"] == "json_schema" and fmt["json_schema"]["name"] == SCHEMA_NAME
+    calls = fmt["json_schema"]["schema"]["anyOf"][1]["properties"]["tool_calls"]["items"]["anyOf"]
+    names = [c["properties"]["name"]["enum"][0] for c in calls]
+    assert "add" in names and "echo" in names
+    add = calls[names.index("add")]["properties"]["arguments"]
+    assert add["required"] == ["a", "b"]
+    system = first["messages"][0]
+    assert system["role"] == "system" and '{"tool_calls"' in system["content"]
+    assert "- add(a, b)" in system["content"]
+    assert [m["role"] for m in first["messages"]].count("system") == 1
+    # The calls went back to the model as calls with their results.
+    second = fake_llm.requests[1]["messages"]
+    assert [m["role"] for m in second[-3:]] == ["assistant", "tool", "tool"]
+    assert not fake_llm.refusals
+
+
+async def test_a_reply_that_is_not_the_schema_stays_text(
+        client: Client, task_queue: str, tmp_path: Path, fake_llm: FakeLLM) -> None:
+    """A server that ignores the schema: the text is the answer."""
+    service = make_service()
+    service.model = ModelSettings(constrain_tool_calls=True)
+    fake_llm.script(text_reply("The sum is 3."))
+    async with running_worker(client, task_queue, f"sqlite:///{tmp_path}/t.db", [service],
+                              llm_url=fake_llm.url) as turns:
+        result = await turns.run("add 1 and 2")
+    assert result.status == TurnStatus.COMPLETED and result.answer == "The sum is 3."
+
+
+@pytest.mark.parametrize(("content", "read"), [
+    ('{"answer": "hi"}', ("hi", [])),
+    ('{"tool_calls": [{"name": "add", "arguments": {"a": 1}}]}', (None, [("add", '{"a": 1}')])),
+    ('{"tool_calls": [{"name": "add", "arguments": "{\\"a\\": 1}"}]}',
+     (None, [("add", '{"a": 1}')])),
+    ('{"tool_calls": []}', None),
+    ('{"tool_calls": [{"arguments": {}}]}', None),
+    ("hi", None),
+    ("[1]", None),
+])
+def test_reading_a_reply(content: str, read: Any) -> None:
+    assert read_reply(content) == read
+
+
+def test_the_schema_is_the_grammar_dialect() -> None:
+    tool = ToolSpec(name="t", description="", parameters={
+        "type": "object", "properties": {"d": {"type": "string", "format": "date",
+                                               "maxLength": 5000}}, "required": ["d"]})
+    schema = reply_schema([tool])
+    args = schema["anyOf"][1]["properties"]["tool_calls"]["items"]["anyOf"][0][
+        "properties"]["arguments"]
+    assert "format" not in args["properties"]["d"] and "maxLength" not in args["properties"]["d"]
+    assert args["required"] == ["d"]

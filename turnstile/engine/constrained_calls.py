@@ -1,0 +1,96 @@
+"""Constrained tool calls (issue 54; `ModelSettings.constrain_tool_calls`):
+for a server that constrains its output to a JSON schema (llama.cpp's
+llama-server and llama-cpp-python compile `response_format`'s schema into a
+grammar), the request asks for "one of these tool calls, or a final answer"
+instead of offering `tools`:
+
+    {"answer": "..."}
+    {"tool_calls": [{"name": "querySalesData", "arguments": {...}}, ...]}
+
+Each call's `arguments` schema is the tool's in the grammar dialect
+(turnstile.engine.schema_dialect), so the server can compile it; the tools'
+names and descriptions go to the model in a system message (`tool_list`).
+The reply is read back as calls or an answer (`read_reply`); the arguments
+are still validated against the tool's full schema when the call runs. A
+reply that is not such JSON stays text (and the loop's rules for text apply:
+turnstile.engine.dead_ends, `ToolCallAsText`).
+
+Pure functions; used by the provider (the request) and the model activity
+(the reply).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from turnstile.engine.model_settings import SchemaDialect
+from turnstile.engine.schema_dialect import wire_parameters
+from turnstile.engine.specs import ToolSpec
+
+SCHEMA_NAME = "tool_calls_or_answer"
+TOOL_LIST_HEAD = (
+    "Reply with JSON only: {\"answer\": \"...\"} to answer the user, or {\"tool_calls\": "
+    "[{\"name\": TOOL, \"arguments\": {...}}]} to call tools. The tools:")
+# Replies longer than this are not read as calls (the activity's bound).
+READ_LIMIT = 256 * 1024
+
+
+def reply_schema(tools: list[ToolSpec], dialect: SchemaDialect = "grammar") -> dict[str, Any]:
+    """The JSON schema of a reply: an answer, or one or more calls of `tools`."""
+    calls = [{"type": "object", "properties": {
+                 "name": {"type": "string", "enum": [t.name]},
+                 "arguments": wire_parameters(t.parameters, dialect) or {"type": "object"}},
+              "required": ["name", "arguments"]} for t in tools]
+    return {"anyOf": [
+        {"type": "object", "properties": {"answer": {"type": "string"}},
+         "required": ["answer"]},
+        {"type": "object", "properties": {"tool_calls": {
+            "type": "array", "minItems": 1, "items": {"anyOf": calls}}},
+         "required": ["tool_calls"]},
+    ]}
+
+
+def response_format(tools: list[ToolSpec], dialect: SchemaDialect = "grammar") -> dict[str, Any]:
+    """The request's `response_format` (OpenAI's json_schema form, which
+    llama-server and llama-cpp-python read)."""
+    return {"type": "json_schema",
+            "json_schema": {"name": SCHEMA_NAME, "schema": reply_schema(tools, dialect)}}
+
+
+def tool_list(tools: list[ToolSpec]) -> str:
+    """The system message that names the tools the reply may call."""
+    lines = [TOOL_LIST_HEAD]
+    for t in tools:
+        required = t.parameters.get("required") or []
+        props = ", ".join(
+            f"{name}{'' if name in required else '?'}"
+            for name in (t.parameters.get("properties") or {}))
+        lines.append(f"- {t.name}({props}): {t.description}".rstrip(": "))
+    return "\n".join(lines)
+
+
+def read_reply(content: str) -> tuple[str | None, list[tuple[str, str]]] | None:
+    """A constrained reply: (the answer, None) or (None, the calls as (name,
+    arguments JSON text)); None when `content` is not such a reply."""
+    if len(content) > READ_LIMIT:
+        return None
+    try:
+        value = json.loads(content)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(value, dict):
+        return None
+    if isinstance(value.get("answer"), str) and "tool_calls" not in value:
+        return value["answer"], []
+    raw = value.get("tool_calls")
+    if not isinstance(raw, list) or not raw:
+        return None
+    calls = []
+    for item in raw:
+        if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+            return None
+        args = item.get("arguments", {})
+        calls.append((item["name"], args if isinstance(args, str)
+                      else json.dumps(args, ensure_ascii=False)))
+    return None, calls
