@@ -12,13 +12,13 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
-from datetime import date, timedelta
+from datetime import date
 from typing import Any
 
+from turnstile.engine.date_ranges import date_ranges, last_days
 from turnstile.engine.messages import ToolCall
 from turnstile.providers.base import ModelResponse
 from turnstile.providers.demo_planner import LABEL, DemoPlanner, PlannerTurn, call, say
-from turnstile.sales.seed import last_week
 
 _EMAIL = re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}")
 _AMOUNT = re.compile(r"(\d{1,3}(?:[,_ ]\d{3})+|\d+(?:\.\d+)?)\s*(k|K|thousand)?")
@@ -36,13 +36,23 @@ def parse_threshold(text: str, default: float = 50_000.0) -> float:
     return max(big) if big else default
 
 
+_PERIODS = [(re.compile(r"\byesterday\b", re.I), "yesterday"),
+            (re.compile(r"\bthis\s+week\b", re.I), "this_week"),
+            (re.compile(r"\bthis\s+month\b", re.I), "this_month"),
+            (re.compile(r"\blast\s+month\b", re.I), "last_month")]
+
+
 def parse_period(text: str, today: date) -> tuple[date, date]:
+    """The period the request names, by the definitions the prompt gives a
+    real model (turnstile.engine.date_ranges); none named: last week."""
     m = re.search(r"last\s+(\d+)\s+days", text, re.I)
-    if m:
-        return today - timedelta(days=int(m.group(1))), today
-    if re.search(r"this\s+week", text, re.I):
-        return today - timedelta(days=today.weekday()), today
-    return last_week(today)
+    if m and int(m.group(1)) >= 1:
+        return last_days(today, int(m.group(1)))
+    ranges = date_ranges(today)
+    for pattern, name in _PERIODS:
+        if pattern.search(text):
+            return ranges[name]
+    return ranges["last_week"]
 
 
 class SalesScript:

@@ -22,10 +22,14 @@ COMPACT_SERVICE_NAME = "sales-compact"
 # error the model sees (build_sales_service(outbound=...) widens it).
 DEFAULT_OUTBOUND = OutboundPolicy(allowed_domains=["example.com"])
 
-# {{today}} and {{weekday}} are built-in variables (the workflow's clock), so
-# a real model can work out "last week" without guessing the date.
+# {{today}}, {{weekday}} and {{date_ranges}} are built-in variables (the
+# workflow's clock; turnstile.engine.date_ranges): the model copies the dates a
+# request names instead of working them out (issue 54: a 1.5B model got "last
+# week" wrong in 10 of 10 runs).
 SYSTEM_PROMPT = """\
 You are a sales follow-up assistant. Today is {{weekday}}, {{today}}.
+Date ranges (ISO, both dates inclusive):
+{{date_ranges}}
 
 You work only through the tools. Never invent customers, amounts, dates, task ids
 or delivery results: every number you state comes from a tool result, copied as
@@ -33,8 +37,8 @@ it is (amounts are already formatted). If a tool returns noDataReason or an erro
 say so plainly instead of guessing.
 
 To find customers whose sales exceeded an amount in a period, call querySalesData
-with ISO dates (YYYY-MM-DD, both inclusive; "last week" is Monday to Sunday of the
-previous calendar week) and minAmount as a plain number. If totalCount is larger
+with ISO dates (YYYY-MM-DD, both inclusive; for a period named above, copy its two
+dates) and minAmount as a plain number. If totalCount is larger
 than returnedCount, say that only the top customers are listed.
 
 To have someone follow up: call createFollowUpTask with the customerId values from
@@ -76,10 +80,11 @@ def build_sales_service(outbound: OutboundPolicy = DEFAULT_OUTBOUND) -> Service:
 # retrieved documents and six tools the first token is a tool call with
 # probability 0.21; a short prompt, no documents and two tools, 0.64.
 COMPACT_PROMPT = """\
-You are a sales assistant. Today is {{weekday}}, {{today}}. Use the tools; never
-invent customers or amounts. "Last week" is Monday to Sunday of the previous
-calendar week. Find customers with querySalesData (ISO dates, minAmount as a
-number). To have someone follow up, call createEmailTask once: one recipient, a
+You are a sales assistant. Today is {{weekday}}, {{today}}. Dates (inclusive):
+{{date_ranges}}
+Use the tools; never invent customers or amounts. Find customers with
+querySalesData (startDate and endDate copied from the dates above, minAmount as
+a number). To have someone follow up, call createEmailTask once: one recipient, a
 short subject, a body listing the customers and totals. Then answer briefly: the
 customers found and the e-mail's taskId."""
 

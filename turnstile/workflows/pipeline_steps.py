@@ -19,6 +19,7 @@ from temporalio.exceptions import ActivityError
 with workflow.unsafe.imports_passed_through():
     from turnstile.engine import activity_io as io
     from turnstile.engine.contract import TurnInput, TurnStatus
+    from turnstile.engine.date_ranges import date_variables
     from turnstile.engine.errors import (
         InputGuardrailFailed,
         InputGuardrailFatal,
@@ -64,11 +65,15 @@ class PipelineSteps:
 
     def _variables(self) -> dict[str, Any]:
         """Built-ins (from the workflow clock: deterministic), then the turn's own;
-        those begin_turn rendered with, when it ran steps 4-5."""
+        those begin_turn rendered with, when it ran steps 4-5. The date ranges
+        (turnstile.engine.date_ranges) need no revision: a turn in flight renders
+        the template begin_turn recorded, which named none of them unless the
+        turn's own variables gave them (and those still win)."""
         if self.variables is not None:
             return dict(self.variables)
         now = workflow.now()
         builtins = {"today": now.date().isoformat(), "weekday": now.strftime("%A"),
+                    **date_variables(now.date()),
                     "user_id": self.turn.user_id, "conversation_id": self.turn.conversation_id}
         return {**builtins, **self.turn.variables, "message": self.turn.message}
 
