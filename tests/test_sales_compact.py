@@ -52,7 +52,8 @@ async def test_a_compact_turn_sends_a_small_request(
     first = fake_llm.requests[0]
     system, user = first["messages"][0], first["messages"][1]
     assert system["content"].startswith("You are a sales assistant. Today is")
-    assert len(system["content"].encode()) < 600
+    # ~430 bytes of prompt and ~260 of dates the model copies (issue 54).
+    assert len(system["content"].encode()) < 800
     assert user["content"] == DEMO  # no documents
     assert [t["function"]["name"] for t in first["tools"]] == ["querySalesData",
                                                                 "createEmailTask"]

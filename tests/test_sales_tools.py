@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import re
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -12,13 +12,14 @@ import pytest
 
 from tests.support.sql import fetchall, fetchone
 from tests.test_sales_query import INJECTIONS
+from turnstile.engine.date_ranges import date_variables
 from turnstile.engine.errors import ToolArgumentError
 from turnstile.runtime.config import Settings
 from turnstile.runtime.tools import Tool, ToolContext, ToolExecutionError, Undo
 from turnstile.sales import outbox
 from turnstile.sales.outbox import EmailStatus
 from turnstile.sales.schema import utc_text
-from turnstile.sales.service import build_sales_service
+from turnstile.sales.service import build_compact_sales_service, build_sales_service
 from turnstile.sales.smtp_server import LocalSmtpServer
 from turnstile.sales.tools import (
     checkEmailConfig,
@@ -76,7 +77,10 @@ def test_service_has_the_six_contract_tools() -> None:
     assert set(spec["createFollowUpTask"].parameters["properties"]) == {
         "customerIds", "assignee", "note"}
     # Only built-in variables: a turn never has to supply any.
-    assert set(re.findall(r"\{\{\s*(\w+)\s*\}\}", service.system_prompt)) <= {"today", "weekday"}
+    builtins = {"today", "weekday", *date_variables(date(2026, 12, 6))}
+    for prompt in (service.system_prompt, build_compact_sales_service().system_prompt):
+        named = set(re.findall(r"\{\{\s*(\w+)\s*\}\}", prompt))
+        assert "date_ranges" in named and named <= builtins
 
 
 # --- createFollowUpTask ------------------------------------------------------------
