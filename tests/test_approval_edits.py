@@ -11,6 +11,9 @@ and the strict scripted model server over HTTP.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -24,13 +27,21 @@ from tests.support.turns import running_worker, wait_pending
 from turnstile.cli_views import describe_pending
 from turnstile.client import TurnstileClient
 from turnstile.engine.approvals import arguments_digest
-from turnstile.engine.contract import ApproveSignal, CallStatus, TurnStatus
+from turnstile.engine.contract import (
+    ApproveSignal,
+    AuditStatus,
+    CallStatus,
+    RejectSignal,
+    TurnStatus,
+)
 from turnstile.providers.function_model import FunctionModel, ModelCall, Reply, call
 from turnstile.runtime.config import Settings
 from turnstile.runtime.services import Service
 from turnstile.runtime.tools import ToolContext, ToolRegistry, Undo, tool
+from turnstile.stores.audit import AuditLog
 from turnstile.stores.db import Database
 
+ROOT = Path(__file__).resolve().parents[1]
 META = sa.MetaData()
 loans = sa.Table(
     "edits_test_loan", META,
@@ -206,8 +217,43 @@ async def test_approval_by_condition_waits_only_when_it_holds(
         await handle.signal("approve", ApproveSignal(
             tool_call_id=p.tool_call_id, reviewer="bob", arguments_digest=p.arguments_digest))
         result = await handle.result()
-    assert result.status == TurnStatus.COMPLETED, result.error
+        assert result.status == TurnStatus.COMPLETED, result.error
+        # A fourth waits too, and the reviewer rejects it.
+        refused = await turns.start("M-1 B-5", service="loans", conversation="c-5")
+        [q] = await wait_pending(refused)
+        assert q.reason == "member M-1 already has 3 books out"
+        await refused.signal("reject", RejectSignal(
+            tool_call_id=q.tool_call_id, reviewer="bob", reason="three is enough",
+            arguments_digest=q.arguments_digest))
+        await refused.result()
     assert ("M-1", "B-3", "OUT") in loan_rows(db)
+    assert ("M-1", "B-5", "OUT") not in loan_rows(db)
+    # The audit row of each call says why it waited; the calls that did not wait say nothing.
+    audit = AuditLog(db)
+    waited = audit.rows(handle.id) + audit.rows(refused.id)
+    assert [(r.tool_name, r.status, r.approval_reason) for r in waited] == [
+        ("borrowBook", AuditStatus.COMPLETED, "member M-1 already has 2 books out"),
+        ("borrowBook", AuditStatus.FAILED, "member M-1 already has 3 books out")]
+    assert "rejected" in (waited[1].error_message or "")
+    assert [r.approval_reason for r in audit.rows(other.workflow_id)] == [None]
+    # `starter.py audit` prints it, in its table and in JSON.
+    shown = starter_audit(db, "--tool", "borrowBook", "--json")
+    reasons = sorted((row["approval_reason"] or "") for row in map(json.loads, shown))
+    assert reasons == ["", "", "", "member M-1 already has 2 books out",
+                       "member M-1 already has 3 books out"]
+    header, *lines = starter_audit(db, "--tool", "borrowBook")[1:]
+    assert header.split()[-1] == "approval_reason"
+    assert sum(line.endswith("already has 2 books out") for line in lines) == 1
+
+
+def starter_audit(db: Database, *args: str) -> list[str]:
+    """`starter.py audit` on `db`: its output lines."""
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "starter.py"), "audit", *args],
+        env={**os.environ, "DATABASE_URL": db.url}, cwd=ROOT, capture_output=True, text=True,
+        timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.splitlines()
 
 
 def broken_model(request: ModelCall) -> Reply:

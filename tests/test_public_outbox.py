@@ -22,6 +22,7 @@ from pathlib import Path
 
 import sqlalchemy as sa
 from aiosmtpd.controller import Controller
+from temporalio.client import Client
 
 from tests.support.outbox_app import TABLE, build_app
 from tests.support.processes import free_port
@@ -34,7 +35,9 @@ from turnstile.outbox.sender import deliver_due
 from turnstile.outbox.smtp_server import LocalSmtpServer, read_mailbox
 from turnstile.runtime.apps import dev_services_of
 from turnstile.runtime.devstack import Stack, answers
+from turnstile.sales.check import check
 from turnstile.stores.db import Database
+from turnstile.stores.ledger import tool_call_ledger
 from turnstile.stores.schema import upgrade
 from turnstile.testing import TestStack
 
@@ -83,6 +86,27 @@ async def test_a_rolled_back_turn_cancels_its_mail_before_sending(tmp_path: Path
         assert deliver_due(mail.store, stack.db, settings) == 0
         assert stack.mail == []
         assert mail.status(stack.db, task.task_id) == task  # untouched by the pass
+        # `starter.py check` covers the app's outbox: it agrees now ...
+        async def temporal() -> Client:
+            return await Client.connect(stack.temporal_address)
+
+        report = await check(stack.db, temporal, tables=mail.tables)
+        assert report.disagreements == [] and report.exit_code == 0, report.lines()
+        # ... and names a rolled-back call whose mail is not cancelled,
+        with stack.db.connect() as conn:
+            conn.execute(sa.update(mail.table).values(status=EmailStatus.SENT.value))
+        report = await check(stack.db, temporal, tables=mail.tables)
+        assert [line.split(": ", 1)[1] for line in report.disagreements] == [
+            f"call {send.id} (sendNotice) of turn {result.workflow_id}: rolled back in "
+            f"memory; its mail in {TABLE} is SENT"]
+        # ... and a mail whose call has no completed record.
+        with stack.db.connect() as conn:
+            conn.execute(sa.update(tool_call_ledger).where(
+                tool_call_ledger.c.tool_call_id == send.id).values(status="STARTED"))
+        report = await check(stack.db, temporal, tables=mail.tables)
+        assert any(f"{TABLE} rows of call " in line and "ledger row says STARTED" in line
+                   for line in report.disagreements), report.lines()
+        assert report.exit_code == 1
 
 
 async def test_through_an_smtp_outage(tmp_path: Path) -> None:

@@ -50,7 +50,7 @@ from turnstile.client import (
 )
 from turnstile.engine.contract import Handlers, TurnInput, TurnResult
 from turnstile.runtime import log_masking
-from turnstile.runtime.apps import App, AppLoadError, load_apps, tables_by_app
+from turnstile.runtime.apps import App, AppLoadError, load_apps, tables_by_app, tables_of
 from turnstile.runtime.client import TemporalUnreachable, connect, web_ui_url
 from turnstile.runtime.config import Settings
 from turnstile.stores.db import Database
@@ -241,7 +241,8 @@ async def check(args: argparse.Namespace, ctx: Context) -> int:
     from turnstile.sales.check import check as check_all
 
     # Temporal is asked only about locked conversations.
-    report = await check_all(ctx.db(), ctx.temporal, args.conversation)
+    report = await check_all(ctx.db(), ctx.temporal, args.conversation,
+                             tables_of(apps()))
     for line in report.lines():
         out(line)
     return report.exit_code

@@ -123,6 +123,9 @@ class AuditEntry(BaseModel):
     arguments: str
     status: AuditStatus
     error: str
+    # Why the call waited for a reviewer who then rejected it, or never
+    # decided: a condition's words (`@tool(approval=...)`). Left out when None.
+    approval_reason: str | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class AppendMessagesInput(BaseModel):

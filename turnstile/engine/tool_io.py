@@ -21,6 +21,10 @@ class ToolExecInput(BaseModel):
     # in turns recorded before execution chains): scopes ledger, audit, idempotency and
     # approval keys, because provider call ids repeat.
     execution_chain: str = ""
+    # Why the call waited for the reviewer who approved it: a condition's words
+    # (`@tool(approval=...)`, PendingApproval.reason), for its audit row. Left
+    # out when None, so a turn without one sends what it always sent.
+    approval_reason: str | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class ReviewCallInput(BaseModel):

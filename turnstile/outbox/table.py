@@ -28,7 +28,11 @@ def outbox_table(name: str, *, metadata: sa.MetaData | None = None,
         grants[insert_role] = "INSERT"
     if sender_role is not None:
         grants[sender_role] = "SELECT, UPDATE"
-    info = {"grants": grants} if grants else {}
+    # `outbox`: marks the table for `starter.py check` (turnstile.sales.truth
+    # .outbox_disagreements), which finds the served apps' outboxes by it.
+    info: dict[str, object] = {"outbox": True}
+    if grants:
+        info["grants"] = grants
     return sa.Table(
         name, meta,
         sa.Column("task_id", sa.Text, primary_key=True),

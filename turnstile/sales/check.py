@@ -9,25 +9,28 @@ reports running are skipped and listed as skipped; the others are checked,
 and what their ended holder left for the next turn to repair (calls without
 a result, audit rows left INITIATED) is named. A holder Temporal cannot
 answer about (unreachable) leaves its conversation unchecked, listed, and
-the check not clean. A running holder whose workflow task has failed more
-than once is stuck, not running: listed as `stuck: <workflow id> ...` with
-its last failure, and the check exits 1. A damaged row of memory (one no turn
-can read: turnstile.stores.damage) is listed as `damaged: CONVERSATION_ID seq N
-<what>` and its conversation is not compared further; the check runs to its
+the check not clean. Every outbox table of the served apps (`tables`) is
+checked by its rows' call keys (turnstile.sales.truth.outbox_disagreements).
+A running holder whose workflow task has failed more than once is stuck,
+not running: listed as `stuck: <workflow id> ...` with its last failure,
+and the check exits 1. A damaged row of memory (one no turn can read:
+turnstile.stores.damage) is listed as `damaged: CONVERSATION_ID seq N <what>`
+and its conversation is not compared further; the check runs to its
 end and exits 1."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
+import sqlalchemy as sa
 from temporalio.client import Client
 from temporalio.service import RPCError
 
 from turnstile.runtime.holders import RUNNING, holder_state, stuck_failure
-from turnstile.sales.truth import disagreements
+from turnstile.sales.truth import disagreements, outbox_disagreements
 from turnstile.stores import truth
 from turnstile.stores.db import Database
 from turnstile.stores.lock import Holder
@@ -67,9 +70,11 @@ class CheckReport:
 
 
 async def check(db: Database, temporal: Callable[[], Awaitable[Client]],
-                conversation_id: str | None = None) -> CheckReport:
+                conversation_id: str | None = None,
+                tables: Sequence[sa.Table] = ()) -> CheckReport:
     """Check `conversation_id` (or every conversation). `temporal` gives a
-    client; it is called only when some conversation is locked."""
+    client; it is called only when some conversation is locked. `tables`:
+    the served apps' tables, whose outboxes (turnstile.outbox) are checked."""
     holders = await asyncio.to_thread(truth.lock_holders, db, conversation_id)
     states, unknown, stuck = await _states(temporal, holders)
     report = CheckReport()
@@ -89,6 +94,8 @@ async def check(db: Database, temporal: Callable[[], Awaitable[Client]],
             report.unchecked.append(f"conversation {conv}: held by turn {holder.workflow_id}; "
                                     f"Temporal could not say whether it runs ({unknown[conv]})")
     report.disagreements = await asyncio.to_thread(disagreements, db, conversation_id, busy)
+    report.disagreements += await asyncio.to_thread(outbox_disagreements, db, tables,
+                                                    conversation_id, busy)
     report.notes = await asyncio.to_thread(truth.notes, db, conversation_id, busy)
     for conv, holder in sorted(holders.items()):
         if conv in busy:

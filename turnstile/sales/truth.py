@@ -3,9 +3,13 @@ or e-mail that memory says exists, or says was rolled back, against
 `follow_up_task` and `email_task` (with its delivery state); and the other
 way round, an effect of a turn's call whose ledger row never completed (the
 effect committed, its record did not: what the call journal's transaction
-rules out)."""
+rules out). Every other outbox table of the served apps (the public outbox,
+turnstile.outbox) is compared by the call keys its rows carry:
+`outbox_disagreements`."""
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 import sqlalchemy as sa
 
@@ -24,13 +28,18 @@ def disagreements(db: Database, conversation_id: str | None = None,
     the conversations to skip; default every locked one)."""
     busy = truth.busy_conversations(db) if busy is None else busy
     found = truth.disagreements(db, conversation_id, busy)
+    follow_ups: dict[str, list[str]] = {}
+    mails: dict[str, str] = {}
     with db.connect() as conn:
-        follow_ups: dict[str, list[str]] = {}
-        for call, status in conn.sa.execute(
-                sa.select(follow_up_task.c.created_by_call, follow_up_task.c.status)):
-            follow_ups.setdefault(str(call), []).append(str(status))
-        mails = {str(key): str(status) for key, status in conn.sa.execute(
-            sa.select(email_task.c.idempotency_key, email_task.c.status))}
+        # A database the sales app is not served on has neither table.
+        present = set(sa.inspect(conn.sa).get_table_names())
+        if follow_up_task.name in present:
+            for call, status in conn.sa.execute(
+                    sa.select(follow_up_task.c.created_by_call, follow_up_task.c.status)):
+                follow_ups.setdefault(str(call), []).append(str(status))
+        if email_task.name in present:
+            mails = {str(key): str(status) for key, status in conn.sa.execute(
+                sa.select(email_task.c.idempotency_key, email_task.c.status))}
     found += _unrecorded(db, conversation_id, busy, {
         "follow_up_task": set(follow_ups), "email_task": set(mails)})
     for r in truth.tool_results(db, conversation_id):
@@ -52,6 +61,51 @@ def disagreements(db: Database, conversation_id: str | None = None,
                 found.append(f"{where}: memory says queued; no email_task row")
             if rolled_back and status not in (None, EmailStatus.CANCELLED.value):
                 found.append(f"{where}: rolled back in memory; the e-mail is {status}")
+    return found
+
+
+def outbox_tables(tables: Iterable[sa.Table]) -> list[sa.Table]:
+    """The public outbox's tables (turnstile.outbox.table) among `tables`,
+    but `email_task`, which `disagreements` compares call by call."""
+    seen: dict[str, sa.Table] = {}
+    for t in tables:
+        if t.info.get("outbox") and t.name != email_task.name:
+            seen.setdefault(t.name, t)  # two apps may share one outbox table
+    return [seen[name] for name in sorted(seen)]
+
+
+def outbox_disagreements(db: Database, tables: Iterable[sa.Table],
+                         conversation_id: str | None = None,
+                         busy: set[str] | None = None) -> list[str]:
+    """Every outbox table of the served apps against the call journal and
+    memory. A row is keyed by the idempotency key of the call that queued it
+    (`Outbox.enqueue` in a tool), so without knowing which tool queues where:
+    a row of a call whose ledger row did not complete (the effect has no
+    record), and a row of a call memory says was rolled back that is not
+    CANCELLED (the mail went, or may go, out). A call that says it queued
+    but has no row is named only for `email_task`: which tool writes which
+    outbox is the app's own."""
+    busy = truth.busy_conversations(db) if busy is None else busy
+    keyed: dict[str, dict[str, str]] = {}
+    with db.connect() as conn:
+        present = set(sa.inspect(conn.sa).get_table_names())
+        for t in outbox_tables(tables):
+            if t.name not in present:  # an app served before its tables were made
+                continue
+            keyed[t.name] = {str(key): str(status) for key, status in conn.sa.execute(
+                sa.select(t.c.idempotency_key, t.c.status))}
+    if not keyed:
+        return []
+    found = _unrecorded(db, conversation_id, busy, {n: set(k) for n, k in keyed.items()})
+    for r in truth.tool_results(db, conversation_id):
+        if r.conversation_id in busy or not r.attributes.get(attr.ROLLED_BACK):
+            continue
+        for name, statuses in sorted(keyed.items()):
+            status = statuses.get(r.key)
+            if status not in (None, EmailStatus.CANCELLED.value):
+                found.append(f"conversation {r.conversation_id}: call {r.call_id} "
+                             f"({r.tool_name}) of turn {r.workflow_id}: rolled back in "
+                             f"memory; its mail in {name} is {status}")
     return found
 
 

@@ -60,6 +60,10 @@ tool_execution_log = sa.Table(
     *_texts("status"),
     sa.Column("error_message", sa.Text),
     sa.Column("execution_chain", sa.Text),
+    # A call of a tool that asks by condition (`@tool(approval=...)`) and
+    # waited: the condition's words, as the reviewer saw them
+    # (PendingApproval.reason; migration 0013); NULL otherwise.
+    sa.Column("approval_reason", sa.Text),
     sa.Index("tool_execution_log_workflow", "workflow_id"),
     # `starter.py audit` (turnstile.stores.audit_queries): a time window, and
     # failures by time (migration 0004).
@@ -96,6 +100,7 @@ class AuditRow:
     status: AuditStatus
     error_message: str | None
     execution_chain: str | None
+    approval_reason: str | None = None  # why it waited (a condition's words)
 
     @classmethod
     def stored(cls, status: str, **columns: Any) -> AuditRow:

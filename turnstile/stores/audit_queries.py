@@ -108,6 +108,7 @@ class Execution(NamedTuple):
     workflow_id: str
     execution_id: str
     error_message: str | None
+    approval_reason: str | None  # why the call waited for a reviewer (a condition's words)
 
 
 class Callers(NamedTuple):

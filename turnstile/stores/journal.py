@@ -77,6 +77,7 @@ class Start:
     conversation_id: str
     user_id: str
     call: ToolCall
+    approval_reason: str | None = None  # why it waited (a condition's words), for the audit row
 
 
 @dataclass(frozen=True)
@@ -105,6 +106,7 @@ class Ending:
     # tool's result (attribute `turnstile.edited`), and the audit log holds
     # an APPROVED_WITH_EDITS row with both versions.
     model_call: ToolCall | None = None
+    approval_reason: str | None = None  # why it waited (a condition's words), for the audit row
 
     @property
     def key(self) -> CallKey:
@@ -157,11 +159,12 @@ def _parsed(call: ToolCall) -> Any:
 
 
 def _execution(key: CallKey, conversation_id: str, user_id: str, call: ToolCall,
-               execution_id: str | None = None) -> w.Execution:
+               execution_id: str | None = None,
+               approval_reason: str | None = None) -> w.Execution:
     return w.Execution(execution_id=execution_id or key.execution_id,
                        workflow_id=key.workflow_id, chain=key.chain,
                        conversation_id=conversation_id, user_id=user_id, tool_name=call.name,
-                       arguments=call.arguments)
+                       arguments=call.arguments, approval_reason=approval_reason)
 
 
 class CallJournal:
@@ -185,7 +188,8 @@ class CallJournal:
             entry = self._claim(conn, key, start.call.name, rerun_lost)
             if entry.fresh and self.audit_enabled:
                 w.open_audit(conn, _execution(key, start.conversation_id, start.user_id,
-                                              start.call))
+                                              start.call,
+                                              approval_reason=start.approval_reason))
         return entry
 
     @staticmethod
@@ -267,7 +271,8 @@ class CallJournal:
         # The attempt's row ended, or (none was opened: a call settled
         # without running) one complete row written: one statement when it ran.
         if not w.close_audit(conn, key.execution_id, e.audit_status, e.audit_error):
-            w.settle_audit(conn, _execution(key, e.conversation_id, e.user_id, e.call),
+            w.settle_audit(conn, _execution(key, e.conversation_id, e.user_id, e.call,
+                                            approval_reason=e.approval_reason),
                            e.audit_status, e.audit_error or "")
 
     @staticmethod
@@ -337,7 +342,8 @@ class CallJournal:
         for a in entries:
             call = ToolCall(id=a.call_id, name=a.tool_name, arguments=a.arguments)
             w.settle_audit(conn, _execution(CallKey(workflow_id, chain, a.call_id),
-                                            conversation_id, user_id, call),
+                                            conversation_id, user_id, call,
+                                            approval_reason=a.approval_reason),
                            a.status, a.error)
 
     # --- calls of runs a reset replaced --------------------------------------

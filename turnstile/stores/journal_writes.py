@@ -102,13 +102,18 @@ class Execution:
     user_id: str
     tool_name: str
     arguments: Any
+    # Why the call waited for a reviewer: a condition's words (`@tool(approval=...)`).
+    approval_reason: str | None = None
 
     def values(self, status: AuditStatus, start: str) -> dict[str, Any]:
-        return {"execution_id": self.execution_id, "workflow_id": self.workflow_id,
-                "conversation_id": self.conversation_id, "user_id": self.user_id,
-                "tool_name": self.tool_name, "input_params": masked_params(self.arguments),
-                "execution_chain": self.chain or None, "status": status.value,
-                "start_time": start}
+        values = {"execution_id": self.execution_id, "workflow_id": self.workflow_id,
+                  "conversation_id": self.conversation_id, "user_id": self.user_id,
+                  "tool_name": self.tool_name, "input_params": masked_params(self.arguments),
+                  "execution_chain": self.chain or None, "status": status.value,
+                  "start_time": start}
+        if self.approval_reason is not None:  # else the column stays NULL (the usual row)
+            values["approval_reason"] = mask(self.approval_reason)
+        return values
 
 
 def audit_opened(conn: Connection, execution_id: str) -> AuditStatus | None:

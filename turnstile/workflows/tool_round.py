@@ -61,14 +61,16 @@ class RoundWrites:
 
     def settle(self, seq: int, call: ToolCall, status: CallStatus, text: str, *,
                is_error: bool = True, audit: AuditStatus = AuditStatus.FAILED,
-               attributes: dict[str, object] | None = None) -> None:
+               attributes: dict[str, object] | None = None,
+               approval_reason: str | None = None) -> None:
         self.messages.append((seq, ChatMessage(
             role="tool", content=text, tool_call_id=call.id, is_error=is_error,
             attributes={attr.TOOL_NAME: call.name, attr.OUTCOME: status.value,
                         **(attributes or {})})))
         self.audit.append(io.AuditEntry(call_id=call.id, tool_name=call.name,
                                         arguments=call.arguments, status=audit,
-                                        error=f"{status.value}: {text[:300]}"))
+                                        error=f"{status.value}: {text[:300]}",
+                                        approval_reason=approval_reason))
 
 
 class ToolRound:
@@ -179,13 +181,15 @@ class ToolRound:
                 approval = await await_decision(self.s, rules.approval_step(
                     call, tool, reviewed.notes, workflow.now(), reviewed.reason,
                     reviewed.similar_effects))
+        # Why it waited (a condition's words), for the call's audit row.
+        reason = reviewed.reason if reviewed is not None and approval is not None else None
         if approval is not None:
             rejected = rules.after_review(call.name, approval, loop)
             if rejected is not None and call.id in self.s.steered_calls:
                 rejected = replace(rejected, stop=None)  # the turn ends `steered` instead
             if rejected is not None:
                 self.writes.decisions.append(approval)
-                self._settle(rec, seq, call, rejected)
+                self._settle(rec, seq, call, rejected, reason)
                 return
         model_call, call = call, ran_call(call, approval)
         if call is not model_call:  # approved with edits: the tool runs with the reviewer's
@@ -198,7 +202,7 @@ class ToolRound:
                 io.ToolExecInput(conversation_id=self.turn.conversation_id,
                                  user_id=self.turn.user_id, service=self.turn.service,
                                  call=model_call, result_seq=seq, approval=approval,
-                                 execution_chain=self.s.chain),
+                                 execution_chain=self.s.chain, approval_reason=reason),
                 tool.summary or call.name, tool_options(tool))
         except ActivityError as exc:
             if isinstance(exc.cause, CancelledError):
@@ -207,7 +211,8 @@ class ToolRound:
                 raise asyncio.CancelledError() from exc
             if approval is not None:  # the call ran under a decision: journal it too
                 self.writes.decisions.append(approval)
-            self._settle(rec, seq, call, rules.after_retries(call.name, failure_reason(exc), tool))
+            self._settle(rec, seq, call, rules.after_retries(call.name, failure_reason(exc), tool),
+                         reason)
             return
         self.open.pop(seq, None)  # the activity wrote the result
         self.s.finish(rec, out.status, out.preview)
@@ -226,11 +231,12 @@ class ToolRound:
         if effects.stop is not None:
             raise TurnStopped(TurnStatus.FAILED, effects.stop, call_id=call.id)
 
-    def _settle(self, rec: ToolCallRecord, seq: int, call: ToolCall, how: rules.Settle) -> None:
+    def _settle(self, rec: ToolCallRecord, seq: int, call: ToolCall, how: rules.Settle,
+                approval_reason: str | None = None) -> None:
         """Record a call the workflow settled itself; end the turn if the rule says so."""
         self.open.pop(seq, None)
         self.s.finish(rec, how.status, how.text)
-        self.writes.settle(seq, call, how.status, how.text)
+        self.writes.settle(seq, call, how.status, how.text, approval_reason=approval_reason)
         if how.breaker_failure:
             self._breaker(call.name, executed=how.executed, failed=True)
         if how.stop is not None:
