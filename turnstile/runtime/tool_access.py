@@ -5,16 +5,8 @@ takes its roles the same way.
 
 PostgreSQL: every tool has a role with exactly the rights its job needs
 (migration 0004, granted after each upgrade from the tables'
-`info["grants"]`):
-
-- `turnstile_reader` (LOGIN): querySalesData, createFollowUpTask's customer
-  check: SELECT sales_record and sales_daily_total, rows of the last 90 days
-  only (row-level security);
-- `turnstile_followup`: createFollowUpTask and its compensation: SELECT,
-  INSERT, UPDATE follow_up_task;
-- `turnstile_email`: createEmailTask: INSERT email_task;
-- `turnstile_sender`: the sender, getEmailTaskStatus, retryEmailTask, the
-  cancel compensation: SELECT, UPDATE email_task.
+`info["grants"]`; the sales app's four roles are listed in
+turnstile.sales.access).
 
 The reader is its own login (DATABASE_READONLY_URL) because it always was;
 the other roles are NOLOGIN and reached with `SET LOCAL ROLE` from the
