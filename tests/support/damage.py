@@ -116,20 +116,12 @@ def write_part(db: Database, conv: str, seq: int, d: Damage) -> bool:
     if clause is None:
         return False
     sql, values = clause
-    try:
-        with db.connect() as conn:
-            conn.execute("INSERT INTO chat_message_part (conversation_id, seq, idx, type, url) "
-                         "VALUES (:c, :s, 0, 'image_url', 'https://example.com/a.png')",
-                         {"c": conv, "s": seq})
-            conn.execute(f"UPDATE chat_message_part SET {sql} WHERE conversation_id = :c "
-                         "AND seq = :s", {**values, "c": conv, "s": seq})
-    except (exc.IntegrityError, exc.DataError, exc.ProgrammingError):
-        return False  # the database refuses it (PostgreSQL: NUL, bytes)
-    except exc.OperationalError as err:
-        if "index row size" not in str(err):  # PostgreSQL: a huge role, in an index
-            raise
-        return False
-    return True
+    where = {"c": conv, "s": seq}
+    return _written(db, [
+        ("INSERT INTO chat_message_part (conversation_id, seq, idx, type, url) "
+         "VALUES (:c, :s, 0, 'image_url', 'https://example.com/a.png')", where),
+        (f"UPDATE chat_message_part SET {sql} WHERE conversation_id = :c AND seq = :s",
+         {**values, **where})])
 
 
 def write(db: Database, conv: str, seq: int, d: Damage) -> bool:
@@ -138,10 +130,17 @@ def write(db: Database, conv: str, seq: int, d: Damage) -> bool:
     if clause is None:
         return False
     sql, values = clause
+    return _written(db, [(f"UPDATE chat_message SET {sql} WHERE conversation_id = :c "
+                          "AND seq = :s", {**values, "c": conv, "s": seq})])
+
+
+def _written(db: Database, statements: list[tuple[str, dict[str, Any]]]) -> bool:
+    """Run the statements in one transaction; False when the database refuses
+    what they write (it cannot be there)."""
     try:
         with db.connect() as conn:
-            conn.execute(f"UPDATE chat_message SET {sql} WHERE conversation_id = :c "
-                         "AND seq = :s", {**values, "c": conv, "s": seq})
+            for sql, values in statements:
+                conn.execute(sql, values)
     except (exc.IntegrityError, exc.DataError, exc.ProgrammingError):
         return False  # the database refuses it (PostgreSQL: NUL, bytes)
     except exc.OperationalError as err:
