@@ -26,6 +26,11 @@ a forwarded-for chain from 127.0.0.1 are refused with a trusted proxy of
 tom's call's page, opened directly, refuses ТОМ's approval (audited,
 APPROVAL_REFUSED), the call stays pending, and carol approves it.
 
+A loans desk whose model is a Python function (tests/test_approval_edits.py):
+carol changes the loan's member in place and approves; the function reads
+the tool's own result as a dict, with carol's edit beside it, and the loan
+row is the edited member's.
+
 With TURNSTILE_SCREENSHOTS=DIR the list and detail pages are saved there as
 PNG (docs/ holds the ones the README shows)."""
 
@@ -630,3 +635,89 @@ async def test_TOM_is_not_offered_toms_call_and_is_refused_on_its_page(
     assert "is confusable with the requester 'tom'" in row["error_message"], row
     assert json.loads(row["input_params"])["door"] == "update review"
     assert decisions == {(toms.id, "carol"), (daves.id, TOM)}
+
+
+# -- a function model reads the tool's own dict after an edit made in the browser ------
+
+def _edit_member(base: str, workflow_id: str, call_id: str) -> dict[str, Any]:
+    browser = Browser(base, None)
+    seen: dict[str, Any] = {}
+    try:
+        browser.login("carol")
+        browser.open_call(workflow_id, call_id)
+        field = browser.wait_for("edit-member_id")  # a review field, edited in place
+        seen["shown"] = field.get_attribute("value")
+        field.clear()
+        field.send_keys("M-3")
+        seen["approved"] = browser.decide("approve", "M-3 holds the card")
+        seen["edited"] = browser.text("edited")
+        return seen
+    finally:
+        browser.driver.quit()
+
+
+@pytest.mark.skipif(not (CHROMIUM and DRIVER),
+                    reason="Debian's chromium and chromium-driver are not installed "
+                           "(.ci/run installs them)")
+async def test_a_function_model_reads_the_tools_dict_after_an_edit_in_the_browser(
+        client: Client, temporal_server: DevServer, task_queue: str, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A loans desk whose model is a Python function: it lends B-7 to M-2;
+    carol changes member_id to M-3 on the call's page and approves; the
+    function then reads the tool's own result as a dict (the loan as it was
+    made, to M-3) with the edit beside it, and says so; the turn completes
+    and the loan row is M-3's."""
+    from tests.test_approval_edits import desk, loan_rows, prepared
+    from turnstile.testing import FunctionModel, ModelCall, Reply, ToolOutcome, call
+
+    read: list[ToolOutcome] = []
+
+    def librarian(request: ModelCall) -> Reply:
+        done = request.result_of("lendBook")
+        if done is None:
+            return call("lendBook", member_id="M-2", book_id="B-7")
+        read.append(done)
+        loan = done.result
+        assert isinstance(loan, dict) and loan["member_id"] == "M-3", loan
+        assert done.edits is not None, "the edit is not beside the result"
+        change = done.edits.changes["member_id"]
+        return (f"Lent {loan['book_id']} to {loan['member_id']} ({loan['status']}); "
+                f"{done.edits.reviewer} changed member_id from {change.before} "
+                f"to {change.after}")
+
+    monkeypatch.delenv("TURNSTILE_INBOX_IDENTITY_HEADER", raising=False)
+    port = free_port()
+    db = prepared(f"sqlite:///{tmp_path}/t.db")
+    settings = Settings.from_env({"TEMPORAL_ADDRESS": temporal_server.address,
+                                  "TURNSTILE_TASK_QUEUE": task_queue,
+                                  "DATABASE_URL": db.url})
+    inbox = server(build_app(settings), "127.0.0.1", port, log_level="warning")
+    serving = threading.Thread(target=inbox.run, daemon=True)
+    async with running_worker(client, task_queue, db.url, [desk()],
+                              provider=FunctionModel(librarian)) as turns:
+        handle = await turns.start("lend B-7 to M-2", service="loans", user="alice")
+        [pending] = await wait_pending(handle)
+        serving.start()
+        try:
+            seen = await asyncio.to_thread(_edit_member, f"http://127.0.0.1:{port}",
+                                           handle.id, pending.tool_call_id)
+        finally:
+            inbox.should_exit = True
+            await asyncio.to_thread(serving.join, 10)
+        result = await handle.result()
+    assert seen["shown"] == "M-2", seen  # what the model asked for
+    assert "lendBook approved by carol" in seen["approved"], seen
+    assert "member_id" in seen["edited"], seen
+    assert result.status == TurnStatus.COMPLETED, result.error
+    # The function read the tool's own dict, the edit beside it: reviewer, before, after.
+    assert read, "the function never read the tool's result"
+    outcome = read[-1]
+    assert outcome.result == {"member_id": "M-3", "book_id": "B-7", "status": "OUT"}
+    assert outcome.edits is not None and outcome.edits.reviewer == "carol"
+    assert list(outcome.edits.changes) == ["member_id"]
+    assert (outcome.edits.changes["member_id"].before,
+            outcome.edits.changes["member_id"].after) == ("M-2", "M-3")
+    assert result.answer == "Lent B-7 to M-3 (OUT); carol changed member_id from M-2 to M-3"
+    [ran] = result.tool_calls
+    assert ran.status.value == "completed" and not ran.rolled_back
+    assert loan_rows(db) == [("M-3", "B-7", "OUT")]  # the edited effect
