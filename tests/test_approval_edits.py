@@ -11,6 +11,7 @@ and the strict scripted model server over HTTP.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -274,3 +275,34 @@ async def test_a_model_functions_error_names_the_users_code(
     assert "broken_model raised TypeError" in result.error.message
     assert f"{Path(__file__).name}:" in result.error.message  # file and line of the bug
     assert 'loan.text["member_id"]' in result.error.message
+
+
+@tool
+def shelveBook(ctx: ToolContext, book_id: str) -> dict[str, Any]:  # noqa: N802
+    """Put a book back on its shelf."""
+    shelf = {"B-1": "north"}
+    return {"book_id": book_id, "shelf": shelf[book_id]}  # the user's own bug: no B-9
+
+
+def shelver(request: ModelCall) -> Reply:
+    if request.result_of("shelveBook") is None:
+        return call("shelveBook", book_id="B-9")
+    return "shelved"
+
+
+async def test_a_tool_functions_error_names_the_users_code_in_the_log(
+        client: Client, task_queue: str, tmp_path: Path,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A tool that raises (not a ToolExecutionError): the worker's log names
+    the file, line and code of the user's own frame, with the traceback."""
+    db = prepared(f"sqlite:///{tmp_path}/t.db")
+    shelf = Service(name="shelf", tools=ToolRegistry([shelveBook]), system_prompt="Shelve books.")
+    caplog.set_level(logging.WARNING, logger="turnstile.activities.tools")
+    async with running_worker(client, task_queue, db.url, [shelf],
+                              provider=FunctionModel(shelver)) as turns:
+        await turns.run("shelve B-9", service="shelf")
+    [line] = [r for r in caplog.records
+              if r.name == "turnstile.activities.tools" and "raised KeyError" in r.getMessage()][:1]
+    said = line.getMessage()
+    assert f"{Path(__file__).name}:" in said and "in shelveBook" in said, said
+    assert "shelf[book_id]" in said and line.exc_info is not None

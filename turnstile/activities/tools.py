@@ -52,6 +52,7 @@ from turnstile.engine.errors import (
 )
 from turnstile.engine.masking import mask_json_text
 from turnstile.engine.messages import ToolCall
+from turnstile.providers.function_model import raised_at
 from turnstile.runtime.services import Service
 from turnstile.runtime.tools import (
     Tool,
@@ -263,6 +264,12 @@ class ToolActivities(Activities):
             error = (str(exc) if isinstance(exc, ToolExecutionError)
                      else f"{type(exc).__name__}: {exc}")
             category = error_category(exc)
+            if category is None and not isinstance(exc, ToolExecutionError):
+                # The user's own code raised: the log names where (the innermost
+                # frame outside turnstile/) and keeps the traceback.
+                log.warning("tool %s (%s) attempt %d raised %s: %s at %s", call.name, call.id,
+                            info.attempt, type(exc).__name__, exc,
+                            raised_at(exc) or "(no frame outside turnstile)", exc_info=exc)
             if category is not None:
                 # The driver's text names hosts, roles, SQL: the log gets it; the
                 # ledger, audit, memory and the model get the category.
