@@ -115,15 +115,18 @@ async def test_through_an_smtp_outage(tmp_path: Path) -> None:
     async with TestStack(build_app(mail), tmp_path, env={"SMTP_PORT": str(port)}) as stack:
         done = await stack.run("notify dee@example.com", approve="bob")
         assert done.status == "completed", done.error
-        undone = await stack.run("notify eve@example.com about ticket broken", approve="bob")
-        assert undone.status == "rolled_back", undone
+        # A rolled-back turn's mail during the outage is not asked here: the
+        # sender retries every 0.5 s, so its compensation may meet the mail
+        # SENDING, which the product reports as "the effect remains" (and the
+        # mail then goes after the outage). The cancel before sending is
+        # test_a_rolled_back_turn_cancels_its_mail_before_sending's, with a
+        # sender that cannot claim in between.
         await wait_until(lambda: task_to(stack.db, "dee@example.com").attempts >= 2,
                          timeout=20, what="the sender failing against the outage")
         during = task_to(stack.db, "dee@example.com")
         assert during.status in (EmailStatus.FAILED, EmailStatus.SENDING)
         assert "cannot deliver" in (during.last_error or "") or during.status is \
             EmailStatus.SENDING
-        assert task_to(stack.db, "eve@example.com").status is EmailStatus.CANCELLED
         with LocalSmtpServer(tmp_path / "mail", port=port):
             await wait_until(lambda: task_to(stack.db, "dee@example.com").status
                              is EmailStatus.SENT, timeout=30, what="delivery after the outage")
@@ -131,7 +134,6 @@ async def test_through_an_smtp_outage(tmp_path: Path) -> None:
         received = read_mailbox(tmp_path / "mail")
         assert [str(m["To"]) for m in received] == ["dee@example.com"]
         assert str(received[0]["Message-ID"]) == task_to(stack.db, "dee@example.com").message_id
-        assert task_to(stack.db, "eve@example.com").status is EmailStatus.CANCELLED
 
 
 def test_sender_killed_mid_batch_sends_each_mail_at_most_once(tmp_path: Path) -> None:
