@@ -205,8 +205,10 @@ async def test_a_slash_id_framing_and_the_decided_call(
             assert page.status_code == 200 and "sendMoneySlowly for alice" in page.text
             nonces.add(_csp_nonce(page))
             assert len(nonces) == 2  # a nonce per answer
-            done = await _post(tc, call, data={"decision": "approve", "note": "fine",
-                                               "csrf": _token(page.text)})
+            # A decision POSTed to the contract's route (/calls/ID/CALL) is taken.
+            done = await _post(tc, f"/calls/{workflow_id}/p1",
+                               data={"decision": "approve", "note": "fine",
+                                     "csrf": _token(page.text)})
             assert done.status_code == 200 and "approved by carol" in done.text
             assert "fine" in done.text and 'id="next"' in done.text
             result = await handle.result()

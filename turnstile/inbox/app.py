@@ -238,15 +238,19 @@ class Inbox:
 
     # -- one call ----------------------------------------------------------------
     async def old_call_link(self, request: Request) -> Response:
-        """`/calls/{workflow_id}/{tool_call_id}` (links of v0.4): to the call's
-        page, whose ids are query parameters (docs/inbox.md)."""
+        """`/calls/{workflow_id}/{tool_call_id}` (the v0.4 route, still in the
+        contract): GET goes to the call's page, whose ids are query parameters
+        (docs/inbox.md); a decision POSTed here is taken as on that page."""
+        if request.method == "POST":
+            return await self.call(request)
         return RedirectResponse(call_url(request.path_params["workflow_id"],
                                          request.path_params["tool_call_id"]),
                                 status_code=303)
 
     async def call(self, request: Request) -> Response:
-        workflow_id = request.query_params.get("workflow", "")
-        call_id = request.query_params.get("call", "")
+        workflow_id = (request.query_params.get("workflow")
+                       or request.path_params.get("workflow_id", ""))
+        call_id = request.query_params.get("call") or request.path_params.get("tool_call_id", "")
         reviewer, refused = self.who(request)
         if refused:
             return refused
@@ -326,7 +330,8 @@ def build_app(settings: Settings | None = None, client: TurnstileClient | None =
         # A workflow id may hold anything ("/", "..", "%2F"): the ids are query
         # parameters, which no browser or proxy normalises (views.call_url).
         Route("/call", inbox.call, methods=["GET", "POST"]),
-        Route("/calls/{workflow_id:path}/{tool_call_id}", inbox.old_call_link),
+        Route("/calls/{workflow_id:path}/{tool_call_id}", inbox.old_call_link,
+              methods=["GET", "POST"]),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ])
     app.add_middleware(Headers)
