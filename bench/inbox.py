@@ -14,7 +14,7 @@ in reviewer: wall time per answer (p50, p95, max), the rows it showed (every
 parked call, and the orphan as one "did not answer" row) and the CPU time
 of the inbox and the worker over the measured requests.
 
-Goal (issue 38): p95 <= 1 s with 200 parked turns and one orphan.
+Goal: p95 <= 1 s with 200 parked turns and one orphan.
 """
 
 from __future__ import annotations

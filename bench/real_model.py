@@ -1,4 +1,4 @@
-"""The sales demo turn on a real model, on real local servers (issue 36).
+"""The sales demo turn on a real model, on real local servers.
 
     .venv/bin/python -m bench.real_model --server llama-server --runs 10
     .venv/bin/python -m bench.real_model --server both --runs 3 --service sales-compact \\
@@ -14,7 +14,7 @@ times through the product, approving every call that waits (as `make run`'s
 querySalesData's arguments were right (last week's Monday..Sunday, minAmount
 50,000), the mails the SMTP server received, whether the answer names the
 customers the query finds, and the ending; then the totals. It flags what
-issue 36 says must not happen: a request refused for its schema, a server
+must not happen: a request refused for its schema, a server
 crash, a model call retried beyond the bound, `completed` with an empty
 answer, the same e-mail sent twice in a turn.
 

@@ -1,6 +1,6 @@
 """What bench/real_model.py checks of one run: the turn's calls, the mail the
 SMTP server received, the answer against the query's truth, the model-call
-attempts in the turn's history, and the flags issue 36 names."""
+attempts in the turn's history, and the flags for what must not happen."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from turnstile.testing import TestStack
 
 THRESHOLD = Decimal(50_000)
 RECIPIENT = "ops@example.com"
-# The flags: what must not happen (issue 36, "Done when").
+# The flags: what must not happen ("Done when").
 REFUSED, CRASH, RETRIED, EMPTY, TWICE, HUNG = (
     "refused-for-schema", "server-crash", "retried-beyond-bound", "completed-empty",
     "mail-sent-twice", "hung")

@@ -208,7 +208,7 @@ async def record_approvals_v2(client: Client, fake: FakeLLM, tmp: Path) -> None:
 
 
 async def record_small_models(client: Client, fake: FakeLLM, tmp: Path) -> None:
-    """The loop's rules for small models (issue 36): a repeated effectful
+    """The loop's rules for small models: a repeated effectful
     call settled without running, an empty answer asked for again, and calls
     written as text read as calls (`ModelSettings.text_tool_calls`)."""
 
@@ -237,7 +237,7 @@ async def record_small_models(client: Client, fake: FakeLLM, tmp: Path) -> None:
 
 
 async def record_by_meaning(client: Client, fake: FakeLLM, tmp: Path) -> None:
-    """Revision 5 (issue 48): the repeat breaker by meaning. One sales turn:
+    """Revision 5: the repeat breaker by meaning. One sales turn:
     an e-mail, the same one with the address in capitals (a repeat, never
     reviewed), one with another subject (reviewed, with the first among its
     `similar_effects`), then two in one response that differ by a trailing
@@ -263,7 +263,7 @@ async def record_by_meaning(client: Client, fake: FakeLLM, tmp: Path) -> None:
 
 
 async def record_dead_ends(client: Client, fake: FakeLLM, tmp: Path) -> None:
-    """Revision 6 (issue 54): dead ends. `dead_end_recovered`: a tool that
+    """Revision 6: dead ends. `dead_end_recovered`: a tool that
     fails three times is disabled and no longer offered, a call without the
     arguments its tool needs, a bare `functions.echo:`, the request without
     tools, an answer. `dead_end_calls`: the llama-cpp-python finding — a real

@@ -1,4 +1,4 @@
-"""Constrained tool calls (issue 54; `ModelSettings(constrain_tool_calls=True)`,
+"""Constrained tool calls (`ModelSettings(constrain_tool_calls=True)`,
 turnstile.engine.constrained_calls): the request carries no `tools` but a
 `response_format` JSON schema — "one of these tool calls, or a final
 answer", each call's arguments in the grammar dialect — and names the tools

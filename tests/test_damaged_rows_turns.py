@@ -1,5 +1,5 @@
 """Property: a damaged row is named, not retried, and does not brick its
-conversation (issue 48; turnstile.stores.damage).
+conversation (turnstile.stores.damage).
 
 Each example is a conversation with one real turn behind it (a tool call, its
 result, an answer). Hypothesis writes damage into one column of one of its

@@ -1,4 +1,4 @@
-"""The dates the model is given instead of working them out (issue 54,
+"""The dates the model is given instead of working them out (
 turnstile.engine.date_ranges): a property over any day of four centuries, and
 real turns of `sales-assistant` and `sales-compact` (dev server, worker, the
 strict fake model server) whose requests carry today's date and the named

@@ -1,4 +1,4 @@
-"""No dead-end loops (issue 54; turnstile.engine.dead_ends, revision 6): a
+"""No dead-end loops (turnstile.engine.dead_ends, revision 6): a
 model that keeps making calls that can never run — a tool that needs
 arguments called with none, a tool the breaker disabled, a tool that does not
 exist, a call written as text that does not parse — is asked once for its
@@ -67,7 +67,7 @@ async def approve_all(handle: WorkflowHandle[Any, Any]) -> list[str]:
 async def test_the_llama_cpp_python_finding_ends_dead_end_calls(
         client: Client, task_queue: str, tmp_path: Path, fake_llm: FakeLLM, backend: str,
         request: pytest.FixtureRequest) -> None:
-    """Issue 54, as measured on llama-cpp-python with the documented settings:
+    """The finding, as measured on llama-cpp-python with the documented settings:
     a real createEmailTask (approved, queued), then `functions.createEmailTask:`
     six times. The bare head is no call: two such answers, one request without
     tools, the same again, and the turn ends `DeadEndCalls` — the mail kept,

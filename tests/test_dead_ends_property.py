@@ -1,4 +1,4 @@
-"""Property (issue 54): whatever sequence of dead-end and valid replies a
+"""Property: whatever sequence of dead-end and valid replies a
 model gives — calls without the arguments their tool needs, calls of a tool
 that does not exist, `functions.NAME:` written alone, calls that run, an
 answer — a real turn ends (completed or a typed ending) within a bounded

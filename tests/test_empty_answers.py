@@ -1,4 +1,4 @@
-"""Honest endings for answers that are not answers (issue 36): an empty
+"""Honest endings for answers that are not answers: an empty
 answer is asked for once more without tools, then ends `failed`
 (`EmptyAnswer`), never `completed` with nothing; a tool call written as text
 ends `failed` (`ToolCallAsText`) without running it. Real turns: the
@@ -199,7 +199,7 @@ async def test_calls_written_as_text_run_when_the_service_reads_them(
     ('<tools><function name="add" arguments=\'{"a": 1}\'/>\n'
      '<function name="echo" arguments=\'{"text": "y"}\'/></tools>',
      [("add", '{"a": 1}'), ("echo", '{"text": "y"}')]),
-    # A head without arguments is no call (issue 54: never a call with `{}`).
+    # A head without arguments is no call (never a call with `{}`).
     ('functions.add:\n{"a": 1}\nfunctions.echo:', [("add", '{"a": 1}')]),
     ("functions.createEmailTask:", []),
     ("The sum is 3.", []),

@@ -1,4 +1,4 @@
-"""Search attributes are true after every ending (issue 35): a turn that
+"""Search attributes are true after every ending: a turn that
 waited for an approval and then completed, ended on a rejection, or was
 cancelled while it waited says `TurnstilePendingApprovals=0` and
 `TurnstileStatus` = its ending, so `TurnstilePendingApprovals > 0` (the

@@ -77,7 +77,7 @@ STABLE = {
     EmptyConditionError: "EmptyConditionError",  # returned to the model as an argument error
     errors.AnswerTruncated: "AnswerTruncated",
     errors.ContentFiltered: "ContentFiltered",
-    errors.EmptyAnswer: "EmptyAnswer",  # an empty answer, asked for once more (issue 36)
+    errors.EmptyAnswer: "EmptyAnswer",  # an empty answer, asked for once more
     errors.ToolCallAsText: "ToolCallAsText",  # a tool call written as text, not run
     errors.DeadEndCalls: "DeadEndCalls",  # dead-end calls, also after the no-tools ask
     errors.ModelResponseTooLarge: "ModelResponseTooLarge",

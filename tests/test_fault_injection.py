@@ -1,5 +1,5 @@
 """No exception leaves a turn retrying forever, whatever raised it
-(issue 35; docs/errors.md).
+(docs/errors.md).
 
 A worker built with a fault-injecting interceptor (tests/support/faults.py,
 after the product's own) raises an exception nobody planned for — KeyError,

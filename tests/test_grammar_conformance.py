@@ -1,4 +1,4 @@
-"""Tool schemas a grammar-based server compiles (issue 36).
+"""Tool schemas a grammar-based server compiles.
 
 llama.cpp's `llama-server` (with `--jinja`) turns the tool schemas of a
 request into a grammar and refuses the whole request with 400 "failed to
@@ -131,7 +131,7 @@ async def test_the_dialect_makes_a_known_bad_schema_compile(case: str,
 
 
 
-# --- constrained tool calls (issue 54; ModelSettings.constrain_tool_calls) ----------------
+# --- constrained tool calls (ModelSettings.constrain_tool_calls) ----------------
 
 def squeezed(text: str) -> str:
     return "".join(text.split())

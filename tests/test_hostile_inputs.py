@@ -1,4 +1,4 @@
-"""Generated hostile input through a real dev server and worker (issue 35),
+"""Generated hostile input through a real dev server and worker,
 on SQLite and PostgreSQL: every TurnInput field (attachments and deep or
 huge `variables` included) and query arguments. Every turn ends in a
 documented state within seconds, nothing is left retrying, its conversation

@@ -209,7 +209,7 @@ async def test_a_turn_begun_before_revision_4_takes_todays_rule_for_what_it_deci
 
 
 # The last commit whose worker began turns before revision 4 (the base of the
-# work on issue 48): its workflow code decided by the lower-cased rule.
+# identity work): its workflow code decided by the lower-cased rule.
 BEFORE_REVISION_4 = "3f2606016acc777626a3297322f002edb935ee70"
 
 

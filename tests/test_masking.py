@@ -201,7 +201,7 @@ def test_a_timestamp_beside_a_phone_number_stays_whole() -> None:
     whole()
 
 
-# The gaps issue 48 found, each as it was found (the generated forms of
+# The gaps the review found, each as it was found (the generated forms of
 # tests/test_masking_property.py cover their kind).
 @pytest.mark.parametrize(("value", "seed"), [
     ({"zq48key@corp.com": "x"}, "zq48key"),                      # an address as a key

@@ -1,5 +1,5 @@
 """A deterministic 5xx ends the turn fast; a server that is away is waited
-for (issue 36; activities/model_refusals.py, docs/errors.md). Real turns
+for (activities/model_refusals.py, docs/errors.md). Real turns
 against the scripted server, with the model call's retry policy as it is
 (1 s, then doubling)."""
 

@@ -58,7 +58,7 @@ async def test_the_previous_release_completes_an_approved_email_on_the_migrated_
 
     fake_llm.default = reply
     # v0.2 sends "content": null beside tool calls (OpenAI takes it; this
-    # release sends "", which llama-cpp-python takes too: issue 36).
+    # release sends "", which llama-cpp-python takes too).
     fake_llm.null_content_refused = False
     worker = WorkerProcess(tmp_path / "previous.log", env, root=old).start()
     try:

@@ -1,4 +1,4 @@
-"""The repeat breaker (turnstile.engine.repeats, issue 36): a small model that
+"""The repeat breaker (turnstile.engine.repeats): a small model that
 calls createEmailTask again with identical arguments after it succeeded sends
 no second e-mail, asks no reviewer again, and is told what the first call
 returned. Real turns: the scripted model server over HTTP, a Temporal dev
@@ -214,7 +214,7 @@ async def test_a_repeatable_tool_runs_again(client: Client, task_queue: str, tmp
 async def test_a_model_that_keeps_repeating_is_asked_for_its_answer(
         client: Client, task_queue: str, tmp_path: Path, fake_llm: FakeLLM, backend: str,
         request: pytest.FixtureRequest) -> None:
-    """The loop of issue 36 (the same call again and again): one reservation,
+    """The small-model loop (the same call again and again): one reservation,
     two repeats, then one request without tools for the answer; completed,
     the effect kept once."""
     def model(request: dict[str, Any]) -> dict[str, Any]:

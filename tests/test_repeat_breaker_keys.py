@@ -1,4 +1,4 @@
-"""The repeat breaker's comparison key (turnstile.engine.equivalence, issue 48):
+"""The repeat breaker's comparison key (turnstile.engine.equivalence):
 generated rewordings of one call — case of an address, surrounding
 whitespace, NFC against NFD, an optional default written out, a set's order
 and duplicates, key order — give the key of the call; generated real

@@ -1,4 +1,4 @@
-"""The repeat breaker compares calls by meaning (issue 48): the finding's three
+"""The repeat breaker compares calls by meaning: the finding's three
 createEmailTask calls — to ops@example.com, to OPS@example.com, with subject
 "Follow up " — send one e-mail and ask one reviewer; the reviewer of a second
 mail that looks like the first (same recipient) is shown the first; and

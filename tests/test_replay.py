@@ -42,15 +42,15 @@ MAIN = {"demo", "approval_rejected", "compensation", "breaker_trip", "truncated"
 # Recorded at revision 3: the earlier revisions' folders do not have them.
 APPROVALS_V2 = {"steered", "steered_new_turn", "queued", "new_message_refused",
                 "approved_with_edits"}
-# The loop's rules for small models (issue 36), also recorded at revision 3:
+# The loop's rules for small models, also recorded at revision 3:
 # a repeated call settled without running, an empty answer asked for again,
 # calls written as text read as calls (with results sent as text).
 SMALL_MODELS = {"repeat_breaker", "empty_answer", "text_tool_calls"}
-# Recorded at revision 5 (issue 48): the repeat breaker by meaning — a repeat
+# Recorded at revision 5: the repeat breaker by meaning — a repeat
 # with the address in capitals, a look-alike reviewed with `similar_effects`,
 # two calls of one response differing by a trailing space.
 BY_MEANING = {"repeat_by_meaning"}
-# Recorded at revision 6 (issue 54): dead ends — a disabled tool no longer
+# Recorded at revision 6: dead ends — a disabled tool no longer
 # offered, a call without arguments and a bare `functions.echo:`, then the
 # request without tools answered; and the llama-cpp-python finding ended
 # `DeadEndCalls`.

@@ -1,4 +1,4 @@
-"""Tool results that say what is done (issue 36): every text a reference
+"""Tool results that say what is done: every text a reference
 tool's call returns to the model — results and errors alike — names only
 tools its service offers. "Check delivery with getEmailTaskStatus" in a
 service without that tool made a small model queue the same e-mail again and

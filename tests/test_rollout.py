@@ -115,7 +115,7 @@ async def test_rollout_restart_and_rollback_with_turns_in_flight(
         return text_reply("hello")
 
     fake_llm.default = model
-    fake_llm.null_content_refused = False  # 0.2 sent null beside tool calls (issue 36)
+    fake_llm.null_content_refused = False  # 0.2 sent null beside tool calls
 
     async def start(message: str) -> Handle:
         return await client.start_workflow(

@@ -52,7 +52,7 @@ async def test_a_compact_turn_sends_a_small_request(
     first = fake_llm.requests[0]
     system, user = first["messages"][0], first["messages"][1]
     assert system["content"].startswith("You are a sales assistant. Today is")
-    # ~430 bytes of prompt and ~260 of dates the model copies (issue 54).
+    # ~430 bytes of prompt and ~260 of dates the model copies.
     assert len(system["content"].encode()) < 800
     assert user["content"] == DEMO  # no documents
     assert [t["function"]["name"] for t in first["tools"]] == ["querySalesData",
@@ -61,7 +61,7 @@ async def test_a_compact_turn_sends_a_small_request(
     assert "maxLength" not in body  # 20000 in the tool: the grammar dialect leaves it out
     assert (first["max_tokens"], first["temperature"], first["tool_choice"]) == (1024, 0.2,
                                                                               "auto")
-    # The reference request was 5.7 KB (issue 36).
+    # The reference request was 5.7 KB.
     assert first["_bytes"] < 3500, first["_bytes"]
 
 

@@ -1,5 +1,5 @@
 """The schema dialect (turnstile.engine.schema_dialect) and the model settings
-that choose it (issue 36): what a grammar-compiling server is sent, table
+that choose it: what a grammar-compiling server is sent, table
 by table, and every reference tool rendered as the wire carries it."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The truth check sees stuck turns (issue 35): a lock holder Temporal calls
+"""The truth check sees stuck turns: a lock holder Temporal calls
 running but whose workflow task has failed more than once is reported as
 `stuck: <workflow id> ...` with its last failure, and `check` exits 1 —
 not skipped as "held by running turn". On SQLite and PostgreSQL."""

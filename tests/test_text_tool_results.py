@@ -1,4 +1,4 @@
-"""`ModelSettings(tool_results="text")` (issue 36): for a server whose chat
+"""`ModelSettings(tool_results="text")`: for a server whose chat
 template drops `role: tool` (llama-cpp-python's chatml-function-calling), the
 request carries the assistant's calls in its text and their results as a user
 message, so the model sees what its calls returned. The strict scripted

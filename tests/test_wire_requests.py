@@ -1,4 +1,4 @@
-"""What the model request carries on the wire (issue 36), through real turns
+"""What the model request carries on the wire, through real turns
 against the scripted server on a real socket: content "" beside tool calls
 (the server refuses null as llama-cpp-python does), tool schemas in the
 chosen dialect while the tool still validates with the full schema, and the

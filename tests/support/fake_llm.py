@@ -14,7 +14,7 @@ types, and every tool call answered exactly once) is refused with a 400, as
 OpenAI refuses it; a request above `max_request_bytes` is refused with a 400
 `context_length_exceeded`. An assistant message with `tool_calls` and
 `"content": null` is refused with a 500 and a validation-error body, as
-llama-cpp-python's server refuses it (issue 36: the double is as strict as
+llama-cpp-python's server refuses it (the double is as strict as
 the strictest real server). Each recorded request carries `_bytes`, the size of
 the body as received. `cut_streams` cuts that many upcoming streams midway
 (no final chunk, no `[DONE]`), as a dropped connection does.

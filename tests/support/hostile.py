@@ -12,11 +12,11 @@ a caller could send with a query. The payload is sent as raw JSON (as
 
 `HostileRig` runs one worker (the product's own `build_worker`) in a thread
 of its own against a real dev server and database; `check(payload, args)`
-starts a turn with the payload, then asserts the promises of issue 35: it
+starts a turn with the payload, then asserts the promises for hostile input: it
 ends within seconds in a documented state (never `UnexpectedError`), no
 workflow task failed, its conversation is released, the next turn on it
 completes, and queries with hostile arguments answer or refuse at once.
-Signal and update payloads are helper "door"'s (issue 35's second part):
+Signal and update payloads are helper "door"'s (the second part):
 `HostileRig.client` and `HostileRig.started` are the hook to add them.
 """
 

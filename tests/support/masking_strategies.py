@@ -58,7 +58,7 @@ seeds = st.text("bcdfghjkmnpqrstvwxz", min_size=5, max_size=8).map(lambda s: "zq
 @st.composite
 def addresses(draw: st.DrawFn) -> Form:
     """An address in one of the forms docs/masking.md lists, or the forms of
-    issue 48: punctuated and SRS local parts, invisible characters and marks
+    the review's gaps: punctuated and SRS local parts, invisible characters and marks
     beside "@" and ".", `&#x40` before a hex letter, IP-literal domains, and
     up to MAX_LAYERS + 3 escape layers."""
     first = draw(seeds)

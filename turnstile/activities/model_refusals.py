@@ -1,4 +1,4 @@
-"""Identical "invalid request" 5xx answers end the model call (issue 36).
+"""Identical "invalid request" 5xx answers end the model call.
 
 Model calls retry 5xx answers for `LoopPolicy.model_retry_window_seconds`
 (six hours by default): right for a server that is down, wrong for one that

@@ -1,4 +1,4 @@
-"""Honest endings for final answers that are not answers (issue 36), pure.
+"""Honest endings for final answers that are not answers, pure.
 
 - **Empty.** A final answer with no text (or only whitespace) and no tool
   calls is not `completed`: the empty answer is discarded and the model is

@@ -1,4 +1,4 @@
-"""Constrained tool calls (issue 54; `ModelSettings.constrain_tool_calls`):
+"""Constrained tool calls (`ModelSettings.constrain_tool_calls`):
 for a server that constrains its output to a JSON schema (llama.cpp's
 llama-server and llama-cpp-python compile `response_format`'s schema into a
 grammar), the request asks for "one of these tool calls, or a final answer"

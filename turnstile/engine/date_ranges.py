@@ -1,4 +1,4 @@
-"""The dates a request names, worked out for the model (issue 54: small local
+"""The dates a request names, worked out for the model (small local
 models cannot work out "last week"). Pure: the workflow calls it with the
 date of `workflow.now()` (docs/pipeline.md, step 3's built-in variables).
 

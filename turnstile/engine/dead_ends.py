@@ -1,4 +1,4 @@
-"""Dead ends (issue 54): calls a model makes that can never run, as one kind
+"""Dead ends: calls a model makes that can never run, as one kind
 of failure, so a small model stuck on them ends its turn with a typed error
 instead of at the round-trip cap.
 

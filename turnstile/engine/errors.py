@@ -335,7 +335,7 @@ class OutputParseError(TurnstileError):
     error_type = "OutputParseError"
 
 
-# --- the product's own code or data it cannot read (issue 35) ---------------
+# --- the product's own code or data it cannot read ---------------
 class UnexpectedError(TurnstileError):
     """An exception no part of the turn handles escaped workflow code (a bug,
     or data of a shape the code does not expect): the turn ends `failed` with

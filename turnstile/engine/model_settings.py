@@ -1,4 +1,4 @@
-"""What a service asks of its model besides the conversation (issue 36).
+"""What a service asks of its model besides the conversation.
 
 `ModelSettings` is a `Service(model=...)` field and a `ServiceSpec` field, so
 the settings a turn ran with are recorded in its history with the other

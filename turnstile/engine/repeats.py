@@ -2,11 +2,11 @@
 no repeated side effects from the model.
 
 A small model may call the same tool with the same arguments again and
-again (issue 36: `createEmailTask` 15 times, 14 identical e-mails sent). Once
+again (`createEmailTask` 15 times, 14 identical e-mails sent). Once
 a call has completed in a turn, a later call of the same tool with the same
 arguments is not run and not sent to a reviewer: its result tells the model
 that the call already ran and what it returned. "The same" is by meaning
-from revision 5 (issue 48): the validated call's comparison key
+from revision 5: the validated call's comparison key
 (turnstile.engine.equivalence: defaults filled in, strings NFC and trimmed,
 the tool's declared equivalences such as e-mail addresses without case and
 lists as sets), which the activity that validates the call computes and

@@ -1,4 +1,4 @@
-"""Tool schemas as the wire carries them, per schema dialect (issue 36).
+"""Tool schemas as the wire carries them, per schema dialect.
 
 A tool's JSON schema (from its pydantic signature) is what validates its
 arguments inside the tool, always, whatever is sent. What the model request

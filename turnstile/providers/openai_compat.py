@@ -119,7 +119,7 @@ def parse_retry_after(value: str | None) -> float | None:
 
 
 def to_openai_message(m: ChatMessage) -> dict[str, Any]:
-    # Content is never null on the wire: beside tool calls it is "" (issue 36:
+    # Content is never null on the wire: beside tool calls it is "" (
     # llama-cpp-python refuses null there with a 500; OpenAI, vLLM, Ollama and
     # llama-server take ""), and a message without text is "" everywhere.
     out: dict[str, Any] = {"role": m.role, "content": m.content or ""}

@@ -2,7 +2,7 @@
 the next step in terms of the tools the call's service offers
 (`ToolContext.offers`). A result never names a tool the service does not
 offer: "check delivery with getEmailTaskStatus" in a service without it made
-a small model queue the same e-mail again and again (issue 36);
+a small model queue the same e-mail again and again;
 tests/test_result_wording.py checks every text against every service.
 """
 

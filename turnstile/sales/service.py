@@ -24,7 +24,7 @@ DEFAULT_OUTBOUND = OutboundPolicy(allowed_domains=["example.com"])
 
 # {{today}}, {{weekday}} and {{date_ranges}} are built-in variables (the
 # workflow's clock; turnstile.engine.date_ranges): the model copies the dates a
-# request names instead of working them out (issue 54: a 1.5B model got "last
+# request names instead of working them out (a 1.5B model got "last
 # week" wrong in 10 of 10 runs).
 SYSTEM_PROMPT = """\
 You are a sales follow-up assistant. Today is {{weekday}}, {{today}}.
@@ -76,7 +76,7 @@ def build_sales_service(outbound: OutboundPolicy = DEFAULT_OUTBOUND) -> Service:
     )
 
 
-# Measured on Qwen2.5-Coder-1.5B (issue 36): with the full prompt, three
+# Measured on Qwen2.5-Coder-1.5B: with the full prompt, three
 # retrieved documents and six tools the first token is a tool call with
 # probability 0.21; a short prompt, no documents and two tools, 0.64.
 COMPACT_PROMPT = """\

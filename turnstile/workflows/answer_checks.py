@@ -1,4 +1,4 @@
-"""Honest endings for final answers that are not answers (issue 36;
+"""Honest endings for final answers that are not answers (
 turnstile.engine.answer_rules): an empty answer is asked for once more
 without tools, then ends the turn `failed` (`EmptyAnswer`); a tool call
 written as text ends it `failed` (`ToolCallAsText`) without running it;
