@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +25,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
+from tests.support.loop_thread import LoopThread
 from tests.support.services import make_service
 from tests.support.temporal_server import DevServer, connect
 from tests.support.turns import Turns, running_worker
@@ -78,21 +78,6 @@ def expected(replies: list[str], ask: str) -> tuple[str, int]:
     raise AssertionError("unreachable: the list ends with an answer")
 
 
-class LoopThread:
-    """An event loop in a thread, hosting the worker, so a sync Hypothesis
-    test can drive async turns."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-
-    def run(self, coro: Any, timeout: float) -> Any:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
-
-    def close(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
 
 
 @pytest.fixture

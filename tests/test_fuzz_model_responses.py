@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -32,6 +31,7 @@ from hypothesis import HealthCheck, event, given, settings, strategies as st
 from temporalio.api.enums.v1 import EventType
 
 from tests.support.fake_llm import FakeLLM, Raw, text_reply
+from tests.support.loop_thread import LoopThread
 from tests.support.services import add, echo, mustSucceed, refuses, reserve, unlock
 from tests.support.temporal_server import DevServer, connect
 from tests.support.turns import Turns, running_worker
@@ -102,21 +102,6 @@ tool_responses = st.lists(st.fixed_dictionaries({
     {"choices": [{"message": {"role": "assistant", "content": None, "tool_calls": calls}}]})))
 
 
-class LoopThread:
-    """An event loop in a thread, hosting a worker, so a sync Hypothesis test
-    can drive async turns."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-
-    def run(self, coro: Any, timeout: float) -> Any:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
-
-    def close(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
 
 
 @pytest.fixture

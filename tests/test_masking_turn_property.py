@@ -31,7 +31,6 @@ import base64
 import json
 import logging
 import os
-import threading
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -42,6 +41,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from temporalio.api.enums.v1 import EventType
 
 from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
+from tests.support.loop_thread import LoopThread
 from tests.support.masking_strategies import (
     Form,
     addresses,
@@ -88,21 +88,6 @@ class JsonLines(logging.Handler):
         self.lines.append(self.format(record))
 
 
-class LoopThread:
-    """An event loop in a thread, hosting the worker, so a sync Hypothesis
-    test can drive async turns."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-
-    def run(self, coro: Any, timeout: float) -> Any:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
-
-    def close(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
 
 
 @pytest.fixture

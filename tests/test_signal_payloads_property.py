@@ -28,6 +28,7 @@ from temporalio.client import WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 
 from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
+from tests.support.loop_thread import LoopThread
 from tests.support.sql import fetchall
 from tests.support.temporal_server import DevServer, connect
 from tests.support.turns import Turns, running_worker, wait_pending
@@ -94,21 +95,6 @@ def sent(draw: st.DrawFn) -> Sent:
     return Sent(draw(signal_names), [draw(random_payload)])
 
 
-class LoopThread:
-    """An event loop in a thread, so Hypothesis' synchronous examples can
-    drive async turns."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-
-    def run(self, coro: Any, timeout: float) -> Any:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
-
-    def close(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
 
 
 @pytest.fixture
