@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from turnstile.engine import errors
+from turnstile.outbox.store import DeliveryInProgress
 from turnstile.providers.openai_compat import (
     IncompleteStreamError,
     InvalidRequestAnswer,
@@ -34,6 +35,7 @@ STABLE = {
     errors.RunSuperseded: "RunSuperseded",
     errors.ResetConflict: "ResetConflict",
     RunUnconfirmed: "RunUnconfirmed",  # internal: a claim waits for Temporal's word
+    DeliveryInProgress: "DeliveryInProgress",  # retryable: a cancel meets a new attempt
     errors.DatabaseUnavailable: "DatabaseUnavailable",
     errors.InvalidTurnInput: "InvalidTurnInput",
     errors.MessageTooLong: "MessageTooLong",
