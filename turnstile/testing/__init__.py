@@ -1,4 +1,4 @@
-"""The test kit for your own app: a function model and real turns in tests.
+"""The test kit for your own app: function models, real turns and a model server.
 
     from turnstile.testing import FunctionModel, ScriptedModel, call, TestStack
 
