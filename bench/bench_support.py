@@ -21,10 +21,10 @@ from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
-from tests.support.fake_llm import FakeLLM
 from turnstile.runtime.devstack import temporal_dev_command
 from turnstile.sales.seed import seed
 from turnstile.stores.db import Database
+from turnstile.testing import FakeOpenAIServer
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 LOCAL_ACTIVITY_MARKER = "core_local_activity"
@@ -159,7 +159,7 @@ async def bench_stack(workdir: Path, rows: int, reply: Callable[[dict[str, Any]]
     db_url = f"sqlite:///{workdir / 'bench.db'}"
     seed(Database(db_url), rows=rows)
     server = DevServer(workdir / "temporal.log")
-    fake = FakeLLM(keep_alive=True)  # persistent connections, as real endpoints
+    fake = FakeOpenAIServer(keep_alive=True)  # persistent connections, as real endpoints
     fake.default = reply
     # The bench's model stands for a hosted endpoint, which takes `"content":
     # null` beside tool calls (pydantic-ai sends it); the fake refuses it by

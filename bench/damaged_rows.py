@@ -30,7 +30,6 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from tests.support.damage import Damage, Outcome, damage, exercise, tool_then_answer
 from tests.support.databases import migrate
-from tests.support.fake_llm import FakeLLM
 from tests.support.processes import free_port
 from tests.support.services import echo
 from tests.support.temporal_server import DevServer, connect
@@ -38,12 +37,13 @@ from tests.support.turns import Turns, running_worker
 from turnstile.runtime.services import Service
 from turnstile.runtime.tools import ToolRegistry
 from turnstile.stores.db import Database
+from turnstile.testing import FakeOpenAIServer
 
 
 class Rig:
     """A worker on its own loop and thread; `run` is called from Hypothesis'."""
 
-    def __init__(self, address: str, url: str, llm: FakeLLM) -> None:
+    def __init__(self, address: str, url: str, llm: FakeOpenAIServer) -> None:
         self.address, self.url, self.llm = address, url, llm
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         migrate(db)
         os.environ["DATABASE_URL"] = url  # what `starter.py check` and quarantine read
         server = DevServer(free_port(), Path(tmp) / "server.log")
-        llm = FakeLLM()
+        llm = FakeOpenAIServer()
         try:
             with Rig(server.address, url, llm) as rig:
                 failure = _run(rig, db, args.examples, seen)

@@ -37,8 +37,8 @@ from temporalio.client import Client
 
 from bench.bench_support import LOCAL_ACTIVITY_MARKER, DevServer, connect
 from bench.turns import scripted_model
-from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from turnstile.engine.contract import WORKFLOW_TYPE, TurnInput, TurnResult, TurnStatus
+from turnstile.testing import FakeOpenAIServer, text_reply, tool_reply
 
 TURNS = {"plain, no tool": 0, "plain, one tool": 1, "bench turn": 2}
 ADD_TURN = "plain service, one add call"
@@ -58,7 +58,7 @@ def _name(e: Any) -> str:
     return kind
 
 
-async def one_turn(client: Client, queue: str, fake: FakeLLM, queries: int | None,
+async def one_turn(client: Client, queue: str, fake: FakeOpenAIServer, queries: int | None,
                    show: bool) -> tuple[int, int, Counter[str]]:
     """`queries` None: the test service's turn (one `add` call, then the answer)."""
     if queries is None:
@@ -103,7 +103,7 @@ async def main_async(args: argparse.Namespace) -> None:
         db_url = f"sqlite:///{Path(tmp) / 'h.db'}"
         seed(Database(db_url), rows=args.rows)
         server = DevServer(Path(tmp) / "temporal.log")
-        fake = FakeLLM()
+        fake = FakeOpenAIServer()
         try:
             client = await connect(server.address)
             queue = f"history-{uuid.uuid4().hex[:6]}"

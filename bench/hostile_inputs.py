@@ -25,11 +25,11 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from tests.support.databases import migrate
-from tests.support.fake_llm import FakeLLM
 from tests.support.hostile import HostileRig, query_args, turn_payloads
 from tests.support.processes import free_port
 from tests.support.temporal_server import DevServer
 from turnstile.stores.db import Database
+from turnstile.testing import FakeOpenAIServer
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
         url = args.database_url or f"sqlite:///{Path(tmp) / 'hostile.db'}"
         migrate(Database(url))
         server = DevServer(free_port(), Path(tmp) / "server.log")
-        llm = FakeLLM()
+        llm = FakeOpenAIServer()
         try:
             with HostileRig(server.address, url, llm) as rig:
                 failure = _run(rig, args.examples)

@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.bench_support import DevServer, WorkerProc, connect, free_port, percentile
-from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from turnstile.engine.contract import WORKFLOW_TYPE, TurnInput
+from turnstile.testing import FakeOpenAIServer, text_reply, tool_reply
 
 ROOT = Path(__file__).resolve().parents[1]
 SERVICES = ("payments", "ops", "refunds")
@@ -128,7 +128,7 @@ async def run(args: argparse.Namespace, workdir: Path) -> None:
 
     db_url = f"sqlite:///{workdir / 'inbox.db'}"
     server = DevServer(workdir / "temporal.log")
-    fake = FakeLLM(keep_alive=True)
+    fake = FakeOpenAIServer(keep_alive=True)
     fake.default = model
     queue, gone_queue = f"inbox-{uuid.uuid4().hex[:6]}", f"gone-{uuid.uuid4().hex[:6]}"
     env = {"TEMPORAL_ADDRESS": server.address, "DATABASE_URL": db_url,

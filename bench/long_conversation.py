@@ -29,7 +29,6 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from bench.bench_support import DevServer, connect
-from tests.support.fake_llm import FakeLLM, text_reply
 from tests.support.services import make_service
 from tests.support.turns import running_worker
 from tests.test_long_conversations import _history
@@ -37,10 +36,11 @@ from turnstile.engine.contract import TurnStatus
 from turnstile.stores.connection import rows_read
 from turnstile.stores.db import Database
 from turnstile.stores.schema import ensure_schema
+from turnstile.testing import FakeOpenAIServer, text_reply
 
 
 async def measure(client_address: str, url: str, sizes: list[int], turns: int,
-                  fake: FakeLLM) -> list[tuple[int, float, float, int, int]]:
+                  fake: FakeOpenAIServer) -> list[tuple[int, float, float, int, int]]:
     client = await connect(client_address)
     fake.default = lambda _req: text_reply("still here")
     out = []
@@ -84,7 +84,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="turnstile-long-") as tmp, ExitStack() as stack:
         server = DevServer(Path(tmp) / "temporal.log")
         stack.callback(server.stop)
-        fake = FakeLLM()
+        fake = FakeOpenAIServer()
         stack.callback(fake.close)
         for backend in args.backends:
             if backend == "postgresql":

@@ -178,12 +178,12 @@ def model_request(transport: str = "ours", concurrency: int = 1) -> float:
 
     import httpx
 
-    from tests.support.fake_llm import FakeLLM, text_reply
     from turnstile.engine.messages import ChatMessage, ToolCall
     from turnstile.providers.base import ModelRequest
     from turnstile.providers.openai_compat import OpenAICompatibleProvider
     from turnstile.sales.documents import SALES_DOCUMENTS
     from turnstile.sales.service import SYSTEM_PROMPT, build_sales_service
+    from turnstile.testing import FakeOpenAIServer, text_reply
 
     service = build_sales_service()
     tools = [t.spec for t in service.tools]
@@ -201,7 +201,7 @@ def model_request(transport: str = "ours", concurrency: int = 1) -> float:
         ChatMessage(role="tool", tool_call_id=call.id, content=result),
     ], tools=tools, max_tokens=1024, temperature=0.2)
     logging.getLogger("httpx").setLevel(logging.WARNING)  # its line per request: not here
-    server = FakeLLM(keep_alive=True)
+    server = FakeOpenAIServer(keep_alive=True)
     server.default = text_reply("Found 10 customers above 50,000 last week: " + ", ".join(
         f"{r['name']} ({r['customerId']}, {r['total']})" for r in rows))
 

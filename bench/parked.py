@@ -44,7 +44,6 @@ from typing import Any
 
 from bench.bench_support import DevServer, WorkerProc, connect, free_port, percentile
 from bench.resume_phases import resume_phases
-from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.sql import fetchone
 from turnstile.engine.contract import (
     WORKFLOW_TYPE,
@@ -54,6 +53,7 @@ from turnstile.engine.contract import (
 )
 from turnstile.sales.seed import seed
 from turnstile.stores.db import Database
+from turnstile.testing import FakeOpenAIServer, text_reply, tool_reply
 
 ROOT = Path(__file__).resolve().parents[1]
 MAIL = {"to": "ops@example.com", "subject": "Follow up", "body": "C0001"}
@@ -162,7 +162,7 @@ async def run(args: argparse.Namespace, workdir: Path) -> None:
     seed(Database(db_url), rows=200)
     server = DevServer(workdir / "temporal.log")
     model = Model()
-    fake = FakeLLM(keep_alive=True)
+    fake = FakeOpenAIServer(keep_alive=True)
     fake.default = model
     queue = f"parked-{uuid.uuid4().hex[:6]}"
     metrics_port = free_port()

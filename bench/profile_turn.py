@@ -57,9 +57,9 @@ from bench.bench_support import (
 )
 from bench.profile_summary import _split
 from bench.turns import ROOT, SYSTEMS, run_batch, scripted_model
-from tests.support.fake_llm import FakeLLM
 from turnstile.sales.seed import seed
 from turnstile.stores.db import Database
+from turnstile.testing import FakeOpenAIServer
 
 log = logging.getLogger("bench.profile_turn")
 
@@ -176,7 +176,7 @@ async def profile(args: argparse.Namespace, workdir: Path) -> None:
     db_url = f"sqlite:///{workdir / 'bench.db'}"
     seed(Database(db_url), rows=args.rows)
     server = DevServer(workdir / "temporal.log")
-    fake = FakeLLM(keep_alive=True)
+    fake = FakeOpenAIServer(keep_alive=True)
     fake.default = scripted_model()
     system = SYSTEMS["turnstile"]
     worker: WorkerProc | None = None

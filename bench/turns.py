@@ -6,7 +6,7 @@ pydantic-ai's TemporalAgent, side by side on the same dev server.
 
 Starts `temporal server start-dev` (in memory, with the speed flags of
 turnstile.runtime.devstack), an instant scripted OpenAI-compatible model
-(tests.support.fake_llm.FakeLLM, a real HTTP server in this process) and a
+(turnstile.testing.FakeOpenAIServer, a real HTTP server in this process) and a
 SQLite database seeded like `starter.py seed` (100,000 rows). Each system's
 worker is its own process, started and stopped here, so its CPU time is its
 own (/proc/PID/stat). All three are up at once; per concurrency, `--rounds`
@@ -65,10 +65,10 @@ from bench.bench_support import (
     percentile,
 )
 from bench.profile_summary import summarize
-from tests.support.fake_llm import text_reply, tool_reply
 from turnstile.engine.contract import WORKFLOW_TYPE, TurnInput, TurnResult, TurnStatus
 from turnstile.runtime.devstack import TEMPORAL_SPEED_FLAGS
 from turnstile.sales.seed import last_week
+from turnstile.testing import text_reply, tool_reply
 
 log = logging.getLogger("bench.turns")
 ROOT = Path(__file__).resolve().parents[1]

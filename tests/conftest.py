@@ -1,9 +1,16 @@
-"""Fixtures live in tests/support/, one module per real dependency."""
+"""Fixtures live in tests/support/, one module per real dependency; the
+model server's are here, as docs/testing.md shows an app's own tests
+writing them."""
+
+from collections.abc import Iterator
+
+import pytest
+
+from turnstile.testing import FakeOpenAIServer
 
 pytest_plugins = [
     "tests.support.databases",
     "tests.support.temporal_server",
-    "tests.support.fake_llm",
     "tests.support.mcp_fixtures",
     "tests.support.spans",
     "tests.support.tiers",
@@ -22,3 +29,18 @@ def pytest_asyncio_loop_factories(config, item):  # type: ignore[no-untyped-def]
     if item.path.name == "test_http_transport.py" and product is not asyncio.new_event_loop:
         return {"uvloop": product, "asyncio": asyncio.new_event_loop}
     return {"default": product}
+
+
+@pytest.fixture(scope="session")
+def _fake_llm_server() -> Iterator[FakeOpenAIServer]:
+    with FakeOpenAIServer() as server:
+        yield server
+
+
+@pytest.fixture
+def fake_llm(_fake_llm_server: FakeOpenAIServer) -> Iterator[FakeOpenAIServer]:
+    """The test kit's strict OpenAI-compatible server (turnstile.testing), one
+    for the session, reset around each test."""
+    _fake_llm_server.reset()
+    yield _fake_llm_server
+    _fake_llm_server.reset()

@@ -36,7 +36,6 @@ from typing import Any
 from temporalio.client import Client, WorkflowHandle, WorkflowQueryFailedError
 from temporalio.service import RPCError
 
-from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.processes import free_port
 from tests.support.services import make_service
 from tests.support.temporal_server import DevServer, connect
@@ -57,6 +56,7 @@ from turnstile.sales.seed import seed
 from turnstile.sales.service import build_sales_service
 from turnstile.stores.db import Database
 from turnstile.stores.schema import ensure_schema
+from turnstile.testing import FakeOpenAIServer, text_reply, tool_reply
 
 OUT = Path(__file__).parent / "histories"
 DEMO = "Find customers whose sales last week exceeded 50,000 and email ops@example.com to follow up"
@@ -95,7 +95,7 @@ def ended(text: str | None, reason: str) -> dict[str, Any]:
     return reply
 
 
-async def scenario(client: Client, fake: FakeLLM, tmp: Path, name: str,
+async def scenario(client: Client, fake: FakeOpenAIServer, tmp: Path, name: str,
                    services: list, provider: Any,  # type: ignore[type-arg]
                    body: Callable[[Turns], Awaitable[WorkflowHandle]]) -> None:
     if sys.argv[1:] and name not in sys.argv[1:]:
@@ -105,7 +105,7 @@ async def scenario(client: Client, fake: FakeLLM, tmp: Path, name: str,
         await save(name, await body(turns))
 
 
-async def scenarios(client: Client, fake: FakeLLM, tmp: Path, names: list[str],
+async def scenarios(client: Client, fake: FakeOpenAIServer, tmp: Path, names: list[str],
                     services: list[Service],
                     body: Callable[[Turns], Awaitable[list[WorkflowHandle]]]) -> None:
     """A scenario of several turns on one worker: one history per name, in
@@ -144,7 +144,7 @@ async def queued_status(handle: WorkflowHandle) -> None:
     raise TimeoutError(f"{handle.id} never said it was queued")
 
 
-async def record_approvals_v2(client: Client, fake: FakeLLM, tmp: Path) -> None:
+async def record_approvals_v2(client: Client, fake: FakeOpenAIServer, tmp: Path) -> None:
     """Steer, queue, refuse (docs/steering.md) and approve with edits."""
 
     async def steered(turns: Turns) -> list[WorkflowHandle]:
@@ -207,7 +207,7 @@ async def record_approvals_v2(client: Client, fake: FakeLLM, tmp: Path) -> None:
                     edited)
 
 
-async def record_small_models(client: Client, fake: FakeLLM, tmp: Path) -> None:
+async def record_small_models(client: Client, fake: FakeOpenAIServer, tmp: Path) -> None:
     """The loop's rules for small models: a repeated effectful
     call settled without running, an empty answer asked for again, and calls
     written as text read as calls (`ModelSettings.text_tool_calls`)."""
@@ -236,7 +236,7 @@ async def record_small_models(client: Client, fake: FakeLLM, tmp: Path) -> None:
     await scenario(client, fake, tmp, "text_tool_calls", [service], None, as_text)
 
 
-async def record_by_meaning(client: Client, fake: FakeLLM, tmp: Path) -> None:
+async def record_by_meaning(client: Client, fake: FakeOpenAIServer, tmp: Path) -> None:
     """Revision 5: the repeat breaker by meaning. One sales turn:
     an e-mail, the same one with the address in capitals (a repeat, never
     reviewed), one with another subject (reviewed, with the first among its
@@ -262,7 +262,7 @@ async def record_by_meaning(client: Client, fake: FakeLLM, tmp: Path) -> None:
                    by_meaning)
 
 
-async def record_dead_ends(client: Client, fake: FakeLLM, tmp: Path) -> None:
+async def record_dead_ends(client: Client, fake: FakeOpenAIServer, tmp: Path) -> None:
     """Revision 6: dead ends. `dead_end_recovered`: a tool that
     fails three times is disabled and no longer offered, a call without the
     arguments its tool needs, a bare `functions.echo:`, the request without
@@ -296,7 +296,7 @@ async def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     OUT.mkdir(exist_ok=True)
     server = DevServer(free_port(), Path(tempfile.mkdtemp()) / "server.log")
-    fake = FakeLLM()
+    fake = FakeOpenAIServer()
     try:
         client = await connect(server.address)
         tmp = Path(tempfile.mkdtemp())

@@ -23,7 +23,6 @@ import sqlalchemy as sa
 from temporalio.client import Client
 
 from tests.support.databases import BACKENDS, worker_database_url
-from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.turns import running_worker, wait_pending
 from turnstile.cli_views import describe_pending
 from turnstile.client import TurnstileClient
@@ -41,6 +40,7 @@ from turnstile.runtime.services import Service
 from turnstile.runtime.tools import ToolContext, ToolRegistry, Undo, tool
 from turnstile.stores.audit import AuditLog
 from turnstile.stores.db import Database
+from turnstile.testing import FakeOpenAIServer, text_reply, tool_reply
 
 ROOT = Path(__file__).resolve().parents[1]
 META = sa.MetaData()
@@ -166,7 +166,7 @@ async def test_an_edited_approval_keeps_the_tools_result(
 
 
 async def test_a_wire_model_reads_the_tools_json_and_a_separate_note(
-        client: Client, task_queue: str, tmp_path: Path, fake_llm: FakeLLM) -> None:
+        client: Client, task_queue: str, tmp_path: Path, fake_llm: FakeOpenAIServer) -> None:
     db = prepared(f"sqlite:///{tmp_path}/t.db")
     asked = {"member_id": "M-2", "book_id": "B-7"}
     fake_llm.script(tool_reply(("l1", "lendBook", asked)), text_reply("lent"))

@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from tests.support.openai_conformance import violations
 from turnstile.engine import attributes as attr
 from turnstile.engine.approvals import edit_note, recorded_edits, split_edit_note
 from turnstile.engine.errors import ModelFunctionError
@@ -22,6 +21,7 @@ from turnstile.providers.function_model import FunctionModel, model_call
 from turnstile.providers.openai_compat import OpenAICompatibleProvider, with_edit_notes
 from turnstile.runtime.tools import ToolContext, ToolDefinitionError, tool
 from turnstile.stores.db import Database
+from turnstile.testing.openai_conformance import violations
 
 ASKED = {"member_id": "M-2", "book_id": "B-7"}
 RAN = {"member_id": "M-3", "book_id": "B-7"}

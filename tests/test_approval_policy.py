@@ -17,7 +17,6 @@ import pytest
 from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 
-from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.sql import fetchall
 from tests.support.temporal_server import DevServer
 from tests.support.turns import running_worker, wait_pending
@@ -36,6 +35,7 @@ from turnstile.runtime.devstack import temporal_binary
 from turnstile.sales.service import build_sales_service
 from turnstile.stores.db import Database
 from turnstile.stores.schema import ensure_schema
+from turnstile.testing import FakeOpenAIServer, text_reply, tool_reply
 
 MAIL = {"to": "ops@example.com", "subject": "Follow up: top customers", "body": "C0001, C0002"}
 
@@ -53,7 +53,7 @@ def sqlite_db(tmp_path) -> Database:  # type: ignore[no-untyped-def]
 
 
 async def test_only_allowed_reviewers_decide_and_every_outcome_is_audited(
-        client: Client, task_queue: str, tmp_path, fake_llm: FakeLLM) -> None:
+        client: Client, task_queue: str, tmp_path, fake_llm: FakeOpenAIServer) -> None:
     db = sqlite_db(tmp_path)
     with db.connect() as conn:  # the operator narrows who may approve e-mail
         conn.execute("INSERT INTO approver (service, tool, reviewer) VALUES (:s, :t, :r)",
@@ -100,7 +100,7 @@ async def test_only_allowed_reviewers_decide_and_every_outcome_is_audited(
 
 
 async def test_by_default_anyone_named_but_the_requester(
-        client: Client, task_queue: str, tmp_path, fake_llm: FakeLLM) -> None:
+        client: Client, task_queue: str, tmp_path, fake_llm: FakeOpenAIServer) -> None:
     db = sqlite_db(tmp_path)
     fake_llm.script(tool_reply(("e1", "createEmailTask", MAIL)), text_reply("queued"))
     async with running_worker(client, task_queue, db.url, [build_sales_service()],
@@ -132,7 +132,7 @@ async def test_by_default_anyone_named_but_the_requester(
 
 
 async def test_a_recipient_outside_the_allow_list_never_reaches_the_outbox(
-        client: Client, task_queue: str, tmp_path, fake_llm: FakeLLM) -> None:
+        client: Client, task_queue: str, tmp_path, fake_llm: FakeOpenAIServer) -> None:
     db = sqlite_db(tmp_path)
     planted = {**MAIL, "to": "cfo@attacker.test"}  # e.g. planted in a customer's name
     fake_llm.script(tool_reply(("e1", "createEmailTask", planted)), text_reply("could not"))
@@ -148,7 +148,7 @@ async def test_a_recipient_outside_the_allow_list_never_reaches_the_outbox(
 
 
 async def test_a_policy_that_allows_external_recipients_says_so(
-        client: Client, task_queue: str, tmp_path, fake_llm: FakeLLM) -> None:
+        client: Client, task_queue: str, tmp_path, fake_llm: FakeOpenAIServer) -> None:
     db = sqlite_db(tmp_path)
     external = {**MAIL, "to": "partner@elsewhere.org"}
     policy = OutboundPolicy(allowed_domains=["example.com"], allow_external=True)
@@ -165,7 +165,7 @@ async def test_a_policy_that_allows_external_recipients_says_so(
 
 
 async def test_a_pasted_command_with_a_hostile_call_id_only_signals(
-        client: Client, task_queue: str, tmp_path, fake_llm: FakeLLM,
+        client: Client, task_queue: str, tmp_path, fake_llm: FakeOpenAIServer,
         temporal_server: DevServer) -> None:
     db = sqlite_db(tmp_path)
     marker = tmp_path / "PWNED"
@@ -193,7 +193,7 @@ async def test_a_pasted_command_with_a_hostile_call_id_only_signals(
 
 
 async def test_a_refusal_after_the_last_round_is_audited_before_the_turn_ends(
-        client: Client, task_queue: str, tmp_path, fake_llm: FakeLLM) -> None:
+        client: Client, task_queue: str, tmp_path, fake_llm: FakeOpenAIServer) -> None:
     db = sqlite_db(tmp_path)
     answering = threading.Event()
 

@@ -10,7 +10,6 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowUpdateFailedError
 
-from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.services import make_service, side_effects
 from tests.support.sql import fetchall
 from tests.support.turns import running_worker, wait_pending
@@ -25,6 +24,7 @@ from turnstile.engine.contract import (
     TurnStatus,
 )
 from turnstile.stores.db import Database
+from turnstile.testing import FakeOpenAIServer, text_reply, tool_reply
 from turnstile.workflows.state import SA_PENDING, SA_STATUS
 
 
@@ -53,7 +53,7 @@ async def listed(client: Client, query: str) -> list[str]:
 
 
 async def test_approve_runs_the_call_and_is_audited(client: Client, task_queue: str, tmp_path,
-                                                    fake_llm: FakeLLM) -> None:
+                                                    fake_llm: FakeOpenAIServer) -> None:
     fake_llm.script(PAY, text_reply("paid"))
     async with running_worker(client, task_queue, db_url(tmp_path), [make_service()],
                               llm_url=fake_llm.url) as turns:
@@ -73,7 +73,7 @@ async def test_approve_runs_the_call_and_is_audited(client: Client, task_queue: 
 
 
 async def test_reject_reaches_the_model_as_error(client: Client, task_queue: str, tmp_path,
-                                                 fake_llm: FakeLLM) -> None:
+                                                 fake_llm: FakeOpenAIServer) -> None:
     fake_llm.script(PAY, text_reply("not paid"))
     async with running_worker(client, task_queue, db_url(tmp_path), [make_service()],
                               llm_url=fake_llm.url) as turns:
@@ -91,7 +91,7 @@ async def test_reject_reaches_the_model_as_error(client: Client, task_queue: str
 
 
 async def test_deadline_rejects(client: Client, task_queue: str, tmp_path,
-                                fake_llm: FakeLLM) -> None:
+                                fake_llm: FakeOpenAIServer) -> None:
     fake_llm.script(tool_reply(("p1", "sendMoney", {"to": "bob", "amount": 1})),
                     text_reply("timed out"))
     async with running_worker(client, task_queue, db_url(tmp_path), [make_service()],
@@ -103,7 +103,7 @@ async def test_deadline_rejects(client: Client, task_queue: str, tmp_path,
 
 
 async def test_unknown_and_early_signals_are_refused(client: Client, task_queue: str, tmp_path,
-                                                     fake_llm: FakeLLM) -> None:
+                                                     fake_llm: FakeOpenAIServer) -> None:
     fake_llm.script(PAY, text_reply("paid"))
     async with running_worker(client, task_queue, db_url(tmp_path), [make_service()],
                               llm_url=fake_llm.url) as turns:
@@ -128,7 +128,7 @@ async def test_unknown_and_early_signals_are_refused(client: Client, task_queue:
 
 
 async def test_two_approvals_in_one_round(client: Client, task_queue: str, tmp_path,
-                                          fake_llm: FakeLLM) -> None:
+                                          fake_llm: FakeOpenAIServer) -> None:
     fake_llm.script(tool_reply(("a", "sendMoneySlowly", {"to": "ann", "amount": 1}),
                                ("b", "sendMoneySlowly", {"to": "ben", "amount": 2})),
                     text_reply("done"))
@@ -146,7 +146,7 @@ async def test_two_approvals_in_one_round(client: Client, task_queue: str, tmp_p
 
 
 async def test_review_update_validates(client: Client, task_queue: str, tmp_path,
-                                       fake_llm: FakeLLM) -> None:
+                                       fake_llm: FakeOpenAIServer) -> None:
     fake_llm.script(PAY, text_reply("paid"))
     async with running_worker(client, task_queue, db_url(tmp_path), [make_service()],
                               llm_url=fake_llm.url) as turns:
@@ -169,7 +169,7 @@ async def test_review_update_validates(client: Client, task_queue: str, tmp_path
 
 
 async def test_waiting_turns_are_findable(client: Client, task_queue: str, tmp_path,
-                                          fake_llm: FakeLLM) -> None:
+                                          fake_llm: FakeOpenAIServer) -> None:
     fake_llm.script(PAY, text_reply("paid"))
     async with running_worker(client, task_queue, db_url(tmp_path), [make_service()],
                               llm_url=fake_llm.url) as turns:
@@ -190,7 +190,7 @@ async def test_waiting_turns_are_findable(client: Client, task_queue: str, tmp_p
 
 
 async def test_a_decision_in_the_deadlines_activation_stands(
-        client: Client, tmp_path, fake_llm: FakeLLM) -> None:
+        client: Client, tmp_path, fake_llm: FakeOpenAIServer) -> None:
     """The worker is away while the approval deadline passes; the approval is
     signalled before it comes back, so the timer and the decision arrive in one
     activation. The decision stands (the deadline used to overwrite it)."""
@@ -218,7 +218,8 @@ async def test_a_decision_in_the_deadlines_activation_stands(
 
 
 async def test_model_call_ids_never_name_a_refusal_row(client: Client, task_queue: str,
-                                                       tmp_path, fake_llm: FakeLLM) -> None:
+                                                       tmp_path,
+                                                       fake_llm: FakeOpenAIServer) -> None:
     """The audit keys a refused decision "<call id>/refused-<n>": a model that
     names its call "p1/refused-1" gets an id of its own, and the refusal of
     p1 (by the requester herself) and that call each keep their row. A
@@ -250,7 +251,7 @@ async def test_model_call_ids_never_name_a_refusal_row(client: Client, task_queu
 
 
 async def test_a_running_turn_is_found_by_conversation_user_and_service(
-        client: Client, task_queue: str, tmp_path, fake_llm: FakeLLM) -> None:
+        client: Client, task_queue: str, tmp_path, fake_llm: FakeOpenAIServer) -> None:
     """From revision 3 a turn publishes its search attributes once begin_turn
     returns: found while its first model call still runs, no approval needed."""
     answering = threading.Event()

@@ -15,7 +15,6 @@ import uuid
 
 from temporalio.client import Client
 
-from tests.support.fake_llm import FakeLLM, text_reply
 from tests.support.services import make_service
 from tests.support.turns import running_worker
 from tests.test_long_conversations import _history
@@ -27,6 +26,7 @@ from turnstile.providers.tokens import estimate_tokens
 from turnstile.stores.connection import rows_read
 from turnstile.stores.db import Database
 from turnstile.stores.memory import MemoryStore
+from turnstile.testing import FakeOpenAIServer, text_reply
 
 
 def _count(text: str) -> int:
@@ -86,7 +86,7 @@ def test_the_tail_gives_the_same_window_as_the_whole(tmp_path) -> None:  # type:
 
 
 async def test_a_turn_on_ten_thousand_messages_reads_a_window(
-        client: Client, task_queue: str, db: Database, fake_llm: FakeLLM) -> None:
+        client: Client, task_queue: str, db: Database, fake_llm: FakeOpenAIServer) -> None:
     fake_llm.default = lambda _req: text_reply("still here")
     long, short = f"long-{uuid.uuid4().hex[:6]}", f"short-{uuid.uuid4().hex[:6]}"
     read: dict[str, list[int]] = {long: [], short: []}

@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 from temporalio.client import Client
 
-from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.services import add, sendMoneySlowly
 from tests.support.turns import running_worker, wait_pending
 from turnstile.client import AlreadyDecided, ApprovalRefused, TurnNotFound, TurnstileClient
@@ -21,6 +20,7 @@ from turnstile.engine.contract import TurnInput, TurnStatus
 from turnstile.runtime.config import Settings
 from turnstile.runtime.services import Service
 from turnstile.runtime.tools import ToolRegistry
+from turnstile.testing import FakeOpenAIServer, text_reply, tool_reply
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -35,7 +35,7 @@ def _client(client: Client, task_queue: str) -> TurnstileClient:
 
 
 async def test_start_follow_review(client: Client, task_queue: str, tmp_path: Path,
-                                   fake_llm: FakeLLM) -> None:
+                                   fake_llm: FakeOpenAIServer) -> None:
     fake_llm.script(tool_reply(("p1", "sendMoneySlowly", {"to": "bob@example.com",
                                                           "amount": 3})),
                     text_reply("paid"))
@@ -86,7 +86,7 @@ def test_the_readme_shows_the_example_as_it_is() -> None:
 
 
 async def test_the_readme_example_runs(client: Client, task_queue: str, tmp_path: Path,
-                                       fake_llm: FakeLLM) -> None:
+                                       fake_llm: FakeOpenAIServer) -> None:
     from examples.chat_backend import chat
 
     fake_llm.script(tool_reply(("a1", "add", {"a": 2, "b": 3})), text_reply("5"))
@@ -100,7 +100,7 @@ async def test_the_readme_example_runs(client: Client, task_queue: str, tmp_path
 
 
 async def test_pending_approvals_across_three_turns_of_two_services(
-        client: Client, task_queue: str, tmp_path: Path, fake_llm: FakeLLM) -> None:
+        client: Client, task_queue: str, tmp_path: Path, fake_llm: FakeOpenAIServer) -> None:
     fake_llm.default = lambda req: (text_reply("paid") if any(
         m["role"] == "tool" for m in req["messages"]) else tool_reply(
         ("p1", "sendMoneySlowly", {"to": "bob@example.com", "amount": 1})))
@@ -137,7 +137,7 @@ async def test_pending_approvals_across_three_turns_of_two_services(
 
 
 async def test_events_resume_across_a_worker_restart(
-        client: Client, task_queue: str, tmp_path: Path, fake_llm: FakeLLM) -> None:
+        client: Client, task_queue: str, tmp_path: Path, fake_llm: FakeOpenAIServer) -> None:
     """A backend follows a turn's events, its worker goes away mid-turn and
     another takes over: the events resume from the offset already read, none
     repeated, none lost, to the end."""

@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client
 
-from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.resets import reset_to, task_after
 from tests.support.services import add, sendMoneySlowly
 from tests.support.turns import running_worker, wait_pending
@@ -29,6 +28,7 @@ from turnstile.engine.contract import CallStatus, TurnInput, TurnStatus
 from turnstile.engine.specs import LoopPolicy
 from turnstile.runtime.services import Service
 from turnstile.runtime.tools import ToolRegistry
+from turnstile.testing import FakeOpenAIServer, text_reply, tool_reply
 
 PAY = ("p1", "sendMoneySlowly", {"to": "bob@example.com", "amount": 5})
 
@@ -39,7 +39,7 @@ def _turn(user: str = "alice") -> TurnInput:
 
 
 async def test_cancelled_and_terminated_turns_end_typed(
-        client: Client, task_queue: str, tmp_path: Path, fake_llm: FakeLLM) -> None:
+        client: Client, task_queue: str, tmp_path: Path, fake_llm: FakeOpenAIServer) -> None:
     fake_llm.default = lambda req: tool_reply(PAY)
     tc = _client(client, task_queue)
     async with running_worker(client, task_queue, f"sqlite:///{tmp_path}/t.db",
@@ -74,7 +74,7 @@ async def test_cancelled_and_terminated_turns_end_typed(
 
 
 async def test_the_handle_follows_a_reset_run(
-        client: Client, task_queue: str, tmp_path: Path, fake_llm: FakeLLM) -> None:
+        client: Client, task_queue: str, tmp_path: Path, fake_llm: FakeOpenAIServer) -> None:
     fake_llm.script(tool_reply(("a1", "add", {"a": 1, "b": 2})), tool_reply(PAY),
                     # the reset run, from just after the add: asks again, pays, answers
                     tool_reply(PAY), text_reply("paid after the reset"))
@@ -97,7 +97,7 @@ async def test_the_handle_follows_a_reset_run(
 
 
 async def test_events_beyond_200_by_absolute_offset(
-        client: Client, task_queue: str, tmp_path: Path, fake_llm: FakeLLM) -> None:
+        client: Client, task_queue: str, tmp_path: Path, fake_llm: FakeOpenAIServer) -> None:
     """A turn of 30 rounds of 3 calls each (~250 events): a follower reads all,
     in order, ending with the end; one resuming at 240 gets the rest; one
     starting at 0 after the end is told what it missed, then gets the end."""

@@ -19,14 +19,14 @@ from typing import Any
 
 import pytest
 
-from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
-from tests.support.openai_conformance import violations
 from turnstile.engine.endings import CONTINUATION_PROMPT
 from turnstile.engine.messages import Attachment, ChatMessage, ToolCall
 from turnstile.engine.specs import ToolSpec
 from turnstile.providers import ModelRequest, OpenAICompatibleProvider
 from turnstile.providers.openai_compat import parse_completion
 from turnstile.providers.openai_stream import read_sse
+from turnstile.testing import FakeOpenAIServer, text_reply, tool_reply
+from turnstile.testing.openai_conformance import violations
 
 SAMPLES = sorted((Path(__file__).parent / "data" / "responses").glob("*.json"))
 
@@ -60,7 +60,7 @@ KINDS: dict[str, ModelRequest] = {
 }
 
 
-def _sent(fake: FakeLLM) -> dict[str, Any]:
+def _sent(fake: FakeOpenAIServer) -> dict[str, Any]:
     assert not fake.refusals, fake.refusals
     return {k: v for k, v in fake.requests[-1].items() if not k.startswith("_")}
 
@@ -68,7 +68,7 @@ def _sent(fake: FakeLLM) -> dict[str, Any]:
 @pytest.mark.parametrize("kind", sorted(KINDS))
 @pytest.mark.parametrize("streamed", [False, True], ids=["complete", "stream"])
 async def test_request_conforms_to_openai_types(kind: str, streamed: bool,
-                                                fake_llm: FakeLLM) -> None:
+                                                fake_llm: FakeOpenAIServer) -> None:
     provider = OpenAICompatibleProvider(fake_llm.url, model="gpt-4o-mini")
     fake_llm.script(text_reply("ok"))
 
@@ -141,7 +141,7 @@ async def test_real_server_response_parses(path: Path) -> None:
         assert "".join(received) == expect["content"]
 
 
-async def test_tool_call_ids_reused_across_turns_stay_paired(fake_llm: FakeLLM) -> None:
+async def test_tool_call_ids_reused_across_turns_stay_paired(fake_llm: FakeOpenAIServer) -> None:
     """llama.cpp and several fine-tunes restart tool-call ids each turn: two
     rounds both using `call_0` still form a request a strict endpoint takes."""
     provider = OpenAICompatibleProvider(fake_llm.url, model="m")

@@ -15,13 +15,13 @@ from typing import Any
 import pytest
 from temporalio.client import Client
 
-from tests.support.fake_llm import FakeLLM, text_reply
 from tests.support.services import make_service
 from tests.support.turns import running_worker
 from turnstile.engine.constrained_calls import SCHEMA_NAME, read_reply, reply_schema
 from turnstile.engine.contract import CallStatus, TurnStatus
 from turnstile.engine.model_settings import ModelSettings
 from turnstile.engine.specs import ToolSpec
+from turnstile.testing import FakeOpenAIServer, text_reply
 
 
 def constrained(value: dict[str, Any]) -> dict[str, Any]:
@@ -29,7 +29,7 @@ def constrained(value: dict[str, Any]) -> dict[str, Any]:
 
 
 async def test_calls_and_the_answer_travel_as_the_constrained_schema(
-        client: Client, task_queue: str, tmp_path: Path, fake_llm: FakeLLM) -> None:
+        client: Client, task_queue: str, tmp_path: Path, fake_llm: FakeOpenAIServer) -> None:
     service = make_service()
     service.model = ModelSettings(constrain_tool_calls=True)
     fake_llm.script(
@@ -67,7 +67,7 @@ async def test_calls_and_the_answer_travel_as_the_constrained_schema(
 
 
 async def test_a_reply_that_is_not_the_schema_stays_text(
-        client: Client, task_queue: str, tmp_path: Path, fake_llm: FakeLLM) -> None:
+        client: Client, task_queue: str, tmp_path: Path, fake_llm: FakeOpenAIServer) -> None:
     """A server that ignores the schema: the text is the answer."""
     service = make_service()
     service.model = ModelSettings(constrain_tool_calls=True)

@@ -7,16 +7,16 @@ import asyncio
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
-from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.services import make_service
 from tests.support.turns import running_worker, wait_pending
 from tests.support.waiting import wait_until
 from turnstile.engine.contract import TurnStatus
 from turnstile.stores.memory import MemoryStore
+from turnstile.testing import FakeOpenAIServer, text_reply, tool_reply
 
 
 async def test_second_turn_waits_for_the_first(client: Client, task_queue: str, tmp_path,
-                                               fake_llm: FakeLLM) -> None:
+                                               fake_llm: FakeOpenAIServer) -> None:
     # FIFO replies: if the second turn ran during the first one's tool call, it
     # would take the first turn's answer and the assertions below would fail.
     fake_llm.script(tool_reply(("k1", "slowUpsert", {"note": "one", "seconds": 2})),
@@ -45,7 +45,8 @@ async def test_second_turn_waits_for_the_first(client: Client, task_queue: str, 
 
 
 async def test_lock_of_a_terminated_turn_is_taken_over(client: Client, task_queue: str,
-                                                       tmp_path, fake_llm: FakeLLM) -> None:
+                                                       tmp_path,
+                                                       fake_llm: FakeOpenAIServer) -> None:
     fake_llm.script(tool_reply(("p1", "sendMoneySlowly", {"to": "bob", "amount": 1})),
                     text_reply("after"))
     async with running_worker(client, task_queue, f"sqlite:///{tmp_path}/t.db",

@@ -37,7 +37,6 @@ from tests.support.damage import (
     tool_then_answer,
     write,
 )
-from tests.support.fake_llm import FakeLLM
 from tests.support.services import echo
 from tests.support.temporal_server import DevServer, connect
 from tests.support.turns import Turns, running_worker
@@ -46,12 +45,13 @@ from turnstile.engine.contract import TurnStatus
 from turnstile.runtime.services import Service
 from turnstile.runtime.tools import ToolRegistry
 from turnstile.stores.db import Database
+from turnstile.testing import FakeOpenAIServer
 
 EXAMPLES = 14  # per database: each is three or four real turns
 
 
 @pytest.fixture
-def harness(temporal_server: DevServer, db: Database, fake_llm: FakeLLM,
+def harness(temporal_server: DevServer, db: Database, fake_llm: FakeOpenAIServer,
             monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[LoopThread, Turns, Client]]:
     fake_llm.default = tool_then_answer
     monkeypatch.setenv("DATABASE_URL", db.url)  # what starter.py reads

@@ -18,7 +18,6 @@ import pytest
 from hypothesis import given, settings, strategies as st
 from temporalio.client import Client
 
-from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.turns import running_worker
 from turnstile.engine.contract import CallStatus, TurnStatus
 from turnstile.engine.date_ranges import date_ranges, date_variables, last_days
@@ -30,6 +29,7 @@ from turnstile.sales.service import (
     build_compact_sales_service,
     build_sales_service,
 )
+from turnstile.testing import FakeOpenAIServer, text_reply, tool_reply
 
 EXAMPLES = int(os.environ.get("DATE_RANGE_EXAMPLES", "300"))
 DAYS = st.dates(min_value=date(1901, 1, 1), max_value=date(2299, 12, 31))
@@ -122,7 +122,7 @@ def expected_lines(today: date) -> list[str]:
                                                 (COMPACT_SERVICE_NAME,
                                                  build_compact_sales_service)])
 async def test_the_request_carries_today_and_the_named_ranges(
-        client: Client, task_queue: str, tmp_path: Path, fake_llm: FakeLLM,
+        client: Client, task_queue: str, tmp_path: Path, fake_llm: FakeOpenAIServer,
         service: str, build: Any) -> None:
     before = datetime.now(UTC).date()
     fake_llm.script(copy_last_week, text_reply("Found them."))

@@ -10,17 +10,17 @@ from urllib.parse import urlparse, urlunparse
 import pytest
 from temporalio.client import Client
 
-from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.turns import running_worker
 from turnstile.engine.contract import CallStatus, TurnStatus
 from turnstile.sales.service import build_sales_service
 from turnstile.stores.audit import AuditLog
 from turnstile.stores.db import Database
 from turnstile.stores.memory import MemoryStore
+from turnstile.testing import FakeOpenAIServer, text_reply, tool_reply
 
 
 async def test_unreachable_reader_is_a_category_not_driver_text(
-        client: Client, task_queue: str, fake_llm: FakeLLM, postgres_url: str,
+        client: Client, task_queue: str, fake_llm: FakeOpenAIServer, postgres_url: str,
         caplog: pytest.LogCaptureFixture) -> None:
     role = f"ts_no_such_role_{uuid.uuid4().hex[:8]}"
     parsed = urlparse(postgres_url)

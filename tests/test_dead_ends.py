@@ -20,7 +20,6 @@ from hypothesis import given, settings, strategies as st
 from temporalio.client import Client, WorkflowHandle
 
 from tests.support.databases import BACKENDS, worker_database_url
-from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.services import make_service
 from tests.support.sql import fetchall
 from tests.support.turns import running_worker
@@ -41,6 +40,7 @@ from turnstile.engine.specs import LoopPolicy, ToolSpec
 from turnstile.engine.tool_round_rules import without_arguments
 from turnstile.sales.service import build_sales_service
 from turnstile.stores.memory import MemoryStore
+from turnstile.testing import FakeOpenAIServer, text_reply, tool_reply
 
 MAIL = {"to": "ops@example.com", "subject": "Follow up", "body": "C0001 and C0002"}
 BARE = "functions.createEmailTask:"
@@ -65,7 +65,7 @@ async def approve_all(handle: WorkflowHandle[Any, Any]) -> list[str]:
 
 @pytest.mark.parametrize("backend", BACKENDS)
 async def test_the_llama_cpp_python_finding_ends_dead_end_calls(
-        client: Client, task_queue: str, tmp_path: Path, fake_llm: FakeLLM, backend: str,
+        client: Client, task_queue: str, tmp_path: Path, fake_llm: FakeOpenAIServer, backend: str,
         request: pytest.FixtureRequest) -> None:
     """The finding, as measured on llama-cpp-python with the documented settings:
     a real createEmailTask (approved, queued), then `functions.createEmailTask:`
@@ -111,7 +111,7 @@ async def test_the_llama_cpp_python_finding_ends_dead_end_calls(
 
 
 async def test_a_disabled_tool_is_no_longer_offered_and_calling_it_ends_the_turn(
-        client: Client, task_queue: str, tmp_path: Path, fake_llm: FakeLLM) -> None:
+        client: Client, task_queue: str, tmp_path: Path, fake_llm: FakeOpenAIServer) -> None:
     """`refuses` fails three times in a row and is disabled: later requests do
     not offer it; two more calls of it are dead ends, the request without tools
     is answered with a call of it written as text: `DeadEndCalls`."""
@@ -131,7 +131,7 @@ async def test_a_disabled_tool_is_no_longer_offered_and_calling_it_ends_the_turn
 
 
 async def test_an_unknown_tool_called_again_and_again_ends_the_turn(
-        client: Client, task_queue: str, tmp_path: Path, fake_llm: FakeLLM) -> None:
+        client: Client, task_queue: str, tmp_path: Path, fake_llm: FakeOpenAIServer) -> None:
     """A model that only ever calls a tool that does not exist: two rounds,
     the request without tools (the call it makes there is dropped), then
     `DeadEndCalls` — three model requests."""
@@ -148,7 +148,7 @@ async def test_an_unknown_tool_called_again_and_again_ends_the_turn(
 
 
 async def test_a_model_that_recovers_after_the_ask_completes(
-        client: Client, task_queue: str, tmp_path: Path, fake_llm: FakeLLM) -> None:
+        client: Client, task_queue: str, tmp_path: Path, fake_llm: FakeOpenAIServer) -> None:
     """`echo` called twice with no arguments: not run, the model reads which
     arguments it needs; asked without tools, it answers: `completed`."""
     fake_llm.script(tool_reply(("e1", "echo", {})), tool_reply(("e2", "echo", "")),
@@ -168,7 +168,7 @@ async def test_a_model_that_recovers_after_the_ask_completes(
 
 
 async def test_a_valid_call_between_dead_ends_resets_the_count(
-        client: Client, task_queue: str, tmp_path: Path, fake_llm: FakeLLM) -> None:
+        client: Client, task_queue: str, tmp_path: Path, fake_llm: FakeOpenAIServer) -> None:
     """Dead ends count in a row: one, a call that runs, one more, then an
     answer — completed with no ask."""
     fake_llm.script(tool_reply(("e1", "echo", {})), tool_reply(("a1", "add", {"a": 1, "b": 2})),

@@ -24,7 +24,6 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.loop_thread import LoopThread
 from tests.support.services import make_service
 from tests.support.temporal_server import DevServer, connect
@@ -32,6 +31,7 @@ from tests.support.turns import Turns, running_worker
 from turnstile.engine.contract import TurnStatus
 from turnstile.engine.dead_ends import DEAD_END_AFTER
 from turnstile.engine.specs import LoopPolicy
+from turnstile.testing import FakeOpenAIServer, text_reply, tool_reply
 
 EXAMPLES = int(os.environ.get("DEAD_END_EXAMPLES", "12"))
 CAP = 3  # the service's max_round_trips: small, so the cap is met too
@@ -81,7 +81,7 @@ def expected(replies: list[str], ask: str) -> tuple[str, int]:
 
 
 @pytest.fixture
-def hosted(temporal_server: DevServer, fake_llm: FakeLLM,
+def hosted(temporal_server: DevServer, fake_llm: FakeOpenAIServer,
            tmp_path: Path) -> Iterator[tuple[LoopThread, Turns]]:
     lt = LoopThread()
     started, stop = asyncio.Event(), asyncio.Event()
@@ -109,7 +109,7 @@ def hosted(temporal_server: DevServer, fake_llm: FakeLLM,
 
 
 def test_any_run_of_dead_ends_ends_the_turn_where_the_rule_says(
-        hosted: tuple[LoopThread, Turns], fake_llm: FakeLLM) -> None:
+        hosted: tuple[LoopThread, Turns], fake_llm: FakeOpenAIServer) -> None:
     lt, turns = hosted
 
     @settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,

@@ -23,7 +23,6 @@ from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 
-from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.processes import free_port
 from tests.support.sql import fetchall
 from tests.support.temporal_server import DevServer
@@ -47,6 +46,7 @@ from turnstile.sales.sender import SenderConfig, deliver_due
 from turnstile.sales.service import build_sales_service
 from turnstile.sales.smtp_server import LocalSmtpServer, read_mailbox
 from turnstile.stores.db import Database
+from turnstile.testing import FakeOpenAIServer, text_reply, tool_reply
 
 MAIL = {"to": "ops@example.com", "subject": "Renewal reminder", "body": "Please renew."}
 
@@ -97,7 +97,7 @@ async def refused_update(handle: WorkflowHandle[Any, Any], payload: Any) -> str:
 
 @pytest.mark.parametrize("db", ["sqlite", "postgresql"], indirect=True)
 async def test_malformed_decisions_are_refused_recorded_and_audited(
-        client: Client, task_queue: str, db: Database, fake_llm: FakeLLM) -> None:
+        client: Client, task_queue: str, db: Database, fake_llm: FakeOpenAIServer) -> None:
     fake_llm.script(tool_reply(("e1", "createEmailTask", MAIL)), text_reply("queued"))
     async with running_worker(client, task_queue, db.url, [build_sales_service()],
                               llm_url=fake_llm.url) as turns:
@@ -160,7 +160,7 @@ async def run(*argv: str | bytes, env: dict[str, str] | None = None) -> tuple[in
 @pytest.mark.parametrize("db", ["sqlite", "postgresql"], indirect=True)
 async def test_a_reviewer_name_holding_a_lone_surrogate_decides_through_no_door(
         client: Client, temporal_server: DevServer, task_queue: str, db: Database,
-        fake_llm: FakeLLM) -> None:
+        fake_llm: FakeOpenAIServer) -> None:
     """`b\\ud800ob` was read as `bob` and approved (the decision row said
     `b\\ufffdob`). Each door now refuses it, audited: the Temporal CLI's
     signal (its JSON escape), a raw signal and update, TurnstileClient, and
@@ -204,7 +204,7 @@ async def test_a_reviewer_name_holding_a_lone_surrogate_decides_through_no_door(
 
 @pytest.mark.parametrize("db", ["sqlite", "postgresql"], indirect=True)
 async def test_the_requesters_three_tries_through_review_leave_three_rows(
-        client: Client, task_queue: str, db: Database, fake_llm: FakeLLM) -> None:
+        client: Client, task_queue: str, db: Database, fake_llm: FakeOpenAIServer) -> None:
     fake_llm.script(tool_reply(("e1", "createEmailTask", MAIL)), text_reply("queued"))
     async with running_worker(client, task_queue, db.url, [build_sales_service()],
                               llm_url=fake_llm.url) as turns:
@@ -228,7 +228,7 @@ async def test_the_requesters_three_tries_through_review_leave_three_rows(
 
 
 async def test_an_oversize_note_is_refused_before_history(
-        client: Client, task_queue: str, tmp_path: Path, fake_llm: FakeLLM) -> None:
+        client: Client, task_queue: str, tmp_path: Path, fake_llm: FakeOpenAIServer) -> None:
     fake_llm.script(tool_reply(("e1", "createEmailTask", MAIL)), text_reply("queued"))
     async with running_worker(client, task_queue, f"sqlite:///{tmp_path}/t.db",
                               [build_sales_service()], llm_url=fake_llm.url) as turns:
@@ -258,7 +258,7 @@ async def test_an_oversize_note_is_refused_before_history(
 @pytest.mark.parametrize("db", ["sqlite", "postgresql"], indirect=True)
 async def test_approve_with_edits_sends_the_edited_mail_and_says_so(
         client: Client, task_queue: str, db: Database, tmp_path: Path,
-        fake_llm: FakeLLM) -> None:
+        fake_llm: FakeOpenAIServer) -> None:
     edited = {**MAIL, "to": "sales@example.com", "subject": "Renewal reminder (final)"}
     fake_llm.script(tool_reply(("e1", "createEmailTask", MAIL)), text_reply("queued"))
     smtp = free_port()
@@ -331,7 +331,7 @@ async def test_approve_with_edits_sends_the_edited_mail_and_says_so(
 
 
 async def test_the_approve_signal_takes_edits_and_a_digest(
-        client: Client, task_queue: str, tmp_path: Path, fake_llm: FakeLLM) -> None:
+        client: Client, task_queue: str, tmp_path: Path, fake_llm: FakeOpenAIServer) -> None:
     db = Database(f"sqlite:///{tmp_path}/t.db")
     fake_llm.script(tool_reply(("e1", "createEmailTask", MAIL)), text_reply("queued"))
     async with running_worker(client, task_queue, db.url, [build_sales_service()],

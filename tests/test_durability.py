@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client, WorkflowHandle
 
-from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.services import side_effects
 from tests.support.temporal_server import DevServer
 from tests.support.worker_env import STICKY_QUEUE_TIMEOUT_SECONDS
@@ -28,6 +27,7 @@ from turnstile.engine.contract import (
 )
 from turnstile.stores.audit import AuditLog
 from turnstile.stores.db import Database
+from turnstile.testing import FakeOpenAIServer, text_reply, tool_reply
 
 
 class Crash:
@@ -76,7 +76,7 @@ class Crash:
 
 @pytest.fixture
 def crash(client: Client, temporal_server: DevServer, task_queue: str, tmp_path: Path,
-          fake_llm: FakeLLM) -> Crash:
+          fake_llm: FakeOpenAIServer) -> Crash:
     return Crash(client, temporal_server, task_queue, tmp_path, fake_llm.url)
 
 
@@ -86,7 +86,7 @@ def crash(client: Client, temporal_server: DevServer, task_queue: str, tmp_path:
     # not safe to run twice: never re-run blindly; the model is told it was interrupted
     ("slowWrite", CallStatus.INTERRUPTED),
 ])
-async def test_worker_killed_mid_tool(crash: Crash, fake_llm: FakeLLM, tool: str,
+async def test_worker_killed_mid_tool(crash: Crash, fake_llm: FakeOpenAIServer, tool: str,
                                       expected: CallStatus) -> None:
     fake_llm.script(tool_reply(("call-k", tool, {"note": "once", "seconds": 4})),
                     text_reply("done"))
@@ -111,7 +111,8 @@ async def test_worker_killed_mid_tool(crash: Crash, fake_llm: FakeLLM, tool: str
 
 
 
-async def test_worker_killed_while_waiting_for_approval(crash: Crash, fake_llm: FakeLLM) -> None:
+async def test_worker_killed_while_waiting_for_approval(crash: Crash,
+                                                        fake_llm: FakeOpenAIServer) -> None:
     fake_llm.script(tool_reply(("p1", "sendMoneySlowly", {"to": "bob", "amount": 3})),
                     text_reply("paid"))
     wf_id = f"kill-approval-{crash.task_queue}"
@@ -135,7 +136,7 @@ async def test_worker_killed_while_waiting_for_approval(crash: Crash, fake_llm: 
     assert STICKY_QUEUE_TIMEOUT_SECONDS - 0.1 <= waited.total_seconds() < 7, waited
 
 
-async def test_worker_killed_during_compensation(crash: Crash, fake_llm: FakeLLM) -> None:
+async def test_worker_killed_during_compensation(crash: Crash, fake_llm: FakeOpenAIServer) -> None:
     fake_llm.script(tool_reply(("r1", "slowUndoReserve", {"item": "hall"})),
                     tool_reply(("m1", "mustSucceed", {})))
     wf_id = f"kill-undo-{crash.task_queue}"
@@ -155,7 +156,8 @@ async def test_worker_killed_during_compensation(crash: Crash, fake_llm: FakeLLM
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
 async def test_worker_killed_while_a_cancelled_thread_tool_is_waited_out(
-        crash: Crash, fake_llm: FakeLLM, backend: str, request: pytest.FixtureRequest) -> None:
+        crash: Crash, fake_llm: FakeOpenAIServer, backend: str,
+        request: pytest.FixtureRequest) -> None:
     """A plain-function tool's thread runs on after its turn was cancelled;
     the worker waits it out, and the undo waits for it. The worker is SIGKILLed
     in that wait, before the effect lands. A new worker ends the turn

@@ -16,7 +16,6 @@ import pytest
 from temporalio.client import Client
 
 from tests.support.databases import BACKENDS, worker_database_url
-from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.services import make_service
 from tests.support.sql import fetchall
 from tests.support.turns import running_worker
@@ -26,6 +25,7 @@ from turnstile.engine.contract import CallStatus, TurnStatus
 from turnstile.engine.model_settings import ModelSettings
 from turnstile.stores.audit import AuditLog
 from turnstile.stores.memory import MemoryStore
+from turnstile.testing import FakeOpenAIServer, text_reply, tool_reply
 
 
 def null_reply() -> dict[str, Any]:
@@ -37,7 +37,7 @@ def null_reply() -> dict[str, Any]:
 
 @pytest.mark.parametrize("backend", BACKENDS)
 async def test_empty_twice_ends_failed_with_empty_answer(
-        client: Client, task_queue: str, tmp_path: Path, fake_llm: FakeLLM, backend: str,
+        client: Client, task_queue: str, tmp_path: Path, fake_llm: FakeOpenAIServer, backend: str,
         request: pytest.FixtureRequest) -> None:
     fake_llm.script(null_reply(), text_reply("  \n "))
     async with running_worker(client, task_queue, worker_database_url(backend, request, tmp_path),
@@ -66,7 +66,7 @@ async def test_empty_twice_ends_failed_with_empty_answer(
 
 
 async def test_empty_then_text_completes(client: Client, task_queue: str, tmp_path: Path,
-                                         fake_llm: FakeLLM) -> None:
+                                         fake_llm: FakeOpenAIServer) -> None:
     """After a tool round, an empty answer and then a real one: completed, with
     the real one; the tool ran once."""
     fake_llm.script(tool_reply(("a1", "add", {"a": 1, "b": 2})), text_reply(""),
@@ -89,7 +89,7 @@ CALL_AS_TEXT = '```json\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n```'
 
 @pytest.mark.parametrize("backend", BACKENDS)
 async def test_tool_call_written_as_text_is_not_run(
-        client: Client, task_queue: str, tmp_path: Path, fake_llm: FakeLLM, backend: str,
+        client: Client, task_queue: str, tmp_path: Path, fake_llm: FakeOpenAIServer, backend: str,
         request: pytest.FixtureRequest) -> None:
     fake_llm.script(text_reply(CALL_AS_TEXT))
     async with running_worker(client, task_queue, worker_database_url(backend, request, tmp_path),
@@ -153,7 +153,7 @@ def test_turns_begun_before_revision_6_read_a_bare_head_as_a_call() -> None:
 
 @pytest.mark.parametrize("backend", BACKENDS)
 async def test_calls_written_as_text_run_when_the_service_reads_them(
-        client: Client, task_queue: str, tmp_path: Path, fake_llm: FakeLLM, backend: str,
+        client: Client, task_queue: str, tmp_path: Path, fake_llm: FakeOpenAIServer, backend: str,
         request: pytest.FixtureRequest) -> None:
     """`ModelSettings(text_tool_calls=True)`: the same answer is read as the
     calls it writes (two, in <tools>, as Qwen2.5-Coder writes them under

@@ -14,11 +14,11 @@ import pytest
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import CancelledError
 
-from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.services import make_service
 from tests.support.turns import running_worker, wait_pending
 from tests.support.waiting import wait_until
 from turnstile.engine.contract import ApproveSignal, RejectSignal, TurnStatus
+from turnstile.testing import FakeOpenAIServer, text_reply, tool_reply
 from turnstile.workflows.state import SA_PENDING, SA_STATUS
 
 
@@ -35,7 +35,7 @@ async def ids(client: Client, query: str) -> set[str]:
 
 
 async def test_no_ending_keeps_a_pending_approval(
-        client: Client, task_queue: str, tmp_path: Any, fake_llm: FakeLLM) -> None:
+        client: Client, task_queue: str, tmp_path: Any, fake_llm: FakeOpenAIServer) -> None:
     fake_llm.default = pay_then_answer
     tag = uuid.uuid4().hex[:8]
     services = [make_service(), make_service("test-reject", on_rejection="fail")]

@@ -1,8 +1,8 @@
 """The second app (examples/support_desk), tested the way its author would:
 only `turnstile` and `turnstile.testing`, real turns (a Temporal dev server,
 the worker serving just this app, SQLite, SMTP). One test puts the desk in
-front of a model server on a socket (the repository's scripted one,
-tests/support/fake_llm.py, standing in for LLM_BASE_URL) to see its
+front of a model server on a socket (the test kit's scripted one,
+turnstile.testing.FakeOpenAIServer, standing in for LLM_BASE_URL) to see its
 `ModelSettings` in the requests."""
 
 from __future__ import annotations
@@ -17,8 +17,14 @@ import sqlalchemy as sa
 from examples.support_desk import build_app
 from examples.support_desk.tables import desk_order, desk_refund
 from examples.support_desk.tools import lookupOrder
-from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
-from turnstile.testing import ScriptedModel, TestStack, call
+from turnstile.testing import (
+    FakeOpenAIServer,
+    ScriptedModel,
+    TestStack,
+    call,
+    text_reply,
+    tool_reply,
+)
 
 
 def orders(stack: TestStack) -> dict[str, str]:
@@ -114,7 +120,7 @@ async def test_cancel_reverses_a_refund_already_paid(tmp_path: Path, seeded: Tes
 
 
 async def test_the_model_settings_go_out_with_every_request(tmp_path: Path, seeded: TestStack,
-                                                           fake_llm: FakeLLM) -> None:
+                                                           fake_llm: FakeOpenAIServer) -> None:
     # A real model (LLM_BASE_URL) instead of the offline function model: the
     # desk's ModelSettings are in each request the server receives.
     fake_llm.script(tool_reply(("c1", "lookupOrder", {"order_id": "A-1001"})),

@@ -18,8 +18,6 @@ import pytest
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import CancelledError
 
-from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
-from tests.support.openai_conformance import pairing_violations
 from tests.support.resets import lock_of, reset_to
 from tests.support.services import (
     BOOKING_STARTED,
@@ -39,6 +37,8 @@ from turnstile.stores.ledger import LedgerStatus, ToolLedger
 from turnstile.stores.memory import MemoryStore
 from turnstile.stores.superseded import superseded_messages
 from turnstile.stores.truth import disagreements
+from turnstile.testing import FakeOpenAIServer, text_reply, tool_reply
+from turnstile.testing.openai_conformance import pairing_violations
 
 
 def stored_pairing(db: Database, conversation: str) -> list[str]:
@@ -62,7 +62,7 @@ def db_url(tmp_path) -> str:  # type: ignore[no-untyped-def]
 
 
 async def test_cancel_gives_running_and_waiting_calls_a_result(
-        client: Client, task_queue: str, tmp_path, fake_llm: FakeLLM) -> None:
+        client: Client, task_queue: str, tmp_path, fake_llm: FakeOpenAIServer) -> None:
     conv = f"c-cancel-{uuid.uuid4().hex[:6]}"
     fake_llm.script(
         tool_reply(("call_0", "reserve", {"item": "table"})),
@@ -92,7 +92,7 @@ async def test_cancel_gives_running_and_waiting_calls_a_result(
 
 
 async def test_terminate_leaves_a_hole_the_next_turn_repairs(
-        client: Client, task_queue: str, db: Database, fake_llm: FakeLLM) -> None:
+        client: Client, task_queue: str, db: Database, fake_llm: FakeOpenAIServer) -> None:
     conv = f"c-term-{uuid.uuid4().hex[:6]}"
     fake_llm.script(tool_reply(("call_0", "add", {"a": 1, "b": 2}),
                                ("call_1", "sendMoneySlowly", {"to": "bob", "amount": 5})),
@@ -128,7 +128,7 @@ async def test_terminate_leaves_a_hole_the_next_turn_repairs(
 
 
 async def test_reset_to_the_first_task_of_a_turn_waiting_for_approval(
-        client: Client, task_queue: str, db: Database, fake_llm: FakeLLM) -> None:
+        client: Client, task_queue: str, db: Database, fake_llm: FakeOpenAIServer) -> None:
     """The reset run starts the turn over: the base run's messages are
     superseded (kept, marked, never sent), the reset run holds the lock while
     it waits for the same approval, and the payment happens once."""
@@ -181,7 +181,7 @@ async def test_reset_to_the_first_task_of_a_turn_waiting_for_approval(
 
 
 async def test_cancel_while_begin_turn_retrieves_leaves_the_conversation_usable(
-        client: Client, task_queue: str, tmp_path, fake_llm: FakeLLM,
+        client: Client, task_queue: str, tmp_path, fake_llm: FakeOpenAIServer,
         monkeypatch: pytest.MonkeyPatch) -> None:
     """A cancel while `begin_turn` holds the lock and runs the retriever: the
     turn ends Canceled before it took note of the lock, so it stores nothing,
@@ -217,7 +217,7 @@ async def test_cancel_while_begin_turn_retrieves_leaves_the_conversation_usable(
 
 
 async def test_cancel_during_a_model_call_ends_the_turn_cancelled(
-        client: Client, task_queue: str, tmp_path, fake_llm: FakeLLM) -> None:
+        client: Client, task_queue: str, tmp_path, fake_llm: FakeOpenAIServer) -> None:
     """A cancel while the model is answering ends the turn Canceled (not
     failed with the activity's cancellation), releases the conversation, and
     the next turn goes on from the stored user message."""
@@ -256,7 +256,7 @@ async def test_cancel_during_a_model_call_ends_the_turn_cancelled(
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
 async def test_a_cancelled_thread_tool_is_undone_after_its_effect_lands(
-        client: Client, task_queue: str, tmp_path, fake_llm: FakeLLM, backend: str,
+        client: Client, task_queue: str, tmp_path, fake_llm: FakeOpenAIServer, backend: str,
         request: pytest.FixtureRequest) -> None:
     """A plain-function tool runs in a thread that no cancel stops: its effect
     lands after the turn was cancelled. The cancel path's undo waits for that

@@ -22,7 +22,6 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import UnsandboxedWorkflowRunner
 
-from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.faults import FAULTS, Faults, activity_fault_id, workflow_fault_id
 from tests.support.services import make_service
 from tests.support.sql import fetchone
@@ -31,6 +30,7 @@ from turnstile.activities.data_errors import DataErrors
 from turnstile.activities.log_context import LogContext
 from turnstile.engine.contract import TurnPhase, TurnResult, TurnStatus
 from turnstile.stores.db import Database
+from turnstile.testing import FakeOpenAIServer, text_reply, tool_reply
 
 EXCEPTIONS = sorted(FAULTS)
 PHASES = {p.value for p in TurnPhase} | {s.value for s in TurnStatus}
@@ -44,7 +44,7 @@ def tool_then_answer(request: dict[str, Any]) -> dict[str, Any]:
     return tool_reply((f"e{len(messages)}", "echo", {"text": "hi"}))
 
 
-def worker(client: Client, task_queue: str, db: Database, fake_llm: FakeLLM) -> Any:
+def worker(client: Client, task_queue: str, db: Database, fake_llm: FakeOpenAIServer) -> Any:
     # Unsandboxed: the fault's counter lives in the interceptor instance.
     return running_worker(client, task_queue, db.url, [make_service()], llm_url=fake_llm.url,
                           interceptors=[DataErrors(), LogContext(), Faults()],
@@ -76,7 +76,7 @@ async def the_next_turn_completes(turns: Turns, db: Database, conversation: str)
 
 
 async def test_an_exception_from_any_step_ends_the_turn_typed(
-        client: Client, task_queue: str, db: Database, fake_llm: FakeLLM) -> None:
+        client: Client, task_queue: str, db: Database, fake_llm: FakeOpenAIServer) -> None:
     fake_llm.default = tool_then_answer
     async with worker(client, task_queue, db, fake_llm) as turns:
         clean = await turns.start("hello", conversation=f"c-{uuid.uuid4().hex[:6]}")
@@ -108,7 +108,7 @@ async def test_an_exception_from_any_step_ends_the_turn_typed(
 
 
 async def test_an_exception_inside_any_activity_fails_it_at_once(
-        client: Client, task_queue: str, db: Database, fake_llm: FakeLLM) -> None:
+        client: Client, task_queue: str, db: Database, fake_llm: FakeOpenAIServer) -> None:
     fake_llm.default = tool_then_answer
     async with worker(client, task_queue, db, fake_llm) as turns:
         clean = await turns.start("hello", conversation=f"c-{uuid.uuid4().hex[:6]}")

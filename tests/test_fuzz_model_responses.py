@@ -30,7 +30,6 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings, strategies as st
 from temporalio.api.enums.v1 import EventType
 
-from tests.support.fake_llm import FakeLLM, Raw, text_reply
 from tests.support.loop_thread import LoopThread
 from tests.support.services import add, echo, mustSucceed, refuses, reserve, unlock
 from tests.support.temporal_server import DevServer, connect
@@ -44,6 +43,7 @@ from turnstile.engine.turn_rules import FinalAnswer, RunTools, next_step, parsed
 from turnstile.providers.openai_compat import parse_completion
 from turnstile.runtime.services import Service
 from turnstile.runtime.tools import ToolRegistry
+from turnstile.testing import FakeOpenAIServer, RawReply, text_reply
 
 PURE_EXAMPLES = 500
 TURN_EXAMPLES = 100
@@ -88,8 +88,8 @@ responses = st.one_of(
     json_values.map(json.dumps),
     st.text(max_size=80),  # not JSON
     st.just(""),
-).map(lambda body: Raw(200, body)) | st.builds(
-    Raw, st.sampled_from([400, 401, 404, 413, 422]), st.text(max_size=40))
+).map(lambda body: RawReply(200, body)) | st.builds(
+    RawReply, st.sampled_from([400, 401, 404, 413, 422]), st.text(max_size=40))
 
 
 # Responses that do ask for tools (hostile names, ids and arguments), so the
@@ -98,16 +98,16 @@ responses = st.one_of(
 tool_responses = st.lists(st.fixed_dictionaries({
     "id": call_ids, "type": st.just("function"),
     "function": st.fixed_dictionaries({"name": names, "arguments": arguments}),
-}), min_size=1, max_size=4).map(lambda calls: Raw(200, json.dumps(
+}), min_size=1, max_size=4).map(lambda calls: RawReply(200, json.dumps(
     {"choices": [{"message": {"role": "assistant", "content": None, "tool_calls": calls}}]})))
 
 
 
 
 @pytest.fixture
-def fuzz_turns(temporal_server: DevServer, tmp_path, fake_llm: FakeLLM) -> Iterator[
-        tuple[LoopThread, Turns, dict[str, Raw]]]:
-    cases: dict[str, Raw] = {}
+def fuzz_turns(temporal_server: DevServer, tmp_path, fake_llm: FakeOpenAIServer) -> Iterator[
+        tuple[LoopThread, Turns, dict[str, RawReply]]]:
+    cases: dict[str, RawReply] = {}
 
     def reply(request: dict[str, Any]) -> Any:
         msgs = request["messages"]
@@ -156,7 +156,7 @@ def test_any_model_response_ends_in_a_defined_state(fuzz_turns) -> None:  # type
     @settings(max_examples=TURN_EXAMPLES, deadline=None, derandomize=True,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
     @given(response=responses | tool_responses)
-    def one(response: Raw) -> None:
+    def one(response: RawReply) -> None:
         key = f"case-{uuid.uuid4().hex}"
         cases[key] = response
 
@@ -187,7 +187,7 @@ FUZZ_SERVICE = Service(name="fuzz", tools=ToolRegistry([add, echo, refuses, unlo
 @settings(max_examples=PURE_EXAMPLES, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(response=responses | tool_responses)
-def test_any_model_response_is_read_or_refused_and_every_call_decided(response: Raw) -> None:
+def test_any_model_response_is_read_or_refused_and_every_call_decided(response: RawReply) -> None:
     if response.status >= 400:
         return  # refused by status before the body is read (test_model_provider.py)
     try:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from temporalio.client import Client
 
-from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.services import make_service
 from tests.support.turns import running_worker
 from turnstile.engine.contract import TurnStatus
+from turnstile.testing import FakeOpenAIServer, text_reply, tool_reply
 
 
 def _prefill(db, conversation: str, n: int) -> None:  # type: ignore[no-untyped-def]
@@ -34,7 +34,7 @@ def _payload_size(event) -> int:  # type: ignore[no-untyped-def]
 
 
 async def test_history_bytes_independent_of_conversation_length(
-        client: Client, task_queue: str, tmp_path, fake_llm: FakeLLM) -> None:
+        client: Client, task_queue: str, tmp_path, fake_llm: FakeOpenAIServer) -> None:
     sizes = {}
     async with running_worker(client, task_queue, f"sqlite:///{tmp_path}/t.db",
                               [make_service()], llm_url=fake_llm.url) as turns:

@@ -8,13 +8,13 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
-from tests.support.fake_llm import FakeLLM, text_reply
 from tests.support.services import make_service
 from tests.support.turns import running_worker
 from turnstile.engine.contract import TurnStatus
 from turnstile.engine.endings import CONTINUATION_PROMPT
 from turnstile.engine.pipeline_spec import PipelinePolicy
 from turnstile.providers import OpenAICompatibleProvider
+from turnstile.testing import FakeOpenAIServer, text_reply
 
 
 def ended(text: str | None, reason: str) -> dict[str, Any]:
@@ -25,7 +25,7 @@ def ended(text: str | None, reason: str) -> dict[str, Any]:
 
 
 async def test_length_then_stop_is_one_answer(client: Client, task_queue: str, tmp_path,
-                                              fake_llm: FakeLLM) -> None:
+                                              fake_llm: FakeOpenAIServer) -> None:
     fake_llm.script(ended("The customers are C1, C2", "length"), ended(" and C3.", "stop"))
     async with running_worker(client, task_queue, f"sqlite:///{tmp_path}/t.db",
                               [make_service()], llm_url=fake_llm.url) as turns:
@@ -40,7 +40,7 @@ async def test_length_then_stop_is_one_answer(client: Client, task_queue: str, t
 
 
 async def test_length_twice_ends_truncated_with_what_was_received(
-        client: Client, task_queue: str, tmp_path, fake_llm: FakeLLM) -> None:
+        client: Client, task_queue: str, tmp_path, fake_llm: FakeOpenAIServer) -> None:
     fake_llm.script(ended("part one,", "length"), ended(" part two,", "length"))
     async with running_worker(client, task_queue, f"sqlite:///{tmp_path}/t.db",
                               [make_service()], llm_url=fake_llm.url) as turns:
@@ -57,7 +57,7 @@ async def test_length_twice_ends_truncated_with_what_was_received(
 
 
 async def test_content_filter_ends_moderated(client: Client, task_queue: str, tmp_path,
-                                             fake_llm: FakeLLM) -> None:
+                                             fake_llm: FakeOpenAIServer) -> None:
     fake_llm.script(ended(None, "content_filter"))
     async with running_worker(client, task_queue, f"sqlite:///{tmp_path}/t.db",
                               [make_service()], llm_url=fake_llm.url) as turns:
@@ -74,7 +74,7 @@ async def test_content_filter_ends_moderated(client: Client, task_queue: str, tm
 
 @pytest.mark.parametrize("where", ["between events", "mid-line"])
 async def test_stream_cut_before_done_is_retried(client: Client, task_queue: str, tmp_path,
-                                                 fake_llm: FakeLLM, where: str) -> None:
+                                                 fake_llm: FakeOpenAIServer, where: str) -> None:
     """A connection that drops is the same network failure wherever it falls:
     between two events or inside one (a half-sent `data:` line)."""
     service = make_service()
@@ -100,7 +100,7 @@ async def test_stream_cut_before_done_is_retried(client: Client, task_queue: str
 
 
 async def test_oversized_response_is_a_clear_error(client: Client, task_queue: str, tmp_path,
-                                                   fake_llm: FakeLLM) -> None:
+                                                   fake_llm: FakeOpenAIServer) -> None:
     provider = OpenAICompatibleProvider(fake_llm.url, max_response_bytes=4096)
     fake_llm.script(text_reply("x" * 100_000))
     async with running_worker(client, task_queue, f"sqlite:///{tmp_path}/t.db",
@@ -113,7 +113,7 @@ async def test_oversized_response_is_a_clear_error(client: Client, task_queue: s
 
 
 async def test_oversized_stream_is_a_clear_error(client: Client, task_queue: str, tmp_path,
-                                                 fake_llm: FakeLLM) -> None:
+                                                 fake_llm: FakeOpenAIServer) -> None:
     service = make_service()
     service.pipeline = PipelinePolicy(streaming=True)
     provider = OpenAICompatibleProvider(fake_llm.url, max_response_bytes=4096)

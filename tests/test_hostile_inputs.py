@@ -16,10 +16,10 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from tests.support.databases import BACKENDS, migrate, sqlite_file_url
-from tests.support.fake_llm import FakeLLM
 from tests.support.hostile import FRESH, Deep, HostileRig, Huge, query_args, turn_payloads
 from tests.support.temporal_server import DevServer
 from turnstile.stores.db import Database
+from turnstile.testing import FakeOpenAIServer
 
 BASE = {"conversation_id": FRESH, "user_id": "alice", "message": "hi"}
 EXAMPLES = 15  # per backend: a few dozen turns in all, each followed by a clean one
@@ -37,7 +37,7 @@ def rig(request: pytest.FixtureRequest, temporal_server: DevServer,
         context = None  # type: ignore[assignment]
         url = sqlite_file_url(tmp_path_factory.mktemp("hostile") / "t.db")
     migrate(Database(url))
-    llm = FakeLLM()
+    llm = FakeOpenAIServer()
     try:
         with HostileRig(temporal_server.address, url, llm) as running:
             yield running

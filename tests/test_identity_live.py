@@ -29,7 +29,6 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
 from tests.support.databases import BACKENDS, migrate, sqlite_file_url
-from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.services import make_service
 from tests.support.sql import fetchall
 from tests.support.temporal_server import DevServer
@@ -66,6 +65,7 @@ from turnstile.sales.service import build_sales_service
 from turnstile.stores import usage
 from turnstile.stores.db import Database
 from turnstile.stores.schema import upgrade
+from turnstile.testing import FakeOpenAIServer, text_reply, tool_reply
 from turnstile.workflows import AgentTurn
 
 CYRILLIC_ALICE = "\u0430lice"
@@ -89,7 +89,7 @@ async def replays(history: Any) -> bool:
 
 @pytest.mark.live
 async def test_a_look_alike_of_the_requester_cannot_approve_her_email(
-        client: Client, task_queue: str, db: Database, fake_llm: FakeLLM) -> None:
+        client: Client, task_queue: str, db: Database, fake_llm: FakeOpenAIServer) -> None:
     fake_llm.script(tool_reply(("e1", "createEmailTask", MAIL)), text_reply("queued"))
     async with running_worker(client, task_queue, db.url, [build_sales_service()],
                               llm_url=fake_llm.url) as turns:
@@ -127,7 +127,7 @@ async def test_a_look_alike_of_the_requester_cannot_approve_her_email(
 @pytest.mark.parametrize("db", ["sqlite", "postgresql"], indirect=True)
 async def test_TOM_cannot_decide_toms_call_through_any_door(
         client: Client, temporal_server: DevServer, task_queue: str, db: Database,
-        fake_llm: FakeLLM) -> None:
+        fake_llm: FakeOpenAIServer) -> None:
     """`ТОМ` (Cyrillic capitals) looks like TOM, which is tom: refused at the
     Temporal CLI's signal, the SDK's signals, the update, the client and the
     CLI's review, each try audited; bob then decides."""
@@ -180,7 +180,7 @@ def _activities_at_revision(rt: Runtime, revision: int) -> list[Callable[..., An
 
 @pytest.mark.live
 async def test_a_turn_begun_before_revision_4_takes_todays_rule_for_what_it_decides_now(
-        client: Client, task_queue: str, tmp_path: Path, fake_llm: FakeLLM) -> None:
+        client: Client, task_queue: str, tmp_path: Path, fake_llm: FakeOpenAIServer) -> None:
     """A turn in flight at the upgrade: its new decisions are taken by
     today's rule where the earlier one disagrees (the `names-case-blind`
     patch), so `ТОМ` is refused there too; the history replays."""
@@ -224,7 +224,8 @@ def checkout_of(commit: str, dest: Path) -> Path:
 
 @pytest.mark.live
 async def test_a_decision_the_earlier_rule_took_replays_as_taken(
-        client: Client, temporal_server: DevServer, tmp_path: Path, fake_llm: FakeLLM) -> None:
+        client: Client, temporal_server: DevServer, tmp_path: Path,
+        fake_llm: FakeOpenAIServer) -> None:
     """A turn whose worker, before revision 4, let `ТОМ` approve tom's call
     (the earlier rule did): today's workflow code replays its history with
     that approval, taking none of the names' patches."""
@@ -257,7 +258,7 @@ async def test_a_decision_the_earlier_rule_took_replays_as_taken(
 
 @pytest.mark.live
 async def test_every_spelling_of_a_user_spends_one_budget(
-        client: Client, task_queue: str, db: Database, fake_llm: FakeLLM) -> None:
+        client: Client, task_queue: str, db: Database, fake_llm: FakeOpenAIServer) -> None:
     fake_llm.default = text_reply("fine")  # 10 + 5 tokens each
     async with running_worker(client, task_queue, db.url, [make_service()],
                               llm_url=fake_llm.url,

@@ -19,7 +19,6 @@ import pytest
 from starlette.testclient import TestClient
 from temporalio.client import Client
 
-from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.temporal_server import DevServer
 from tests.support.turns import running_worker, wait_pending
 from tests.test_client import plain_service
@@ -30,6 +29,7 @@ from turnstile.runtime.config import Settings
 from turnstile.runtime.services import Service
 from turnstile.runtime.tools import ToolRegistry, tool
 from turnstile.stores.db import Database
+from turnstile.testing import FakeOpenAIServer, text_reply, tool_reply
 
 XSS = "<script>alert('x')</script>"
 
@@ -85,7 +85,7 @@ async def _listed(tc: TestClient, workflow_id: str, **kw: Any) -> str:
 
 async def test_review_in_the_browser_development_login(
         client: Client, temporal_server: DevServer, task_queue: str, db: Database,
-        fake_llm: FakeLLM, monkeypatch: pytest.MonkeyPatch) -> None:
+        fake_llm: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("TURNSTILE_INBOX_IDENTITY_HEADER", raising=False)
     fake_llm.script(tool_reply(("p1", "sendMoneySlowly", {"to": f"bob{XSS}@example.com",
                                                           "amount": 7})),
@@ -136,7 +136,7 @@ async def test_review_in_the_browser_development_login(
 
 async def test_identity_from_the_proxy_header(
         client: Client, temporal_server: DevServer, task_queue: str, tmp_path: Path,
-        fake_llm: FakeLLM, monkeypatch: pytest.MonkeyPatch) -> None:
+        fake_llm: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TURNSTILE_INBOX_IDENTITY_HEADER", "X-Forwarded-User")
     monkeypatch.setenv("TURNSTILE_INBOX_PROXY_SECRET", "from-the-proxy")
     fake_llm.script(tool_reply(("p1", "sendMoneySlowly", {"to": "bob@example.com", "amount": 1})),
@@ -171,7 +171,7 @@ def payReviewed(to: str, amount: int) -> dict[str, Any]:  # noqa: N802
 
 async def test_an_integer_review_field_is_edited_in_place(
         client: Client, temporal_server: DevServer, task_queue: str, tmp_path: Path,
-        fake_llm: FakeLLM, monkeypatch: pytest.MonkeyPatch) -> None:
+        fake_llm: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("TURNSTILE_INBOX_IDENTITY_HEADER", raising=False)
     fake_llm.script(tool_reply(("p1", "payReviewed", {"to": "bob", "amount": 7})),
                     text_reply("paid"))

@@ -47,7 +47,6 @@ from typing import Any
 import pytest
 from temporalio.client import Client
 
-from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.processes import free_port
 from tests.support.temporal_server import DevServer
 from tests.support.turns import running_worker, wait_pending
@@ -59,6 +58,7 @@ from turnstile.runtime.config import Settings
 from turnstile.sales.sender import SenderConfig, deliver_due
 from turnstile.sales.service import build_sales_service
 from turnstile.sales.smtp_server import LocalSmtpServer, read_mailbox
+from turnstile.testing import FakeOpenAIServer, text_reply, tool_reply
 
 CHROMIUM, DRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 SUBJECT = "Renewal <script>document.title='owned'</script> for Q4"
@@ -176,7 +176,7 @@ def _review(base: str, workflow_id: str, shots: Path | None) -> dict[str, Any]:
                            "(.ci/run installs them)")
 async def test_a_reviewer_approves_in_the_browser(
         client: Client, temporal_server: DevServer, task_queue: str, tmp_path: Path,
-        fake_llm: FakeLLM, monkeypatch: pytest.MonkeyPatch) -> None:
+        fake_llm: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("TURNSTILE_INBOX_IDENTITY_HEADER", raising=False)
     mail = {"to": "ops@example.com", "subject": SUBJECT, "body": "Please renew."}
     fake_llm.script(tool_reply(("e1", "createEmailTask", mail)), text_reply("queued"))
@@ -254,7 +254,7 @@ def _edit(base: str, workflow_id: str, shots: Path | None) -> dict[str, Any]:
                            "(.ci/run installs them)")
 async def test_a_reviewer_edits_the_mail_and_approves_in_the_browser(
         client: Client, temporal_server: DevServer, task_queue: str, tmp_path: Path,
-        fake_llm: FakeLLM, monkeypatch: pytest.MonkeyPatch) -> None:
+        fake_llm: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch) -> None:
     from tests.support.sql import fetchall
 
     monkeypatch.delenv("TURNSTILE_INBOX_IDENTITY_HEADER", raising=False)
@@ -359,7 +359,7 @@ def _edit_masked(base: str, workflow_id: str) -> dict[str, Any]:
                            "(.ci/run installs them)")
 async def test_a_masked_field_is_edited_on_the_real_value_in_the_browser(
         client: Client, temporal_server: DevServer, task_queue: str, tmp_path: Path,
-        fake_llm: FakeLLM, monkeypatch: pytest.MonkeyPatch) -> None:
+        fake_llm: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch) -> None:
     import uuid
 
     monkeypatch.delenv("TURNSTILE_INBOX_IDENTITY_HEADER", raising=False)
@@ -436,7 +436,7 @@ def _as_proxy(base: str, workflow_id: str, attempts: list[dict[str, str]]) -> li
                            "(.ci/run installs them)")
 async def test_spoofed_and_encoded_identity_headers_from_the_browser(
         client: Client, temporal_server: DevServer, task_queue: str, tmp_path: Path,
-        fake_llm: FakeLLM, monkeypatch: pytest.MonkeyPatch,
+        fake_llm: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch,
         caplog: pytest.LogCaptureFixture) -> None:
     import logging
 
@@ -568,7 +568,7 @@ def _tom_tries(base: str, toms: str, daves: str) -> dict[str, Any]:
                            "(.ci/run installs them)")
 async def test_TOM_is_not_offered_toms_call_and_is_refused_on_its_page(
         client: Client, temporal_server: DevServer, task_queue: str, tmp_path: Path,
-        fake_llm: FakeLLM, monkeypatch: pytest.MonkeyPatch) -> None:
+        fake_llm: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch) -> None:
     """`ТОМ` (Cyrillic capitals) logs in to the inbox: the list leaves out
     tom's call (the reviewer's own calls, by the identity rule) but offers
     dave's, which ТОМ rejects; tom's call's page, opened directly, refuses

@@ -25,7 +25,6 @@ import pytest
 from starlette.testclient import TestClient
 from temporalio.client import Client
 
-from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.temporal_server import DevServer
 from tests.support.turns import running_worker, wait_pending
 from tests.test_client import plain_service
@@ -35,6 +34,7 @@ from turnstile.engine.contract import TurnStatus
 from turnstile.inbox.app import build_app
 from turnstile.inbox.security import InboxConfigError, InboxSecurity, check_host
 from turnstile.stores.db import Database
+from turnstile.testing import FakeOpenAIServer, text_reply, tool_reply
 
 ROOT = Path(__file__).resolve().parents[1]
 SECRET = "from-the-proxy"
@@ -57,7 +57,7 @@ def _header_env(monkeypatch: pytest.MonkeyPatch, **extra: str) -> None:
 
 async def test_header_mode_one_bound_identity_and_nothing_for_anonymous(
         client: Client, temporal_server: DevServer, task_queue: str, db: Database,
-        fake_llm: FakeLLM, monkeypatch: pytest.MonkeyPatch) -> None:
+        fake_llm: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch) -> None:
     _header_env(monkeypatch, TURNSTILE_INBOX_PROXY_SECRET=SECRET)
     requester = f"carol-{uuid.uuid4().hex[:4]}"
     fake_llm.script(tool_reply(("p1", "sendMoneySlowly", {"to": "bob@example.com",
@@ -175,7 +175,7 @@ def _csp_nonce(response: Any) -> str:
 
 async def test_a_slash_id_framing_and_the_decided_call(
         client: Client, temporal_server: DevServer, task_queue: str, db: Database,
-        fake_llm: FakeLLM, monkeypatch: pytest.MonkeyPatch) -> None:
+        fake_llm: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("TURNSTILE_INBOX_IDENTITY_HEADER", raising=False)
     fake_llm.script(tool_reply(("p1", "sendMoneySlowly", {"to": "bob@example.com",
                                                           "amount": 2})),
@@ -221,7 +221,7 @@ async def test_a_slash_id_framing_and_the_decided_call(
 
 async def test_a_turn_whose_worker_is_gone_is_one_row(
         client: Client, temporal_server: DevServer, task_queue: str, tmp_path: Path,
-        fake_llm: FakeLLM, monkeypatch: pytest.MonkeyPatch) -> None:
+        fake_llm: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("TURNSTILE_INBOX_IDENTITY_HEADER", raising=False)
     fake_llm.default = lambda req: (text_reply("paid") if any(
         m["role"] == "tool" for m in req["messages"]) else tool_reply(

@@ -37,7 +37,6 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from markupsafe import escape
 from temporalio.client import Client
 
-from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.processes import free_port
 from tests.support.sql import fetchall
 from tests.support.temporal_server import DevServer
@@ -48,6 +47,7 @@ from turnstile.engine.turn_input_rules import id_problem
 from turnstile.inbox.app import build_app, server
 from turnstile.inbox.security import SESSION_COOKIE, decoded_identity
 from turnstile.inbox.views import call_url
+from turnstile.testing import FakeOpenAIServer, text_reply, tool_reply
 
 PROXY, OUTSIDE = "127.0.0.2", "127.0.0.1"
 EXAMPLES = 40
@@ -126,7 +126,7 @@ def _refusals(caplog: pytest.LogCaptureFixture) -> list[str]:
 
 async def test_spoofed_peers_and_encoded_names_decide_nothing(
         client: Client, temporal_server: DevServer, task_queue: str, tmp_path: Path,
-        fake_llm: FakeLLM, monkeypatch: pytest.MonkeyPatch,
+        fake_llm: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch,
         caplog: pytest.LogCaptureFixture) -> None:
     _header_env(monkeypatch)
     caplog.set_level(logging.WARNING, logger="turnstile.inbox.security")

@@ -18,7 +18,6 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
-from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.sql import fetchone
 from tests.support.turns import running_worker
 from turnstile.engine.activity_io import EXECUTE_TOOL
@@ -36,6 +35,7 @@ from turnstile.stores.db import Database
 from turnstile.stores.journal import CallJournal, Ending, Start
 from turnstile.stores.memory import MemoryStore
 from turnstile.stores.transaction import Transaction, TransactionEnded
+from turnstile.testing import FakeOpenAIServer, text_reply, tool_reply
 
 ARGS = {"customerIds": ["C0001"], "assignee": "ops@example.com", "note": "call them"}
 
@@ -221,7 +221,7 @@ def refusing_follow_up_results(db: Database) -> Iterator[None]:
 
 
 async def test_a_turn_whose_record_fails_leaves_no_follow_up(
-        client: Client, task_queue: str, sales_db: Database, fake_llm: FakeLLM) -> None:
+        client: Client, task_queue: str, sales_db: Database, fake_llm: FakeOpenAIServer) -> None:
     fake_llm.script(tool_reply(("f1", "createFollowUpTask", ARGS)),
                     text_reply("I could not create the follow-up"))
     conv = f"c-refused-{uuid.uuid4().hex[:6]}"

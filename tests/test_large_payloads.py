@@ -11,7 +11,6 @@ import hashlib
 import pytest
 from temporalio.client import Client
 
-from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.services import make_service
 from tests.support.sql import fetchall, fetchone
 from tests.support.temporal_server import DevServer
@@ -23,12 +22,13 @@ from turnstile.stores.db import Database
 from turnstile.stores.memory import MemoryStore
 from turnstile.stores.payload_store import PayloadIntegrityError, sweep
 from turnstile.stores.schema import ensure_schema
+from turnstile.testing import FakeOpenAIServer, text_reply, tool_reply
 
 MB = 1024 * 1024
 
 
 async def test_ten_megabyte_tool_result_and_huge_answer_complete_the_turn(
-        temporal_server: DevServer, task_queue: str, tmp_path, fake_llm: FakeLLM) -> None:
+        temporal_server: DevServer, task_queue: str, tmp_path, fake_llm: FakeOpenAIServer) -> None:
     url = f"sqlite:///{tmp_path}/t.db"
     settings = Settings.from_env({"DATABASE_URL": url})
     ensure_schema(Database(url))

@@ -11,14 +11,14 @@ from pathlib import Path
 
 from temporalio.client import Client
 
-from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.temporal_server import DevServer
 from tests.support.worker_process import WorkerProcess
 from turnstile.engine.contract import WORKFLOW_TYPE, TurnInput, TurnResult, TurnStatus
+from turnstile.testing import FakeOpenAIServer, text_reply, tool_reply
 
 
 async def test_json_log_lines(client: Client, temporal_server: DevServer, tmp_path: Path,
-                              fake_llm: FakeLLM) -> None:
+                              fake_llm: FakeOpenAIServer) -> None:
     queue = f"logs-{uuid.uuid4().hex[:6]}"
     log = tmp_path / "worker.log"
     fake_llm.script(tool_reply(("c1", "add", {"a": 1, "b": 2})),
@@ -60,7 +60,8 @@ async def test_json_log_lines(client: Client, temporal_server: DevServer, tmp_pa
 
 
 async def test_the_worker_serves_prometheus_metrics(
-        client: Client, temporal_server: DevServer, tmp_path: Path, fake_llm: FakeLLM) -> None:
+        client: Client, temporal_server: DevServer, tmp_path: Path,
+        fake_llm: FakeOpenAIServer) -> None:
     """TURNSTILE_METRICS_PORT: the SDK's metrics and Turnstile's own on one
     endpoint, counted from a real turn with a tool call and an approval."""
     import asyncio

@@ -14,7 +14,6 @@ import math
 import pytest
 from temporalio.client import Client
 
-from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.services import make_service
 from tests.support.turns import running_worker
 from turnstile.engine.contract import CallStatus, TurnStatus
@@ -22,6 +21,7 @@ from turnstile.engine.memory_window import DEFAULT_TOOL_RESULT_MAX_BYTES, Memory
 from turnstile.engine.messages import ChatMessage, ToolCall
 from turnstile.providers.tokens import DEFAULT_CONTEXT_TOKENS, estimate_tokens, window_tokens
 from turnstile.sales.tools import createEmailTask, querySalesData
+from turnstile.testing import FakeOpenAIServer, text_reply, tool_reply
 
 CONTEXT_BYTES = 64 * 1024  # the fake endpoint's "context": larger requests get a 400
 
@@ -45,7 +45,7 @@ def _history(n: int) -> list[ChatMessage]:
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
 async def test_ten_thousand_messages_send_a_window(client: Client, task_queue: str, tmp_path,
-                                                   fake_llm: FakeLLM, backend: str,
+                                                   fake_llm: FakeOpenAIServer, backend: str,
                                                    request: pytest.FixtureRequest) -> None:
     url = (f"sqlite:///{tmp_path}/t.db" if backend == "sqlite"
            else request.getfixturevalue("postgres_url"))
@@ -78,7 +78,7 @@ async def test_ten_thousand_messages_send_a_window(client: Client, task_queue: s
 
 
 async def test_window_by_message_count_keeps_calls_with_results(
-        client: Client, task_queue: str, tmp_path, fake_llm: FakeLLM) -> None:
+        client: Client, task_queue: str, tmp_path, fake_llm: FakeOpenAIServer) -> None:
     service = make_service()
     service.memory = MemoryWindow(max_messages=7)
     conversation = f"count-{task_queue}"
@@ -96,7 +96,7 @@ async def test_window_by_message_count_keeps_calls_with_results(
 
 
 async def test_ten_megabyte_tool_result_is_capped_for_the_model(
-        client: Client, task_queue: str, tmp_path, fake_llm: FakeLLM) -> None:
+        client: Client, task_queue: str, tmp_path, fake_llm: FakeOpenAIServer) -> None:
     fake_llm.max_request_bytes = CONTEXT_BYTES
     fake_llm.script(tool_reply(("c1", "bigResult", {"megabytes": 10})), text_reply("done"))
     async with running_worker(client, task_queue, f"sqlite:///{tmp_path}/t.db",
@@ -147,7 +147,7 @@ def test_argument_bounds_are_argument_errors_the_model_can_fix() -> None:
 
 
 async def test_tool_call_ids_reused_across_turns(client: Client, task_queue: str, tmp_path,
-                                                 fake_llm: FakeLLM) -> None:
+                                                 fake_llm: FakeOpenAIServer) -> None:
     """Servers that number tool calls per response (`call_0` every turn) still
     give requests a strict endpoint accepts, and each result stays with its call."""
     fake_llm.script(tool_reply(("call_0", "add", {"a": 1, "b": 1})), text_reply("2"),

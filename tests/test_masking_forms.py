@@ -31,7 +31,6 @@ from google.protobuf.json_format import MessageToDict
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
-from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.sql import fetchall
 from tests.support.temporal_server import DevServer
 from tests.support.turns import wait_pending
@@ -40,6 +39,7 @@ from turnstile.engine.activity_io import CALL_MODEL, EXECUTE_TOOL, REVIEW_CALL
 from turnstile.engine.contract import WORKFLOW_TYPE, ReviewInput, TurnInput, TurnResult
 from turnstile.engine.masking import mask_text
 from turnstile.stores.db import Database
+from turnstile.testing import FakeOpenAIServer, text_reply, tool_reply
 
 # seed (what must disappear) -> how the model spells it in the e-mail body
 FORMS = {
@@ -75,7 +75,7 @@ def strings(value: Any) -> list[str]:
 
 async def test_no_form_reaches_a_sink_and_every_id_and_time_stays(
         client: Client, temporal_server: DevServer, db: Database, tmp_path: Path,
-        fake_llm: FakeLLM) -> None:
+        fake_llm: FakeOpenAIServer) -> None:
     queue = f"forms-{uuid.uuid4().hex[:6]}"
     wf_id = f"turn-zq7wid@example.com-{uuid.uuid4().hex[:8]}"
     body = "copies: " + " ; ".join(FORMS.values()) + " call " + " or ".join(PHONES.values())

@@ -28,7 +28,6 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
-from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.processes import free_port
 from tests.support.sql import fetchall
 from tests.support.temporal_server import DevServer
@@ -44,6 +43,7 @@ from turnstile.sales.service import build_sales_service
 from turnstile.sales.smtp_server import LocalSmtpServer, read_mailbox
 from turnstile.stores.db import Database
 from turnstile.stores.schema import ensure_schema
+from turnstile.testing import FakeOpenAIServer, text_reply, tool_reply
 
 SECRET = "zq-seed-7731"
 ADDRESS = f"{SECRET}@example.com"
@@ -99,7 +99,7 @@ def strings(value: Any) -> Iterator[str]:
 
 async def test_the_address_is_nowhere_it_should_not_be(
         temporal_server: DevServer, client: Client, task_queue: str, tmp_path,
-        fake_llm: FakeLLM, spans: InMemorySpanExporter) -> None:
+        fake_llm: FakeOpenAIServer, spans: InMemorySpanExporter) -> None:
     # `client` (the shared fixture) waits until the server answers; this one traces.
     client = await Client.connect(temporal_server.address, interceptors=interceptors(),
                                   data_converter=pydantic_data_converter)
@@ -185,7 +185,7 @@ HOSTILE = {
 
 
 async def test_hostile_spellings_are_masked_on_failing_paths_too(
-        client: Client, task_queue: str, db: Database, fake_llm: FakeLLM) -> None:
+        client: Client, task_queue: str, db: Database, fake_llm: FakeOpenAIServer) -> None:
     """Refused arguments (the error quotes the address), a refused reviewer, a
     reviewer's note, and addresses spelled to slip past a pattern: none of the
     seeds reaches the audit log, the decisions, the turn's result, its status
@@ -224,7 +224,7 @@ async def test_hostile_spellings_are_masked_on_failing_paths_too(
 
 
 async def test_a_database_error_quoting_an_address_reaches_no_sink(
-        client: Client, task_queue: str, db: Database, fake_llm: FakeLLM) -> None:
+        client: Client, task_queue: str, db: Database, fake_llm: FakeOpenAIServer) -> None:
     """A tool's database refuses a value and its error quotes it (PostgreSQL:
     `Key (v)=(...) already exists`): the log gets the driver's text, masked;
     the audit log, memory, the ledger, the result and the history get the

@@ -40,7 +40,6 @@ from google.protobuf.json_format import MessageToDict
 from hypothesis import HealthCheck, given, settings, strategies as st
 from temporalio.api.enums.v1 import EventType
 
-from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.loop_thread import LoopThread
 from tests.support.masking_strategies import (
     Form,
@@ -60,6 +59,7 @@ from turnstile.runtime.log_masking import JsonFormatter, MaskingFilter
 from turnstile.runtime.services import Service
 from turnstile.runtime.tools import ToolRegistry, tool
 from turnstile.stores.db import Database
+from turnstile.testing import FakeOpenAIServer, text_reply, tool_reply
 
 EXAMPLES = int(os.environ.get("MASKING_TURN_EXAMPLES", "5"))  # per database
 
@@ -91,7 +91,7 @@ class JsonLines(logging.Handler):
 
 
 @pytest.fixture
-def hosted(temporal_server: DevServer, db: Database, fake_llm: FakeLLM) -> Iterator[
+def hosted(temporal_server: DevServer, db: Database, fake_llm: FakeOpenAIServer) -> Iterator[
         tuple[LoopThread, Turns, JsonLines]]:
     lt = LoopThread()
     started, stop = asyncio.Event(), asyncio.Event()
@@ -189,7 +189,7 @@ def record_of(forms: list[Form], numbers: list[tuple[str | None, int, Form]],
     return record
 
 
-async def one_turn(turns: Turns, db: Database, fake_llm: FakeLLM, lines: JsonLines,
+async def one_turn(turns: Turns, db: Database, fake_llm: FakeOpenAIServer, lines: JsonLines,
                    record: dict[str, Any], note: str, answer: str) -> tuple[
         dict[str, str], dict[str, Any], dict[str, Any]]:
     """Run a turn keeping `record`: (each sink's text, the record as the
@@ -222,7 +222,8 @@ async def one_turn(turns: Turns, db: Database, fake_llm: FakeLLM, lines: JsonLin
 
 
 def test_no_generated_address_or_number_reaches_a_sink_of_a_real_turn(
-        hosted: tuple[LoopThread, Turns, JsonLines], db: Database, fake_llm: FakeLLM) -> None:
+        hosted: tuple[LoopThread, Turns,
+                      JsonLines], db: Database, fake_llm: FakeOpenAIServer) -> None:
     lt, turns, lines = hosted
     searched: list[int] = []
 

@@ -15,7 +15,6 @@ from typing import Any
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 
-from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.mcp_fixtures import Effects, stdio_server
 from tests.support.temporal_server import DevServer
 from tests.support.worker_process import WorkerProcess
@@ -30,6 +29,7 @@ from turnstile.engine.contract import (
 )
 from turnstile.stores.audit import AuditLog
 from turnstile.stores.db import Database
+from turnstile.testing import FakeOpenAIServer, text_reply, tool_reply
 
 
 def worker_env(server: DevServer, task_queue: str, tmp_path: Path, llm_url: str,
@@ -54,7 +54,7 @@ async def start(client: Client, task_queue: str, wf_id: str) -> WorkflowHandle[A
         id=wf_id, task_queue=task_queue, result_type=TurnResult)
 
 
-def tool_result(fake_llm: FakeLLM, call_id: str) -> str:
+def tool_result(fake_llm: FakeOpenAIServer, call_id: str) -> str:
     return next(m["content"] for m in fake_llm.requests[-1]["messages"]
                 if m["role"] == "tool" and m["tool_call_id"] == call_id)
 
@@ -87,7 +87,7 @@ async def kill_mid_call(client: Client, task_queue: str, tmp_path: Path, env: di
 
 async def test_read_only_call_is_rerun_after_the_worker_is_killed(
         client: Client, temporal_server: DevServer, task_queue: str, tmp_path: Path,
-        fake_llm: FakeLLM, effects: Effects) -> None:
+        fake_llm: FakeOpenAIServer, effects: Effects) -> None:
     fake_llm.script(tool_reply(("k1", "slow_lookup", {"key": "a", "seconds": 4})),
                     text_reply("done"))
     env = worker_env(temporal_server, task_queue, tmp_path, fake_llm.url, effects)
@@ -102,7 +102,7 @@ async def test_read_only_call_is_rerun_after_the_worker_is_killed(
 
 async def test_destructive_call_is_reported_interrupted_never_rerun(
         client: Client, temporal_server: DevServer, task_queue: str, tmp_path: Path,
-        fake_llm: FakeLLM, effects: Effects) -> None:
+        fake_llm: FakeOpenAIServer, effects: Effects) -> None:
     fake_llm.script(tool_reply(("k2", "delete_record", {"record_id": 9, "seconds": 4})),
                     text_reply("checked"))
     env = worker_env(temporal_server, task_queue, tmp_path, fake_llm.url, effects)
@@ -120,7 +120,7 @@ async def test_destructive_call_is_reported_interrupted_never_rerun(
 
 async def test_mcp_server_time_from_the_package_index(
         client: Client, temporal_server: DevServer, task_queue: str, tmp_path: Path,
-        fake_llm: FakeLLM, effects: Effects) -> None:
+        fake_llm: FakeOpenAIServer, effects: Effects) -> None:
     fake_llm.script(tool_reply(("t1", "get_current_time", {"timezone": "Europe/Paris"})),
                     tool_reply(("t2", "convert_time", {"source_timezone": "UTC",
                                                        "time": "12:00",

@@ -16,7 +16,6 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
-from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.mcp_fixtures import Effects, HttpServer, stdio_server
 from tests.support.services import echo
 from tests.support.turns import running_worker, wait_pending
@@ -33,6 +32,7 @@ from turnstile.runtime.services import Service
 from turnstile.runtime.tools import ToolRegistry
 from turnstile.stores.audit import AuditLog
 from turnstile.stores.memory import MemoryStore
+from turnstile.testing import FakeOpenAIServer, text_reply, tool_reply
 from turnstile.workflows import AgentTurn
 
 
@@ -63,7 +63,7 @@ async def activities(handle: WorkflowHandle, name: str) -> list[tuple[str, int]]
 
 
 async def test_stdio_tools_join_the_turn_named_audited_and_replayable(
-        client: Client, task_queue: str, tmp_path, fake_llm: FakeLLM,  # type: ignore[no-untyped-def]
+        client: Client, task_queue: str, tmp_path, fake_llm: FakeOpenAIServer,  # type: ignore[no-untyped-def]
         effects: Effects) -> None:
     fake_llm.script(tool_reply(("c1", "lookup", {"key": "bob@example.com"}),
                                ("c2", "echo", {"text": "hi"})),
@@ -105,7 +105,7 @@ async def test_stdio_tools_join_the_turn_named_audited_and_replayable(
 
 
 async def test_argument_errors_and_is_error_results_go_back_to_the_model(
-        client: Client, task_queue: str, tmp_path, fake_llm: FakeLLM,  # type: ignore[no-untyped-def]
+        client: Client, task_queue: str, tmp_path, fake_llm: FakeOpenAIServer,  # type: ignore[no-untyped-def]
         effects: Effects) -> None:
     fake_llm.script(tool_reply(("a1", "lookup", {"key": 5}),
                                ("a2", "explode", {"reason": "disk on fire"})),
@@ -135,7 +135,7 @@ async def test_argument_errors_and_is_error_results_go_back_to_the_model(
 
 
 async def test_destructive_and_unhinted_tools_wait_for_approval(
-        client: Client, task_queue: str, tmp_path, fake_llm: FakeLLM,  # type: ignore[no-untyped-def]
+        client: Client, task_queue: str, tmp_path, fake_llm: FakeOpenAIServer,  # type: ignore[no-untyped-def]
         effects: Effects) -> None:
     server = stdio_server(effects, tools={"add_note": MCPToolPolicy(requires_approval=True),
                                           "set_flag": MCPToolPolicy(requires_approval=True)})
@@ -166,7 +166,7 @@ async def test_destructive_and_unhinted_tools_wait_for_approval(
 
 
 async def test_streamable_http_server_with_a_header_from_the_environment(
-        client: Client, task_queue: str, tmp_path, fake_llm: FakeLLM,  # type: ignore[no-untyped-def]
+        client: Client, task_queue: str, tmp_path, fake_llm: FakeOpenAIServer,  # type: ignore[no-untyped-def]
         effects: Effects, mcp_http: HttpServer, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TEST_MCP_AUTH", "Bearer s3cret")
     server = MCPServer(name="remote", url=mcp_http.url, trust_hints=True,
@@ -185,7 +185,7 @@ async def test_streamable_http_server_with_a_header_from_the_environment(
 
 
 async def test_unreachable_servers_are_retried_then_reported(
-        client: Client, task_queue: str, tmp_path, fake_llm: FakeLLM,  # type: ignore[no-untyped-def]
+        client: Client, task_queue: str, tmp_path, fake_llm: FakeOpenAIServer,  # type: ignore[no-untyped-def]
         effects: Effects, mcp_http: HttpServer, monkeypatch: pytest.MonkeyPatch) -> None:
     """A server down at listing time: resolve_tools is retried, then the round
     goes on without its tools (the turn's events say so). A server that dies
@@ -220,7 +220,7 @@ async def test_unreachable_servers_are_retried_then_reported(
 
 
 async def test_a_large_mcp_result_gets_the_same_size_handling(
-        client: Client, task_queue: str, tmp_path, fake_llm: FakeLLM,  # type: ignore[no-untyped-def]
+        client: Client, task_queue: str, tmp_path, fake_llm: FakeOpenAIServer,  # type: ignore[no-untyped-def]
         effects: Effects) -> None:
     mb = 1024 * 1024
     fake_llm.script(tool_reply(("b1", "big_text", {"megabytes": 3})), text_reply("big"))
@@ -240,7 +240,7 @@ async def test_a_large_mcp_result_gets_the_same_size_handling(
 
 
 async def test_one_session_serves_many_turns_and_is_reopened_after_the_server_dies(
-        client: Client, task_queue: str, tmp_path, fake_llm: FakeLLM,  # type: ignore[no-untyped-def]
+        client: Client, task_queue: str, tmp_path, fake_llm: FakeOpenAIServer,  # type: ignore[no-untyped-def]
         effects: Effects) -> None:
     server = stdio_server(effects)
     pids = []

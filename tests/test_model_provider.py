@@ -7,10 +7,10 @@ import time
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
-from tests.support.fake_llm import FakeLLM, Raw, text_reply, tool_reply
 from tests.support.services import make_service
 from tests.support.turns import running_worker
 from turnstile.engine.contract import TurnStatus
+from turnstile.testing import FakeOpenAIServer, RawReply, text_reply, tool_reply
 
 
 def _stamp(reply):  # type: ignore[no-untyped-def]
@@ -22,9 +22,9 @@ def _stamp(reply):  # type: ignore[no-untyped-def]
 
 
 async def test_429_retry_after_is_honoured_by_temporal(client: Client, task_queue: str, tmp_path,
-                                                       fake_llm: FakeLLM) -> None:
+                                                       fake_llm: FakeOpenAIServer) -> None:
     fake_llm.script(
-        _stamp(Raw(429, '{"error": "slow down"}', {"Retry-After": "2"})),
+        _stamp(RawReply(429, '{"error": "slow down"}', {"Retry-After": "2"})),
         _stamp(tool_reply(("c1", "add", {"a": 1, "b": 1}))),
         _stamp(text_reply("2")),
     )
@@ -44,8 +44,9 @@ async def test_429_retry_after_is_honoured_by_temporal(client: Client, task_queu
 
 
 async def test_400_is_not_retried_and_fails_the_turn_clearly(client: Client, task_queue: str,
-                                                             tmp_path, fake_llm: FakeLLM) -> None:
-    fake_llm.script(Raw(400, '{"error": {"message": "unknown parameter: tools"}}'))
+                                                             tmp_path,
+                                                             fake_llm: FakeOpenAIServer) -> None:
+    fake_llm.script(RawReply(400, '{"error": {"message": "unknown parameter: tools"}}'))
     async with running_worker(client, task_queue, f"sqlite:///{tmp_path}/t.db",
                               [make_service()], llm_url=fake_llm.url) as turns:
         result = await turns.run("hello")
@@ -57,7 +58,7 @@ async def test_400_is_not_retried_and_fails_the_turn_clearly(client: Client, tas
 
 
 async def test_malformed_completion_is_a_typed_error(client: Client, task_queue: str, tmp_path,
-                                                     fake_llm: FakeLLM) -> None:
+                                                     fake_llm: FakeOpenAIServer) -> None:
     fake_llm.script({"choices": []})
     async with running_worker(client, task_queue, f"sqlite:///{tmp_path}/t.db",
                               [make_service()], llm_url=fake_llm.url) as turns:
@@ -67,7 +68,7 @@ async def test_malformed_completion_is_a_typed_error(client: Client, task_queue:
 
 
 async def test_api_key_is_sent_as_bearer(client: Client, task_queue: str, tmp_path,
-                                         fake_llm: FakeLLM, monkeypatch) -> None:
+                                         fake_llm: FakeOpenAIServer, monkeypatch) -> None:
     from turnstile.activities import Runtime  # noqa: F401 - imported for the settings path below
     from turnstile.providers import OpenAICompatibleProvider
 
@@ -82,7 +83,8 @@ async def test_api_key_is_sent_as_bearer(client: Client, task_queue: str, tmp_pa
     assert fake_llm.requests[0]["_path"] == "/v1/chat/completions"
 
 
-def test_the_fake_server_refuses_a_body_real_endpoints_cannot_read(fake_llm: FakeLLM) -> None:
+def test_the_fake_server_refuses_a_body_real_endpoints_cannot_read(
+        fake_llm: FakeOpenAIServer) -> None:
     """The scripted server reads a body as OpenAI's and llama-server's do:
     declared `application/json` and strict JSON (no NaN); the provider's
     requests are read (every turn test), these are refused with a 400."""

@@ -12,12 +12,13 @@ import time
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
-from tests.support.fake_llm import FakeLLM, Raw, llama_cpp_python_validation_error, text_reply
 from tests.support.services import make_service
 from tests.support.turns import running_worker
 from turnstile.activities.model_refusals import MODEL_REFUSAL_LIMIT, carried, counted
 from turnstile.engine.contract import TurnStatus
 from turnstile.providers.openai_compat import answer_fingerprint, says_invalid_request
+from turnstile.testing import FakeOpenAIServer, RawReply, text_reply
+from turnstile.testing.openai_server import llama_cpp_python_validation_error
 from turnstile.testing.processes import free_port
 
 
@@ -42,8 +43,8 @@ def test_the_count_runs_only_over_identical_answers_in_a_row() -> None:
 
 
 async def test_an_identical_validation_500_ends_the_turn_within_seconds(
-        client: Client, task_queue: str, tmp_path, fake_llm: FakeLLM) -> None:
-    fake_llm.default = Raw(500, llama_cpp_python_validation_error(1))
+        client: Client, task_queue: str, tmp_path, fake_llm: FakeOpenAIServer) -> None:
+    fake_llm.default = RawReply(500, llama_cpp_python_validation_error(1))
     async with running_worker(client, task_queue, f"sqlite:///{tmp_path}/t.db",
                               [make_service()], llm_url=fake_llm.url) as turns:
         began = time.monotonic()
@@ -63,10 +64,11 @@ async def test_an_identical_validation_500_ends_the_turn_within_seconds(
 
 
 async def test_answers_that_differ_or_say_the_server_is_away_are_retried(
-        client: Client, task_queue: str, tmp_path, fake_llm: FakeLLM) -> None:
-    invalid_a = Raw(500, llama_cpp_python_validation_error(1))
-    invalid_b = Raw(500, json.dumps({"error": {"message": "1 validation error: field required"}}))
-    away = Raw(503, json.dumps({"error": {"message": "Service Unavailable"}}))
+        client: Client, task_queue: str, tmp_path, fake_llm: FakeOpenAIServer) -> None:
+    invalid_a = RawReply(500, llama_cpp_python_validation_error(1))
+    invalid_b = RawReply(500,
+                         json.dumps({"error": {"message": "1 validation error: field required"}}))
+    away = RawReply(503, json.dumps({"error": {"message": "Service Unavailable"}}))
     # a, a, b: never three alike in a row; 503s however many: an outage.
     fake_llm.script(invalid_a, invalid_a, invalid_b, text_reply("first"),
                     *[away] * MODEL_REFUSAL_LIMIT, text_reply("second"))
@@ -93,7 +95,7 @@ async def test_a_server_that_went_away_is_waited_for(client: Client, task_queue:
             await asyncio.sleep(0.1)
         else:
             raise AssertionError("the model call was not retried")
-        server = FakeLLM(port=port)
+        server = FakeOpenAIServer(port=port)
         try:
             server.script(text_reply("back"))
             result = await handle.result()

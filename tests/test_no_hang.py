@@ -14,7 +14,6 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 
-from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.services import make_service
 from tests.support.turns import Turns
 from tests.support.worker_env import WORKER_ENV
@@ -25,6 +24,7 @@ from turnstile.engine.contract import TurnStatus
 from turnstile.runtime.config import Settings
 from turnstile.runtime.services import ServiceRegistry
 from turnstile.stores.schema import ensure_schema
+from turnstile.testing import FakeOpenAIServer, text_reply, tool_reply
 
 
 @activity.defn(name=io.RELEASE_CONVERSATION)
@@ -59,7 +59,7 @@ async def no_task_failures(handle: Any) -> bool:
 
 
 async def test_a_release_that_fails_for_good_still_ends_the_turn(
-        client: Client, task_queue: str, tmp_path, fake_llm: FakeLLM) -> None:
+        client: Client, task_queue: str, tmp_path, fake_llm: FakeOpenAIServer) -> None:
     rt = runtime(task_queue, f"sqlite:///{tmp_path}/t.db", fake_llm.url)
     conv = f"c-{uuid.uuid4().hex[:6]}"
     fake_llm.script(text_reply("first"), text_reply("second"))
@@ -85,7 +85,7 @@ async def test_a_release_that_fails_for_good_still_ends_the_turn(
 
 
 async def test_an_unrecordable_compensation_failure_still_ends_the_turn(
-        client: Client, task_queue: str, tmp_path, fake_llm: FakeLLM) -> None:
+        client: Client, task_queue: str, tmp_path, fake_llm: FakeOpenAIServer) -> None:
     rt = runtime(task_queue, f"sqlite:///{tmp_path}/t.db", fake_llm.url)
     fake_llm.script(tool_reply(("s1", "stickyReserve", {"item": "x"})),
                     tool_reply(("m1", "mustSucceed", {})))

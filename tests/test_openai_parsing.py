@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.fake_llm import FakeLLM, text_reply
 from turnstile.engine.errors import MalformedModelResponse
 from turnstile.engine.messages import ChatMessage
 from turnstile.providers import ModelRequest
@@ -14,6 +13,7 @@ from turnstile.providers.openai_compat import (
     parse_retry_after,
 )
 from turnstile.stores.audit import mask
+from turnstile.testing import FakeOpenAIServer, text_reply
 
 
 def test_tool_calls_and_usage_are_read() -> None:
@@ -63,7 +63,7 @@ async def test_the_provider_reuses_a_kept_alive_connection(keep_alive: bool) -> 
     """bench/turns.py serves the model over persistent connections, as real
     endpoints do; the provider's pool reuses them, and a streamed answer
     (ended by closing its connection) still arrives whole."""
-    fake = FakeLLM(keep_alive=keep_alive)
+    fake = FakeOpenAIServer(keep_alive=keep_alive)
     fake.default = text_reply("hello")
     provider = OpenAICompatibleProvider(fake.url)
     request = ModelRequest(messages=[ChatMessage(role="user", content="hi")])

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from temporalio.client import Client
 
-from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.pipeline_services import Scripted, pipeline_service
 from tests.support.turns import running_worker
 from turnstile.engine import attributes as attr
@@ -12,6 +11,7 @@ from turnstile.engine.contract import CallStatus, TurnStatus
 from turnstile.engine.pipeline_spec import PipelinePolicy
 from turnstile.runtime.guardrails import GuardrailResult, MaxLength, PiiGuardrail
 from turnstile.stores.memory import MemoryStore
+from turnstile.testing import FakeOpenAIServer, text_reply, tool_reply
 
 CARD_ANSWER = "Charged card 4111 1111 1111 1111 for the order."
 
@@ -25,7 +25,7 @@ def contents(request: dict) -> list[tuple[str, str | None]]:  # type: ignore[typ
 
 
 async def test_reprompt_appends_guidance_and_keeps_the_answer(
-        client: Client, task_queue: str, tmp_path, fake_llm: FakeLLM) -> None:
+        client: Client, task_queue: str, tmp_path, fake_llm: FakeOpenAIServer) -> None:
     fake_llm.script(text_reply(CARD_ANSWER), text_reply("Charged the card ending in 1111."))
     service = pipeline_service(output_guardrails=[PiiGuardrail(), MaxLength(500)])
     async with running_worker(client, task_queue, db_url(tmp_path), [service],
@@ -41,7 +41,7 @@ async def test_reprompt_appends_guidance_and_keeps_the_answer(
 
 
 async def test_retry_asks_again_with_the_same_messages(
-        client: Client, task_queue: str, tmp_path, fake_llm: FakeLLM) -> None:
+        client: Client, task_queue: str, tmp_path, fake_llm: FakeOpenAIServer) -> None:
     fake_llm.script(text_reply("first draft"), text_reply("second draft"))
     service = pipeline_service(output_guardrails=[
         Scripted([GuardrailResult.retry("not good enough")])])
@@ -57,7 +57,7 @@ async def test_retry_asks_again_with_the_same_messages(
 
 
 async def test_fail_withholds_the_answer_and_keeps_the_work(
-        client: Client, task_queue: str, tmp_path, fake_llm: FakeLLM) -> None:
+        client: Client, task_queue: str, tmp_path, fake_llm: FakeOpenAIServer) -> None:
     fake_llm.script(tool_reply(("r1", "reserve", {"item": "table"})),
                     text_reply("Reserved. Confidential: the supplier margin is 40%."))
     refuse = Scripted([GuardrailResult.fail("The answer contained confidential data.")])
@@ -75,7 +75,7 @@ async def test_fail_withholds_the_answer_and_keeps_the_work(
 
 
 async def test_fatal_withholds_the_answer_and_compensates(
-        client: Client, task_queue: str, tmp_path, fake_llm: FakeLLM) -> None:
+        client: Client, task_queue: str, tmp_path, fake_llm: FakeOpenAIServer) -> None:
     fake_llm.script(tool_reply(("r1", "reserve", {"item": "table"})), text_reply("done"))
     fatal = Scripted([GuardrailResult.fatal("This must not have happened.")])
     async with running_worker(client, task_queue, db_url(tmp_path),
@@ -90,7 +90,7 @@ async def test_fatal_withholds_the_answer_and_compensates(
 
 
 async def test_reasks_are_bounded(client: Client, task_queue: str, tmp_path,
-                                  fake_llm: FakeLLM) -> None:
+                                  fake_llm: FakeOpenAIServer) -> None:
     fake_llm.default = text_reply(CARD_ANSWER)
     service = pipeline_service(output_guardrails=[PiiGuardrail()],
                                policy=PipelinePolicy(max_output_guardrail_reasks=2))

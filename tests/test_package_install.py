@@ -5,8 +5,9 @@ pip resolves from the index, at the versions of constraints.txt), holds the
 script serves and runs a turn of an app in that folder (`turnstile worker
 --app loans:app`, `turnstile run`); the app's own script runs a turn with
 turnstile.testing.TestStack, approved with edits; and the app's own tests
-run there with plain `pytest` (pytest-asyncio, no settings file). No PYTHONPATH, no file of
-this checkout but the wheel.
+run there with plain `pytest` (pytest-asyncio, no settings file), one of them
+on an HTTP model served by the kit's FakeOpenAIServer (the `testing`
+extra). No PYTHONPATH, no file of this checkout but the wheel.
 
 It needs the package index (or pip's cache): TURNSTILE_SKIP_INSTALL_TEST=1
 skips it where there is none — never in CI (CI=true)."""
@@ -84,9 +85,11 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     subprocess.run([str(bin_dir / "python"), "-m", "pip", "install", "--quiet",
                     "--disable-pip-version-check", "-c", str(ROOT / "constraints.txt"),
                     str(wheel)], check=True, env=clean_env(), timeout=600, cwd=base)
-    # The app's own tests need a pytest and pytest-asyncio (at this repository's pins).
+    # The app's own tests need the test kit's `testing` extra (its model
+    # server's request types), a pytest and pytest-asyncio (at this repository's pins).
     subprocess.run([str(bin_dir / "python"), "-m", "pip", "install", "--quiet",
-                    "--disable-pip-version-check", *dev_pins("pytest", "pytest-asyncio")],
+                    "--disable-pip-version-check", "-c", str(ROOT / "constraints.txt"),
+                    f"{wheel}[testing]", *dev_pins("pytest", "pytest-asyncio")],
                    check=True, env=clean_env(), timeout=300, cwd=base)
     folder = base / "library"
     folder.mkdir()
@@ -135,7 +138,7 @@ def test_the_apps_own_tests_run_with_plain_pytest(installed: tuple[Path, Path]) 
                           "test_loans.py"], cwd=folder, env=clean_env(), capture_output=True,
                          text=True, timeout=240)
     assert ran.returncode == 0, ran.stdout[-4000:] + ran.stderr[-2000:]
-    assert "2 passed" in ran.stdout, ran.stdout
+    assert "3 passed" in ran.stdout, ran.stdout
 
 
 def test_the_console_script_serves_and_runs_a_turn(installed: tuple[Path, Path],

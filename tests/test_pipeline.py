@@ -11,7 +11,6 @@ from typing import Any
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 
-from tests.support.fake_llm import FakeLLM, text_reply
 from tests.support.pipeline_services import (
     Contact,
     Recorder,
@@ -29,6 +28,7 @@ from turnstile.runtime.guardrails import prompt_injection_guardrail
 from turnstile.runtime.moderation import KeywordModerator
 from turnstile.runtime.upgrade import opening_activity
 from turnstile.stores.memory import MemoryStore
+from turnstile.testing import FakeOpenAIServer, text_reply
 
 CONTACT = {"name": "Ada", "email": "ada@example.com", "priority": 2}
 ASK = "Who should follow up with key accounts? Reply as a contact."
@@ -61,7 +61,7 @@ async def activity_timeline(handle: WorkflowHandle) -> list[tuple[str, str]]:
 
 
 async def test_order_sensitive_facts(client: Client, task_queue: str, tmp_path,
-                                     fake_llm: FakeLLM) -> None:
+                                     fake_llm: FakeOpenAIServer) -> None:
     recorder = Recorder()
     moderator = SlowModerator(seconds=1.0)
     service = guarded_service(recorder=recorder, output_type=Contact, moderator=moderator)
@@ -112,7 +112,7 @@ async def test_order_sensitive_facts(client: Client, task_queue: str, tmp_path,
 
 
 async def test_format_instructions_when_provider_takes_no_schema(
-        client: Client, task_queue: str, tmp_path, fake_llm: FakeLLM) -> None:
+        client: Client, task_queue: str, tmp_path, fake_llm: FakeOpenAIServer) -> None:
     provider = OpenAICompatibleProvider(fake_llm.url, supports_response_format=False)
     fake_llm.script(text_reply(f"Here it is:\n```json\n{json.dumps(CONTACT)}\n```"))
     async with running_worker(client, task_queue, db_url(tmp_path),
@@ -129,7 +129,7 @@ async def test_format_instructions_when_provider_takes_no_schema(
 
 
 async def test_missing_template_variable_fails_the_turn(
-        client: Client, task_queue: str, tmp_path, fake_llm: FakeLLM) -> None:
+        client: Client, task_queue: str, tmp_path, fake_llm: FakeOpenAIServer) -> None:
     async with running_worker(client, task_queue, db_url(tmp_path), [pipeline_service()],
                               llm_url=fake_llm.url) as turns:
         handle = await turns.client.start_workflow(
@@ -145,7 +145,7 @@ async def test_missing_template_variable_fails_the_turn(
 
 
 async def test_input_guardrail_fail_answers_with_its_message(
-        client: Client, task_queue: str, tmp_path, fake_llm: FakeLLM) -> None:
+        client: Client, task_queue: str, tmp_path, fake_llm: FakeOpenAIServer) -> None:
     async with running_worker(client, task_queue, db_url(tmp_path), [guarded_service()],
                               llm_url=fake_llm.url) as turns:
         result = await turns.run("Charge card 4111 1111 1111 1111 for the follow-up",
@@ -159,7 +159,7 @@ async def test_input_guardrail_fail_answers_with_its_message(
 
 
 async def test_input_guardrail_fatal(client: Client, task_queue: str, tmp_path,
-                                     fake_llm: FakeLLM) -> None:
+                                     fake_llm: FakeOpenAIServer) -> None:
     service = pipeline_service(input_guardrails=[prompt_injection_guardrail("fatal")])
     async with running_worker(client, task_queue, db_url(tmp_path), [service],
                               llm_url=fake_llm.url) as turns:
@@ -172,7 +172,7 @@ async def test_input_guardrail_fatal(client: Client, task_queue: str, tmp_path,
 
 
 async def test_parse_failure_is_reasked_then_succeeds(
-        client: Client, task_queue: str, tmp_path, fake_llm: FakeLLM) -> None:
+        client: Client, task_queue: str, tmp_path, fake_llm: FakeOpenAIServer) -> None:
     fake_llm.script(text_reply('{"name": "Ada", "email": "ada@example.com", "priority": 9}'),
                     text_reply(json.dumps(CONTACT)))
     async with running_worker(client, task_queue, db_url(tmp_path),
@@ -189,7 +189,7 @@ async def test_parse_failure_is_reasked_then_succeeds(
 
 
 async def test_parse_failures_end_the_turn_after_the_budget(
-        client: Client, task_queue: str, tmp_path, fake_llm: FakeLLM) -> None:
+        client: Client, task_queue: str, tmp_path, fake_llm: FakeOpenAIServer) -> None:
     fake_llm.default = text_reply("I am not JSON")
     async with running_worker(
             client, task_queue, db_url(tmp_path),
@@ -203,8 +203,8 @@ async def test_parse_failures_end_the_turn_after_the_budget(
 
 
 async def test_moderation_flag_compensates_and_ends_moderated(
-        client: Client, task_queue: str, tmp_path, fake_llm: FakeLLM) -> None:
-    from tests.support.fake_llm import tool_reply
+        client: Client, task_queue: str, tmp_path, fake_llm: FakeOpenAIServer) -> None:
+    from turnstile.testing import tool_reply
 
     fake_llm.script(tool_reply(("r1", "reserve", {"item": "rifle"})), text_reply("reserved"))
     service = pipeline_service(moderator=SlowModerator(seconds=1.5))
@@ -224,10 +224,10 @@ async def test_moderation_flag_compensates_and_ends_moderated(
 
 
 async def test_moderation_verdict_in_hand_stops_tools(
-        client: Client, task_queue: str, tmp_path, fake_llm: FakeLLM) -> None:
+        client: Client, task_queue: str, tmp_path, fake_llm: FakeOpenAIServer) -> None:
     import asyncio
 
-    from tests.support.fake_llm import tool_reply
+    from turnstile.testing import tool_reply
 
     loop = asyncio.get_running_loop()
     turn: list[WorkflowHandle] = []
@@ -263,7 +263,7 @@ async def test_moderation_verdict_in_hand_stops_tools(
 
 
 async def test_clean_message_passes_moderation(client: Client, task_queue: str, tmp_path,
-                                               fake_llm: FakeLLM) -> None:
+                                               fake_llm: FakeOpenAIServer) -> None:
     fake_llm.script(text_reply("hello"))
     async with running_worker(client, task_queue, db_url(tmp_path),
                               [pipeline_service(moderator=KeywordModerator())],

@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 
-from tests.support.fake_llm import FakeLLM, Raw, moderation_reply, sse_chunks, tool_reply
 from tests.support.pipeline_services import Contact
 from turnstile.engine.errors import AttachmentError, ConfigurationError, ModerationUnavailable
 from turnstile.engine.messages import Attachment
@@ -40,6 +39,8 @@ from turnstile.runtime.moderation import (
 )
 from turnstile.runtime.services import Service
 from turnstile.runtime.tools import ToolRegistry
+from turnstile.testing import FakeOpenAIServer, RawReply, moderation_reply, tool_reply
+from turnstile.testing.openai_server import sse_chunks
 
 
 def inp(raw: str, message: str | None = None) -> InputGuardrailContext:
@@ -136,7 +137,7 @@ async def test_keyword_and_combined_moderators() -> None:
     assert result.flagged and result.categories == ["self-harm", "spam"]
 
 
-async def test_openai_moderation_endpoint(fake_llm: FakeLLM) -> None:
+async def test_openai_moderation_endpoint(fake_llm: FakeOpenAIServer) -> None:
     settings = Settings(llm_base_url=fake_llm.url, llm_api_key="sk-mod")
     fake_llm.moderation = moderation_reply(True, "harassment", "violence")
     result = await moderate(OpenAIModerator(model="omni-moderation-latest"),
@@ -147,11 +148,11 @@ async def test_openai_moderation_endpoint(fake_llm: FakeLLM) -> None:
     assert sent["_path"] == "/v1/moderations" and sent["input"] == "some text"
     assert sent["_auth"] == "Bearer sk-mod" and sent["model"] == "omni-moderation-latest"
     assert fake_llm.requests == []  # chat replies untouched
-    fake_llm.moderation = Raw(503, "busy")
+    fake_llm.moderation = RawReply(503, "busy")
     with pytest.raises(ModerationUnavailable) as exc:
         await moderate(OpenAIModerator(), mod("x", settings))
     assert exc.value.retryable
-    fake_llm.moderation = Raw(400, "bad")
+    fake_llm.moderation = RawReply(400, "bad")
     with pytest.raises(ModerationUnavailable) as exc:
         await moderate(OpenAIModerator(), mod("x", settings))
     assert not exc.value.retryable

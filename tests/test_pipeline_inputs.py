@@ -13,7 +13,6 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from temporalio.client import Client
 
-from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.pipeline_services import DOCUMENTS, pipeline_service
 from tests.support.turns import local_activities, running_worker
 from turnstile.activities import turn as turn_activities
@@ -26,6 +25,7 @@ from turnstile.runtime.event_bus import OpenTelemetryListener
 from turnstile.runtime.services import SystemMessageContext
 from turnstile.stores.memory import MemoryStore
 from turnstile.stores.retrieval_index import FullTextRetriever, RetrievalContext
+from turnstile.testing import FakeOpenAIServer, text_reply, tool_reply
 
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\x00" * 64).decode()
 
@@ -40,7 +40,7 @@ def with_today(ctx: SystemMessageContext) -> str:
 
 
 async def test_system_transformer_runs_in_an_activity(client: Client, task_queue: str,
-                                                      tmp_path, fake_llm: FakeLLM) -> None:
+                                                      tmp_path, fake_llm: FakeOpenAIServer) -> None:
     fake_llm.script(text_reply("ok"))
     async with running_worker(client, task_queue, db_url(tmp_path),
                               [pipeline_service(system_transformer=with_today)],
@@ -53,7 +53,7 @@ async def test_system_transformer_runs_in_an_activity(client: Client, task_queue
 
 
 async def test_attachments_become_content_parts(client: Client, task_queue: str, tmp_path,
-                                                fake_llm: FakeLLM) -> None:
+                                                fake_llm: FakeOpenAIServer) -> None:
     fake_llm.script(text_reply("a chart"), text_reply("still a chart"))
     parts = [Attachment(type="image_url", url="https://example.com/chart.png"),
              Attachment(type="image_base64", data=PNG, mime_type="image/png")]
@@ -78,7 +78,7 @@ async def test_attachments_become_content_parts(client: Client, task_queue: str,
 
 
 async def test_too_much_inline_data_is_refused(client: Client, task_queue: str, tmp_path,
-                                               fake_llm: FakeLLM) -> None:
+                                               fake_llm: FakeOpenAIServer) -> None:
     big = Attachment(type="image_base64", data="A" * 2000, mime_type="image/png")
     async with running_worker(
             client, task_queue, db_url(tmp_path),
@@ -98,7 +98,7 @@ async def test_too_much_inline_data_is_refused(client: Client, task_queue: str, 
 
 
 async def test_memory_can_keep_the_original_user_message(
-        client: Client, task_queue: str, tmp_path, fake_llm: FakeLLM) -> None:
+        client: Client, task_queue: str, tmp_path, fake_llm: FakeOpenAIServer) -> None:
     fake_llm.script(tool_reply(("c1", "echo", {"text": "x"})), text_reply("two days"),
                     text_reply("you asked about follow-ups"))
     service = pipeline_service(documents=DOCUMENTS,
@@ -119,7 +119,7 @@ async def test_memory_can_keep_the_original_user_message(
 
 
 async def test_events_once_each_even_under_replay(client: Client, task_queue: str, tmp_path,
-                                                  fake_llm: FakeLLM) -> None:
+                                                  fake_llm: FakeOpenAIServer) -> None:
     fake_llm.script(tool_reply(("c1", "add", {"a": 1, "b": 2})), text_reply("3"))
     received: list[TurnStarted | TurnCompleted] = []
     exporter = InMemorySpanExporter()
@@ -145,7 +145,7 @@ async def test_events_once_each_even_under_replay(client: Client, task_queue: st
 
 
 async def test_failed_turns_and_failing_listeners(client: Client, task_queue: str, tmp_path,
-                                                  fake_llm: FakeLLM) -> None:
+                                                  fake_llm: FakeOpenAIServer) -> None:
     received: list[TurnStarted | TurnCompleted] = []
 
     def broken(_event: TurnStarted | TurnCompleted) -> None:
@@ -189,7 +189,7 @@ class SlowOnce(FailsOnce):
 @pytest.mark.parametrize("case", ["plain", "transformer", "retriever fails once",
                                   "retriever slow once"])
 async def test_begin_turn_runs_steps_4_and_5_unless_something_comes_between(
-        client: Client, task_queue: str, tmp_path, fake_llm: FakeLLM, case: str,
+        client: Client, task_queue: str, tmp_path, fake_llm: FakeOpenAIServer, case: str,
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Revision 2: begin_turn, once it holds the conversation, delivers "turn
     started" and retrieves for the user message as step 3 renders it. With a

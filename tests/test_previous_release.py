@@ -21,7 +21,6 @@ from pathlib import Path
 
 from temporalio.client import Client
 
-from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.releases import head_of, previous_release, release_tree
 from tests.support.sql import fetchall
 from tests.support.temporal_server import DevServer
@@ -37,12 +36,14 @@ from turnstile.engine.contract import (
 )
 from turnstile.stores.db import Database
 from turnstile.stores.schema import current, head_revision, upgrade
+from turnstile.testing import FakeOpenAIServer, text_reply, tool_reply
 
 MAIL = {"to": "ops@example.com", "subject": "Follow up", "body": "C0001"}
 
 
 async def test_the_previous_release_completes_an_approved_email_on_the_migrated_schema(
-        client: Client, temporal_server: DevServer, tmp_path: Path, fake_llm: FakeLLM) -> None:
+        client: Client, temporal_server: DevServer, tmp_path: Path,
+        fake_llm: FakeOpenAIServer) -> None:
     old = release_tree(previous_release(), tmp_path / "previous")
     previous_head = head_of(old)
     url = f"sqlite:///{tmp_path}/t.db"

@@ -16,7 +16,6 @@ import pytest
 from temporalio.client import Client, WorkflowHandle
 
 from tests.support.databases import BACKENDS, worker_database_url
-from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.processes import free_port
 from tests.support.services import make_service
 from tests.support.turns import running_worker, wait_pending
@@ -40,6 +39,7 @@ from turnstile.stores.audit import AuditLog
 from turnstile.stores.db import Database
 from turnstile.stores.memory import MemoryStore
 from turnstile.stores.schema import ensure_schema
+from turnstile.testing import FakeOpenAIServer, text_reply, tool_reply
 
 MAIL = {"to": "ops@example.com", "subject": "Follow up", "body": "C0001 and C0002"}
 # The same arguments, spelled differently: the breaker compares JSON values.
@@ -59,7 +59,7 @@ async def approve_all(handle: WorkflowHandle[Any, Any], approved: list[str]) -> 
         await asyncio.sleep(0.05)
 
 
-async def mail_turn(client: Client, task_queue: str, tmp_path: Path, fake_llm: FakeLLM,
+async def mail_turn(client: Client, task_queue: str, tmp_path: Path, fake_llm: FakeOpenAIServer,
                     url: str, breakers: BreakerPolicy | None = None, *,
                     one_response: bool = False) -> dict[str, Any]:
     """One sales turn on the database at `url` whose model calls
@@ -98,7 +98,7 @@ async def mail_turn(client: Client, task_queue: str, tmp_path: Path, fake_llm: F
 
 @pytest.mark.parametrize("backend", BACKENDS)
 async def test_identical_email_after_success_is_not_sent_again(
-        client: Client, task_queue: str, tmp_path: Path, fake_llm: FakeLLM, backend: str,
+        client: Client, task_queue: str, tmp_path: Path, fake_llm: FakeOpenAIServer, backend: str,
         request: pytest.FixtureRequest) -> None:
     url = worker_database_url(backend, request, tmp_path)
     turn = await mail_turn(client, task_queue, tmp_path, fake_llm, url)
@@ -127,7 +127,7 @@ async def test_identical_email_after_success_is_not_sent_again(
 
 @pytest.mark.parametrize("backend", BACKENDS)
 async def test_identical_calls_in_one_response_send_one_email(
-        client: Client, task_queue: str, tmp_path: Path, fake_llm: FakeLLM, backend: str,
+        client: Client, task_queue: str, tmp_path: Path, fake_llm: FakeOpenAIServer, backend: str,
         request: pytest.FixtureRequest) -> None:
     """Both in one response: the second waits for the first and, as it
     completed, is a repeat of it, never reviewed."""
@@ -146,7 +146,7 @@ async def test_identical_calls_in_one_response_send_one_email(
 
 
 async def test_the_twin_of_a_rejected_call_is_reviewed(
-        client: Client, task_queue: str, tmp_path: Path, fake_llm: FakeLLM) -> None:
+        client: Client, task_queue: str, tmp_path: Path, fake_llm: FakeOpenAIServer) -> None:
     """Only a call that completed makes a repeat: the first of two identical
     calls rejected, the second waits for that, then goes to the reviewer."""
     url = f"sqlite:///{tmp_path}/sales.db"
@@ -176,7 +176,8 @@ async def test_the_twin_of_a_rejected_call_is_reviewed(
                                       BreakerPolicy(repeatable_tools=["createEmailTask"])],
                          ids=["breaker-off", "tool-allowed"])
 async def test_policy_lets_the_repeat_run(client: Client, task_queue: str, tmp_path: Path,
-                                          fake_llm: FakeLLM, breakers: BreakerPolicy) -> None:
+                                          fake_llm: FakeOpenAIServer,
+                                          breakers: BreakerPolicy) -> None:
     """Configured per service (off) or per tool: the second call runs, is
     approved on its own, and sends its own e-mail."""
     turn = await mail_turn(client, task_queue, tmp_path, fake_llm,
@@ -189,7 +190,7 @@ async def test_policy_lets_the_repeat_run(client: Client, task_queue: str, tmp_p
 
 
 async def test_a_repeatable_tool_runs_again(client: Client, task_queue: str, tmp_path: Path,
-                                            fake_llm: FakeLLM) -> None:
+                                            fake_llm: FakeOpenAIServer) -> None:
     """A read declared `repeatable` (querySalesData) is asked again with the
     same arguments and runs again: its answer may have changed."""
     url = f"sqlite:///{tmp_path}/sales.db"
@@ -212,7 +213,7 @@ async def test_a_repeatable_tool_runs_again(client: Client, task_queue: str, tmp
 
 @pytest.mark.parametrize("backend", BACKENDS)
 async def test_a_model_that_keeps_repeating_is_asked_for_its_answer(
-        client: Client, task_queue: str, tmp_path: Path, fake_llm: FakeLLM, backend: str,
+        client: Client, task_queue: str, tmp_path: Path, fake_llm: FakeOpenAIServer, backend: str,
         request: pytest.FixtureRequest) -> None:
     """The small-model loop (the same call again and again): one reservation,
     two repeats, then one request without tools for the answer; completed,

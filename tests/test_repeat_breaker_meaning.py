@@ -16,7 +16,6 @@ import pytest
 from temporalio.client import Client
 
 from tests.support.databases import BACKENDS, worker_database_url
-from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.processes import free_port
 from tests.support.turns import running_worker, wait_pending
 from tests.test_repeat_breaker import approve_all, tool_messages
@@ -31,6 +30,7 @@ from turnstile.sales.truth import disagreements
 from turnstile.stores.audit import AuditLog
 from turnstile.stores.db import Database
 from turnstile.stores.memory import MemoryStore
+from turnstile.testing import FakeOpenAIServer, text_reply, tool_reply
 
 MAIL = {"to": "ops@example.com", "subject": "Follow up", "body": "C0001 and C0002"}
 REWORDED = [MAIL, {**MAIL, "to": "OPS@example.com"}, {**MAIL, "subject": "Follow up "}]
@@ -39,7 +39,7 @@ REWORDED = [MAIL, {**MAIL, "to": "OPS@example.com"}, {**MAIL, "subject": "Follow
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("one_response", [False, True], ids=["one-by-one", "one-response"])
 async def test_three_reworded_repeats_of_one_email_send_one_mail(
-        client: Client, task_queue: str, tmp_path: Path, fake_llm: FakeLLM, backend: str,
+        client: Client, task_queue: str, tmp_path: Path, fake_llm: FakeOpenAIServer, backend: str,
         one_response: bool, request: pytest.FixtureRequest) -> None:
     if one_response and backend != "sqlite":
         pytest.skip("the one-response form runs on SQLite")
@@ -92,7 +92,7 @@ async def approve(handle: Any, call_id: str) -> None:
 @pytest.mark.parametrize("backend", BACKENDS)
 async def test_the_reviewer_of_a_second_similar_mail_sees_the_first(
         client: Client, temporal_server: Any, task_queue: str, tmp_path: Path,
-        fake_llm: FakeLLM, backend: str, request: pytest.FixtureRequest) -> None:
+        fake_llm: FakeOpenAIServer, backend: str, request: pytest.FixtureRequest) -> None:
     """A second mail to the same recipient (another subject: another effect,
     so it is reviewed) carries the first in `similar_effects`, masked; in the
     conversation's next turn a third carries both, from an earlier turn. A
@@ -179,7 +179,7 @@ async def next_pending(handle: Any, call_id: str) -> Any:
 
 @pytest.mark.parametrize("backend", BACKENDS)
 async def test_task_ids_of_another_conversation_are_refused(
-        client: Client, task_queue: str, tmp_path: Path, fake_llm: FakeLLM, backend: str,
+        client: Client, task_queue: str, tmp_path: Path, fake_llm: FakeOpenAIServer, backend: str,
         request: pytest.FixtureRequest) -> None:
     """getEmailTaskStatus and retryEmailTask read by id: a task another
     conversation made is "no e-mail task" (an error result the model reads),

@@ -17,7 +17,6 @@ import pytest
 from temporalio.client import Client
 from temporalio.testing import ActivityEnvironment
 
-from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.resets import lock_of, reset_to, task_after
 from tests.support.services import make_service, side_effects
 from tests.support.sql import fetchall
@@ -47,6 +46,7 @@ from turnstile.stores.superseded import (
 )
 from turnstile.stores.transaction import Transaction
 from turnstile.stores.truth import disagreements, notes
+from turnstile.testing import FakeOpenAIServer, text_reply, tool_reply
 
 
 async def late_write(client: Client, db: Database, conv: str, wf_id: str, run_id: str) -> str:
@@ -69,7 +69,7 @@ def sent_call_ids(request: dict[str, Any]) -> set[str]:
 
 
 async def test_reset_after_a_tool_call_takes_another_path(
-        client: Client, task_queue: str, db: Database, fake_llm: FakeLLM,
+        client: Client, task_queue: str, db: Database, fake_llm: FakeOpenAIServer,
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     conv = f"c-reset-b-{uuid.uuid4().hex[:6]}"
     pay = ("call_3", "sendMoneySlowly", {"to": "bob", "amount": 5})
@@ -179,7 +179,7 @@ async def test_reset_after_a_tool_call_takes_another_path(
 
 
 async def test_a_reset_of_a_turn_the_conversation_moved_on_from_changes_nothing(
-        client: Client, task_queue: str, db: Database, fake_llm: FakeLLM) -> None:
+        client: Client, task_queue: str, db: Database, fake_llm: FakeOpenAIServer) -> None:
     conv = f"c-reset-old-{uuid.uuid4().hex[:6]}"
     fake_llm.script(tool_reply(("call_0", "reserve", {"item": "table"})),
                     text_reply("table reserved"), text_reply("nothing else"),

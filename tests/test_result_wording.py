@@ -20,7 +20,6 @@ from temporalio.client import Client
 
 from examples.support_desk.app import build_app as build_desk_app
 from examples.support_desk.tables import DEMO_ORDERS, desk_order
-from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.turns import running_worker
 from tests.test_repeat_breaker import approve_all
 from turnstile.engine.errors import ToolArgumentError
@@ -42,6 +41,7 @@ from turnstile.sales.tools import createEmailTask, querySalesData
 from turnstile.stores.db import Database
 from turnstile.stores.memory import MemoryStore
 from turnstile.stores.schema import upgrade
+from turnstile.testing import FakeOpenAIServer, text_reply, tool_reply
 
 DESK = build_desk_app()
 SALES = build_sales_app()
@@ -184,7 +184,7 @@ async def _one(db: Database, service: Service, name: str, **arguments: Any
 
 
 async def test_a_turn_of_the_two_tool_service_is_told_only_its_tools(
-        client: Client, task_queue: str, tmp_path: Path, fake_llm: FakeLLM) -> None:
+        client: Client, task_queue: str, tmp_path: Path, fake_llm: FakeOpenAIServer) -> None:
     """Through the product: the activity hands the tool its service's tools."""
     url = f"sqlite:///{tmp_path}/sales.db"
     upgrade(Database(url), apps=tables_by_app([SALES]))

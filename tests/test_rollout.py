@@ -35,7 +35,6 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 
-from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.processes import wait_for
 from tests.support.releases import (
     head_of,
@@ -60,6 +59,7 @@ from turnstile.runtime.devstack import temporal_binary
 from turnstile.runtime.versioning import current_build, default_build_id
 from turnstile.stores.db import Database
 from turnstile.stores.schema import current, head_revision
+from turnstile.testing import FakeOpenAIServer, text_reply, tool_reply
 
 pytestmark = pytest.mark.live
 
@@ -85,7 +85,8 @@ def logged(log: Path, pattern: str, after: int = 0) -> re.Match[str] | None:
 
 
 async def test_rollout_restart_and_rollback_with_turns_in_flight(
-        client: Client, temporal_server: DevServer, tmp_path: Path, fake_llm: FakeLLM) -> None:
+        client: Client, temporal_server: DevServer, tmp_path: Path,
+        fake_llm: FakeOpenAIServer) -> None:
     release = previous_release()
     old_tree = release_tree(release, tmp_path / "previous")
     if not supports_worker_versioning(old_tree):

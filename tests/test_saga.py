@@ -11,13 +11,13 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import CancelledError
 
-from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.services import make_service, side_effects
 from tests.support.turns import running_worker
 from turnstile.engine import attributes as attr
 from turnstile.engine.contract import CallStatus, PendingApproval, TurnStatus
 from turnstile.stores.audit import AuditLog
 from turnstile.stores.memory import MemoryStore
+from turnstile.testing import FakeOpenAIServer, text_reply, tool_reply
 
 
 def db_url(tmp_path) -> str:  # type: ignore[no-untyped-def]
@@ -33,7 +33,7 @@ async def undo_order(handle) -> list[str]:  # type: ignore[no-untyped-def]
 
 
 async def test_later_failure_rolls_back_in_reverse_and_rewrites_memory(
-        client: Client, task_queue: str, tmp_path, fake_llm: FakeLLM) -> None:
+        client: Client, task_queue: str, tmp_path, fake_llm: FakeOpenAIServer) -> None:
     fake_llm.script(tool_reply(("r1", "reserve", {"item": "table"})),
                     tool_reply(("r2", "reserve", {"item": "chairs"})),
                     tool_reply(("m1", "mustSucceed", {})))
@@ -71,7 +71,8 @@ async def test_later_failure_rolls_back_in_reverse_and_rewrites_memory(
 
 
 async def test_compensation_that_keeps_failing_is_a_state(client: Client, task_queue: str,
-                                                          tmp_path, fake_llm: FakeLLM) -> None:
+                                                          tmp_path,
+                                                          fake_llm: FakeOpenAIServer) -> None:
     fake_llm.script(tool_reply(("s1", "stickyReserve", {"item": "room"})),
                     tool_reply(("m1", "mustSucceed", {})))
     async with running_worker(client, task_queue, db_url(tmp_path),
@@ -90,7 +91,7 @@ async def test_compensation_that_keeps_failing_is_a_state(client: Client, task_q
 
 
 async def test_cancel_runs_compensations_then_ends_cancelled(
-        client: Client, task_queue: str, tmp_path, fake_llm: FakeLLM) -> None:
+        client: Client, task_queue: str, tmp_path, fake_llm: FakeOpenAIServer) -> None:
     fake_llm.script(tool_reply(("r1", "reserve", {"item": "table"})),
                     tool_reply(("p1", "sendMoneySlowly", {"to": "bob", "amount": 5})))
     async with running_worker(client, task_queue, db_url(tmp_path), [make_service()],

@@ -14,18 +14,18 @@ import pytest
 from temporalio.client import Client
 
 from tests.support.databases import BACKENDS, worker_database_url
-from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.turns import running_worker
 from tests.test_sales_turns import DEMO, TODAY, approve_when_asked, email_tasks
 from turnstile.engine.contract import CallStatus, TurnStatus
 from turnstile.sales.planner import demo_planner
 from turnstile.sales.seed import last_week, seed
 from turnstile.sales.service import COMPACT_SERVICE_NAME, build_compact_sales_service
+from turnstile.testing import FakeOpenAIServer, text_reply, tool_reply
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 async def test_a_compact_turn_sends_a_small_request(
-        client: Client, task_queue: str, tmp_path: Path, fake_llm: FakeLLM, backend: str,
+        client: Client, task_queue: str, tmp_path: Path, fake_llm: FakeOpenAIServer, backend: str,
         request: pytest.FixtureRequest) -> None:
     start, end = last_week(TODAY)
     fake_llm.script(

@@ -9,7 +9,6 @@ from typing import Any
 
 from temporalio.client import Client, WorkflowHandle
 
-from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.processes import free_port
 from tests.support.sql import fetchall
 from tests.support.turns import running_worker
@@ -27,6 +26,7 @@ from turnstile.stores.audit import AuditLog
 from turnstile.stores.db import Database
 from turnstile.stores.memory import MemoryStore
 from turnstile.stores.schema import ensure_schema
+from turnstile.testing import FakeOpenAIServer, text_reply, tool_reply
 
 # The real date: on PostgreSQL the query role only sees the last 90 days
 # (row-level security), so demo data seeded around a fixed date would fall out
@@ -97,7 +97,7 @@ async def test_demo_turn_end_to_end(client: Client, task_queue: str, tmp_path,
 
 
 async def test_compensating_an_email_already_sent_is_honest(
-        client: Client, task_queue: str, tmp_path, fake_llm: FakeLLM) -> None:
+        client: Client, task_queue: str, tmp_path, fake_llm: FakeOpenAIServer) -> None:
     url = f"sqlite:///{tmp_path}/sales.db"
     db = Database(url)
     ensure_schema(db)

@@ -23,7 +23,6 @@ import sqlalchemy as sa
 from alembic.script import ScriptDirectory
 from temporalio.client import Client
 
-from tests.support.fake_llm import FakeLLM, text_reply
 from tests.support.schemas import schema_of
 from tests.support.temporal_server import DevServer
 from tests.support.worker_process import ROOT, WorkerProcess
@@ -33,6 +32,7 @@ from turnstile.stores.db import Database
 from turnstile.stores.engines import engine_for
 from turnstile.stores.schema import alembic_config, current, head_revision, upgrade
 from turnstile.stores.schema_window import MARKER, NewerSchema, declared, schema_revision
+from turnstile.testing import FakeOpenAIServer, text_reply
 
 # A revision no release has: what a newer release's migration leaves behind.
 FIXTURE = "9901_from_a_newer_release"
@@ -219,7 +219,8 @@ def worker_env(server: DevServer, url: str, llm_url: str, tmp_path: Path) -> dic
 
 
 async def test_a_worker_refuses_a_newer_incompatible_schema_with_one_line_and_exit_2(
-        temporal_server: DevServer, sqlite_url: str, tmp_path: Path, fake_llm: FakeLLM) -> None:
+        temporal_server: DevServer, sqlite_url: str, tmp_path: Path,
+        fake_llm: FakeOpenAIServer) -> None:
     db = Database(sqlite_url)
     upgrade(db)
     as_if_newer(db, (FIXTURE, False))
@@ -237,7 +238,7 @@ async def test_a_worker_refuses_a_newer_incompatible_schema_with_one_line_and_ex
 
 async def test_a_worker_runs_on_a_newer_compatible_schema_and_serves_turns(
         client: Client, temporal_server: DevServer, sqlite_url: str, tmp_path: Path,
-        fake_llm: FakeLLM) -> None:
+        fake_llm: FakeOpenAIServer) -> None:
     db = Database(sqlite_url)
     upgrade(db)
     as_if_newer(db, (FIXTURE, True))

@@ -27,7 +27,6 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 
-from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.loop_thread import LoopThread
 from tests.support.sql import fetchall
 from tests.support.temporal_server import DevServer, connect
@@ -35,6 +34,7 @@ from tests.support.turns import Turns, running_worker, wait_pending
 from turnstile.engine.contract import ApproveSignal, TurnProgress, TurnStatus
 from turnstile.sales.service import build_sales_service
 from turnstile.stores.db import Database
+from turnstile.testing import FakeOpenAIServer, text_reply, tool_reply
 
 EXAMPLES = 15
 MAIL = {"to": "ops@example.com", "subject": "Renewal", "body": "Please renew."}
@@ -99,7 +99,7 @@ def sent(draw: st.DrawFn) -> Sent:
 
 @pytest.fixture
 def parked(temporal_server: DevServer, db: Database,
-           fake_llm: FakeLLM) -> Iterator[tuple[LoopThread, Turns]]:
+           fake_llm: FakeOpenAIServer) -> Iterator[tuple[LoopThread, Turns]]:
     def reply(request: dict[str, Any]) -> dict[str, Any]:
         last = request["messages"][-1]["role"]
         return text_reply("done") if last == "tool" else tool_reply(

@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 from temporalio.client import Client
 
-from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.turns import running_worker
 from tests.test_tool_semantics import attempts, tool_messages
 from turnstile.engine.contract import CallStatus, TurnStatus
@@ -22,6 +21,7 @@ from turnstile.runtime.services import Service
 from turnstile.runtime.tools import ToolContext, ToolRegistry, tool
 from turnstile.sales.access import tool_connection
 from turnstile.stores.audit import AuditLog
+from turnstile.testing import FakeOpenAIServer, text_reply, tool_reply
 
 SLOW = {
     "postgresql": "SELECT pg_sleep(20)",
@@ -50,7 +50,8 @@ def url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
 
 
 async def test_slow_query_is_stopped_retried_and_reported(client: Client, task_queue: str,
-                                                          url: str, fake_llm: FakeLLM) -> None:
+                                                          url: str,
+                                                          fake_llm: FakeOpenAIServer) -> None:
     fake_llm.script(tool_reply(("c1", "slowReport", {})), text_reply("the report is too slow"))
     service = Service(name="slow", system_prompt="You run reports.",
                       tools=ToolRegistry([slowReport]))

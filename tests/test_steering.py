@@ -2,7 +2,7 @@
 a real dev server and worker, on SQLite and PostgreSQL: `steer` (the reference
 service's choice) rejects the waiting call and the new turn runs at once;
 `queue` waits, visibly; `refuse` ends the new turn `refused`. The model is the
-strict scripted endpoint (tests/support/fake_llm.py), the mail a real SMTP
+strict scripted endpoint (turnstile.testing.FakeOpenAIServer), the mail a real SMTP
 server."""
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
 from temporalio.worker import Replayer
 
-from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.processes import free_port
 from tests.support.sql import fetchall
 from tests.support.turns import running_worker, wait_pending
@@ -43,6 +42,7 @@ from turnstile.sales.smtp_server import LocalSmtpServer, read_mailbox
 from turnstile.stores.audit import AuditLog
 from turnstile.stores.db import Database
 from turnstile.stores.memory import MemoryStore
+from turnstile.testing import FakeOpenAIServer, text_reply, tool_reply
 from turnstile.workflows import AgentTurn
 
 NEW_MESSAGE = "the user sent a new message"
@@ -78,7 +78,8 @@ async def approve_all(handle: WorkflowHandle[Any, Any]) -> None:
 
 
 async def test_a_new_message_steers_a_turn_waiting_for_an_approval(
-        client: Client, task_queue: str, tmp_path, db: Database, fake_llm: FakeLLM) -> None:
+        client: Client, task_queue: str, tmp_path, db: Database,
+        fake_llm: FakeOpenAIServer) -> None:
     """The waiting call is rejected "the user sent a new message" (audited, no
     mail), the waiting turn ends `steered` without asking the model again, and
     the new turn's first model request comes within 2 s of its start, with
@@ -142,7 +143,7 @@ async def test_a_new_message_steers_a_turn_waiting_for_an_approval(
 
 
 async def test_a_decision_that_came_first_wins_and_a_second_new_message_queues(
-        client: Client, task_queue: str, db: Database, fake_llm: FakeLLM) -> None:
+        client: Client, task_queue: str, db: Database, fake_llm: FakeOpenAIServer) -> None:
     """Races: the reviewer approved before the new message arrived (the steer is
     ignored, the new turn waits for the lock); two new messages at once steer
     the waiting turn once, and the second runs after the first."""
@@ -186,7 +187,7 @@ async def test_a_decision_that_came_first_wins_and_a_second_new_message_queues(
 
 
 async def test_queue_waits_visibly_behind_the_turn_waiting_for_an_approval(
-        client: Client, task_queue: str, db: Database, fake_llm: FakeLLM) -> None:
+        client: Client, task_queue: str, db: Database, fake_llm: FakeOpenAIServer) -> None:
     fake_llm.script(mail("e1", "One"), text_reply("Mail queued."), text_reply("Hello."))
     service = build_sales_service()
     service.on_new_message = "queue"
@@ -213,7 +214,7 @@ async def test_queue_waits_visibly_behind_the_turn_waiting_for_an_approval(
 
 
 async def test_refuse_ends_the_new_turn_at_once(client: Client, task_queue: str, db: Database,
-                                                fake_llm: FakeLLM) -> None:
+                                                fake_llm: FakeOpenAIServer) -> None:
     fake_llm.script(mail("e1", "One"), text_reply("Not sent."))
     service = build_sales_service()
     service.on_new_message = "refuse"

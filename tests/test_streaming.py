@@ -11,13 +11,13 @@ import json
 import pytest
 from temporalio.client import Client
 
-from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.pipeline_services import pipeline_service
 from tests.support.turns import running_worker
 from turnstile.engine.contract import TurnProgress, TurnStatus
 from turnstile.engine.pipeline_spec import PipelinePolicy
 from turnstile.providers import DemoPlanner
 from turnstile.stores.streaming import follow_stream, read_stream
+from turnstile.testing import FakeOpenAIServer, text_reply, tool_reply
 
 ANSWER = "Streaming works: this sentence arrives in small pieces over about a second."
 
@@ -27,7 +27,7 @@ def streaming_service():  # type: ignore[no-untyped-def]
 
 
 async def test_partial_text_is_readable_while_the_turn_runs(
-        client: Client, task_queue: str, tmp_path, fake_llm: FakeLLM) -> None:
+        client: Client, task_queue: str, tmp_path, fake_llm: FakeOpenAIServer) -> None:
     fake_llm.stream_delay = 0.08
     fake_llm.script(tool_reply(("c1", "add", {"a": 2, "b": 3})), text_reply(ANSWER))
     async with running_worker(client, task_queue, f"sqlite:///{tmp_path}/t.db",
@@ -60,7 +60,7 @@ async def test_partial_text_is_readable_while_the_turn_runs(
 
 
 async def test_follow_stream_prints_the_turn(client: Client, task_queue: str, tmp_path,
-                                             fake_llm: FakeLLM) -> None:
+                                             fake_llm: FakeOpenAIServer) -> None:
     fake_llm.stream_delay = 0.02
     fake_llm.script(text_reply(ANSWER))
     async with running_worker(client, task_queue, f"sqlite:///{tmp_path}/t.db",
@@ -89,7 +89,7 @@ async def test_provider_without_streaming_writes_one_chunk(
 
 
 async def test_without_streaming_nothing_is_buffered(client: Client, task_queue: str, tmp_path,
-                                                     fake_llm: FakeLLM) -> None:
+                                                     fake_llm: FakeOpenAIServer) -> None:
     fake_llm.script(text_reply("plain"))
     async with running_worker(client, task_queue, f"sqlite:///{tmp_path}/t.db",
                               [pipeline_service()], llm_url=fake_llm.url) as turns:
@@ -101,7 +101,7 @@ async def test_without_streaming_nothing_is_buffered(client: Client, task_queue:
 
 
 async def test_starter_stream_command(
-        client: Client, task_queue: str, tmp_path, fake_llm: FakeLLM,
+        client: Client, task_queue: str, tmp_path, fake_llm: FakeOpenAIServer,
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     from turnstile.cli import starter
 
@@ -117,7 +117,7 @@ async def test_starter_stream_command(
 
 
 async def test_the_client_streams_the_answer_with_the_events(
-        client: Client, task_queue: str, tmp_path, fake_llm: FakeLLM) -> None:
+        client: Client, task_queue: str, tmp_path, fake_llm: FakeOpenAIServer) -> None:
     """turnstile.client: `events(text=True)` gives the partial answer of a
     streaming service as `answer_text` events, among the turn's own."""
     from turnstile.client import TurnstileClient

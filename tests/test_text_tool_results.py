@@ -14,7 +14,6 @@ import pytest
 from temporalio.client import Client
 
 from tests.support.databases import BACKENDS, worker_database_url
-from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.services import make_service
 from tests.support.sql import fetchall
 from tests.support.turns import running_worker
@@ -22,11 +21,12 @@ from turnstile.engine.contract import CallStatus, TurnStatus
 from turnstile.engine.messages import ChatMessage, ToolCall
 from turnstile.engine.model_settings import ModelSettings
 from turnstile.providers.openai_compat import calls_as_text
+from turnstile.testing import FakeOpenAIServer, text_reply, tool_reply
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 async def test_results_travel_as_text_and_memory_keeps_calls(
-        client: Client, task_queue: str, tmp_path: Path, fake_llm: FakeLLM, backend: str,
+        client: Client, task_queue: str, tmp_path: Path, fake_llm: FakeOpenAIServer, backend: str,
         request: pytest.FixtureRequest) -> None:
     service = make_service()
     service.model = ModelSettings(tool_results="text")

@@ -16,11 +16,11 @@ from typing import Any
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 
-from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.services import make_service
 from tests.support.turns import running_worker
 from turnstile.engine.contract import CallStatus, TurnStatus
 from turnstile.stores.audit import AuditLog
+from turnstile.testing import FakeOpenAIServer, text_reply, tool_reply
 
 
 def tool_messages(request: dict[str, Any]) -> list[dict[str, Any]]:
@@ -44,7 +44,7 @@ def db_url(tmp_path) -> str:  # type: ignore[no-untyped-def]
 
 
 async def test_argument_error_goes_back_to_the_model_and_is_not_retried(
-        client: Client, task_queue: str, tmp_path, fake_llm: FakeLLM) -> None:
+        client: Client, task_queue: str, tmp_path, fake_llm: FakeOpenAIServer) -> None:
     fake_llm.script(tool_reply(("c1", "add", {"a": 1, "b": -5})),
                     tool_reply(("c2", "add", {"a": 1, "b": 5})), text_reply("6"))
     async with running_worker(client, task_queue, db_url(tmp_path), [make_service()],
@@ -63,7 +63,7 @@ async def test_argument_error_goes_back_to_the_model_and_is_not_retried(
 
 
 async def test_argument_error_budget_per_tool(client: Client, task_queue: str, tmp_path,
-                                              fake_llm: FakeLLM) -> None:
+                                              fake_llm: FakeOpenAIServer) -> None:
     bad = [tool_reply((f"c{i}", "add", {"a": "x", "b": 1})) for i in range(3)]
     fake_llm.script(*bad)
     async with running_worker(client, task_queue, db_url(tmp_path),
@@ -76,7 +76,7 @@ async def test_argument_error_budget_per_tool(client: Client, task_queue: str, t
 
 
 async def test_execution_error_retried_then_reported_to_model(
-        client: Client, task_queue: str, tmp_path, fake_llm: FakeLLM) -> None:
+        client: Client, task_queue: str, tmp_path, fake_llm: FakeOpenAIServer) -> None:
     fake_llm.script(tool_reply(("c1", "alwaysFails", {"reason": "db down"})),
                     text_reply("sorry, the backend is down"))
     async with running_worker(client, task_queue, db_url(tmp_path), [make_service()],
@@ -93,7 +93,8 @@ async def test_execution_error_retried_then_reported_to_model(
 
 
 async def test_non_retryable_execution_error_runs_once(client: Client, task_queue: str,
-                                                       tmp_path, fake_llm: FakeLLM) -> None:
+                                                       tmp_path,
+                                                       fake_llm: FakeOpenAIServer) -> None:
     fake_llm.script(tool_reply(("c1", "refuses", {})), text_reply("ok"))
     async with running_worker(client, task_queue, db_url(tmp_path), [make_service()],
                               llm_url=fake_llm.url) as turns:
@@ -105,7 +106,7 @@ async def test_non_retryable_execution_error_runs_once(client: Client, task_queu
 
 
 async def test_unknown_tool_tells_model_the_real_ones(client: Client, task_queue: str, tmp_path,
-                                                      fake_llm: FakeLLM) -> None:
+                                                      fake_llm: FakeOpenAIServer) -> None:
     fake_llm.script(tool_reply(("c1", "deleteEverything", {})), text_reply("ok"))
     async with running_worker(client, task_queue, db_url(tmp_path), [make_service()],
                               llm_url=fake_llm.url) as turns:
@@ -122,7 +123,7 @@ async def test_unknown_tool_tells_model_the_real_ones(client: Client, task_queue
 
 
 async def test_round_trip_cap_names_the_cap(client: Client, task_queue: str, tmp_path,
-                                            fake_llm: FakeLLM) -> None:
+                                            fake_llm: FakeOpenAIServer) -> None:
     fake_llm.default = lambda req: tool_reply((f"c{len(req['messages'])}", "add",
                                                {"a": 1, "b": 1}))
     async with running_worker(client, task_queue, db_url(tmp_path),
@@ -141,7 +142,7 @@ async def test_round_trip_cap_names_the_cap(client: Client, task_queue: str, tmp
 
 
 async def test_calls_of_one_response_run_concurrently_results_in_call_order(
-        client: Client, task_queue: str, tmp_path, fake_llm: FakeLLM) -> None:
+        client: Client, task_queue: str, tmp_path, fake_llm: FakeOpenAIServer) -> None:
     fake_llm.script(tool_reply(("slow", "slowUpsert", {"note": "first", "seconds": 1.5}),
                                ("fast", "echo", {"text": "second"})), text_reply("both"))
     async with running_worker(client, task_queue, db_url(tmp_path), [make_service()],
@@ -164,7 +165,7 @@ async def test_calls_of_one_response_run_concurrently_results_in_call_order(
 
 
 async def test_dynamic_tools_add_only_and_state_survives_new_worker(
-        client: Client, task_queue: str, tmp_path, fake_llm: FakeLLM) -> None:
+        client: Client, task_queue: str, tmp_path, fake_llm: FakeOpenAIServer) -> None:
     def names(req: dict[str, Any]) -> set[str]:
         return {t["function"]["name"] for t in req["tools"]}
 
@@ -189,7 +190,7 @@ async def test_dynamic_tools_add_only_and_state_survives_new_worker(
 
 
 async def test_breaker_disables_tool_after_consecutive_failures(
-        client: Client, task_queue: str, tmp_path, fake_llm: FakeLLM) -> None:
+        client: Client, task_queue: str, tmp_path, fake_llm: FakeOpenAIServer) -> None:
     fake_llm.script(*[tool_reply((f"f{i}", "alwaysFails", {})) for i in range(4)],
                     text_reply("gave up"))
     async with running_worker(client, task_queue, db_url(tmp_path),
@@ -206,7 +207,7 @@ async def test_breaker_disables_tool_after_consecutive_failures(
 
 
 async def test_breaker_too_many_tool_executions(client: Client, task_queue: str, tmp_path,
-                                                fake_llm: FakeLLM) -> None:
+                                                fake_llm: FakeOpenAIServer) -> None:
     fake_llm.default = lambda req: tool_reply((f"c{len(req['messages'])}", "add",
                                                {"a": 1, "b": 1}))
     async with running_worker(client, task_queue, db_url(tmp_path),

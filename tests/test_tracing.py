@@ -10,17 +10,17 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
-from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.services import make_service
 from tests.support.temporal_server import DevServer
 from tests.support.turns import running_worker
 from turnstile.engine.contract import TurnStatus
 from turnstile.runtime.tracing import interceptors
+from turnstile.testing import FakeOpenAIServer, text_reply, tool_reply
 from turnstile.workflows import AgentTurn
 
 
 async def test_spans_once_per_call_even_when_every_task_replays(
-        temporal_server: DevServer, task_queue: str, tmp_path, fake_llm: FakeLLM,
+        temporal_server: DevServer, task_queue: str, tmp_path, fake_llm: FakeOpenAIServer,
         spans: InMemorySpanExporter) -> None:
     client = await Client.connect(temporal_server.address, interceptors=interceptors(),
                                   data_converter=pydantic_data_converter)

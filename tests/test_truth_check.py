@@ -10,7 +10,6 @@ import uuid
 import pytest
 from temporalio.client import Client
 
-from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.services import make_service
 from tests.support.turns import running_worker, wait_pending
 from tests.test_sales_turns import DEMO, TODAY, approve_when_asked
@@ -22,6 +21,7 @@ from turnstile.sales.service import build_sales_service
 from turnstile.stores.audit import execution_id
 from turnstile.stores.connection import Connection
 from turnstile.stores.db import Database
+from turnstile.testing import FakeOpenAIServer, text_reply, tool_reply
 
 
 async def test_check_agrees_after_turns_and_finds_planted_lies(
@@ -71,7 +71,7 @@ def plant_unrecorded_follow_up(conn: Connection, wf_id: str, conv: str) -> str:
 
 
 async def test_check_sees_a_terminated_turn_and_skips_a_running_one(
-        client: Client, task_queue: str, db: Database, fake_llm: FakeLLM,
+        client: Client, task_queue: str, db: Database, fake_llm: FakeOpenAIServer,
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """A turn terminated while it waits for approval keeps its
     conversation's lock row; `check` asks Temporal about the holder, checks

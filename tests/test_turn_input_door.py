@@ -23,7 +23,6 @@ from temporalio.converter import DataConverter
 from temporalio.exceptions import ActivityError, ApplicationError, RetryState
 from temporalio.worker import Worker
 
-from tests.support.fake_llm import FakeLLM, text_reply
 from tests.support.services import make_service
 from tests.support.sql import fetchall, fetchone
 from tests.support.temporal_server import DevServer
@@ -39,6 +38,7 @@ from turnstile.engine.turn_input_rules import (
 from turnstile.runtime.client import PydanticPayloadConverter
 from turnstile.runtime.devstack import temporal_binary
 from turnstile.stores.db import Database
+from turnstile.testing import FakeOpenAIServer, text_reply
 
 HOSTILE: dict[str, dict[str, str]] = {
     "NUL in the message": {"message": "hello\x00world"},
@@ -88,7 +88,8 @@ def _holdings(db: Database, conversation: str) -> tuple[int, int, int]:
 
 @pytest.mark.parametrize("case", sorted(HOSTILE))
 async def test_hostile_input_is_refused_and_holds_nothing(
-        client: Client, task_queue: str, db: Database, fake_llm: FakeLLM, case: str) -> None:
+        client: Client, task_queue: str, db: Database, fake_llm: FakeOpenAIServer,
+        case: str) -> None:
     fake_llm.default = lambda _req: text_reply("fine")
     kw = HOSTILE[case]
     conversation = kw.get("conversation", f"door-{uuid.uuid4().hex[:8]}")
@@ -114,7 +115,8 @@ async def test_hostile_input_is_refused_and_holds_nothing(
 
 
 async def test_lone_surrogate_from_the_cli_is_refused(
-        temporal_server: DevServer, task_queue: str, db: Database, fake_llm: FakeLLM) -> None:
+        temporal_server: DevServer, task_queue: str, db: Database,
+        fake_llm: FakeOpenAIServer) -> None:
     """`temporal workflow start --input` passes a lone surrogate escape through;
     the project's converter reads it and the door refuses it (it used to fail
     the turn on its own input)."""
@@ -180,7 +182,7 @@ async def test_a_value_the_database_refuses_is_not_retried(
 
 
 async def test_a_message_no_model_can_read_is_refused_before_it_is_stored(
-        client: Client, task_queue: str, db: Database, fake_llm: FakeLLM) -> None:
+        client: Client, task_queue: str, db: Database, fake_llm: FakeOpenAIServer) -> None:
     """Within the door's character limit but over the model's context: the
     model call refuses it (MessageTooLong) before storing or sending it; the
     turn ends `refused` with the figures, the conversation holds nothing of it,

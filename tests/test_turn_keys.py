@@ -10,7 +10,6 @@ import uuid
 
 from temporalio.client import Client, WorkflowHandle
 
-from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.services import make_service, side_effects
 from tests.support.sql import fetchall
 from tests.support.turns import running_worker, wait_pending
@@ -19,6 +18,7 @@ from turnstile.engine.contract import ApproveSignal, TurnStatus
 from turnstile.stores.audit import AuditLog
 from turnstile.stores.db import Database
 from turnstile.stores.memory import MemoryStore
+from turnstile.testing import FakeOpenAIServer, text_reply, tool_reply
 
 
 async def approve(handle: WorkflowHandle, reviewer: str) -> str:
@@ -35,7 +35,7 @@ def approvals(db: Database, wf_id: str) -> list[dict]:  # type: ignore[type-arg]
 
 
 async def test_a_new_run_of_a_workflow_id_has_its_own_effects_and_rollback(
-        client: Client, task_queue: str, db: Database, fake_llm: FakeLLM) -> None:
+        client: Client, task_queue: str, db: Database, fake_llm: FakeOpenAIServer) -> None:
     wf_id, conv = f"turn-{uuid.uuid4().hex[:8]}", f"c-keys-{uuid.uuid4().hex[:6]}"
     async with running_worker(client, task_queue, db.url, [make_service()],
                               llm_url=fake_llm.url) as turns:

@@ -7,15 +7,15 @@ import json
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
-from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.services import make_service
 from tests.support.turns import running_worker
 from turnstile.engine.contract import CallStatus, TurnStatus
 from turnstile.stores.memory import MemoryStore
+from turnstile.testing import FakeOpenAIServer, text_reply, tool_reply
 
 
 async def test_tool_round_trip_and_memory(client: Client, task_queue: str, tmp_path,
-                                          fake_llm: FakeLLM) -> None:
+                                          fake_llm: FakeOpenAIServer) -> None:
     fake_llm.script(tool_reply(("call-1", "add", {"a": 2, "b": 3})), text_reply("2 + 3 = 5"))
     url = f"sqlite:///{tmp_path}/t.db"
     async with running_worker(client, task_queue, url, [make_service()],

@@ -24,13 +24,13 @@ from temporalio.worker import (
     WorkflowOutboundInterceptor,
 )
 
-from tests.support.fake_llm import FakeLLM, text_reply
 from tests.support.services import make_service
 from tests.support.turns import running_worker
 from turnstile.activities.data_errors import DataErrors
 from turnstile.engine import activity_io as io
 from turnstile.engine.contract import TurnStatus
 from turnstile.engine.errors import IllegalTransition
+from turnstile.testing import FakeOpenAIServer, text_reply
 
 ROOT = Path(__file__).resolve().parents[1]
 MACHINE = ROOT / "turnstile" / "engine" / "turn_machine.py"
@@ -180,7 +180,7 @@ class _Outbound(WorkflowOutboundInterceptor):
 
 
 async def test_an_illegal_move_in_a_turn_ends_it_failed_without_a_hang(
-        client: Client, task_queue: str, sqlite_url: str, fake_llm: FakeLLM) -> None:
+        client: Client, task_queue: str, sqlite_url: str, fake_llm: FakeOpenAIServer) -> None:
     fake_llm.script(text_reply("again"))  # the next turn's: the refused one asks nothing
     conversation = f"c-{uuid.uuid4().hex[:6]}"
     async with running_worker(client, task_queue, sqlite_url, [make_service()],

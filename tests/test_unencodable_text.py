@@ -23,7 +23,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 from temporalio.api.enums.v1 import EventType
 
-from tests.support.fake_llm import FakeLLM, Raw, text_reply
 from tests.support.services import add, echo
 from tests.support.temporal_server import DevServer, connect
 from tests.support.turns import Turns, running_worker
@@ -33,6 +32,7 @@ from turnstile.runtime.services import Service
 from turnstile.runtime.tools import ToolRegistry
 from turnstile.stores.db import Database
 from turnstile.stores.memory import MemoryStore
+from turnstile.testing import FakeOpenAIServer, RawReply, text_reply
 
 EXAMPLES = 12  # per database: each is two real turns
 
@@ -64,11 +64,11 @@ def _body(kind: str) -> dict[str, Any]:
     return calls("call_0", "echo", '{"text": ' + "[" * 3000 + "]" * 3000 + "}")
 
 
-def hostile(kind: str, bad: str) -> Raw:
+def hostile(kind: str, bad: str) -> RawReply:
     text = json.dumps(_body(kind))
     if kind == "decoded argument":  # escaped twice: the hole is inside a JSON string
         text = text.replace(HOLE + HOLE, bad.replace("\\", "\\\\"))
-    return Raw(200, text.replace(HOLE, bad))
+    return RawReply(200, text.replace(HOLE, bad))
 
 
 KINDS = ["answer", "call id", "tool name", "raw argument", "decoded argument",
@@ -76,9 +76,9 @@ KINDS = ["answer", "call id", "tool name", "raw argument", "decoded argument",
 
 
 @pytest.fixture
-def harness(temporal_server: DevServer, db: Database, fake_llm: FakeLLM) -> Iterator[
-        tuple[LoopThread, Turns, dict[str, Raw]]]:
-    cases: dict[str, Raw] = {}
+def harness(temporal_server: DevServer, db: Database, fake_llm: FakeOpenAIServer) -> Iterator[
+        tuple[LoopThread, Turns, dict[str, RawReply]]]:
+    cases: dict[str, RawReply] = {}
 
     def reply(request: dict[str, Any]) -> Any:
         msgs = request["messages"]

@@ -23,7 +23,6 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import CancelledError
 from temporalio.worker import Replayer, UnsandboxedWorkflowRunner, Worker
 
-from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.processes import wait_for
 from tests.support.services import make_service
 from tests.support.temporal_server import DevServer
@@ -47,6 +46,7 @@ from turnstile.runtime.services import ServiceRegistry
 from turnstile.runtime.upgrade import older_turns, turn_version
 from turnstile.stores.db import Database
 from turnstile.stores.schema import current, ensure_schema
+from turnstile.testing import FakeOpenAIServer, text_reply, tool_reply
 from turnstile.workflows import AgentTurn
 
 HISTORIES = Path(__file__).parent / "histories"
@@ -166,7 +166,8 @@ def _worker_at_revision(rt: Runtime, revision: int) -> list[Callable[..., Any]]:
 
 @pytest.mark.parametrize("revision", [0, 1, 2, TURN_REVISION])
 async def test_a_turn_keeps_the_revision_it_began_at(
-        client: Client, task_queue: str, tmp_path, fake_llm: FakeLLM, revision: int) -> None:
+        client: Client, task_queue: str, tmp_path, fake_llm: FakeOpenAIServer,
+        revision: int) -> None:
     rt = Runtime.build(Settings.from_env({**WORKER_ENV,
                                           "TURNSTILE_TASK_QUEUE": task_queue,
                                           "DATABASE_URL": f"sqlite:///{tmp_path}/t.db",
@@ -200,7 +201,8 @@ async def test_a_turn_keeps_the_revision_it_began_at(
 
 @pytest.mark.parametrize("revision", [1, TURN_REVISION])
 async def test_a_cancel_during_a_model_call_ends_as_the_turns_revision_says(
-        client: Client, task_queue: str, tmp_path, fake_llm: FakeLLM, revision: int) -> None:
+        client: Client, task_queue: str, tmp_path, fake_llm: FakeOpenAIServer,
+        revision: int) -> None:
     """Revision 2 ends a turn cancelled during a model call Canceled; a turn
     begun at revision 1 keeps ending such a cancel as the model call's
     failure, as the history it may have in flight recorded."""

@@ -21,7 +21,6 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
-from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.services import make_service
 from tests.support.sql import fetchall, fetchone
 from tests.support.turns import running_worker
@@ -31,6 +30,7 @@ from turnstile.runtime.config import Settings
 from turnstile.stores import usage
 from turnstile.stores.db import Database
 from turnstile.stores.memory import MemoryStore
+from turnstile.testing import FakeOpenAIServer, text_reply, tool_reply
 from turnstile.workflows import AgentTurn
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -68,7 +68,7 @@ def summed(user: str, service: str, model: str, turns: int, calls: int, prompt: 
 
 @pytest.mark.live
 async def test_model_calls_are_recorded_once_and_summed_by_the_cli(
-        client: Client, task_queue: str, db: Database, fake_llm: FakeLLM) -> None:
+        client: Client, task_queue: str, db: Database, fake_llm: FakeOpenAIServer) -> None:
     fake_llm.script(costing(tool_reply(("call-1", "add", {"a": 2, "b": 3})), 11, 7),
                     costing(text_reply("2 + 3 = 5"), 23, 4),
                     text_reply("other service"), text_reply("bob's answer"))
@@ -158,7 +158,7 @@ def locks(db: Database, conversation: str) -> int:
 
 @pytest.mark.live
 async def test_a_spent_budget_refuses_the_turn_and_releases_the_conversation(
-        client: Client, task_queue: str, db: Database, fake_llm: FakeLLM) -> None:
+        client: Client, task_queue: str, db: Database, fake_llm: FakeOpenAIServer) -> None:
     conv = f"c-budget-{task_queue}"
     fake_llm.default = text_reply("fine")  # 10 + 5 tokens each
     async with running_worker(client, task_queue, db.url, [make_service()],

@@ -15,13 +15,13 @@ from pydantic import Field
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 
-from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.services import add, make_service
 from tests.support.turns import running_worker
 from turnstile import ModelSettings, Service, ToolRegistry, tool
 from turnstile.engine.contract import TurnStatus
 from turnstile.engine.model_settings import SchemaDialect
 from turnstile.sales.documents import SALES_DOCUMENTS
+from turnstile.testing import FakeOpenAIServer, text_reply, tool_reply
 
 CALL = {"id": "c1", "type": "function", "function": {"name": "add", "arguments": "{}"}}
 
@@ -33,7 +33,8 @@ def _conversation(content: str | None) -> dict[str, Any]:
         {"role": "tool", "tool_call_id": "c1", "content": "2"}]}
 
 
-def test_the_scripted_server_refuses_null_content_beside_tool_calls(fake_llm: FakeLLM) -> None:
+def test_the_scripted_server_refuses_null_content_beside_tool_calls(
+        fake_llm: FakeOpenAIServer) -> None:
     fake_llm.script(text_reply("2"))
     refused = httpx.post(f"{fake_llm.url}/chat/completions", json=_conversation(None))
     assert refused.status_code == 500
@@ -45,7 +46,7 @@ def test_the_scripted_server_refuses_null_content_beside_tool_calls(fake_llm: Fa
 
 
 async def test_a_tool_round_sends_empty_content_beside_its_calls(
-        client: Client, task_queue: str, tmp_path, fake_llm: FakeLLM) -> None:
+        client: Client, task_queue: str, tmp_path, fake_llm: FakeOpenAIServer) -> None:
     fake_llm.script(tool_reply(("c1", "add", {"a": 1, "b": 1})), text_reply("2"))
     async with running_worker(client, task_queue, f"sqlite:///{tmp_path}/t.db",
                               [make_service()], llm_url=fake_llm.url) as turns:
@@ -69,7 +70,7 @@ def saveNote(text: Annotated[str, Field(min_length=1, max_length=5000, descripti
     ("full", "grammar", "grammar"),  # the service's choice wins
 ])
 async def test_tool_schemas_go_out_in_the_chosen_dialect_and_the_tool_checks_the_full_one(
-        client: Client, task_queue: str, tmp_path, fake_llm: FakeLLM,
+        client: Client, task_queue: str, tmp_path, fake_llm: FakeOpenAIServer,
         env_dialect: SchemaDialect | None, service_dialect: SchemaDialect | None,
         sent: SchemaDialect) -> None:
     service = Service(name="notes", tools=ToolRegistry([saveNote]),
@@ -117,7 +118,7 @@ async def _recorded_payloads(handle: WorkflowHandle[Any, Any]) -> list[Any]:
 
 
 async def test_model_settings_go_on_the_wire_and_into_history(
-        client: Client, task_queue: str, tmp_path, fake_llm: FakeLLM) -> None:
+        client: Client, task_queue: str, tmp_path, fake_llm: FakeOpenAIServer) -> None:
     settings = ModelSettings(max_tokens=256, temperature=0.1, tool_choice="add")
     service = make_service("tuned")
     service.model = settings
@@ -150,7 +151,7 @@ async def test_model_settings_go_on_the_wire_and_into_history(
     (ModelSettings(documents=False), None),
 ])
 async def test_the_compact_prompt_sets_the_lead_in_or_leaves_documents_out(
-        client: Client, task_queue: str, tmp_path, fake_llm: FakeLLM,
+        client: Client, task_queue: str, tmp_path, fake_llm: FakeOpenAIServer,
         settings: ModelSettings, lead_in: str | None) -> None:
     service = Service(name="docs", tools=ToolRegistry([add]), documents=SALES_DOCUMENTS,
                       model=settings)

@@ -19,7 +19,6 @@ import pytest
 from temporalio.api.enums.v1 import EventType, TimeoutType
 from temporalio.client import Client
 
-from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.services import POLICY_SNIPPET, side_effects
 from tests.support.sql import fetchall
 from tests.support.turns import local_activities
@@ -40,24 +39,26 @@ from turnstile.sales import truth
 from turnstile.stores.audit import AuditLog
 from turnstile.stores.db import Database
 from turnstile.stores.memory import MemoryStore
+from turnstile.testing import FakeOpenAIServer, text_reply, tool_reply
 from turnstile.testing.processes import DevServer
 
 
 @pytest.fixture
 def turns(client: Client, temporal_server: DevServer, task_queue: str, tmp_path: Path,
-          fake_llm: FakeLLM) -> ProcessTurns:
+          fake_llm: FakeOpenAIServer) -> ProcessTurns:
     return ProcessTurns(client, temporal_server, task_queue, tmp_path, fake_llm.url)
 
 
 @pytest.fixture
 def db_turns(client: Client, temporal_server: DevServer, task_queue: str, tmp_path: Path,
-             fake_llm: FakeLLM, db: Database) -> ProcessTurns:
+             fake_llm: FakeOpenAIServer, db: Database) -> ProcessTurns:
     """Turns on a subprocess worker against `db`: SQLite and PostgreSQL."""
     side_effects(db)  # the test tools' table, made before any journal transaction
     return ProcessTurns(client, temporal_server, task_queue, tmp_path, fake_llm.url, db.url)
 
 
-async def test_worker_killed_during_model_call(turns: ProcessTurns, fake_llm: FakeLLM) -> None:
+async def test_worker_killed_during_model_call(turns: ProcessTurns,
+                                               fake_llm: FakeOpenAIServer) -> None:
     hang = HangingReply()
     fake_llm.script(hang, text_reply("answered by the second worker"))
     wf_id = f"kill-model-{turns.task_queue}"
@@ -88,7 +89,7 @@ async def test_worker_killed_during_model_call(turns: ProcessTurns, fake_llm: Fa
 
 
 async def test_worker_killed_while_begin_turn_retrieves(turns: ProcessTurns,
-                                                       fake_llm: FakeLLM) -> None:
+                                                       fake_llm: FakeOpenAIServer) -> None:
     """begin_turn holds the conversation's lock and runs the retriever (steps
     1, 4, 5) inside the turn's first workflow task: a worker SIGKILLed there
     loses that task, which times out; the next worker runs begin_turn again
@@ -131,7 +132,7 @@ async def test_worker_killed_while_begin_turn_retrieves(turns: ProcessTurns,
 
 
 async def test_worker_killed_before_a_journaled_tool_commits(
-        db_turns: ProcessTurns, fake_llm: FakeLLM, tmp_path: Path) -> None:
+        db_turns: ProcessTurns, fake_llm: FakeOpenAIServer, tmp_path: Path) -> None:
     """journaledWrite is NOT idempotent; its row commits with the call's record.
     Killed after its INSERT, before the commit: neither is there, and the next
     attempt runs it again — once."""
@@ -167,7 +168,7 @@ async def test_worker_killed_before_a_journaled_tool_commits(
 
 
 async def test_worker_killed_before_a_journaled_undo_commits(
-        db_turns: ProcessTurns, fake_llm: FakeLLM, tmp_path: Path) -> None:
+        db_turns: ProcessTurns, fake_llm: FakeOpenAIServer, tmp_path: Path) -> None:
     """The undo of journaledReserve and its record (memory rewritten, audit
     ROLLED_BACK) commit together: killed in between, neither is there; the
     next attempt undoes it and the turn ends rolled back."""

@@ -36,7 +36,6 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 
-from tests.support.fake_llm import FakeLLM, Reply, text_reply, tool_reply
 from tests.support.services import side_effects
 from tests.support.sql import fetchall
 from tests.support.turns import wait_pending
@@ -63,6 +62,7 @@ from turnstile.engine.contract import (
 from turnstile.engine.repeats import ANSWER_NOW
 from turnstile.sales import truth
 from turnstile.stores.audit import AuditLog
+from turnstile.testing import FakeOpenAIServer, ScriptedReply, text_reply, tool_reply
 from turnstile.testing.processes import DevServer
 
 MAIL = {"to": "ops@example.com", "subject": "Follow up", "body": "C0001 and C0002"}
@@ -72,7 +72,7 @@ MAIL_AGAIN = '{"body": "C0001 and C0002",  "subject": "Follow up", "to": "ops@ex
 
 @pytest.fixture
 def turns(client: Client, temporal_server: DevServer, task_queue: str, tmp_path: Path,
-          fake_llm: FakeLLM) -> ProcessTurns:
+          fake_llm: FakeOpenAIServer) -> ProcessTurns:
     return ProcessTurns(client, temporal_server, task_queue, tmp_path, fake_llm.url)
 
 
@@ -102,7 +102,7 @@ async def no_failed_workflow_tasks(handle: WorkflowHandle[Any, TurnResult]) -> N
                 if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED]
 
 
-def answered(fake_llm: FakeLLM) -> list[dict[str, Any]]:
+def answered(fake_llm: FakeOpenAIServer) -> list[dict[str, Any]]:
     return [r for r in fake_llm.requests if "_refused" not in r]
 
 
@@ -139,8 +139,9 @@ def as_text(call: str) -> dict[str, Any]:
      tool_reply(("e2", "createEmailTask", MAIL_AGAIN))),
     ("sales-compact", as_text(json.dumps(MAIL)), as_text(MAIL_AGAIN)),
 ], ids=["calls", "calls-as-text"])
-async def test_killed_at_a_repeated_email(turns: ProcessTurns, fake_llm: FakeLLM, service: str,
-                                          first_call: Reply, second_call: Reply,
+async def test_killed_at_a_repeated_email(turns: ProcessTurns, fake_llm: FakeOpenAIServer,
+                                          service: str,
+                                          first_call: ScriptedReply, second_call: ScriptedReply,
                                           held: int) -> None:
     """The model asks for the e-mail (approved), then for the identical
     e-mail. The worker dies while a model call is in flight: the one whose
@@ -150,7 +151,7 @@ async def test_killed_at_a_repeated_email(turns: ProcessTurns, fake_llm: FakeLLM
     approval, audit COMPLETED + REPEATED, the model told what the first
     call returned; completed."""
     hang = HangingReply()
-    replies: list[Reply] = [first_call, second_call, text_reply("Queued the e-mail.")]
+    replies: list[ScriptedReply] = [first_call, second_call, text_reply("Queued the e-mail.")]
     fake_llm.script(*replies[:held], hang, *replies[held:])
     wf_id = f"kill-repeat-{service}-{held}-{turns.task_queue}"
     first = turns.worker("worker1")
@@ -198,7 +199,7 @@ async def test_killed_at_a_repeated_email(turns: ProcessTurns, fake_llm: FakeLLM
 
 
 async def test_killed_while_the_answer_after_repeats_is_asked(turns: ProcessTurns,
-                                                             fake_llm: FakeLLM) -> None:
+                                                             fake_llm: FakeOpenAIServer) -> None:
     """A model that repeats a reservation twice is asked for its answer
     without tools; the worker dies while that request is in flight. The
     retry asks the same (no tools, ANSWER_NOW); one reservation; completed."""
@@ -241,7 +242,7 @@ async def test_killed_while_the_answer_after_repeats_is_asked(turns: ProcessTurn
 @pytest.mark.parametrize(("second", "status"), [("Reserved the hall.", TurnStatus.COMPLETED),
                                                 ("  \n", TurnStatus.FAILED)],
                          ids=["answered", "empty-again"])
-async def test_killed_during_the_empty_answer_reask(turns: ProcessTurns, fake_llm: FakeLLM,
+async def test_killed_during_the_empty_answer_reask(turns: ProcessTurns, fake_llm: FakeOpenAIServer,
                                                     second: str, status: TurnStatus) -> None:
     """After a reservation the model answers nothing; the worker dies while
     the re-ask (no tools, EMPTY_NUDGE) is in flight. The retried re-ask's
@@ -288,7 +289,7 @@ async def test_killed_during_the_empty_answer_reask(turns: ProcessTurns, fake_ll
 
 # --- calls written as text -----------------------------------------------------
 
-async def test_killed_inside_a_call_written_as_text(turns: ProcessTurns, fake_llm: FakeLLM,
+async def test_killed_inside_a_call_written_as_text(turns: ProcessTurns, fake_llm: FakeOpenAIServer,
                                                     tmp_path: Path) -> None:
     """`test-text-calls` reads an answer that is only a call written as text
     as that call. journaledWrite (NOT idempotent; its row commits with the

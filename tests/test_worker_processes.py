@@ -20,7 +20,6 @@ from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client
 
-from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.processes import free_port
 from tests.support.temporal_server import DevServer
 from tests.support.turns import wait_pending
@@ -35,6 +34,7 @@ from turnstile.engine.contract import (
 )
 from turnstile.runtime.processes import Supervisor, child_args, processes_from_env
 from turnstile.sales.smtp_server import LocalSmtpServer, read_mailbox
+from turnstile.testing import FakeOpenAIServer, text_reply, tool_reply
 
 TURNS = 4
 
@@ -78,7 +78,8 @@ def mail_model(request: dict[str, Any]) -> object:
 
 
 async def test_two_processes_poll_complete_turns_and_mail_once(
-        temporal_server: DevServer, client: Client, tmp_path: Path, fake_llm: FakeLLM) -> None:
+        temporal_server: DevServer, client: Client, tmp_path: Path,
+        fake_llm: FakeOpenAIServer) -> None:
     queue = f"procs-{uuid.uuid4().hex[:8]}"
     port = free_port()
     env = {"TEMPORAL_ADDRESS": temporal_server.address, "TURNSTILE_TASK_QUEUE": queue,

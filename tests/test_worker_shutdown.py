@@ -20,7 +20,6 @@ from typing import Any
 import pytest
 from temporalio.client import Client, WorkflowHandle
 
-from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.services import side_effects
 from tests.support.waiting import wait_until
 from tests.support.worker_loss import HangingReply, ProcessTurns, activity_runs, notes
@@ -30,12 +29,13 @@ from turnstile.engine.activity_io import CALL_MODEL, EXECUTE_TOOL
 from turnstile.engine.contract import CallStatus, TurnResult, TurnStatus
 from turnstile.sales import truth
 from turnstile.stores.audit import AuditLog
+from turnstile.testing import FakeOpenAIServer, text_reply, tool_reply
 from turnstile.testing.processes import DevServer
 
 
 @pytest.fixture
 def turns(client: Client, temporal_server: DevServer, task_queue: str, tmp_path: Path,
-          fake_llm: FakeLLM) -> ProcessTurns:
+          fake_llm: FakeOpenAIServer) -> ProcessTurns:
     return ProcessTurns(client, temporal_server, task_queue, tmp_path, fake_llm.url)
 
 
@@ -50,7 +50,8 @@ def sigterm(worker: WorkerProcess, within: float) -> int:
         raise
 
 
-async def test_sigterm_hands_back_a_model_call(turns: ProcessTurns, fake_llm: FakeLLM) -> None:
+async def test_sigterm_hands_back_a_model_call(turns: ProcessTurns,
+                                               fake_llm: FakeOpenAIServer) -> None:
     hang = HangingReply()
     fake_llm.script(hang, text_reply("answered after the handover"))
     wf_id = f"term-model-{turns.task_queue}"
@@ -97,7 +98,8 @@ async def sigterm_during_tool(turns: ProcessTurns, wf_id: str, *, grace: str,
     return handle, result
 
 
-async def test_sigterm_lets_a_running_tool_finish(turns: ProcessTurns, fake_llm: FakeLLM) -> None:
+async def test_sigterm_lets_a_running_tool_finish(turns: ProcessTurns,
+                                                  fake_llm: FakeOpenAIServer) -> None:
     fake_llm.script(tool_reply(("call-t", "slowWrite", {"note": "once", "seconds": 3})),
                     text_reply("done"))
     wf_id = f"term-tool-{turns.task_queue}"
@@ -112,7 +114,7 @@ async def test_sigterm_lets_a_running_tool_finish(turns: ProcessTurns, fake_llm:
 
 
 async def test_sigterm_settles_a_cut_off_tool_as_interrupted(turns: ProcessTurns,
-                                                            fake_llm: FakeLLM) -> None:
+                                                            fake_llm: FakeOpenAIServer) -> None:
     """slowWrite outlasts the grace period and is NOT safe to run twice: the
     stopping worker settles it as interrupted; it is never run again."""
     fake_llm.script(tool_reply(("call-t", "slowWrite", {"note": "once", "seconds": 60})),
@@ -129,7 +131,7 @@ async def test_sigterm_settles_a_cut_off_tool_as_interrupted(turns: ProcessTurns
     assert truth.disagreements(turns.db, f"c-{wf_id}") == []
 
 
-async def test_sigterm_hands_back_a_journaled_tool(turns: ProcessTurns, fake_llm: FakeLLM,
+async def test_sigterm_hands_back_a_journaled_tool(turns: ProcessTurns, fake_llm: FakeOpenAIServer,
                                                    tmp_path: Path) -> None:
     """journaledWrite outlasts the grace period: its row rolls back with the
     attempt, which is handed back and run again by the next worker."""

@@ -15,7 +15,6 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 
-from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.processes import free_port, wait_for
 from tests.support.resets import reset_to, task_after
 from tests.support.sql import fetchall
@@ -34,6 +33,7 @@ from turnstile.runtime.config import Settings
 from turnstile.runtime.devstack import Stack
 from turnstile.runtime.versioning import Deployment, current_build, pinned_running
 from turnstile.stores.db import Database
+from turnstile.testing import FakeOpenAIServer, text_reply, tool_reply
 
 pytestmark = pytest.mark.live
 
@@ -93,7 +93,7 @@ def mail_when_asked(subject: str) -> Callable[[dict], object]:  # type: ignore[t
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
 async def test_a_turn_in_flight_finishes_on_its_release_while_new_turns_go_to_the_next(
         backend: str, client: Client, temporal_server: DevServer, tmp_path: Path,
-        fake_llm: FakeLLM, request: pytest.FixtureRequest) -> None:
+        fake_llm: FakeOpenAIServer, request: pytest.FixtureRequest) -> None:
     url = (request.getfixturevalue("postgres_url") if backend == "postgresql"
            else f"sqlite:///{tmp_path}/t.db")
     env = rollout_env(temporal_server, tmp_path, url, fake_llm.url)
@@ -155,7 +155,8 @@ async def test_a_turn_in_flight_finishes_on_its_release_while_new_turns_go_to_th
 
 
 async def test_a_worker_never_takes_current_from_another_version_unless_told(
-        client: Client, temporal_server: DevServer, tmp_path: Path, fake_llm: FakeLLM) -> None:
+        client: Client, temporal_server: DevServer, tmp_path: Path,
+        fake_llm: FakeOpenAIServer) -> None:
     env = rollout_env(temporal_server, tmp_path, f"sqlite:///{tmp_path}/t.db", fake_llm.url)
     name = env["TURNSTILE_DEPLOYMENT_NAME"]
     first = WorkerProcess(tmp_path / "a.log", {**env, "TURNSTILE_BUILD_ID": "a"}).start()
@@ -175,7 +176,7 @@ async def test_a_worker_never_takes_current_from_another_version_unless_told(
 
 
 async def test_make_up_after_an_upgrade_keeps_the_running_turn_going(
-        client: Client, temporal_server: DevServer, tmp_path: Path, fake_llm: FakeLLM,
+        client: Client, temporal_server: DevServer, tmp_path: Path, fake_llm: FakeOpenAIServer,
         monkeypatch: pytest.MonkeyPatch) -> None:
     """`make up` twice, the checkout changed in between (a new build id): the
     second starts the new build's worker and makes it current; the old one keeps
@@ -224,7 +225,7 @@ async def test_make_up_after_an_upgrade_keeps_the_running_turn_going(
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
 async def test_terminate_and_reset_in_the_middle_of_a_rollout(
         backend: str, client: Client, temporal_server: DevServer, tmp_path: Path,
-        fake_llm: FakeLLM, request: pytest.FixtureRequest) -> None:
+        fake_llm: FakeOpenAIServer, request: pytest.FixtureRequest) -> None:
     """While N+1 becomes current, an operator terminates one turn parked on N
     and resets another to its model call. The terminated turn's conversation
     goes on under N+1 (its lock taken over, its call that never started told

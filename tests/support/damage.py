@@ -21,13 +21,13 @@ from sqlalchemy import exc
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
-from tests.support.fake_llm import text_reply, tool_reply
 from tests.support.sql import fetchall
 from tests.support.turns import Turns
 from turnstile.cli import starter
 from turnstile.engine.contract import TurnStatus
 from turnstile.stores.db import Database
 from turnstile.stores.quarantine import damaged_rows
+from turnstile.testing import text_reply, tool_reply
 
 TURN_SECONDS = 5.0
 

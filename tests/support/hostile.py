@@ -39,7 +39,6 @@ from temporalio.common import RawValue
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
 
-from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.services import make_service
 from tests.support.sql import fetchone
 from tests.support.turns import Turns, running_worker
@@ -48,6 +47,7 @@ from turnstile.engine.contract import WORKFLOW_TYPE, TurnInput, TurnResult, Turn
 from turnstile.engine.safe_text import unsafe_text_at
 from turnstile.engine.turn_input_rules import turn_input_problem
 from turnstile.stores.db import Database
+from turnstile.testing import FakeOpenAIServer, text_reply, tool_reply
 
 T = TypeVar("T")
 
@@ -192,7 +192,7 @@ class Figures:
 class HostileRig:
     """A worker on its own event loop and thread; `check` is called from any thread."""
 
-    def __init__(self, address: str, database_url: str, llm: FakeLLM) -> None:
+    def __init__(self, address: str, database_url: str, llm: FakeOpenAIServer) -> None:
         self.address, self.database_url, self.llm = address, database_url, llm
         self.task_queue = f"hostile-{uuid.uuid4().hex[:8]}"
         self.db = Database(database_url)

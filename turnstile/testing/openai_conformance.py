@@ -1,12 +1,14 @@
-"""Requests checked against the official OpenAI Chat Completions request types.
+"""Requests checked against the official OpenAI Chat Completions request types
+(what turnstile.testing.FakeOpenAIServer refuses).
 
-The `openai` package (a test dependency) types every request parameter as a
-TypedDict. Validating a body with pydantic in strict mode, then comparing the
-validated value with the body, catches both wrong shapes and keys the API
-does not define (pydantic drops unknown TypedDict keys, so they show up as a
-difference). On top of the types: the pairing rule real endpoints enforce
-(every assistant tool call is answered by a tool message before the next
-message, and every tool message answers such a call).
+The `openai` package (the `testing` extra: `pip install 'turnstile[testing]'`)
+types every request parameter as a TypedDict. Validating a body with pydantic
+in strict mode, then comparing the validated value with the body, catches both
+wrong shapes and keys the API does not define (pydantic drops unknown
+TypedDict keys, so they show up as a difference). On top of the types: the
+pairing rule real endpoints enforce (every assistant tool call is answered by
+a tool message before the next message, and every tool message answers such
+a call).
 """
 
 from __future__ import annotations
@@ -64,7 +66,7 @@ def pairing_violations(messages: list[dict[str, Any]]) -> list[str]:
             if cid not in open_calls:
                 problems.append(f"messages[{i}]: tool message answers no preceding tool call "
                                 f"({cid!r})")
-            open_calls.discard(cid)  # type: ignore[arg-type]
+            open_calls.discard(cid)
             continue
         if open_calls:
             problems.append(f"messages[{i}]: tool call(s) {sorted(open_calls)} have no result "
