@@ -59,7 +59,8 @@ _EMAIL = re.compile(r"[^\s@<>()\[\]{},;:\"'`]{1,64}@[^\s@<>()\[\]{},;:\"'`]{1,25
 _TOKEN = re.compile(r"[\w@.\-/+:%?=&#~]+")
 _IBAN = re.compile(r"[a-z]{2}\d{2}[a-z0-9]{11,30}")
 _DIGITS = re.compile(r"\d+(?:[.,]\d+)*")
-_SEPARATOR_IN_NUMBER = re.compile(r"(?<=\d)[,\s_'’](?=\d)")
+# A thousands separator: between digits, before a group of exactly three.
+_SEPARATOR_IN_NUMBER = re.compile(r"(?<=\d)[,\s_'’](?=\d{3}(?!\d))")
 _EDGE = ".,:;!?'\"()[]{}<>"
 
 
