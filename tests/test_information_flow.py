@@ -23,7 +23,9 @@ import sqlalchemy as sa
 from temporalio.client import Client
 
 from tests.support.databases import BACKENDS, worker_database_url
+from tests.support.temporal_server import DevServer
 from tests.support.turns import running_worker, wait_pending
+from tests.test_inbox import _get, _settings, call_link, inbox_client, login
 from turnstile.engine.contract import (
     ApproveSignal,
     AuditStatus,
@@ -32,6 +34,7 @@ from turnstile.engine.contract import (
     TurnStatus,
 )
 from turnstile.engine.flow import untrusted_arguments
+from turnstile.inbox.app import build_app
 from turnstile.providers.function_model import FunctionModel, ModelCall, Reply, call
 from turnstile.runtime.services import Service
 from turnstile.runtime.tools import ToolContext, ToolRegistry, tool
@@ -237,3 +240,28 @@ async def test_an_approved_review_runs_with_its_provenance_audited(
     assert provenance["to"][0]["tool_name"] == "read_inbox"
     [row] = [r for r in AuditLog(db).rows(handle.id) if r.tool_name == "send_mail"]
     assert row.approval_reason is not None and "read_inbox" in row.approval_reason
+
+
+async def test_the_inbox_shows_where_the_arguments_came_from(
+        client: Client, temporal_server: DevServer, task_queue: str, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TURNSTILE_INBOX_IDENTITY_HEADER", raising=False)
+    db = prepared(f"sqlite:///{tmp_path}/t.db")
+    async with running_worker(client, task_queue, db.url, [desk()],
+                              provider=FunctionModel(compromised)) as turns:
+        handle = await turns.start("summarise my inbox", service="flow")
+        [p] = await wait_pending(handle)
+        read_id = p.provenance["to"][0].tool_call_id
+        with inbox_client(build_app(_settings(temporal_server, task_queue, db.url),
+                                    secret="s")) as tc:
+            await login(tc, "carol")
+            page = (await _get(tc, call_link(handle.id, p.tool_call_id))).text
+        await handle.signal("reject", RejectSignal(
+            tool_call_id=p.tool_call_id, reviewer="carol", reason="phishing"))
+        await handle.result()
+    section = page[page.index('id="provenance"'):page.index("</details>",
+                                                            page.index('id="provenance"'))]
+    assert "first appeared in the result of read_inbox (" + read_id + ")" in section
+    assert "untrusted content" in section and "m***@evil.example" in section
+    assert ATTACKER not in section  # masked
+    assert "Why it waits: argument `to`" in page
