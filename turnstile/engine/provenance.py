@@ -29,6 +29,7 @@ import re
 import unicodedata
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
+from functools import cached_property, lru_cache
 from typing import Any
 
 from turnstile.engine.flow import (
@@ -93,15 +94,24 @@ class _Prepared:
     source: LabelledSource
     raw: str  # case-folded as written
     plain: str
-    flat: str
     compact: str  # plain without whitespace (IBANs written in groups)
     numbers: str  # plain with separators between digits removed (1,500 -> 1500)
 
     @classmethod
     def of(cls, s: LabelledSource) -> _Prepared:
         p = plain(s.text)
-        return cls(source=s, raw=s.text.casefold(), plain=p, flat=flat(p),
+        return cls(source=s, raw=s.text.casefold(), plain=p,
                    compact="".join(p.split()), numbers=_SEPARATOR_IN_NUMBER.sub("", p))
+
+    @cached_property
+    def flat(self) -> str:
+        """The skeleton, made when first needed (most sources are ASCII, and
+        between two ASCII texts the skeleton is not asked: `_find`)."""
+        return flat(self.plain)
+
+    @cached_property
+    def ascii(self) -> bool:
+        return self.plain.isascii()
 
 
 @dataclass(frozen=True)
@@ -257,23 +267,39 @@ def _find(p: _Prepared, n: Needle) -> _Hit | None:
     if n.kind == "compact":
         at = p.compact.find(n.plain)
         return None if at < 0 else _Hit(p, at, p.compact, len(n.plain))
-    for hay, needle in ((p.plain, n.plain), (p.flat, n.flat), (p.raw, n.raw)):
-        if needle:
-            hit = _bounded_find(hay, needle)
-            if hit is not None:
-                return _Hit(p, hit, hay, len(needle))
+    hit = _bounded_find(p.plain, n.plain)
+    if hit is not None:
+        return _Hit(p, hit, p.plain, len(n.plain))
+    # Confusables matter where one side is not ASCII (a Cyrillic "о" in an
+    # address); two ASCII texts are compared as written (the skeleton would
+    # call "rn" an "m").
+    if n.flat and not (p.ascii and n.plain.isascii()):
+        hit = _bounded_find(p.flat, n.flat)
+        if hit is not None:
+            return _Hit(p, hit, p.flat, len(n.flat))
+    if n.raw:
+        hit = _bounded_find(p.raw, n.raw)
+        if hit is not None:
+            return _Hit(p, hit, p.raw, len(n.raw))
     return None
 
 
 def _find_number(p: _Prepared, n: Needle) -> _Hit | None:
     """A number at digit boundaries: 1500 in "1,500.00" and "EUR 1500", not
     in "15000" or "2.1500"."""
-    whole, _, fraction = n.plain.partition(".")
+    whole = n.plain.partition(".")[0]
+    if whole not in p.numbers:  # the common case, at the speed of str.find
+        return None
+    m = _number_pattern(n.plain).search(p.numbers)
+    return None if m is None else _Hit(p, m.start(), p.numbers, m.end() - m.start())
+
+
+@lru_cache(maxsize=1024)
+def _number_pattern(number: str) -> re.Pattern[str]:
+    whole, _, fraction = number.partition(".")
     fraction = fraction.rstrip("0")
     tail = rf"\.{re.escape(fraction)}0*" if fraction else r"(?:\.0+)?"
-    pattern = re.compile(rf"(?<![\d.]){re.escape(whole)}{tail}(?![\d])")
-    m = pattern.search(p.numbers)
-    return None if m is None else _Hit(p, m.start(), p.numbers, m.end() - m.start())
+    return re.compile(rf"(?<![\d.]){re.escape(whole)}{tail}(?![\d])")
 
 
 def _bounded_find(hay: str, needle: str) -> int | None:
