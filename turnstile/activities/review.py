@@ -88,6 +88,9 @@ class ReviewActivities(Activities):
         if req.flow and tool.spec.sensitive:
             reviewed.flow = await self._flow(req, service, tool)
         waits = not tool.spec.approval_condition or reviewed.reason is not None
+        if req.flow:  # only a call that will wait is shown its look-alikes
+            waits = (tool.spec.requires_approval or reviewed.reason is not None
+                     or reviewed.flow is not None and reviewed.flow.rule == "review")
         if req.similar and req.conversation_id and waits:
             try:
                 reviewed.similar_effects = await self.rt.db.call(
