@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from turnstile.engine import errors
+from turnstile.extras import MissingExtra
 from turnstile.providers.openai_compat import (
     IncompleteStreamError,
     InvalidRequestAnswer,
@@ -72,6 +73,7 @@ STABLE = {
     errors.OutputParseError: "OutputParseError",
     errors.NoCompensation: "NoCompensation",
     errors.NotInWorkflow: "NotInWorkflow",
+    MissingExtra: "MissingExtra",  # an optional part's libraries are not installed
     GuardrailError: "GuardrailError",
     ToolExecutionError: "ToolExecutionError",
     EmptyConditionError: "EmptyConditionError",  # returned to the model as an argument error

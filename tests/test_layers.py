@@ -125,7 +125,7 @@ def test_only_the_programs_wire_the_app() -> None:
 def test_the_walker_sees_imports() -> None:
     # Guard against a walker that finds nothing and so passes vacuously.
     assert "turnstile.engine.messages" in GRAPH["turnstile.stores.memory"]
-    assert "turnstile.activities.data_errors" in GRAPH["turnstile.cli.worker"]
+    assert "turnstile.activities.data_errors" in GRAPH["turnstile.temporal_plugin"]
     assert _layer("turnstile.sales.tools") == 4
     assert _layer("turnstile.activities.tools") == 3
 

@@ -9,7 +9,7 @@ from typing import Any, ClassVar, Self, cast
 
 from pydantic import TypeAdapter
 from temporalio.api.common.v1 import Payload
-from temporalio.client import Client, Interceptor
+from temporalio.client import Client, Interceptor, Plugin
 from temporalio.contrib.pydantic import PydanticJSONPlainPayloadConverter
 from temporalio.converter import (
     CompositePayloadConverter,
@@ -103,11 +103,12 @@ class TemporalUnreachable(RuntimeError):
 
 
 async def connect(settings: Settings, interceptors: Sequence[Interceptor] = (),
-                  runtime: Runtime | None = None) -> Client:
+                  runtime: Runtime | None = None, plugins: Sequence[Plugin] = ()) -> Client:
     """A client of the cluster the settings name: address and namespace, and
     the TLS, API key and gRPC metadata of the Temporal environment profile
     (Settings.temporal_profile), so one build reaches a dev server, an mTLS
-    cluster or Temporal Cloud."""
+    cluster or Temporal Cloud. `plugins`: e.g. the worker's TurnstilePlugin
+    (whose data converter is this one)."""
     options: dict[str, Any] = dict(settings.temporal_profile.to_client_connect_config())
     options.update(target_host=settings.temporal_address,
                    namespace=settings.temporal_namespace)
@@ -117,6 +118,7 @@ async def connect(settings: Settings, interceptors: Sequence[Interceptor] = (),
             data_converter=converter(settings),
             interceptors=interceptors,
             runtime=runtime,
+            plugins=plugins,
         )
     except RuntimeError as e:
         if "Failed client connect" not in str(e):

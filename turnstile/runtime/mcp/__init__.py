@@ -17,6 +17,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from turnstile.extras import require_extra
 from turnstile.runtime.mcp.config import MCPServer, MCPToolPolicy, parse_mcp_servers
 
 if TYPE_CHECKING:
@@ -34,6 +35,7 @@ def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    require_extra("mcp", "MCP servers (turnstile.runtime.mcp)")
     return getattr(importlib.import_module(f"{__name__}.{module}"), name)
 
 __all__ = [
