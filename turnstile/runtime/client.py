@@ -19,6 +19,7 @@ from temporalio.converter import (
     SerializationContext,
 )
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
+from temporalio.service import RPCError, RPCStatusCode
 
 from turnstile.runtime.config import Settings
 from turnstile.runtime.payload_visits import InPlaceDataConverter
@@ -95,6 +96,14 @@ def converter(settings: Settings) -> DataConverter:
     db = Database(settings.database_url, readonly_url=settings.database_readonly_url)
     base = InPlaceDataConverter(payload_converter_class=PydanticPayloadConverter)
     return payload_data_converter(db, base, settings.payload_threshold)
+
+
+def workflow_gone(err: RPCError) -> bool:
+    """Whether `err` says the workflow does not run: it ended, or never was.
+    Temporal answers a signal or update to a closed workflow with NOT_FOUND
+    ("workflow execution already completed", measured on the pinned dev
+    server): the status tells it, never the message's wording."""
+    return err.status == RPCStatusCode.NOT_FOUND
 
 
 class TemporalUnreachable(RuntimeError):

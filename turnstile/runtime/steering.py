@@ -16,16 +16,15 @@ from __future__ import annotations
 import logging
 
 from temporalio.client import Client, WorkflowHandle
-from temporalio.common import SearchAttributeKey
 from temporalio.service import RPCError, RPCStatusCode
 
+from turnstile.engine import search_keys
 from turnstile.engine.contract import Handlers, SteerSignal, TurnPhase
+from turnstile.runtime.client import workflow_gone
 from turnstile.stores.lock import Holder
 
 log = logging.getLogger(__name__)
 
-SA_STATUS = SearchAttributeKey.for_keyword("TurnstileStatus")
-SA_PENDING = SearchAttributeKey.for_int("TurnstilePendingApprovals")
 
 
 def _handle(client: Client, holder: Holder) -> WorkflowHandle[object, object]:
@@ -45,7 +44,7 @@ async def holder_awaits_approval(client: Client, holder: Holder) -> bool:
             log.warning("could not ask Temporal about lock holder %s: %s",
                         holder.workflow_id, exc)
         return False
-    status = desc.typed_search_attributes.get(SA_STATUS)
+    status = desc.typed_search_attributes.get(search_keys.STATUS)
     if status is None:  # no search attributes in this namespace: the memo has it
         status = await desc.memo_value("turnstile_status", default=None)
     return bool(status == TurnPhase.AWAITING_APPROVAL)
@@ -57,7 +56,7 @@ async def steer(client: Client, holder: Holder, signal: SteerSignal) -> bool:
     try:
         await _handle(client, holder).signal(Handlers.STEER, signal)
     except RPCError as exc:
-        if exc.status == RPCStatusCode.NOT_FOUND or "already completed" in exc.message:
+        if workflow_gone(exc):
             return False
         raise
     return True
