@@ -126,8 +126,8 @@ def test_the_walker_sees_imports() -> None:
     # Guard against a walker that finds nothing and so passes vacuously.
     assert "turnstile.engine.messages" in GRAPH["turnstile.stores.memory"]
     assert "turnstile.activities.data_errors" in GRAPH["turnstile.temporal_plugin"]
-    assert _layer("turnstile.sales.tools") == 4
-    assert _layer("turnstile.activities.tools") == 3
+    assert _layer("turnstile.sales.sales_tools") == 4
+    assert _layer("turnstile.activities.tool_calls") == 3
 
 
 def test_the_entry_points_only_enter_the_package() -> None:

@@ -20,7 +20,7 @@ from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.processes import free_port
 from tests.support.turns import running_worker, wait_pending
 from tests.test_repeat_breaker import approve_all, tool_messages
-from turnstile.cli_views import describe_pending
+from turnstile.cli.printing import describe_pending
 from turnstile.engine import attributes as attr
 from turnstile.engine.contract import ApproveSignal, CallStatus, TurnStatus
 from turnstile.runtime.config import Settings

@@ -12,7 +12,7 @@ from turnstile.activities.review import ReviewActivities
 from turnstile.activities.runtime import Runtime
 from turnstile.activities.saga import SagaActivities
 from turnstile.activities.service import ServiceActivities
-from turnstile.activities.tools import ToolActivities
+from turnstile.activities.tool_calls import ToolActivities
 from turnstile.activities.turn import TurnActivities
 
 __all__ = ["Runtime", "all_activities"]

@@ -7,7 +7,7 @@ The holder's phase is what it last published (its `TurnstileStatus` search
 attribute, or its memo where the namespace has no search attributes): it
 publishes on entering and on leaving an approval wait, so "parked" is true
 while a call of it waits for a reviewer. Whatever it says, the holder itself
-decides whether a steer applies (workflows/steering.py): a decision that
+decides whether a steer applies (workflows/steer_signal.py): a decision that
 came first wins and the steer is ignored.
 """
 

@@ -27,7 +27,7 @@ with workflow.unsafe.imports_passed_through():
     from turnstile.workflows.answer_checks import AnswerChecks
     from turnstile.workflows.pipeline_steps import PipelineSteps, Prepared
     from turnstile.workflows.state import TurnState, TurnStopped
-    from turnstile.workflows.steering import steered_stop
+    from turnstile.workflows.steer_signal import steered_stop
     from turnstile.workflows.tool_options import listing_options, model_options
     from turnstile.workflows.tool_round import RoundWrites, ToolRound
 
@@ -98,17 +98,17 @@ class ModelLoop:
         """Only a natural stop is a complete answer (turnstile.engine.endings).
         The extra activities run only on the path that needs them."""
         ends = endings.ending(response.finish_reason)
-        if ends is endings.Ending.FILTERED:
+        if ends is endings.AnswerEnding.FILTERED:
             return await self._filtered()
-        if ends is not endings.Ending.LENGTH or response.message.tool_calls:
+        if ends is not endings.AnswerEnding.LENGTH or response.message.tool_calls:
             return response  # cut tool arguments fail validation and go back to the model
         self.s.event("truncated", "answer cut at the length limit; asking to continue")
         more = await self._call_model(continuation=True)
         text = (response.message.content or "") + (more.message.content or "")
         ends = endings.ending(more.finish_reason)
-        if ends is endings.Ending.FILTERED:
+        if ends is endings.AnswerEnding.FILTERED:
             return await self._filtered()
-        if ends is endings.Ending.LENGTH:
+        if ends is endings.AnswerEnding.LENGTH:
             raise TurnStopped(TurnStatus.TRUNCATED, AnswerTruncated(endings.TRUNCATED_MESSAGE),
                               answer=text, compensate=False)
         message = ChatMessage(role="assistant", content=text)

@@ -180,7 +180,7 @@ class TurnState:
 
     @property
     def steered(self) -> SteerSignal | None:
-        """A new turn of the user steered this one (workflows/steering.py)."""
+        """A new turn of the user steered this one (workflows/steer_signal.py)."""
         return self.machine.steered
 
     @property
