@@ -82,6 +82,14 @@ def test_lower_layers_never_import_higher_ones() -> None:
     assert violations == []
 
 
+def test_the_providers_never_import_the_runtime() -> None:
+    """Same layer, one direction: the runtime builds providers from its
+    settings; a provider takes what it needs (turnstile.providers.ProviderSettings)."""
+    up = [f"{m} -> {t}" for m, ts in GRAPH.items() if m.startswith("turnstile.providers")
+          for t in ts if t.startswith("turnstile.runtime")]
+    assert up == []
+
+
 def test_workflows_import_only_the_engine() -> None:
     bad = [f"{m} -> {t}" for m, ts in GRAPH.items() if m.startswith("turnstile.workflows")
            for t in ts if not (t.startswith("turnstile.engine")
