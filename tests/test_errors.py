@@ -16,7 +16,7 @@ from turnstile.providers.openai_compat import (
 from turnstile.providers.openai_stream import IncompleteStream
 from turnstile.runtime.apps import AppLoadError
 from turnstile.runtime.guardrails import GuardrailError
-from turnstile.runtime.mcp.connection import MCPCallLost, MCPUnavailable
+from turnstile.runtime.mcp.sessions import MCPCallLost, MCPUnavailable
 from turnstile.runtime.tools import ToolExecutionError
 from turnstile.sales.access import QueryTooLong, ToolRoleUnavailable
 from turnstile.sales.query import EmptyConditionError

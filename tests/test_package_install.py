@@ -129,7 +129,7 @@ def test_a_missing_extra_names_itself(installed: tuple[Path, Path]) -> None:
     for, says which extra to install."""
     folder, bin_dir = installed
     tried = {
-        "inbox": "import turnstile.inbox.app",
+        "inbox": "import turnstile.inbox.web_app",
         "mcp": "from turnstile.runtime.mcp import MCPToolset",
         "postgres": "from turnstile.stores.engines import sqlalchemy_url; "
                     "sqlalchemy_url('postgresql://u@h/db')",

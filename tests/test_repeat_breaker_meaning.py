@@ -145,8 +145,8 @@ async def inbox_call_page(address: str, queue: str, url: str, workflow_id: str,
                           call_id: str) -> str:
     """A call's page in the inbox (development login as carol), as a browser gets it."""
     from tests.test_inbox import _get, inbox_client, login
-    from turnstile.inbox.app import build_app
     from turnstile.inbox.views import call_url
+    from turnstile.inbox.web_app import build_app
 
     settings = Settings.from_env({"TEMPORAL_ADDRESS": address, "TURNSTILE_TASK_QUEUE": queue,
                                   "DATABASE_URL": url})

@@ -260,8 +260,8 @@ async def stack(args: argparse.Namespace, ctx: Context) -> int:
 
 
 async def inbox(args: argparse.Namespace, ctx: Context) -> int:
-    from turnstile.inbox.app import serve
     from turnstile.inbox.security import InboxConfigError
+    from turnstile.inbox.web_app import serve
 
     try:
         await asyncio.to_thread(serve, args.host, args.port, args.allow_dev_login_on_network)

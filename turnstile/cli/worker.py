@@ -38,11 +38,11 @@ from turnstile.runtime.client import connect, metrics_runtime
 from turnstile.runtime.config import Settings
 from turnstile.runtime.payload_visits import walk_once
 from turnstile.runtime.plugins import load_services
-from turnstile.runtime.processes import report_ready, supervise
 from turnstile.runtime.search_attributes import ensure_search_attributes
 from turnstile.runtime.tracing import interceptors as tracing_interceptors, setup_tracing
 from turnstile.runtime.upgrade import older_turns, refusal
 from turnstile.runtime.versioning import deployment_of, settle_current
+from turnstile.runtime.worker_processes import report_ready, supervise
 from turnstile.stores.schema import upgrade
 from turnstile.stores.schema_window import NewerSchema
 from turnstile.temporal_plugin import TurnstilePlugin, sandbox_passthrough
@@ -148,7 +148,7 @@ async def run(argv: list[str] | None = None) -> None:
                         help="serve this app (repeatable; instead of TURNSTILE_APPS)")
     parser.add_argument("--processes", type=int, default=1, metavar="N",
                         help="run N worker processes, the e-mail sender in the first "
-                             "(turnstile.runtime.processes; docs/scaling.md)")
+                             "(turnstile.runtime.worker_processes; docs/scaling.md)")
     args = parser.parse_args(argv)
     if args.app:  # as TURNSTILE_APPS would name them (and so for --processes' children)
         os.environ["TURNSTILE_APPS"] = ",".join(args.app)
@@ -231,7 +231,7 @@ async def run(argv: list[str] | None = None) -> None:
 async def close_mcp_sessions() -> None:
     """Close the MCP sessions this worker opened (none if no service has an
     MCP server: the client library was then never imported)."""
-    opened = sys.modules.get("turnstile.runtime.mcp.connection")
+    opened = sys.modules.get("turnstile.runtime.mcp.sessions")
     if opened is not None:
         await opened.connections.close_all()
 

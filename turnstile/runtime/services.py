@@ -24,7 +24,7 @@ from turnstile.engine.specs import ON_NEW_MESSAGE, LoopPolicy, OnNewMessage, Ser
 from turnstile.extras import require_extra
 from turnstile.providers.base import ModelProvider
 from turnstile.runtime.guardrails import Guardrail, component_name
-from turnstile.runtime.mcp.config import MCPServer
+from turnstile.runtime.mcp.servers import MCPServer
 from turnstile.runtime.moderation import Moderator
 from turnstile.runtime.tool_providers import ProviderContext, ToolProvider
 from turnstile.runtime.tools import Tool, ToolRegistry

@@ -1,7 +1,7 @@
 """A new turn meets a conversation whose turn waits for an approval
 (docs/steering.md): is the holder parked on one, and the `steer` signal
 that asks it to give the conversation up. Asked of Temporal by the new
-turn's lock activity (activities.memory).
+turn's lock activity (activities.conversation_memory).
 
 The holder's phase is what it last published (its `TurnstileStatus` search
 attribute, or its memo where the namespace has no search attributes): it
