@@ -8,6 +8,7 @@ import pytest
 
 from turnstile.engine import errors
 from turnstile.extras import MissingExtra
+from turnstile.outbox.store import DeliveryInProgress
 from turnstile.providers.openai_compat import (
     IncompleteStreamError,
     InvalidRequestAnswer,
@@ -35,6 +36,7 @@ STABLE = {
     errors.RunSuperseded: "RunSuperseded",
     errors.ResetConflict: "ResetConflict",
     RunUnconfirmed: "RunUnconfirmed",  # internal: a claim waits for Temporal's word
+    DeliveryInProgress: "DeliveryInProgress",  # retryable: a cancel meets a new attempt
     errors.DatabaseUnavailable: "DatabaseUnavailable",
     errors.InvalidTurnInput: "InvalidTurnInput",
     errors.MessageTooLong: "MessageTooLong",

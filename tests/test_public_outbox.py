@@ -5,8 +5,10 @@ server, the worker serving just that app, SQLite), real SMTP.
 - one mail reaches the SMTP server per approved call;
 - a turn that fails after the mail was queued rolls back: the compensation
   cancels the mail before it is sent, and nothing is ever delivered for it;
-- through an SMTP outage: the approved mail arrives once the server is back,
-  once; the cancelled one never;
+- through an SMTP outage (attempts held SENDING by a server that never
+  greets): the approved mail arrives once the server is back, once; a
+  rolled-back turn's compensation waits for the attempt to end and cancels
+  its mail, which never goes;
 - the sender process SIGKILLed mid-batch and restarted: every message SENT
   exactly once, or parked "possibly sent" (never silently twice);
 - what `make up` / `turnstile up` start for an app that uses the outbox: the
@@ -16,6 +18,7 @@ server, the worker serving just that app, SQLite), real SMTP.
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 from collections import Counter
 from pathlib import Path
@@ -110,30 +113,36 @@ async def test_a_rolled_back_turn_cancels_its_mail_before_sending(tmp_path: Path
 
 
 async def test_through_an_smtp_outage(tmp_path: Path) -> None:
-    port = free_port()  # nothing listens here until the outage ends
-    mail = Outbox(TABLE, sender=SenderConfig(retry_delays=(0.5,) * 40, smtp_timeout_seconds=5))
-    async with TestStack(build_app(mail), tmp_path, env={"SMTP_PORT": str(port)}) as stack:
-        done = await stack.run("notify dee@example.com", approve="bob")
-        assert done.status == "completed", done.error
-        # A rolled-back turn's mail during the outage is not asked here: the
-        # sender retries every 0.5 s, so its compensation may meet the mail
-        # SENDING, which the product reports as "the effect remains" (and the
-        # mail then goes after the outage). The cancel before sending is
-        # test_a_rolled_back_turn_cancels_its_mail_before_sending's, with a
-        # sender that cannot claim in between.
-        await wait_until(lambda: task_to(stack.db, "dee@example.com").attempts >= 2,
-                         timeout=20, what="the sender failing against the outage")
-        during = task_to(stack.db, "dee@example.com")
-        assert during.status in (EmailStatus.FAILED, EmailStatus.SENDING)
-        assert "cannot deliver" in (during.last_error or "") or during.status is \
-            EmailStatus.SENDING
-        with LocalSmtpServer(tmp_path / "mail", port=port):
-            await wait_until(lambda: task_to(stack.db, "dee@example.com").status
-                             is EmailStatus.SENT, timeout=30, what="delivery after the outage")
-            await asyncio.sleep(1.5)
-        received = read_mailbox(tmp_path / "mail")
-        assert [str(m["To"]) for m in received] == ["dee@example.com"]
-        assert str(received[0]["Message-ID"]) == task_to(stack.db, "dee@example.com").message_id
+    # The outage is a server that takes connections and never greets: every
+    # delivery attempt holds its mail SENDING for the SMTP timeout (2 s),
+    # then FAILED, claimed again 0.5 s later. The rolled-back turn's last
+    # tool fails just after an attempt claimed its mail, so the compensation
+    # meets it SENDING: it waits for the attempt to end and cancels, and the
+    # mail never goes.
+    mail = Outbox(TABLE, sender=SenderConfig(retry_delays=(0.5,) * 80, smtp_timeout_seconds=2))
+    with socket.create_server(("127.0.0.1", 0)) as silent:
+        port = silent.getsockname()[1]
+        async with TestStack(build_app(mail), tmp_path, env={"SMTP_PORT": str(port)}) as stack:
+            done = await stack.run("notify dee@example.com", approve="bob")
+            assert done.status == "completed", done.error
+            await wait_until(lambda: task_to(stack.db, "dee@example.com").attempts >= 2,
+                             timeout=30, what="the sender failing against the outage")
+            undone = await stack.run("notify eve@example.com about ticket midsend",
+                                     approve="bob")
+            assert undone.status == "rolled_back", undone
+            assert undone.tool_calls[0].rolled_back, undone.tool_calls
+            eve = task_to(stack.db, "eve@example.com")
+            assert eve.status is EmailStatus.CANCELLED, eve
+            silent.close()  # the outage ends: a real server on the same port
+            with LocalSmtpServer(tmp_path / "mail", port=port):
+                await wait_until(lambda: task_to(stack.db, "dee@example.com").status
+                                 is EmailStatus.SENT, timeout=30,
+                                 what="delivery after the outage")
+                await asyncio.sleep(1.5)
+            assert task_to(stack.db, "eve@example.com") == eve  # never claimed again
+    received = read_mailbox(tmp_path / "mail")
+    assert [str(m["To"]) for m in received] == ["dee@example.com"]
+    assert str(received[0]["Message-ID"]) == task_to(stack.db, "dee@example.com").message_id
 
 
 def test_sender_killed_mid_batch_sends_each_mail_at_most_once(tmp_path: Path) -> None:

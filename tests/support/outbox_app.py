@@ -16,7 +16,10 @@ sender settings.
 from __future__ import annotations
 
 import re
+import time
 from typing import Any
+
+import sqlalchemy as sa
 
 from turnstile import (
     App,
@@ -32,10 +35,29 @@ from turnstile import (
     call,
     tool,
 )
+from turnstile.outbox import EmailStatus, EmailTask
 
 ADDRESS = re.compile(r"[a-z0-9.]+@example\.com")
 TICKET = re.compile(r"ticket (\w+)")
 TABLE = "notice_mail"
+
+
+def newest_claimed_again(mail: Outbox, ctx: ToolContext, timeout: float = 20.0) -> None:
+    """Wait until the outbox's newest task is SENDING with more attempts than
+    when the wait began: a delivery attempt has just claimed it."""
+    def newest() -> EmailTask:
+        with ctx.db.connect() as conn:
+            row = conn.execute(sa.select(mail.table).order_by(
+                mail.table.c.created_at.desc()).limit(1)).one()
+        return EmailTask.from_row(row)
+
+    first, deadline = newest().attempts, time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        now = newest()
+        if now.status is EmailStatus.SENDING and now.attempts > first:
+            return
+        time.sleep(0.02)
+    raise ToolExecutionError("the newest mail was not claimed again in time", retryable=False)
 
 
 def build_app(outbox: Outbox | None = None) -> App:
@@ -56,7 +78,11 @@ def build_app(outbox: Outbox | None = None) -> App:
     @tool(fatal_on_failure=True)
     def closeTicket(ctx: ToolContext, ticket: str) -> str:
         """Close a ticket."""
-        if ticket == "broken":
+        if ticket == "midsend":
+            # Fails just after a sender's new attempt claimed the newest mail,
+            # so the compensation meets it SENDING.
+            newest_claimed_again(mail, ctx)
+        if ticket in ("broken", "midsend"):
             raise ToolExecutionError(f"ticket {ticket} cannot be closed", retryable=False)
         return f"ticket {ticket} closed"
 

@@ -29,13 +29,14 @@ SMTP_HOST is this machine (turnstile.outbox.smtp_server, mail under
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 
 import sqlalchemy as sa
 
 from turnstile.outbox.sender import SenderConfig, run_sender
-from turnstile.outbox.store import EmailStatus, EmailTask, OutboxStore
+from turnstile.outbox.store import DeliveryInProgress, EmailStatus, EmailTask, OutboxStore
 from turnstile.outbox.table import outbox_table
 from turnstile.runtime.apps import Background, BackgroundContext, DevService
 from turnstile.runtime.config import Settings
@@ -48,6 +49,8 @@ LOCAL_HOSTS = ("localhost", "127.0.0.1")
 SENDER_NAME = "e-mail sender"  # the worker logs "e-mail sender running (app NAME)"
 
 Where = ToolContext | Connection | Database
+# How often a compensation looks whether a delivery attempt has ended.
+SETTLE_POLL_SECONDS = 0.05
 
 
 class Outbox:
@@ -60,12 +63,17 @@ class Outbox:
 
     def __init__(self, table: str = "outbox_mail", *, metadata: sa.MetaData | None = None,
                  insert_role: str | None = None, sender_role: str | None = None,
-                 sender: SenderConfig | None = None, poll_seconds: float = 0.5) -> None:
+                 sender: SenderConfig | None = None, poll_seconds: float = 0.5,
+                 settle_seconds: float | None = None) -> None:
         self.table = outbox_table(table, metadata=metadata, insert_role=insert_role,
                                   sender_role=sender_role)
         self.store = OutboxStore(self.table, insert_role=insert_role, sender_role=sender_role)
         self.sender = sender
         self.poll_seconds = poll_seconds
+        # How long a compensation waits for a delivery attempt to end (None:
+        # one SMTP timeout and a margin; well inside the compensation's own).
+        self.settle_seconds = (settle_seconds if settle_seconds is not None
+                               else (sender or SenderConfig()).smtp_timeout_seconds + 5.0)
 
     def __repr__(self) -> str:
         return f"Outbox({self.table.name!r})"
@@ -130,17 +138,49 @@ class Outbox:
         went, or may have gone, out). In a compensation, `where` is its
         ToolContext and `task_id` the recorded result's (None: the task the
         call's idempotency key queued, if any)."""
+        if not task_id and not isinstance(where, ToolContext):
+            raise ValueError("Outbox.cancel outside a compensation needs the task id")
+        settled = False  # outside a turn's compensation nothing waits
+        if isinstance(where, ToolContext) and where.journal_tx is not None:
+            settled = self._settle(where, task_id)
         with self._conn(where) as conn:
-            if task_id:
-                task = self.store.get_in(conn, task_id)
-            elif isinstance(where, ToolContext):
-                task = self.store.by_key_in(conn, where.idempotency_key)
-            else:
-                raise ValueError("Outbox.cancel outside a compensation needs the task id")
+            task = self._task(conn, where, task_id)
             if task is None:
                 return "no e-mail task was created by this call; nothing to undo"
             cancelled, now = self.store.cancel_in(conn, task.task_id)
+        if settled and now is not None and now.status is EmailStatus.SENDING:
+            # A sender claimed it again between the wait and the cancel: this
+            # attempt rolls back and Temporal runs the compensation again.
+            raise DeliveryInProgress(
+                f"e-mail task {task.task_id} was claimed for delivery while being cancelled")
         return cancel_outcome(now or task, cancelled)
+
+    def _task(self, conn: Connection, where: Where, task_id: str | None) -> EmailTask | None:
+        if task_id:
+            return self.store.get_in(conn, task_id)
+        assert isinstance(where, ToolContext)  # cancel() refused the rest
+        return self.store.by_key_in(conn, where.idempotency_key)
+
+    def _settle(self, ctx: ToolContext, task_id: str | None) -> bool:
+        """Wait, outside the call journal's transaction, while a sender's
+        delivery attempt has the task SENDING: the attempt then ends SENT
+        (the effect remains) or FAILED (the cancel wins), instead of the
+        compensation reporting "being delivered" for a message that an
+        outage keeps from going out. On SQLite the journal's transaction
+        would hold the write lock the sender needs to say how the attempt
+        ended, so nothing of it is open yet. False: still SENDING after
+        `settle_seconds` (a sender lost mid-attempt; stale recovery parks it)."""
+        deadline = time.monotonic() + self.settle_seconds
+        while True:
+            with tool_connection(ctx.db, None) as conn:
+                task = self._task(conn, ctx, task_id)
+            if task is None or task.status is not EmailStatus.SENDING:
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            # No heartbeat of its own: the compensation's activity beats
+            # while its undo runs (a sync undo runs in a thread).
+            time.sleep(SETTLE_POLL_SECONDS)
 
     # --- what the app hands the runtime ---------------------------------------
 

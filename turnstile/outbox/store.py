@@ -47,11 +47,18 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from turnstile.engine.errors import TurnstileError
 from turnstile.engine.specs import DEFAULT_STATEMENT_TIMEOUT_SECONDS as TIMEOUT
 from turnstile.runtime.tool_access import as_role, tool_connection
 from turnstile.stores.connection import Connection
 from turnstile.stores.db import Database
 from turnstile.stores.timestamps import now_text, utc_text
+
+
+class DeliveryInProgress(TurnstileError):
+    """A cancel met its message claimed by a sender's new delivery attempt
+    (it settled once, then was claimed again): retryable, the compensation
+    runs again once the attempt has ended."""
 
 
 class EmailStatus(StrEnum):
