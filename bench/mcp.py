@@ -23,7 +23,7 @@ from pathlib import Path
 
 from tests.support.mcp_fixtures import Effects, HttpServer, stdio_server
 from turnstile.runtime.mcp import MCPServer, MCPToolset
-from turnstile.runtime.mcp.connection import MCPConnection
+from turnstile.runtime.mcp.sessions import MCPConnection
 
 
 def ms(seconds: float) -> str:

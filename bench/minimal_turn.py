@@ -29,7 +29,7 @@ with workflow.unsafe.imports_passed_through():
     import httpx
 
     from turnstile.sales.query import run_sales_query
-    from turnstile.sales.tools import querySalesData
+    from turnstile.sales.sales_tools import querySalesData
     from turnstile.stores.db import Database
 
 SYSTEM = "You are a sales assistant. Use querySalesData to answer."

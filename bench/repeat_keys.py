@@ -21,7 +21,7 @@ from typing import Any
 from hypothesis import given, settings, strategies as st
 
 from tests import test_repeat_breaker_keys as props
-from turnstile.sales.tools import createEmailTask
+from turnstile.sales.sales_tools import createEmailTask
 
 
 def longer(test: Any, examples: int, *strategies: st.SearchStrategy[Any]) -> Callable[[], None]:

@@ -24,7 +24,7 @@ from temporalio.client import Client
 
 from tests.support.databases import BACKENDS, worker_database_url
 from tests.support.turns import running_worker, wait_pending
-from turnstile.cli_views import describe_pending
+from turnstile.cli.printing import describe_pending
 from turnstile.client import TurnstileClient
 from turnstile.engine.approvals import arguments_digest
 from turnstile.engine.contract import (
@@ -297,12 +297,13 @@ async def test_a_tool_functions_error_names_the_users_code_in_the_log(
     the file, line and code of the user's own frame, with the traceback."""
     db = prepared(f"sqlite:///{tmp_path}/t.db")
     shelf = Service(name="shelf", tools=ToolRegistry([shelveBook]), system_prompt="Shelve books.")
-    caplog.set_level(logging.WARNING, logger="turnstile.activities.tools")
+    caplog.set_level(logging.WARNING, logger="turnstile.activities.tool_calls")
     async with running_worker(client, task_queue, db.url, [shelf],
                               provider=FunctionModel(shelver)) as turns:
         await turns.run("shelve B-9", service="shelf")
     [line] = [r for r in caplog.records
-              if r.name == "turnstile.activities.tools" and "raised KeyError" in r.getMessage()][:1]
+              if r.name == "turnstile.activities.tool_calls"
+              and "raised KeyError" in r.getMessage()][:1]
     said = line.getMessage()
     assert f"{Path(__file__).name}:" in said and "in shelveBook" in said, said
     assert "shelf[book_id]" in said and line.exc_info is not None

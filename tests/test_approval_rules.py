@@ -14,7 +14,7 @@ from turnstile.engine.approvals import (
     outbound_findings,
 )
 from turnstile.engine.errors import ToolArgumentError
-from turnstile.sales.tools import createEmailTask
+from turnstile.sales.sales_tools import createEmailTask
 
 OPEN = ApprovalPolicy()
 NARROW = ApprovalPolicy(reviewers={"createEmailTask": ["ops-lead"], "*": ["admin"]})

@@ -12,6 +12,7 @@ import asyncio
 import json
 import re
 import shlex
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -345,7 +346,11 @@ def test_temporal_dynamic_config_is_yaml() -> None:
 def test_dockerfile() -> None:
     text = (ROOT / "Dockerfile").read_text()
     assert re.search(r"^FROM python:3\.11-slim\b", text, re.M)
-    assert re.search(r"pip install -c constraints.txt \.(\s|$)", text)
+    # the package with every optional part the compose services use
+    assert re.search(r"pip install -c constraints.txt '\.\[all\]'(\s|$)", text)
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]
+    assert extras["all"] == ["turnstile[inbox,postgres,mcp]"]
     assert 'CMD ["python", "worker.py"]' in text
     ignored = (ROOT / ".dockerignore").read_text().split()
     assert {".venv", ".data"} <= set(ignored)

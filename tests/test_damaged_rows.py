@@ -20,7 +20,7 @@ from sqlalchemy import exc
 from tests.support.sql import fetchall, fetchone
 from turnstile.activities.data_errors import classified
 from turnstile.cli import starter
-from turnstile.conversation_cli import quarantine as quarantine_command
+from turnstile.cli.conversation import quarantine as quarantine_command
 from turnstile.engine.errors import DamagedRow
 from turnstile.engine.messages import ChatMessage, ToolCall
 from turnstile.stores.damage import Undecodable, message_damage

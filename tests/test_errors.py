@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from turnstile.engine import errors
+from turnstile.extras import MissingExtra
 from turnstile.outbox.store import DeliveryInProgress
 from turnstile.providers.openai_compat import (
     IncompleteStreamError,
@@ -16,7 +17,7 @@ from turnstile.providers.openai_compat import (
 from turnstile.providers.openai_stream import IncompleteStream
 from turnstile.runtime.apps import AppLoadError
 from turnstile.runtime.guardrails import GuardrailError
-from turnstile.runtime.mcp.connection import MCPCallLost, MCPUnavailable
+from turnstile.runtime.mcp.sessions import MCPCallLost, MCPUnavailable
 from turnstile.runtime.tools import ToolExecutionError
 from turnstile.sales.access import QueryTooLong, ToolRoleUnavailable
 from turnstile.sales.query import EmptyConditionError
@@ -74,6 +75,7 @@ STABLE = {
     errors.OutputParseError: "OutputParseError",
     errors.NoCompensation: "NoCompensation",
     errors.NotInWorkflow: "NotInWorkflow",
+    MissingExtra: "MissingExtra",  # an optional part's libraries are not installed
     GuardrailError: "GuardrailError",
     ToolExecutionError: "ToolExecutionError",
     EmptyConditionError: "EmptyConditionError",  # returned to the model as an argument error

@@ -12,7 +12,7 @@ import pytest
 import turnstile
 from turnstile import FLOW_RULES, ToolContext, Undo, tool
 from turnstile.engine.specs import ToolSpec, recorded
-from turnstile.sales.tools import createEmailTask, createFollowUpTask, querySalesData
+from turnstile.sales.sales_tools import createEmailTask, createFollowUpTask, querySalesData
 
 
 def test_the_names_are_public() -> None:

@@ -23,8 +23,8 @@ from tests.support.temporal_server import DevServer
 from tests.support.turns import running_worker, wait_pending
 from tests.test_client import plain_service
 from turnstile.engine.contract import TurnStatus
-from turnstile.inbox.app import build_app
 from turnstile.inbox.views import call_url
+from turnstile.inbox.web_app import build_app
 from turnstile.runtime.config import Settings
 from turnstile.runtime.services import Service
 from turnstile.runtime.tools import ToolRegistry, tool

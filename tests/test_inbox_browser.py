@@ -52,8 +52,8 @@ from tests.support.temporal_server import DevServer
 from tests.support.turns import running_worker, wait_pending
 from turnstile.engine.contract import TurnStatus
 from turnstile.inbox import records
-from turnstile.inbox.app import build_app, server
 from turnstile.inbox.views import call_url
+from turnstile.inbox.web_app import build_app, server
 from turnstile.runtime.config import Settings
 from turnstile.sales.sender import SenderConfig, deliver_due
 from turnstile.sales.service import build_sales_service

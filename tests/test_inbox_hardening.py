@@ -31,8 +31,8 @@ from tests.test_client import plain_service
 from tests.test_inbox import _get, _listed, _post, _settings, call_link, inbox_client, login
 from turnstile.client import TurnstileClient
 from turnstile.engine.contract import TurnStatus
-from turnstile.inbox.app import build_app
 from turnstile.inbox.security import InboxConfigError, InboxSecurity, check_host
+from turnstile.inbox.web_app import build_app
 from turnstile.stores.db import Database
 from turnstile.testing import FakeOpenAIServer, text_reply, tool_reply
 

@@ -1,5 +1,5 @@
 """The inbox behind a proxy, over real HTTP: the inbox served as the product
-serves it (turnstile.inbox.app.server, uvicorn with its proxy-header handling
+serves it (turnstile.inbox.web_app.server, uvicorn with its proxy-header handling
 off), a real dev server, worker and the strict fake model.
 
 - The trusted proxy is an address as the socket sees it: the "proxy" here
@@ -44,9 +44,9 @@ from tests.support.turns import running_worker, wait_pending
 from tests.test_client import plain_service
 from tests.test_inbox import _settings
 from turnstile.engine.turn_input_rules import id_problem
-from turnstile.inbox.app import build_app, server
 from turnstile.inbox.security import SESSION_COOKIE, decoded_identity
 from turnstile.inbox.views import call_url
+from turnstile.inbox.web_app import build_app, server
 from turnstile.testing import FakeOpenAIServer, text_reply, tool_reply
 
 PROXY, OUTSIDE = "127.0.0.2", "127.0.0.1"

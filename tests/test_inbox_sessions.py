@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
-from turnstile.inbox.app import build_app
 from turnstile.inbox.security import COOKIE, LOGIN_COOKIE, InboxConfigError, InboxSecurity
+from turnstile.inbox.web_app import build_app
 from turnstile.runtime.config import Settings
 
 

@@ -34,7 +34,7 @@ from turnstile.engine.contract import (
     TurnStatus,
 )
 from turnstile.engine.flow import untrusted_arguments
-from turnstile.inbox.app import build_app
+from turnstile.inbox.web_app import build_app
 from turnstile.providers.function_model import FunctionModel, ModelCall, Reply, call
 from turnstile.runtime.services import Service
 from turnstile.runtime.tools import ToolContext, ToolRegistry, tool

@@ -27,9 +27,9 @@ from turnstile.engine.messages import ChatMessage, ToolCall
 from turnstile.runtime.tools import ToolContext, result_to_text
 from turnstile.sales import truth
 from turnstile.sales.access import tool_transaction
+from turnstile.sales.sales_tools import createFollowUpTask
 from turnstile.sales.schema import FOLLOWUP_ROLE, utc_text
 from turnstile.sales.service import build_sales_service
-from turnstile.sales.tools import createFollowUpTask
 from turnstile.stores.audit import AuditLog, execution_id
 from turnstile.stores.db import Database
 from turnstile.stores.journal import CallJournal, Ending, Start
@@ -51,7 +51,7 @@ def sales_db(db: Database) -> Database:
 
 
 class Attempt:
-    """One attempt of a createFollowUpTask call, as activities.tools runs it."""
+    """One attempt of a createFollowUpTask call, as activities.tool_calls runs it."""
 
     def __init__(self, db: Database, wf: str, conv: str) -> None:
         self.db, self.wf, self.conv = db, wf, conv

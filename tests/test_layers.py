@@ -82,6 +82,14 @@ def test_lower_layers_never_import_higher_ones() -> None:
     assert violations == []
 
 
+def test_the_providers_never_import_the_runtime() -> None:
+    """Same layer, one direction: the runtime builds providers from its
+    settings; a provider takes what it needs (turnstile.providers.ProviderSettings)."""
+    up = [f"{m} -> {t}" for m, ts in GRAPH.items() if m.startswith("turnstile.providers")
+          for t in ts if t.startswith("turnstile.runtime")]
+    assert up == []
+
+
 def test_workflows_import_only_the_engine() -> None:
     bad = [f"{m} -> {t}" for m, ts in GRAPH.items() if m.startswith("turnstile.workflows")
            for t in ts if not (t.startswith("turnstile.engine")
@@ -125,9 +133,9 @@ def test_only_the_programs_wire_the_app() -> None:
 def test_the_walker_sees_imports() -> None:
     # Guard against a walker that finds nothing and so passes vacuously.
     assert "turnstile.engine.messages" in GRAPH["turnstile.stores.memory"]
-    assert "turnstile.activities.data_errors" in GRAPH["turnstile.cli.worker"]
-    assert _layer("turnstile.sales.tools") == 4
-    assert _layer("turnstile.activities.tools") == 3
+    assert "turnstile.activities.data_errors" in GRAPH["turnstile.temporal_plugin"]
+    assert _layer("turnstile.sales.sales_tools") == 4
+    assert _layer("turnstile.activities.tool_calls") == 3
 
 
 def test_the_entry_points_only_enter_the_package() -> None:

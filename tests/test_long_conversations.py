@@ -20,7 +20,7 @@ from turnstile.engine.contract import CallStatus, TurnStatus
 from turnstile.engine.memory_window import DEFAULT_TOOL_RESULT_MAX_BYTES, MemoryWindow
 from turnstile.engine.messages import ChatMessage, ToolCall
 from turnstile.providers.tokens import DEFAULT_CONTEXT_TOKENS, estimate_tokens, window_tokens
-from turnstile.sales.tools import createEmailTask, querySalesData
+from turnstile.sales.sales_tools import createEmailTask, querySalesData
 from turnstile.testing import FakeOpenAIServer, text_reply, tool_reply
 
 CONTEXT_BYTES = 64 * 1024  # the fake endpoint's "context": larger requests get a 400

@@ -17,8 +17,8 @@ from tests.support.waiting import wait_until
 from turnstile.engine.errors import ConfigurationError, ToolArgumentError
 from turnstile.runtime.config import Settings
 from turnstile.runtime.mcp import MCPServer, MCPToolPolicy, MCPToolset, parse_mcp_servers
-from turnstile.runtime.mcp.connection import MCPConnection, MCPUnavailable
 from turnstile.runtime.mcp.policy import hint_policy
+from turnstile.runtime.mcp.sessions import MCPConnection, MCPUnavailable
 from turnstile.runtime.plugins import load_services
 from turnstile.runtime.services import Service
 from turnstile.runtime.tools import (

@@ -73,12 +73,17 @@ def top_level_names(wheel: Path) -> set[str]:
 
 
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """(the user's folder, its virtualenv's bin/)."""
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    built = build_wheel(tmp_path_factory.mktemp("wheel"))
+    assert top_level_names(built) == {"turnstile"}
+    return built
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory, wheel: Path) -> tuple[Path, Path]:
+    """(the user's folder, its virtualenv's bin/): the core install, no extras."""
     base = tmp_path_factory.mktemp("outside")
     assert not base.resolve().is_relative_to(ROOT)
-    wheel = build_wheel(base)
-    assert top_level_names(wheel) == {"turnstile"}
     venv = base / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     bin_dir = venv / "bin"
@@ -120,6 +125,62 @@ def test_only_the_turnstile_namespace_is_installed(installed: tuple[Path, Path])
                             env=clean_env(), capture_output=True, text=True, timeout=60)
     assert helped.returncode == 0, helped.stderr
     assert "turnstile worker [--app MOD:ATTR" in helped.stdout
+
+
+def test_a_missing_extra_names_itself(installed: tuple[Path, Path]) -> None:
+    """The core install has none of the extras; each optional part, asked
+    for, says which extra to install."""
+    folder, bin_dir = installed
+    tried = {
+        "inbox": "import turnstile.inbox.web_app",
+        "mcp": "from turnstile.runtime.mcp import MCPToolset",
+        "postgres": "from turnstile.stores.engines import sqlalchemy_url; "
+                    "sqlalchemy_url('postgresql://u@h/db')",
+    }
+    for extra, code in tried.items():
+        ran = subprocess.run([str(bin_dir / "python"), "-c", code], cwd=folder,
+                             env=clean_env(), capture_output=True, text=True, timeout=60)
+        assert ran.returncode != 0, extra
+        last = ran.stderr.strip().splitlines()[-1]
+        assert last.startswith("turnstile.extras.MissingExtra: "), ran.stderr
+        assert f"pip install 'turnstile[{extra}]'" in last, last
+
+
+def test_installs_beside_other_minor_versions_of_pydantic_and_sqlalchemy(
+        tmp_path: Path, wheel: Path) -> None:
+    """A project that already holds pydantic 2 and SQLAlchemy 2 at other
+    versions: the wheel installs without this repository's constraints, pip
+    keeps what is inside Turnstile's ranges and moves the rest within the
+    major version, and a turn's database opens."""
+    ranges = {req.partition(">=")[0]: req for req in tomllib.loads(
+        (ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+        if req.startswith(("pydantic>=", "sqlalchemy>="))}
+    assert set(ranges) == {"pydantic", "sqlalchemy"}
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet",
+           "--disable-pip-version-check"]
+    # The project's own pins: a newer pydantic patch than constraints.txt's
+    # (inside the range) and an older SQLAlchemy minor (below it).
+    held = {"pydantic": "2.14.4", "sqlalchemy": "2.0.44"}
+    subprocess.run([*pip, *(f"{name}=={v}" for name, v in held.items())],
+                   check=True, env=clean_env(), timeout=300, cwd=tmp_path)
+    installed = subprocess.run([*pip, str(wheel)], env=clean_env(),
+                               capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert installed.returncode == 0, installed.stderr[-3000:]
+    probe = ("import importlib.metadata as m, turnstile, tempfile, pathlib\n"
+             "from turnstile.stores.db import Database\n"
+             "from turnstile.stores.schema import upgrade\n"
+             "d = pathlib.Path(tempfile.mkdtemp())\n"
+             "upgrade(Database(f'sqlite:///{d}/t.db'))\n"
+             "print(m.version('pydantic'), m.version('sqlalchemy'))\n")
+    ran = subprocess.run([str(venv / "bin" / "python"), "-c", probe], cwd=tmp_path,
+                         env=clean_env(), capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    pydantic, sqlalchemy = ran.stdout.split()
+    assert pydantic == held["pydantic"]  # inside the range: kept
+    major, minor, _ = (int(x) for x in sqlalchemy.split(".")[:3])
+    assert (major, minor) >= (2, 1) and major == 2  # moved within SQLAlchemy 2
 
 
 def test_the_apps_own_script_runs_a_turn_with_the_test_kit(

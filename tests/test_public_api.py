@@ -31,7 +31,7 @@ REQUIRED = {"tool", "ToolContext", "ToolResult", "Service", "LoopPolicy", "Break
 # bulk seed loader, the effects report, and the offline demo planner's
 # script (planner.py: the demo planner's own format; new apps use a
 # FunctionModel).
-SALES_AUTHOR_MODULES = ["service", "tools", "app", "approvers", "documents"]
+SALES_AUTHOR_MODULES = ["service", "sales_tools", "app", "approvers", "documents"]
 
 
 def _turnstile_imports(path: Path) -> set[str]:

@@ -24,7 +24,7 @@ from turnstile.engine.equivalence import (
     normal_text,
 )
 from turnstile.runtime.tools import Tool
-from turnstile.sales.tools import createEmailTask, createFollowUpTask
+from turnstile.sales.sales_tools import createEmailTask, createFollowUpTask
 
 EXAMPLES = 60  # per property; `python -m bench.repeat_keys` runs many more
 Address = Annotated[str, EMAIL_ADDRESS]

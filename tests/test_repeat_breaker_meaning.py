@@ -19,7 +19,7 @@ from tests.support.databases import BACKENDS, worker_database_url
 from tests.support.processes import free_port
 from tests.support.turns import running_worker, wait_pending
 from tests.test_repeat_breaker import approve_all, tool_messages
-from turnstile.cli_views import describe_pending
+from turnstile.cli.printing import describe_pending
 from turnstile.engine import attributes as attr
 from turnstile.engine.contract import ApproveSignal, CallStatus, TurnStatus
 from turnstile.runtime.config import Settings
@@ -145,8 +145,8 @@ async def inbox_call_page(address: str, queue: str, url: str, workflow_id: str,
                           call_id: str) -> str:
     """A call's page in the inbox (development login as carol), as a browser gets it."""
     from tests.test_inbox import _get, inbox_client, login
-    from turnstile.inbox.app import build_app
     from turnstile.inbox.views import call_url
+    from turnstile.inbox.web_app import build_app
 
     settings = Settings.from_env({"TEMPORAL_ADDRESS": address, "TURNSTILE_TASK_QUEUE": queue,
                                   "DATABASE_URL": url})

@@ -24,7 +24,7 @@ from tests.support.turns import running_worker, wait_pending
 from tests.support.waiting import wait_until
 from tests.test_execution_chain import _first_task_completed
 from tests.test_exit_paths import stored_pairing
-from turnstile.activities.runs import as_current_run, holder_gone
+from turnstile.activities.run_writes import as_current_run, holder_gone
 from turnstile.cli import starter
 from turnstile.engine import attributes as attr
 from turnstile.engine.activity_io import EXECUTE_TOOL
@@ -266,7 +266,7 @@ def test_a_new_run_takes_the_place_of_the_run_it_replaces(db: Database) -> None:
         (3, "r1", "run-a", "run-b"), (5, "a's answer", "run-a", "run-b")]
     assert lock_of(db, conv) == {"workflow_id": WF, "execution_chain": CHAIN, "run_id": "run-b"}
     # A late write of the replaced run asks to be confirmed (and is refused
-    # by activities.runs: its run is not current).
+    # by activities.run_writes: its run is not current).
     with pytest.raises(RunUnconfirmed):
         write(db, conv, 5, [_msg("late", "assistant")], Writer(WF, CHAIN, "run-a"))
     assert MemoryStore(db).snapshot(conv, "alice").next_seq == 5
@@ -302,7 +302,7 @@ def test_a_claim_to_confirm_keeps_the_journal_transaction(db: Database) -> None:
         journal.finish(ending, tx, B)
     journal.finish(ending, tx, dataclasses.replace(B, confirmed=True))
     late_tx, late = attempt("run-a")  # the replaced run's attempt, finishing late
-    with pytest.raises(RunUnconfirmed):  # activities.runs: not current, RunSuperseded
+    with pytest.raises(RunUnconfirmed):  # activities.run_writes: not current, RunSuperseded
         journal.finish(late, late_tx, Writer(WF, CHAIN, "run-a"))
     late_tx.release()
     with db.connect() as conn:

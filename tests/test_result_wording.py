@@ -35,9 +35,9 @@ from turnstile.runtime.tools import (
 from turnstile.sales import outbox
 from turnstile.sales.app import build_sales_app
 from turnstile.sales.outbox import EmailStatus
+from turnstile.sales.sales_tools import createEmailTask, querySalesData
 from turnstile.sales.schema import utc_text
 from turnstile.sales.service import DEFAULT_OUTBOUND
-from turnstile.sales.tools import createEmailTask, querySalesData
 from turnstile.stores.db import Database
 from turnstile.stores.memory import MemoryStore
 from turnstile.stores.schema import upgrade

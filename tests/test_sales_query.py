@@ -23,9 +23,9 @@ from turnstile.sales.query import (
     run_sales_query,
     statement_timeout,
 )
+from turnstile.sales.sales_tools import querySalesData
 from turnstile.sales.schema import sales_record
 from turnstile.sales.seed import BIG_CUSTOMERS, last_week, seed
-from turnstile.sales.tools import querySalesData
 from turnstile.stores.db import Database
 from turnstile.stores.engines import reader_url
 

@@ -18,16 +18,16 @@ from turnstile.runtime.config import Settings
 from turnstile.runtime.tools import Tool, ToolContext, ToolExecutionError, Undo
 from turnstile.sales import outbox
 from turnstile.sales.outbox import EmailStatus
-from turnstile.sales.schema import utc_text
-from turnstile.sales.service import build_compact_sales_service, build_sales_service
-from turnstile.sales.smtp_server import LocalSmtpServer
-from turnstile.sales.tools import (
+from turnstile.sales.sales_tools import (
     checkEmailConfig,
     createEmailTask,
     createFollowUpTask,
     getEmailTaskStatus,
     retryEmailTask,
 )
+from turnstile.sales.schema import utc_text
+from turnstile.sales.service import build_compact_sales_service, build_sales_service
+from turnstile.sales.smtp_server import LocalSmtpServer
 from turnstile.stores.db import Database
 
 pytest_plugins = ["tests.support.databases"]

@@ -24,8 +24,8 @@ from tests.support.sql import fetchone
 from turnstile.engine.errors import ToolArgumentError
 from turnstile.runtime.tools import Tool, ToolContext
 from turnstile.sales.access import set_query_window
+from turnstile.sales.sales_tools import createEmailTask, createFollowUpTask, querySalesData
 from turnstile.sales.schema import EMAIL_ROLE, FOLLOWUP_ROLE, SENDER_ROLE, TABLES, utc_text
-from turnstile.sales.tools import createEmailTask, createFollowUpTask, querySalesData
 from turnstile.stores.db import Database
 from turnstile.stores.engines import dispose_engines, reader_url
 from turnstile.stores.schema import upgrade

@@ -1,4 +1,4 @@
-"""`python worker.py --processes N` (turnstile.runtime.processes): N worker
+"""`python worker.py --processes N` (turnstile.runtime.worker_processes): N worker
 processes poll the task queue, turns complete on them, the e-mail sender runs
 in exactly one (each mail delivered once), a child that dies is restarted,
 SIGTERM stops them all."""
@@ -32,7 +32,7 @@ from turnstile.engine.contract import (
     TurnResult,
     TurnStatus,
 )
-from turnstile.runtime.processes import Supervisor, child_args, processes_from_env
+from turnstile.runtime.worker_processes import Supervisor, child_args, processes_from_env
 from turnstile.sales.smtp_server import LocalSmtpServer, read_mailbox
 from turnstile.testing import FakeOpenAIServer, text_reply, tool_reply
 

@@ -62,6 +62,7 @@ if TYPE_CHECKING:
     )
     from turnstile.engine.errors import (
         ConfigurationError as ConfigurationError,
+        RefusalKind as RefusalKind,
         ToolArgumentError as ToolArgumentError,
         TurnstileError as TurnstileError,
     )
@@ -82,6 +83,7 @@ if TYPE_CHECKING:
         LoopPolicy as LoopPolicy,
         RetrySpec as RetrySpec,
     )
+    from turnstile.extras import MissingExtra as MissingExtra
     from turnstile.outbox.component import Outbox as Outbox
     from turnstile.providers.base import (
         ModelProvider as ModelProvider,
@@ -181,6 +183,8 @@ _WHERE: dict[str, str] = {
     "ConfigurationError": "turnstile.engine.errors",
     "ToolArgumentError": "turnstile.engine.errors",
     "TurnstileError": "turnstile.engine.errors",
+    "RefusalKind": "turnstile.engine.errors",
+    "MissingExtra": "turnstile.extras",
     "Connection": "turnstile.stores.connection",
     "Database": "turnstile.stores.db",
     "Document": "turnstile.stores.retrieval_index",
@@ -227,6 +231,7 @@ __all__ = [
     "TurnCancelledError", "TurnEndedError", "TurnFailedError", "TurnOutcome",
     "TurnTerminatedError", "TurnTimedOutError",
     "TurnstileClient", "TurnstileError", "TurnstilePlugin", "Undo", "call", "tool",
+    "MissingExtra", "RefusalKind",
 ]
 
 

@@ -34,10 +34,11 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio.client import Client, WorkflowExecution, WorkflowQueryFailedError
-from temporalio.common import SearchAttributeKey
 from temporalio.service import RPCError, RPCStatusCode
 
+from turnstile.engine import search_keys
 from turnstile.engine.contract import Handlers, PendingApproval
+from turnstile.runtime.client import workflow_gone
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +47,7 @@ QUERY_TIMEOUT = timedelta(seconds=0.8)
 SILENT_RETRY_SECONDS = 30.0
 FRESH_SECONDS = 5.0
 IN_FLIGHT = 16
-PENDING_COUNT = SearchAttributeKey.for_int("TurnstilePendingApprovals")
+PENDING_COUNT = search_keys.PENDING_APPROVALS
 
 Answer = list[PendingApproval] | str  # the calls, or why the turn did not say
 Key = tuple[str, str]  # (workflow id, run id)
@@ -128,7 +129,7 @@ class ApprovalsListing:
                 log.warning("pending_approvals of %s failed: %s", wf.id, err)
                 return f"its query failed: {err}"
             except RPCError as err:
-                if "already completed" in err.message or err.status == RPCStatusCode.NOT_FOUND:
+                if workflow_gone(err):
                     return []  # it ended meanwhile
                 if (err.status == RPCStatusCode.DEADLINE_EXCEEDED
                         or "timeout" in err.message.lower()):  # the rpc_timeout expired

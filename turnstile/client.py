@@ -42,11 +42,12 @@ from temporalio.client import (
     WorkflowQueryFailedError,
     WorkflowUpdateFailedError,
 )
-from temporalio.common import RawValue, SearchAttributeKey
+from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
 from turnstile.approvals_listing import QUERY_TIMEOUT, ApprovalsListing
+from turnstile.engine import search_keys
 from turnstile.engine.contract import (
     WORKFLOW_TYPE,
     ApprovalDecision,
@@ -57,6 +58,7 @@ from turnstile.engine.contract import (
     TurnInput,
     TurnResult,
 )
+from turnstile.engine.errors import RefusalKind
 from turnstile.engine.flow import ProvenanceSource
 from turnstile.engine.identity import same_person
 from turnstile.runtime.client import connect
@@ -83,9 +85,7 @@ __all__ = ["AlreadyDecided", "ApprovalRefused", "Approvals", "ClientError",
 
 log = logging.getLogger(__name__)
 
-_CONVERSATION = SearchAttributeKey.for_keyword("TurnstileConversation")
-_USER = SearchAttributeKey.for_keyword("TurnstileUser")
-_SERVICE = SearchAttributeKey.for_keyword("TurnstileService")
+_CONVERSATION, _USER, _SERVICE = search_keys.CONVERSATION, search_keys.USER, search_keys.SERVICE
 
 
 
@@ -191,9 +191,9 @@ class TurnstileClient:
         a turn whose query fails or does not answer in time is one
         `UnansweredTurn` (turnstile.approvals_listing). With `reviewer`, their
         own calls (which they may not decide) are left out."""
-        query = "TurnstilePendingApprovals > 0 AND ExecutionStatus = 'Running'"
+        query = f"{search_keys.PENDING_APPROVALS.name} > 0 AND ExecutionStatus = 'Running'"
         if service:
-            query += f" AND TurnstileService = '{_quoted(service)}'"
+            query += f" AND {search_keys.SERVICE.name} = '{_quoted(service)}'"
         turns = [wf async for wf in self.temporal.list_workflows(query)]
         if reviewer is not None:
             turns = [wf for wf in turns
@@ -261,10 +261,11 @@ class TurnstileClient:
             return decision
         except WorkflowUpdateFailedError as err:
             cause = err.cause
-            reason = cause.message if isinstance(cause, ApplicationError) else str(cause or err)
-            if "already decided" in reason:
-                raise AlreadyDecided(reason) from err
-            raise ApprovalRefused(reason) from err
+            if not isinstance(cause, ApplicationError):
+                raise ApprovalRefused(str(cause or err)) from err
+            if cause.details and cause.details[0] == RefusalKind.ALREADY_DECIDED:
+                raise AlreadyDecided(cause.message) from err
+            raise ApprovalRefused(cause.message) from err
         except RPCError as err:
             raise not_found(err, workflow_id) from err
 

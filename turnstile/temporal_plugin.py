@@ -19,9 +19,17 @@ background processes (e.g. an e-mail sender). A Replayer given the plugin
 replays turn histories.
 
 The settings are the environment's (docs/contract.md) unless given; the
-task queue is the worker's own, whatever TURNSTILE_TASK_QUEUE says.
-`turnstile worker` (turnstile.cli.worker) builds the same worker with its
-own options (slots, shutdown grace, deployment)."""
+task queue is the worker's own, whatever TURNSTILE_TASK_QUEUE says. What the
+worker already has wins: an activity of its own under a turn activity's name
+(a stand-in) replaces the plugin's, an interceptor of a type the plugin adds
+is not added twice, its own workflow runner is kept (a sandbox gets the
+pass-throughs).
+
+`turnstile worker` (turnstile.cli.worker) is a user of the plugin: it builds
+its runtime and does the serving duties itself (with its own options:
+`--no-sender`, `--sender-only`, the upgrade check before migrating), so it
+passes `runtime=` and `serve=False`, and adds its worker options (slots,
+shutdown grace, deployment)."""
 
 from __future__ import annotations
 
@@ -34,8 +42,16 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
+from temporalio import activity
 from temporalio.plugin import SimplePlugin
-from temporalio.worker import UnsandboxedWorkflowRunner, Worker, WorkerConfig, WorkflowRunner
+from temporalio.worker import (
+    Interceptor,
+    ReplayerConfig,
+    UnsandboxedWorkflowRunner,
+    Worker,
+    WorkerConfig,
+    WorkflowRunner,
+)
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 import turnstile
@@ -91,24 +107,43 @@ def _runner(existing: WorkflowRunner | None) -> WorkflowRunner:
     return SandboxedWorkflowRunner(restrictions=sandbox_passthrough(SandboxRestrictions.default))
 
 
+def _activity_name(fn: Callable[..., Any]) -> str | None:
+    """The name an activity is registered under (None: a dynamic activity)."""
+    return activity._Definition.must_from_callable(fn).name
+
+
+def _interceptors(existing: Sequence[Any] | None) -> list[Any]:
+    """The worker's interceptors, and the plugin's of each type it lacks."""
+    have = list(existing or [])
+    ours: list[Interceptor] = [DataErrors(), LogContext()]
+    return have + [i for i in ours if not any(type(h) is type(i) for h in have)]
+
+
 class TurnstilePlugin(SimplePlugin):
     """Everything a Temporal worker needs to run turns of `apps` (see the
     module docstring). `settings`: default, the environment's. `model`: every
     service's model (default: LLM_BASE_URL's, else each service's
-    `offline_model`)."""
+    `offline_model`). `runtime`: one already built (its settings, services and
+    model are used; `apps` then only for serving). `serve=False`: the caller
+    migrates the database, registers the search attributes and runs the apps'
+    background processes itself."""
 
     def __init__(self, apps: App | Sequence[App], *, settings: Settings | None = None,
-                 model: ModelProvider | None = None) -> None:
+                 model: ModelProvider | None = None, runtime: Runtime | None = None,
+                 serve: bool = True) -> None:
         self.apps = [apps] if isinstance(apps, App) else list(apps)
-        self.settings = settings or Settings.from_env()
-        provider = model or build_provider(self.settings, demo_scripts_of(self.apps))
-        self.runtime = Runtime.build(
-            self.settings, load_services(self.settings, services_of(self.apps)), provider)
+        self.serve = serve
+        if runtime is None:
+            settings = settings or Settings.from_env()
+            provider = model or build_provider(settings, demo_scripts_of(self.apps))
+            runtime = Runtime.build(
+                settings, load_services(settings, services_of(self.apps)), provider)
+        self.runtime = runtime
+        self.settings = runtime.settings
         super().__init__(
             "turnstile.TurnstilePlugin",
             data_converter=self._converter,
-            interceptors=[DataErrors(), LogContext()],
-            activities=all_activities(self.runtime),
+            activities=self._activities,
             workflows=[AgentTurn],
             workflow_runner=_runner,
             workflow_failure_exception_types=list(FAILS_THE_TURN),
@@ -116,16 +151,33 @@ class TurnstilePlugin(SimplePlugin):
 
     def configure_worker(self, config: WorkerConfig) -> WorkerConfig:
         config = super().configure_worker(config)
+        config["interceptors"] = _interceptors(config.get("interceptors"))
         if config.get("activity_executor") is None:
             # Turnstile's sync activities (database work) need a thread pool.
             config["activity_executor"] = concurrent.futures.ThreadPoolExecutor(
                 max_workers=ACTIVITY_THREADS, thread_name_prefix="turnstile-activity")
         return config
 
+    def configure_replayer(self, config: ReplayerConfig) -> ReplayerConfig:
+        config = super().configure_replayer(config)
+        config["interceptors"] = _interceptors(config.get("interceptors"))
+        return config
+
+    def _activities(self, existing: Sequence[Callable[..., Any]] | None,
+                    ) -> list[Callable[..., Any]]:
+        """The worker's activities, and the turn's it has no stand-in for."""
+        have = list(existing or [])
+        taken = {_activity_name(fn) for fn in have}
+        return have + [fn for fn in all_activities(self.runtime)
+                       if _activity_name(fn) not in taken]
+
     def _converter(self, existing: Any) -> Any:
         return converter(self.settings)
 
     async def run_worker(self, worker: Worker, next: Callable[[Worker], Any]) -> None:
+        if not self.serve:
+            await next(worker)
+            return
         async with self._serving(worker):
             await next(worker)
 

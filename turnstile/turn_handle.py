@@ -40,7 +40,7 @@ from temporalio.client import (
     WorkflowQueryFailedError,
 )
 from temporalio.exceptions import CancelledError, TerminatedError, TimeoutError as WorkflowTimeout
-from temporalio.service import RPCError, RPCStatusCode
+from temporalio.service import RPCError
 
 from turnstile.engine.contract import (
     Handlers,
@@ -49,6 +49,7 @@ from turnstile.engine.contract import (
     TurnProgress,
     TurnResult,
 )
+from turnstile.runtime.client import workflow_gone
 
 __all__ = ["ClientError", "TurnCancelledError", "TurnEndedError", "TurnFailedError",
            "TurnHandle", "TurnNotFound", "TurnOutcome", "TurnTerminatedError",
@@ -114,7 +115,7 @@ class TurnOutcome(BaseModel):
 
 
 def not_found(err: RPCError, workflow_id: str) -> Exception:
-    if err.status == RPCStatusCode.NOT_FOUND or "already completed" in err.message:
+    if workflow_gone(err):
         return TurnNotFound(f"turn {workflow_id!r} is not running or does not exist "
                             f"({err.message})")
     return err

@@ -140,7 +140,7 @@ BOOKING_STARTED = threading.Event()
 def slowBook(ctx: ToolContext, item: str, seconds: float = 1.5) -> dict:  # noqa: N802
     """A plain function (so it runs in a thread no cancel stops) whose effect
     lands at its end; compensable. Its undo waits for a lost attempt half its
-    timeout (activities.saga.IN_FLIGHT_SHARE): 8 s, what
+    timeout (activities.compensation.IN_FLIGHT_SHARE): 8 s, what
     tests/test_durability.py waits once its worker is killed."""
     BOOKING_STARTED.set()
     time.sleep(seconds)

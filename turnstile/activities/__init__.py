@@ -5,14 +5,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from turnstile.activities.memory import MemoryActivities
+from turnstile.activities.compensation import SagaActivities
+from turnstile.activities.conversation_memory import MemoryActivities
 from turnstile.activities.model import ModelActivities
 from turnstile.activities.pipeline import PipelineActivities
 from turnstile.activities.review import ReviewActivities
 from turnstile.activities.runtime import Runtime
-from turnstile.activities.saga import SagaActivities
-from turnstile.activities.service import ServiceActivities
-from turnstile.activities.tools import ToolActivities
+from turnstile.activities.service_spec import ServiceActivities
+from turnstile.activities.tool_calls import ToolActivities
 from turnstile.activities.turn import TurnActivities
 
 __all__ = ["Runtime", "all_activities"]

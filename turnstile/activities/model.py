@@ -20,7 +20,7 @@ from turnstile.activities.model_request import (
     read_window,
 )
 from turnstile.activities.model_stream import request_model
-from turnstile.activities.runs import as_current_run
+from turnstile.activities.run_writes import as_current_run
 from turnstile.activities.runtime import (
     Activities,
     application_error,
@@ -96,7 +96,7 @@ class ModelActivities(Activities):
 
     async def _as_run(self, req: ModelCallInput, work: Callable[[runs.Writer | None], T]) -> T:
         """`work` in one thread hop, as this activity's run when the turn has
-        an execution chain (activities.runs); memory refusals fail the call
+        an execution chain (activities.run_writes); memory refusals fail the call
         for good, an unreachable database is retried."""
         try:
             if req.execution_chain:

@@ -33,7 +33,7 @@ from temporalio import activity
 
 from turnstile.activities import flow_sources
 from turnstile.activities.runtime import Activities, application_error, find_tool, turn_workflow_id
-from turnstile.activities.tools import offered
+from turnstile.activities.tool_calls import offered
 from turnstile.engine.activity_io import REVIEW_CALL, ReviewCallInput, ReviewedCall
 from turnstile.engine.contract import CallStatus, SimilarEffect
 from turnstile.engine.errors import DatabaseUnavailable, ToolArgumentError, UnknownServiceError

@@ -17,10 +17,10 @@ import logging
 
 from temporalio import activity
 
-from turnstile.activities.memory import REFUSED, MemoryActivities
+from turnstile.activities.conversation_memory import REFUSED, MemoryActivities
 from turnstile.activities.pipeline import deliver, retrieve_snippets
 from turnstile.activities.runtime import Runtime, application_error, turn_workflow_id
-from turnstile.activities.service import ServiceActivities
+from turnstile.activities.service_spec import ServiceActivities
 from turnstile.engine.activity_io import (
     BEGIN_TURN,
     BeginTurnInput,

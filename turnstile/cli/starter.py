@@ -16,7 +16,7 @@
     python starter.py conversation quarantine CONVERSATION_ID SEQ [--by NAME] [--reason TEXT]
                             (set a damaged row aside; `check` lists them as `damaged:`)
 
-One function a subcommand (`COMMANDS`); what they print is in turnstile.cli_views.
+One function a subcommand (`COMMANDS`); what they print is in turnstile.cli.printing.
 """
 
 from __future__ import annotations
@@ -33,14 +33,14 @@ from dataclasses import dataclass
 
 from temporalio.client import Client
 
-from turnstile import cli_args, conversation_cli
-from turnstile.cli_reports import audit, usage
-from turnstile.cli_views import (
+from turnstile.cli import arguments as cli_args, conversation as conversation_cli
+from turnstile.cli.printing import (
     describe_pending,
     out,
     result_lines,
     signal_command,
 )
+from turnstile.cli.reports import audit, usage
 from turnstile.client import (
     ApprovalRefused,
     ClientError,
@@ -260,8 +260,8 @@ async def stack(args: argparse.Namespace, ctx: Context) -> int:
 
 
 async def inbox(args: argparse.Namespace, ctx: Context) -> int:
-    from turnstile.inbox.app import serve
     from turnstile.inbox.security import InboxConfigError
+    from turnstile.inbox.web_app import serve
 
     try:
         await asyncio.to_thread(serve, args.host, args.port, args.allow_dev_login_on_network)

@@ -15,15 +15,14 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Sequence
 from datetime import timedelta
 
 from temporalio.client import Client
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
-from turnstile.activities import Runtime, all_activities
-from turnstile.activities.data_errors import DataErrors
-from turnstile.activities.log_context import LogContext
+from turnstile.activities import Runtime
 from turnstile.providers import build_provider
 from turnstile.runtime import event_loop, log_masking
 from turnstile.runtime.apps import (
@@ -39,16 +38,14 @@ from turnstile.runtime.client import connect, metrics_runtime
 from turnstile.runtime.config import Settings
 from turnstile.runtime.payload_visits import walk_once
 from turnstile.runtime.plugins import load_services
-from turnstile.runtime.processes import report_ready, supervise
 from turnstile.runtime.search_attributes import ensure_search_attributes
 from turnstile.runtime.tracing import interceptors as tracing_interceptors, setup_tracing
 from turnstile.runtime.upgrade import older_turns, refusal
 from turnstile.runtime.versioning import deployment_of, settle_current
+from turnstile.runtime.worker_processes import report_ready, supervise
 from turnstile.stores.schema import upgrade
 from turnstile.stores.schema_window import NewerSchema
-from turnstile.temporal_plugin import sandbox_passthrough
-from turnstile.workflows import AgentTurn
-from turnstile.workflows.agent_turn import FAILS_THE_TURN
+from turnstile.temporal_plugin import TurnstilePlugin, sandbox_passthrough
 
 log = logging.getLogger("turnstile.worker")
 # Exit status when turns of an older version run (turnstile.runtime.upgrade).
@@ -81,13 +78,18 @@ LOCAL_ACTIVITY_SLOTS = 32
 
 
 def build_worker(client: Client, rt: Runtime, **overrides: object) -> Worker:
-    """The Temporal worker for one runtime (tests pass their own client/runtime)."""
+    """The Temporal worker for one runtime (tests pass their own client/runtime).
+    The turn's workflow, activities, interceptors and workflow-failure types
+    come from a TurnstilePlugin: the client's (`run` connects with one), else
+    one around `rt` given to this worker. Activities in `overrides` under a
+    turn activity's name (stand-ins) replace the plugin's."""
     walk_once()  # each activation's payloads visited in one walk (payload_visits)
+    on_client = any(isinstance(p, TurnstilePlugin)
+                    for p in client.config().get("plugins", ()))
     options: dict[str, object] = {
         "task_queue": rt.settings.task_queue,
-        "workflows": [AgentTurn],
+        "plugins": [] if on_client else [plugin_for(rt)],
         "workflow_runner": workflow_runner(rt.settings.workflow_sandbox),
-        "activities": all_activities(rt),
         # Sync activities (database work) run on this pool.
         "activity_executor": concurrent.futures.ThreadPoolExecutor(max_workers=ACTIVITY_SLOTS),
         "max_concurrent_activities": ACTIVITY_SLOTS,
@@ -95,9 +97,6 @@ def build_worker(client: Client, rt: Runtime, **overrides: object) -> Worker:
         # SIGTERM: running activities get this long to finish; then the model
         # calls still running are handed back (activities.runtime.with_heartbeat).
         "graceful_shutdown_timeout": timedelta(seconds=rt.settings.shutdown_grace_seconds),
-        # Fail the turn, not its workflow task, on errors no retry can fix
-        # (workflows/agent_turn.py, FAILS_THE_TURN; docs/design.md).
-        "workflow_failure_exception_types": list(FAILS_THE_TURN),
         # The claim check (turnstile.stores.payload_store) stores or fetches a
         # payload only when it is large, which is rare; with the SDK's default
         # (3 concurrent) every payload of every activation is visited in a task
@@ -109,14 +108,22 @@ def build_worker(client: Client, rt: Runtime, **overrides: object) -> Worker:
         # another worker takes it (TURNSTILE_STICKY_QUEUE_TIMEOUT_SECONDS).
         "sticky_queue_schedule_to_start_timeout":
             timedelta(seconds=rt.settings.sticky_queue_timeout_seconds),
-        # A value the database refuses is never retried as an outage.
-        "interceptors": [DataErrors(), LogContext()],
     }
     deployment = deployment_of(rt.settings)
     if deployment is not None:
         options["deployment_config"] = deployment.worker_config
     options.update(overrides)
     return Worker(client, **options)  # type: ignore[arg-type]
+
+
+def plugin_for(rt: Runtime, served: Sequence[App] = ()) -> TurnstilePlugin:
+    """The plugin of this worker: around its runtime, the serving duties
+    (migration, search attributes, background processes) left to `run`,
+    which has its own options for them. Fails the turn, not its workflow
+    task, on errors no retry can fix (workflows/agent_turn.py, FAILS_THE_TURN;
+    docs/design.md); a value the database refuses is never retried as an
+    outage (activities.data_errors)."""
+    return TurnstilePlugin(served, runtime=rt, serve=False)
 
 
 # Exit status when an app or plugin cannot be loaded (turnstile.runtime.apps).
@@ -141,7 +148,7 @@ async def run(argv: list[str] | None = None) -> None:
                         help="serve this app (repeatable; instead of TURNSTILE_APPS)")
     parser.add_argument("--processes", type=int, default=1, metavar="N",
                         help="run N worker processes, the e-mail sender in the first "
-                             "(turnstile.runtime.processes; docs/scaling.md)")
+                             "(turnstile.runtime.worker_processes; docs/scaling.md)")
     args = parser.parse_args(argv)
     if args.app:  # as TURNSTILE_APPS would name them (and so for --processes' children)
         os.environ["TURNSTILE_APPS"] = ",".join(args.app)
@@ -169,7 +176,8 @@ async def run(argv: list[str] | None = None) -> None:
     if not args.sender_only:
         # What the worker would refuse is checked before anything is migrated:
         # a refused upgrade leaves the schema as the running release made it.
-        client = await connect(settings, interceptors=tracing_interceptors(), runtime=runtime)
+        client = await connect(settings, interceptors=tracing_interceptors(), runtime=runtime,
+                               plugins=[plugin_for(rt, served)])
         if settings.upgrade_check:
             older = await older_turns(
                 client, unversioned_only=deployment_of(settings) is not None)
@@ -223,7 +231,7 @@ async def run(argv: list[str] | None = None) -> None:
 async def close_mcp_sessions() -> None:
     """Close the MCP sessions this worker opened (none if no service has an
     MCP server: the client library was then never imported)."""
-    opened = sys.modules.get("turnstile.runtime.mcp.connection")
+    opened = sys.modules.get("turnstile.runtime.mcp.sessions")
     if opened is not None:
         await opened.connections.close_all()
 

@@ -272,6 +272,9 @@ class ApprovalDecision(BaseModel):
     decided_at: str = ""
     # Approved with edits: the reviewer's complete arguments, which the tool runs with.
     arguments: dict[str, Any] | None = None
+    # The approval deadline's rejection, no reviewer's (its `reviewer` reads
+    # "deadline" for the transcript and audit; tell it apart by this field).
+    by_deadline: bool = False
 
 
 TurnProgress.model_rebuild()

@@ -25,15 +25,17 @@ TRUNCATED_MESSAGE = (
 FILTERED_MESSAGE = "the model provider's content filter withheld the answer"
 
 
-class Ending(StrEnum):
+class AnswerEnding(StrEnum):
+    """How a model answer ended (the call journal's `Ending` is how a tool call did)."""
+
     COMPLETE = "complete"
     LENGTH = "length"
     FILTERED = "content_filter"
 
 
-def ending(finish_reason: str | None) -> Ending:
+def ending(finish_reason: str | None) -> AnswerEnding:
     if finish_reason == "length":
-        return Ending.LENGTH
+        return AnswerEnding.LENGTH
     if finish_reason == "content_filter":
-        return Ending.FILTERED
-    return Ending.COMPLETE
+        return AnswerEnding.FILTERED
+    return AnswerEnding.COMPLETE

@@ -4,6 +4,8 @@ or the environment. `error_type` is the stable name that appears in a turn's
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 
 class TurnstileError(Exception):
     """`error_type` defaults to the class name; a class whose stable name
@@ -114,7 +116,16 @@ class BudgetExceeded(TurnstileError):
 
 class DecisionRefused(TurnstileError):
     """A reviewer's decision that may not be applied (self-approval, not an
-    approver, already decided, no such pending call, no reviewer named)."""
+    approver, already decided, no such pending call, no reviewer named).
+    The `review` update's failure carries a RefusalKind as its details."""
+
+
+class RefusalKind(StrEnum):
+    """Which refusal a decision met, as the `review` update's failure details
+    carry it: a caller tells them apart by this, never by the message."""
+
+    ALREADY_DECIDED = "already_decided"  # another decision on the call took effect first
+    REFUSED = "refused"  # any other reason (the message says which)
 
 
 class ConversationBusy(TurnstileError):

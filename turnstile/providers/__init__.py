@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Protocol
 
+from turnstile.engine.model_settings import SchemaDialect
 from turnstile.providers.base import ModelProvider, ModelRequest, ModelResponse
 from turnstile.providers.demo_planner import DemoPlanner, DemoScript
 from turnstile.providers.openai_compat import OpenAICompatibleProvider
-from turnstile.runtime.config import Settings
 
 __all__ = [
     "DemoPlanner",
@@ -16,11 +17,29 @@ __all__ = [
     "ModelRequest",
     "ModelResponse",
     "OpenAICompatibleProvider",
+    "ProviderSettings",
     "build_provider",
 ]
 
 
-def build_provider(settings: Settings, demo_scripts: Sequence[DemoScript] = ()) -> ModelProvider:
+class ProviderSettings(Protocol):
+    """The settings a provider is built from: turnstile.runtime.config.Settings
+    has them (the runtime imports the providers, never the other way round)."""
+
+    @property
+    def llm_base_url(self) -> str | None: ...
+    @property
+    def llm_api_key(self) -> str | None: ...
+    @property
+    def llm_model(self) -> str | None: ...
+    @property
+    def llm_timeout_seconds(self) -> float: ...
+    @property
+    def llm_schema_dialect(self) -> SchemaDialect: ...
+
+
+def build_provider(settings: ProviderSettings,
+                   demo_scripts: Sequence[DemoScript] = ()) -> ModelProvider:
     """The OpenAI-compatible provider of LLM_BASE_URL; without one, the offline
     demo planner following `demo_scripts` (the apps')."""
     if settings.llm_base_url:

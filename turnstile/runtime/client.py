@@ -9,7 +9,7 @@ from typing import Any, ClassVar, Self, cast
 
 from pydantic import TypeAdapter
 from temporalio.api.common.v1 import Payload
-from temporalio.client import Client, Interceptor
+from temporalio.client import Client, Interceptor, Plugin
 from temporalio.contrib.pydantic import PydanticJSONPlainPayloadConverter
 from temporalio.converter import (
     CompositePayloadConverter,
@@ -19,6 +19,7 @@ from temporalio.converter import (
     SerializationContext,
 )
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
+from temporalio.service import RPCError, RPCStatusCode
 
 from turnstile.runtime.config import Settings
 from turnstile.runtime.payload_visits import InPlaceDataConverter
@@ -97,17 +98,26 @@ def converter(settings: Settings) -> DataConverter:
     return payload_data_converter(db, base, settings.payload_threshold)
 
 
+def workflow_gone(err: RPCError) -> bool:
+    """Whether `err` says the workflow does not run: it ended, or never was.
+    Temporal answers a signal or update to a closed workflow with NOT_FOUND
+    ("workflow execution already completed", measured on the pinned dev
+    server): the status tells it, never the message's wording."""
+    return err.status == RPCStatusCode.NOT_FOUND
+
+
 class TemporalUnreachable(RuntimeError):
     """No Temporal server answered at the configured address (or it refused
     the connection: TLS, API key). Says where it looked."""
 
 
 async def connect(settings: Settings, interceptors: Sequence[Interceptor] = (),
-                  runtime: Runtime | None = None) -> Client:
+                  runtime: Runtime | None = None, plugins: Sequence[Plugin] = ()) -> Client:
     """A client of the cluster the settings name: address and namespace, and
     the TLS, API key and gRPC metadata of the Temporal environment profile
     (Settings.temporal_profile), so one build reaches a dev server, an mTLS
-    cluster or Temporal Cloud."""
+    cluster or Temporal Cloud. `plugins`: e.g. the worker's TurnstilePlugin
+    (whose data converter is this one)."""
     options: dict[str, Any] = dict(settings.temporal_profile.to_client_connect_config())
     options.update(target_host=settings.temporal_address,
                    namespace=settings.temporal_namespace)
@@ -117,6 +127,7 @@ async def connect(settings: Settings, interceptors: Sequence[Interceptor] = (),
             data_converter=converter(settings),
             interceptors=interceptors,
             runtime=runtime,
+            plugins=plugins,
         )
     except RuntimeError as e:
         if "Failed client connect" not in str(e):

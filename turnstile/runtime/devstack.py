@@ -43,8 +43,8 @@ from pathlib import Path
 from turnstile.runtime.apps import App, DevService, dev_services_of
 from turnstile.runtime.client import connect
 from turnstile.runtime.config import PROJECT_ROOT, Settings
-from turnstile.runtime.processes import processes_from_env
 from turnstile.runtime.versioning import Deployment, default_build_id, pinned_running
+from turnstile.runtime.worker_processes import processes_from_env
 
 log = logging.getLogger("turnstile.runtime.devstack")
 
@@ -280,7 +280,7 @@ class Stack:
         logfile = self.logs / f"{name}.log"
         offset = logfile.stat().st_size if logfile.exists() else 0
         # TURNSTILE_WORKER_PROCESSES (default: one per core) worker processes,
-        # the e-mail sender in one (turnstile.runtime.processes); the pid file
+        # the e-mail sender in one (turnstile.runtime.worker_processes); the pid file
         # holds the supervisor, whose process group `down` signals.
         processes = processes_from_env()
         self._spawn(name, [sys.executable, "-m", "turnstile.cli.worker",

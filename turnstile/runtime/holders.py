@@ -1,5 +1,5 @@
 """Is the turn holding a conversation's lock still running? Asked of
-Temporal (describe), by the lock's take-over (activities.memory) and by the
+Temporal (describe), by the lock's take-over (activities.conversation_memory) and by the
 truth check (`python starter.py check`).
 
 A lock held by a turn's chain (turnstile.stores.lock) is held while a run

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from turnstile.engine.errors import ConfigurationError
 from turnstile.runtime.apps import import_named
 from turnstile.runtime.config import Settings
-from turnstile.runtime.mcp.config import parse_mcp_servers
+from turnstile.runtime.mcp.servers import parse_mcp_servers
 from turnstile.runtime.services import Service, ServiceRegistry
 
 

@@ -21,15 +21,13 @@ from temporalio.api.operatorservice.v1 import (
 from temporalio.client import Client
 from temporalio.service import RPCError
 
+from turnstile.engine import search_keys
+
 log = logging.getLogger(__name__)
 
-ATTRIBUTES = {
-    "TurnstileStatus": IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,
-    "TurnstilePendingApprovals": IndexedValueType.INDEXED_VALUE_TYPE_INT,
-    "TurnstileConversation": IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,
-    "TurnstileUser": IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,
-    "TurnstileService": IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,
-}
+# name -> type, of the keys turnstile.engine.search_keys declares
+ATTRIBUTES: dict[str, IndexedValueType.ValueType] = {
+    key.name: IndexedValueType.ValueType(key.indexed_value_type) for key in search_keys.ALL}
 
 
 async def ensure_search_attributes(client: Client, namespace: str) -> bool:

@@ -21,9 +21,10 @@ from turnstile.engine.model_settings import TOOL_CHOICE_MODES, ModelSettings
 from turnstile.engine.output_format import output_spec
 from turnstile.engine.pipeline_spec import PipelinePolicy, PipelineSpec
 from turnstile.engine.specs import ON_NEW_MESSAGE, LoopPolicy, OnNewMessage, ServiceSpec
+from turnstile.extras import require_extra
 from turnstile.providers.base import ModelProvider
 from turnstile.runtime.guardrails import Guardrail, component_name
-from turnstile.runtime.mcp.config import MCPServer
+from turnstile.runtime.mcp.servers import MCPServer
 from turnstile.runtime.moderation import Moderator
 from turnstile.runtime.tool_providers import ProviderContext, ToolProvider
 from turnstile.runtime.tools import Tool, ToolRegistry
@@ -152,6 +153,7 @@ class Service:
     def _add_toolset(self, server: MCPServer) -> MCPToolset:
         # Imported here: the MCP client library costs ~0.7 s to import, which
         # every CLI command and worker start paid without an MCP server.
+        require_extra("mcp", f"MCP server {server.name!r}")
         from turnstile.runtime.mcp.toolset import MCPToolset
 
         toolset = MCPToolset(server, taken=self._names_outside)

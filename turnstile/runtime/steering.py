@@ -1,13 +1,13 @@
 """A new turn meets a conversation whose turn waits for an approval
 (docs/steering.md): is the holder parked on one, and the `steer` signal
 that asks it to give the conversation up. Asked of Temporal by the new
-turn's lock activity (activities.memory).
+turn's lock activity (activities.conversation_memory).
 
 The holder's phase is what it last published (its `TurnstileStatus` search
 attribute, or its memo where the namespace has no search attributes): it
 publishes on entering and on leaving an approval wait, so "parked" is true
 while a call of it waits for a reviewer. Whatever it says, the holder itself
-decides whether a steer applies (workflows/steering.py): a decision that
+decides whether a steer applies (workflows/steer_signal.py): a decision that
 came first wins and the steer is ignored.
 """
 
@@ -16,16 +16,15 @@ from __future__ import annotations
 import logging
 
 from temporalio.client import Client, WorkflowHandle
-from temporalio.common import SearchAttributeKey
 from temporalio.service import RPCError, RPCStatusCode
 
+from turnstile.engine import search_keys
 from turnstile.engine.contract import Handlers, SteerSignal, TurnPhase
+from turnstile.runtime.client import workflow_gone
 from turnstile.stores.lock import Holder
 
 log = logging.getLogger(__name__)
 
-SA_STATUS = SearchAttributeKey.for_keyword("TurnstileStatus")
-SA_PENDING = SearchAttributeKey.for_int("TurnstilePendingApprovals")
 
 
 def _handle(client: Client, holder: Holder) -> WorkflowHandle[object, object]:
@@ -45,7 +44,7 @@ async def holder_awaits_approval(client: Client, holder: Holder) -> bool:
             log.warning("could not ask Temporal about lock holder %s: %s",
                         holder.workflow_id, exc)
         return False
-    status = desc.typed_search_attributes.get(SA_STATUS)
+    status = desc.typed_search_attributes.get(search_keys.STATUS)
     if status is None:  # no search attributes in this namespace: the memo has it
         status = await desc.memo_value("turnstile_status", default=None)
     return bool(status == TurnPhase.AWAITING_APPROVAL)
@@ -57,7 +56,7 @@ async def steer(client: Client, holder: Holder, signal: SteerSignal) -> bool:
     try:
         await _handle(client, holder).signal(Handlers.STEER, signal)
     except RPCError as exc:
-        if exc.status == RPCStatusCode.NOT_FOUND or "already completed" in exc.message:
+        if workflow_gone(exc):
             return False
         raise
     return True

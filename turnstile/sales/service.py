@@ -7,7 +7,7 @@ from __future__ import annotations
 from turnstile import ModelSettings, OutboundPolicy, Service, ToolRegistry
 from turnstile.sales.approvers import table_approvers
 from turnstile.sales.documents import SALES_DOCUMENTS
-from turnstile.sales.tools import (
+from turnstile.sales.sales_tools import (
     checkEmailConfig,
     createEmailTask,
     createFollowUpTask,

@@ -17,7 +17,7 @@ rows.
 turnstile.stores.memory.now_iso), so a window is a text range.
 
 Error categories come from the audit's `error_message`, whose leading words
-the worker writes in fixed forms (activities/tools.py, saga.py): see
+the worker writes in fixed forms (activities/tool_calls.py, saga.py): see
 `CATEGORIES`; anything else is "tool error" (the tool ran and reported or
 raised a failure of its own).
 """

@@ -3,7 +3,7 @@ the calls of a tool it made (arguments as the model wrote them, with how each
 ended), for a reviewer shown the earlier effects that look alike
 (activities.review); and whether a call key (`ToolContext.idempotency_key`)
 is one of the conversation's calls, for tools that read by an id another of
-its calls created (turnstile.sales.tools). Memory, not the audit log: the
+its calls created (turnstile.sales.sales_tools). Memory, not the audit log: the
 log keeps masked arguments and TURNSTILE_AUDIT=off turns it off.
 """
 

@@ -14,6 +14,8 @@ import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import Engine
 
+from turnstile.extras import require_extra
+
 Dialect = Literal["sqlite", "postgresql"]
 
 # The SELECT-only role of the read-only connection on PostgreSQL.
@@ -37,6 +39,7 @@ def sqlalchemy_url(url: str) -> str:
     """The documented DATABASE_URL forms, with the driver the project uses."""
     scheme, sep, rest = url.partition("://")
     if scheme in ("postgresql", "postgres", "postgresql+psycopg"):
+        require_extra("postgres", "A PostgreSQL DATABASE_URL")
         return f"postgresql+psycopg://{rest}"
     if scheme == "sqlite" and sep:
         return url

@@ -9,7 +9,7 @@ workflow. Each blob is referenced by the workflows that stored it; `sweep`
 deletes blobs that no running or retained workflow references.
 
 Tool results never need this: they go to chat memory, and history keeps a
-bounded preview (see activities/tools.py).
+bounded preview (see activities/tool_calls.py).
 
 This module is the one writer of `payload_blob` and `payload_ref`.
 """

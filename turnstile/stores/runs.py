@@ -27,7 +27,7 @@ names its `Writer` — workflow id, chain, run id — and, before it writes,
 
 Taking an earlier run's place is allowed only to the workflow's current run:
 a claim that would take it first fails with `RunUnconfirmed`; the activity
-asks Temporal whether its run is running (`activities.runs`) and claims again
+asks Temporal whether its run is running (`activities.run_writes`) and claims again
 `confirmed`, or gives up with `RunSuperseded` (an activity of the replaced
 run that finished late). So a claim costs one read (the lock's holder and the
 replaced run's slots in one statement) while nothing changes hands and one
@@ -81,7 +81,7 @@ class Writer:
     workflow_id: str
     chain: str
     run_id: str
-    confirmed: bool = False  # Temporal said this run is running (activities.runs)
+    confirmed: bool = False  # Temporal said this run is running (activities.run_writes)
 
 
 class _ClaimRow(NamedTuple):

@@ -53,7 +53,7 @@ with workflow.unsafe.imports_passed_through():
     from turnstile.workflows.model_loop import ModelLoop
     from turnstile.workflows.pipeline_steps import PipelineSteps
     from turnstile.workflows.state import TurnState, TurnStopped
-    from turnstile.workflows.steering import Steering
+    from turnstile.workflows.steer_signal import Steering
     from turnstile.workflows.turn_end import TurnEnding
 
 

@@ -33,14 +33,14 @@ async def await_decision(s: TurnState, step: AwaitApproval) -> ApprovalDecision:
         else:  # (a turn begun before that patch: the deadline's rejection wins)
             s.machine.decide(ApprovalDecision(
                 tool_call_id=call.id, tool_name=call.name, approved=False,
-                reviewer="deadline",
+                reviewer="deadline", by_deadline=True,
                 note=f"no decision within {step.timeout_seconds:g} s",
                 decided_at=workflow.now().isoformat()), supersede=True)
     finally:
         s.machine.withdraw(call.id)
     moved, decision = s.machine.resume(call.id, call.name)
     verdict = "approved" if decision.approved else "rejected"
-    metrics.approval_decided(call.name, "deadline" if decision.reviewer == "deadline"
-                             and not decision.approved else verdict, step.since)
+    metrics.approval_decided(call.name, "deadline" if decision.by_deadline else verdict,
+                             step.since)
     await s.enter(moved)
     return decision

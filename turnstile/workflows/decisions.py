@@ -55,7 +55,7 @@ with workflow.unsafe.imports_passed_through():
         oversize,
         read_decision,
     )
-    from turnstile.engine.errors import DecisionRefused
+    from turnstile.engine.errors import DecisionRefused, RefusalKind
     from turnstile.engine.masking import mask_prefix
     from turnstile.engine.messages import ToolCall
     from turnstile.engine.specs import ServiceSpec
@@ -76,6 +76,7 @@ class Refused:
     status query's refused signals)."""
 
     reason: str
+    kind: RefusalKind = RefusalKind.REFUSED
 
 
 # Checking edited arguments is a `review_call` activity awaited by the
@@ -148,7 +149,7 @@ class Decisions:
                                    non_retryable=True)
         taken = await self.take(read, "update review")
         if isinstance(taken, Refused):
-            raise ApplicationError(taken.reason, type=DecisionRefused.error_type,
+            raise ApplicationError(taken.reason, taken.kind, type=DecisionRefused.error_type,
                                    non_retryable=True)
         return taken
 
@@ -213,7 +214,7 @@ class Decisions:
         if reason:
             await self._refused(r.tool_call_id, r.verb, r.reviewer, reason, door,
                                 edited=r.arguments)
-            return Refused(reason)
+            return Refused(reason, self._kind(r.tool_call_id))
         return self.decide(r.tool_call_id, r.approved, r.reviewer, r.note, arguments=arguments)
 
     def decide(self, call_id: str, approved: bool, reviewer: str, note: str, *,
@@ -227,11 +228,17 @@ class Decisions:
             verb = "approve" if approved else "reject"
             s.refuse(clean_note(call_id)[:200], pending.tool_name if pending else "", verb,
                      clean_note(reviewer)[:200], _refusal_text(verb, reviewer, call_id, reason))
-            return Refused(reason)
+            return Refused(reason, self._kind(call_id))
         return s.machine.decide(ApprovalDecision(
             tool_call_id=call_id, tool_name=s.pending[call_id].tool_name, approved=approved,
             reviewer=clean_note(reviewer)[:200], note=clean_note(mask_prefix(note, NOTE_MAX)),
             decided_at=workflow.now().isoformat(), arguments=arguments))
+
+    def _kind(self, call_id: str) -> RefusalKind:
+        """The kind of a refusal just given for `call_id`: `refusal` puts the
+        call's own earlier decision before every other reason."""
+        return (RefusalKind.ALREADY_DECIDED if call_id in self.s.decisions
+                else RefusalKind.REFUSED)
 
     async def _check_edits(self, r: DecisionRequest) -> tuple[str | None, dict[str, Any] | None]:
         """(why the edited arguments are refused, the arguments to run with:

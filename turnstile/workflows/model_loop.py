@@ -7,6 +7,8 @@ after one ask without tools. Deterministic code only.
 
 from __future__ import annotations
 
+from typing import assert_never
+
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
@@ -27,7 +29,7 @@ with workflow.unsafe.imports_passed_through():
     from turnstile.workflows.answer_checks import AnswerChecks
     from turnstile.workflows.pipeline_steps import PipelineSteps, Prepared
     from turnstile.workflows.state import TurnState, TurnStopped
-    from turnstile.workflows.steering import steered_stop
+    from turnstile.workflows.steer_signal import steered_stop
     from turnstile.workflows.tool_options import listing_options, model_options
     from turnstile.workflows.tool_round import RoundWrites, ToolRound
 
@@ -46,69 +48,91 @@ class ModelLoop:
         self.dead = dead_ends.DeadEnds()  # from revision 6: dead-end responses in a row
 
     async def run(self) -> str:
-        """Until the model answers: its answer."""
-        s, spec = self.s, self.spec
+        """Until the model answers: its answer. Each response is one typed next
+        step (turnstile.engine.turn_rules.next_step) dispatched here: a final
+        answer, or tools to run (a call that needs approval is the tool
+        round's own step, AwaitApproval). A handler returns the turn's answer,
+        or None to ask the model again."""
         while True:
-            if spec.dynamic_tools:
+            if self.spec.dynamic_tools:
                 await self._resolve_tools()
             response = await self._honest_ending(await self._call_model())
             step = next_step(response.message)
-            dead_ends_end_turn = s.revision.dead_ends_end_turn
-            if isinstance(step, FinalAnswer) and dead_ends_end_turn:
-                what = dead_ends.text_dead_end(step.text, s.tool_names, self.breakers.disabled)
-                if what is not None:  # never sent to the model again; ask it again
-                    await self.steps.answer.discard_answer("dead_end")
-                    s.event("dead_end", f"the model answered by {what}")
-                    if self.dead.record(what):
-                        return await self._dead_end_ask()
-                    continue
-            if isinstance(step, FinalAnswer):
-                text = await self.answers.checked(step.text)
-                s.event("answer", mask_prefix(text, 400)[:160])
-                return text
-            assert isinstance(step, RunTools)
-            try:
-                await self.steps.check_moderation(wait=False)  # a flagged input runs no tools
-            except TurnStopped as stop:
-                await self._record_unrun(step.calls, str(stop))
-                raise
-            s.round_trips += 1
-            dead_end = self._dead_end(step.calls) if dead_ends_end_turn else None
-            limit = round_stop(s.round_trips, [c.name for c in step.calls], spec.loop,
-                               self.breakers)
-            if limit is not None:
-                await self._record_unrun(step.calls, str(limit))
-                # From revision 6 the cap never ends a run of dead ends: they do.
-                if (isinstance(limit, RoundTripCapExceeded) and dead_ends_end_turn
-                        and self.dead.record(dead_end)):
+            match step:
+                case FinalAnswer():
+                    answer = await self._final_answer(step)
+                case RunTools():
+                    answer = await self._run_tools(step)
+                case _:
+                    assert_never(step)
+            if answer is not None:
+                return answer
+
+    async def _final_answer(self, step: FinalAnswer) -> str | None:
+        """The model answered: the answer, checked; from revision 6 an answer
+        that is a dead end is discarded and the model asked again."""
+        s = self.s
+        if s.revision.dead_ends_end_turn:
+            what = dead_ends.text_dead_end(step.text, s.tool_names, self.breakers.disabled)
+            if what is not None:  # never sent to the model again; ask it again
+                await self.steps.answer.discard_answer("dead_end")
+                s.event("dead_end", f"the model answered by {what}")
+                if self.dead.record(what):
                     return await self._dead_end_ask()
-                raise TurnStopped(TurnStatus.FAILED, limit)
-            s.machine.start_round()
-            self.round = ToolRound(s, self.turn, spec, self.breakers)
-            await self.round.run(step.calls, s.alloc(len(step.calls)))
-            self.round = None
-            if s.steered is not None:  # a new message: the new turn asks the model
-                raise steered_stop(s, spec)
-            if dead_ends_end_turn and self.dead.record(dead_end):
+                return None
+        text = await self.answers.checked(step.text)
+        s.event("answer", mask_prefix(text, 400)[:160])
+        return text
+
+    async def _run_tools(self, step: RunTools) -> str | None:
+        """The model asked for tools: one round of them, unless moderation, a
+        breaker or the round-trip cap stops it (the calls then get results
+        that say so). The answer when the loop ends here, else None."""
+        s, spec = self.s, self.spec
+        dead_ends_end_turn = s.revision.dead_ends_end_turn
+        try:
+            await self.steps.check_moderation(wait=False)  # a flagged input runs no tools
+        except TurnStopped as stop:
+            await self._record_unrun(step.calls, str(stop))
+            raise
+        s.round_trips += 1
+        dead_end = self._dead_end(step.calls) if dead_ends_end_turn else None
+        limit = round_stop(s.round_trips, [c.name for c in step.calls], spec.loop,
+                           self.breakers)
+        if limit is not None:
+            await self._record_unrun(step.calls, str(limit))
+            # From revision 6 the cap never ends a run of dead ends: they do.
+            if (isinstance(limit, RoundTripCapExceeded) and dead_ends_end_turn
+                    and self.dead.record(dead_end)):
                 return await self._dead_end_ask()
-            if self.breakers.repeats >= repeats.ANSWER_AFTER:  # only after repeat-breaker
-                return await self._answer_now()
+            raise TurnStopped(TurnStatus.FAILED, limit)
+        s.machine.start_round()
+        self.round = ToolRound(s, self.turn, spec, self.breakers)
+        await self.round.run(step.calls, s.alloc(len(step.calls)))
+        self.round = None
+        if s.steered is not None:  # a new message: the new turn asks the model
+            raise steered_stop(s, spec)
+        if dead_ends_end_turn and self.dead.record(dead_end):
+            return await self._dead_end_ask()
+        if self.breakers.repeats >= repeats.ANSWER_AFTER:  # only after repeat-breaker
+            return await self._answer_now()
+        return None
 
     async def _honest_ending(self, response: io.ModelCallResult) -> io.ModelCallResult:
         """Only a natural stop is a complete answer (turnstile.engine.endings).
         The extra activities run only on the path that needs them."""
         ends = endings.ending(response.finish_reason)
-        if ends is endings.Ending.FILTERED:
+        if ends is endings.AnswerEnding.FILTERED:
             return await self._filtered()
-        if ends is not endings.Ending.LENGTH or response.message.tool_calls:
+        if ends is not endings.AnswerEnding.LENGTH or response.message.tool_calls:
             return response  # cut tool arguments fail validation and go back to the model
         self.s.event("truncated", "answer cut at the length limit; asking to continue")
         more = await self._call_model(continuation=True)
         text = (response.message.content or "") + (more.message.content or "")
         ends = endings.ending(more.finish_reason)
-        if ends is endings.Ending.FILTERED:
+        if ends is endings.AnswerEnding.FILTERED:
             return await self._filtered()
-        if ends is endings.Ending.LENGTH:
+        if ends is endings.AnswerEnding.LENGTH:
             raise TurnStopped(TurnStatus.TRUNCATED, AnswerTruncated(endings.TRUNCATED_MESSAGE),
                               answer=text, compensate=False)
         message = ChatMessage(role="assistant", content=text)

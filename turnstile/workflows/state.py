@@ -12,11 +12,10 @@ from typing import TypeVar
 
 from pydantic import BaseModel
 from temporalio import workflow
-from temporalio.common import SearchAttributeKey
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
-    from turnstile.engine import activity_io as io
+    from turnstile.engine import activity_io as io, search_keys
     from turnstile.engine.contract import (
         ApprovalDecision,
         AuditStatus,
@@ -49,12 +48,12 @@ Out = TypeVar("Out")
 MAX_EVENTS = 200
 
 
-# Registered by `make up` / the worker (see turnstile.runtime.search_attributes).
-SA_STATUS = SearchAttributeKey.for_keyword("TurnstileStatus")
-SA_PENDING = SearchAttributeKey.for_int("TurnstilePendingApprovals")
-SA_CONVERSATION = SearchAttributeKey.for_keyword("TurnstileConversation")
-SA_USER = SearchAttributeKey.for_keyword("TurnstileUser")
-SA_SERVICE = SearchAttributeKey.for_keyword("TurnstileService")
+# Declared in turnstile.engine.search_keys (registered by the worker).
+SA_STATUS = search_keys.STATUS
+SA_PENDING = search_keys.PENDING_APPROVALS
+SA_CONVERSATION = search_keys.CONVERSATION
+SA_USER = search_keys.USER
+SA_SERVICE = search_keys.SERVICE
 
 
 def _cause(exc: ActivityError | ApplicationError) -> BaseException | None:
@@ -181,7 +180,7 @@ class TurnState:
 
     @property
     def steered(self) -> SteerSignal | None:
-        """A new turn of the user steered this one (workflows/steering.py)."""
+        """A new turn of the user steered this one (workflows/steer_signal.py)."""
         return self.machine.steered
 
     @property

@@ -42,7 +42,7 @@ with workflow.unsafe.imports_passed_through():
     from turnstile.engine.versions import REPEAT_BREAKER
     from turnstile.workflows.approval_wait import await_decision
     from turnstile.workflows.state import TurnState, TurnStopped, failure_reason, recorded_arguments
-    from turnstile.workflows.steering import steered_rejection
+    from turnstile.workflows.steer_signal import steered_rejection
     from turnstile.workflows.tool_options import listing_options, tool_options
 
 

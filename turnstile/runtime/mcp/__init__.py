@@ -17,23 +17,25 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from turnstile.runtime.mcp.config import MCPServer, MCPToolPolicy, parse_mcp_servers
+from turnstile.extras import require_extra
+from turnstile.runtime.mcp.servers import MCPServer, MCPToolPolicy, parse_mcp_servers
 
 if TYPE_CHECKING:
-    from turnstile.runtime.mcp.connection import MCPConnection, MCPUnavailable, connections
+    from turnstile.runtime.mcp.sessions import MCPConnection, MCPUnavailable, connections
     from turnstile.runtime.mcp.toolset import MCPTool, MCPToolset
 
 # The MCP client library takes ~0.7 s to import: the sessions and toolsets are
 # imported on first use (a service with an MCP server, a worker that has one),
 # not by every CLI command and worker that imports the service registry.
-_LAZY = {"MCPConnection": "connection", "MCPUnavailable": "connection",
-         "connections": "connection", "MCPTool": "toolset", "MCPToolset": "toolset"}
+_LAZY = {"MCPConnection": "sessions", "MCPUnavailable": "sessions",
+         "connections": "sessions", "MCPTool": "toolset", "MCPToolset": "toolset"}
 
 
 def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    require_extra("mcp", "MCP servers (turnstile.runtime.mcp)")
     return getattr(importlib.import_module(f"{__name__}.{module}"), name)
 
 __all__ = [

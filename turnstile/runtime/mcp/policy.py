@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from mcp.types import ToolAnnotations
 
-from turnstile.runtime.mcp.config import MCPToolPolicy
+from turnstile.runtime.mcp.servers import MCPToolPolicy
 
 
 @dataclass(frozen=True)

@@ -32,9 +32,9 @@ from pydantic import BaseModel, ConfigDict
 from turnstile.engine.errors import ConfigurationError, ToolArgumentError
 from turnstile.engine.specs import ToolSpec
 from turnstile.runtime import flow_defaults
-from turnstile.runtime.mcp.config import MCPServer
-from turnstile.runtime.mcp.connection import MCPCallLost, MCPConnection, MCPUnavailable, connections
 from turnstile.runtime.mcp.policy import hint_policy
+from turnstile.runtime.mcp.servers import MCPServer
+from turnstile.runtime.mcp.sessions import MCPCallLost, MCPConnection, MCPUnavailable, connections
 from turnstile.runtime.tool_providers import ProviderContext, ToolProvider
 from turnstile.runtime.tools import (
     Tool,

@@ -1,6 +1,6 @@
 """A new message steers a turn that waits for an approval (docs/steering.md).
 
-The new turn's lock activity (activities/steering.py) sends the `steer`
+The new turn's lock activity (activities/on_new_message.py) sends the `steer`
 signal when the turn holding the conversation is parked on an approval and
 the service's `on_new_message` is "steer". Here the holder applies it:
 

@@ -5,7 +5,7 @@ new turn's lock attempt (begin_turn, then every attempt of load_memory).
 - "queue": wait for the lock, as any busy conversation (the status says
   "queued behind turn X, waiting for an approval");
 - "refuse": the new turn ends `refused` (NewMessageRefused), holding nothing;
-- "steer": signal the holder `steer` (workflows/steering.py rejects its
+- "steer": signal the holder `steer` (workflows/steer_signal.py rejects its
   waiting calls, "the user sent a new message", and ends it `steered`), then
   wait here for its release and take the lock, so the new turn runs at once.
 

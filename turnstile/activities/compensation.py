@@ -97,7 +97,7 @@ class SagaActivities(Activities):
                                bound: float) -> None:
         """Undo only what has ended: a call cancelled while its thread ran is
         still STARTED until that thread ends and its attempt records what it
-        did (activities.tools). Waited for at most `bound` seconds — a claim
+        did (activities.tool_calls). Waited for at most `bound` seconds — a claim
         whose worker was lost never ends —, heartbeating."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + bound

@@ -3,7 +3,7 @@
 A run of a turn that another run of it preceded (a reset run, a workflow
 retry) takes that run's place: it keeps the turn's lock, and what the
 earlier run wrote after the reset point is superseded (turnstile.stores.runs;
-activities.runs confirms the run is current first)."""
+activities.run_writes confirms the run is current first)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import logging
 
 from temporalio import activity
 
+from turnstile.activities.on_new_message import WAITING_FOR_APPROVAL, new_message
 from turnstile.activities.pipeline import deliver
-from turnstile.activities.runs import as_current_run, holder_gone, run_is_current
+from turnstile.activities.run_writes import as_current_run, holder_gone, run_is_current
 from turnstile.activities.runtime import Activities, application_error, turn_workflow_id
-from turnstile.activities.steering import WAITING_FOR_APPROVAL, new_message
 from turnstile.engine.activity_io import (
     APPEND_MESSAGES,
     LOAD_MEMORY,

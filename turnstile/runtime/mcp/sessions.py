@@ -23,7 +23,7 @@ from mcp.types import CallToolResult, Tool
 from mcp.types.jsonrpc import CONNECTION_CLOSED, REQUEST_TIMEOUT
 
 from turnstile.engine.errors import ConfigurationError, MCPServerUnavailable
-from turnstile.runtime.mcp.config import MCPServer
+from turnstile.runtime.mcp.servers import MCPServer
 
 log = logging.getLogger("turnstile.mcp")
 

@@ -1,5 +1,5 @@
 """`starter.py audit` and `starter.py usage`: the audit log and model usage
-read back as tables or JSON lines (turnstile.cli_views prints them)."""
+read back as tables or JSON lines (turnstile.cli.printing prints them)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 from collections.abc import Sequence
 from typing import Protocol
 
-from turnstile.cli_views import json_lines, out, table
+from turnstile.cli.printing import json_lines, out, table
 from turnstile.stores.db import Database
 from turnstile.stores.engines import dispose_engines
 

@@ -29,7 +29,7 @@ from pydantic import BaseModel
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from turnstile.activities.runs import as_current_run
+from turnstile.activities.run_writes import as_current_run
 from turnstile.activities.runtime import (
     Activities,
     WorkerShutdown,
@@ -154,7 +154,7 @@ class ToolActivities(Activities):
             attempt=attempt, approval_reason=req.approval_reason, provenance=req.provenance)
 
     async def _record(self, ending: Ending, tx: Transaction | None) -> None:
-        """The journal's `finish` as this activity's run (activities.runs): the
+        """The journal's `finish` as this activity's run (activities.run_writes): the
         result's slot is claimed in the same transaction."""
         if not ending.chain:
             await self.rt.db.call(self.rt.journal.finish, ending, tx)
@@ -296,7 +296,7 @@ class ToolActivities(Activities):
                                    tx: Transaction) -> None:
         """The turn was cancelled while a tool's thread ran. The effect lands
         (or not) whatever the cancel says, and the cancel path undoes what the
-        ledger says landed (activities.saga waits for this claim): so the
+        ledger says landed (activities.compensation waits for this claim): so the
         thread is waited for, heartbeating, and what it did is recorded —
         ledger and audit, in the tool's transaction; memory gets the cancel
         path's words, then the undo's."""
