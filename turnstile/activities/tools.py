@@ -199,7 +199,9 @@ class ToolActivities(Activities):
             self.rt.journal.begin, Start(workflow_id=wf_id, chain=chain,
                                          conversation_id=req.conversation_id,
                                          user_id=req.user_id, call=call,
-                                         approval_reason=req.approval_reason),
+                                         approval_reason=req.approval_reason,
+                                         grant_id=req.approval.grant_id if req.approval
+                                         else None),
             rerun_lost=rerunnable(tool))
         if entry.status is LedgerStatus.COMPLETED:
             # A finished attempt whose completion was lost: replay what it reported.

@@ -8,6 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from turnstile.engine.grant_models import GrantCandidate, GrantOffer, GrantRequest
 from turnstile.engine.messages import Attachment, Usage
 
 WORKFLOW_TYPE = "AgentTurn"
@@ -187,6 +188,8 @@ class ApproveSignal(BaseModel):
     comment: str = ""
     arguments: dict[str, Any] | None = None
     arguments_digest: str | None = None
+    # Approve this call and calls like it: a standing approval (docs/approvals.md).
+    grant: GrantRequest | None = None
 
 
 class RejectSignal(BaseModel):
@@ -206,6 +209,8 @@ class ReviewInput(BaseModel):
     note: str = ""
     arguments: dict[str, Any] | None = None
     arguments_digest: str | None = None
+    # With an approval: a standing approval for calls like this one (docs/approvals.md).
+    grant: GrantRequest | None = None
 
 
 class SteerSignal(BaseModel):
@@ -251,6 +256,13 @@ class PendingApproval(BaseModel):
     # Earlier effects of the conversation that look alike (newest first; within
     # the service's `similar_effects_window_seconds`): docs/approvals.md.
     similar_effects: list[SimilarEffect] = Field(default_factory=list)
+    # Standing approvals (docs/approvals.md, "Standing approvals (grants)"),
+    # from revision 8: what a reviewer may grant with the approval (the tool's
+    # ceiling and default constraints; None: the tool never takes grants), and
+    # the live grants of the tool and scope that did not cover this call, with
+    # why (exhausted, expired, another recipient, untrusted arguments, ...).
+    grant_offer: GrantOffer | None = None
+    grant_candidates: list[GrantCandidate] = Field(default_factory=list)
 
 
 class ApprovalDecision(BaseModel):
@@ -262,6 +274,12 @@ class ApprovalDecision(BaseModel):
     decided_at: str = ""
     # Approved with edits: the reviewer's complete arguments, which the tool runs with.
     arguments: dict[str, Any] | None = None
+    # Approved by a standing approval (docs/approvals.md, "Standing approvals
+    # (grants)"): the grant's id; the reviewer reads "grant:<id>". Left out
+    # of the serialized form when None, so recorded decisions read as before.
+    grant_id: str | None = Field(default=None, exclude_if=lambda v: v is None)
+    # The grant this approval issued (the `grant` of the decision), if any.
+    issued_grant: str | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 TurnProgress.model_rebuild()

@@ -76,6 +76,16 @@ revision.
   `DeadEndCalls`. A disabled tool is no longer offered. A bare
   `functions.NAME:` is no call (earlier revisions read it as one with `{}`
   for `ToolCallAsText`, and replay so).
+- Revision 8: standing approvals (grants; docs/approvals.md). Before a call
+  waits for a reviewer, the activity `turnstile.claim_grant` claims a grant
+  that covers it (one use, once per call): covered, the call runs without
+  waiting, approved by the grant (`ApprovalDecision.grant_id`, reviewer
+  `grant:<id>`); otherwise the pending call carries `grant_offer` and
+  `grant_candidates`. An approval carrying `grant` runs
+  `turnstile.issue_grant` in its handler (refused beyond the operator's
+  ceiling), and the turn's other waiting calls the new grant covers are
+  claimed at once. A turn begun earlier schedules neither and refuses a
+  decision that carries `grant`.
 """
 
 from __future__ import annotations
@@ -85,7 +95,7 @@ from dataclasses import dataclass
 from turnstile.engine.activity_io import BEGIN_TURN, DESCRIBE_SERVICE
 
 TURN_VERSION = 2
-TURN_REVISION = 6
+TURN_REVISION = 8
 EVENTS_RIDE_ALONG = 1  # the revision from which turn events ride with bookkeeping
 OPENS_IN_BEGIN_TURN = 2  # the revision from which begin_turn runs steps 4 and 5
 CANCEL_ENDS_CANCELLED = 2  # ... and a cancel during an activity ends the turn Canceled
@@ -93,6 +103,7 @@ FINDABLE_AT_START = 3  # the revision from which a turn publishes its search att
 NAMES_BY_TODAYS_RULE = 4  # the revision from which decisions weigh only today's identity rule
 REPEATS_BY_MEANING = 5  # the revision from which the repeat breaker compares validated calls
 DEAD_ENDS_END_TURN = 6  # the revision from which dead-end calls end the turn (DeadEndCalls)
+STANDING_APPROVALS = 8  # the revision from which grants cover calls (claim_grant, issue_grant)
 
 
 
@@ -130,6 +141,10 @@ class Revision:
     @property
     def dead_ends_end_turn(self) -> bool:
         return self.number >= DEAD_ENDS_END_TURN
+
+    @property
+    def standing_approvals(self) -> bool:
+        return self.number >= STANDING_APPROVALS
 
 
 # The first activity (or local activity) each version schedules.

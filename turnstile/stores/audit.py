@@ -64,6 +64,9 @@ tool_execution_log = sa.Table(
     # waited: the condition's words, as the reviewer saw them
     # (PendingApproval.reason; migration 0013); NULL otherwise.
     sa.Column("approval_reason", sa.Text),
+    # A call a standing approval approved (turnstile.stores.grant_store): the
+    # grant's id (migration 0015); NULL otherwise.
+    sa.Column("grant_id", sa.Text),
     sa.Index("tool_execution_log_workflow", "workflow_id"),
     # `starter.py audit` (turnstile.stores.audit_queries): a time window, and
     # failures by time (migration 0004).
@@ -101,6 +104,7 @@ class AuditRow:
     error_message: str | None
     execution_chain: str | None
     approval_reason: str | None = None  # why it waited (a condition's words)
+    grant_id: str | None = None  # the standing approval that approved it
 
     @classmethod
     def stored(cls, status: str, **columns: Any) -> AuditRow:

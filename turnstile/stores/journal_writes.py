@@ -104,6 +104,7 @@ class Execution:
     arguments: Any
     # Why the call waited for a reviewer: a condition's words (`@tool(approval=...)`).
     approval_reason: str | None = None
+    grant_id: str | None = None  # the standing approval that approved the call
 
     def values(self, status: AuditStatus, start: str) -> dict[str, Any]:
         values = {"execution_id": self.execution_id, "workflow_id": self.workflow_id,
@@ -113,6 +114,8 @@ class Execution:
                   "start_time": start}
         if self.approval_reason is not None:  # else the column stays NULL (the usual row)
             values["approval_reason"] = mask(self.approval_reason)
+        if self.grant_id is not None:  # else NULL: no grant approved the call
+            values["grant_id"] = self.grant_id
         return values
 
 

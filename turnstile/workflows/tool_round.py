@@ -39,6 +39,7 @@ with workflow.unsafe.imports_passed_through():
     from turnstile.engine.messages import ChatMessage, ToolCall
     from turnstile.engine.specs import ServiceSpec, ToolSpec
     from turnstile.engine.versions import REPEAT_BREAKER
+    from turnstile.workflows import standing_approvals as standing
     from turnstile.workflows.approval_wait import await_decision
     from turnstile.workflows.state import TurnState, TurnStopped, failure_reason, recorded_arguments
     from turnstile.workflows.steering import steered_rejection
@@ -178,9 +179,17 @@ class ToolRound:
             if self.s.steered is not None:
                 approval = steered_rejection(self.s, call)
             else:
-                approval = await await_decision(self.s, rules.approval_step(
-                    call, tool, reviewed.notes, workflow.now(), reviewed.reason,
-                    reviewed.similar_effects))
+                # From revision 8 a standing approval that covers the call approves it.
+                grant = (await standing.claim(self.s, call)
+                         if self.s.revision.standing_approvals else None)
+                if grant is not None and grant.grant_id:
+                    approval = standing.covered(call, grant)
+                    self.s.event("approval", f"{call.name} approved by grant {grant.grant_id}")
+                else:
+                    step = rules.approval_step(call, tool, reviewed.notes, workflow.now(),
+                                               reviewed.reason, reviewed.similar_effects)
+                    approval = await await_decision(
+                        self.s, step if grant is None else standing.with_offer(step, grant))
         # Why it waited (a condition's words), for the call's audit row.
         reason = reviewed.reason if reviewed is not None and approval is not None else None
         if approval is not None:
