@@ -11,6 +11,7 @@ Deterministic: the claims and issues are activities, their answers in history.
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -21,7 +22,6 @@ with workflow.unsafe.imports_passed_through():
     from turnstile.engine.grant_models import GrantOffer
     from turnstile.engine.grant_rules import default_constraints
     from turnstile.engine.messages import ToolCall
-    from turnstile.engine.turn_rules import AwaitApproval
     from turnstile.workflows.state import TurnState
     from turnstile.workflows.tool_options import ActivityOptions
 
@@ -61,13 +61,10 @@ def covered(call: ToolCall, c: io.GrantClaim) -> ApprovalDecision:
         decided_at=workflow.now().isoformat(), grant_id=c.grant_id)
 
 
-def with_offer(step: AwaitApproval, c: io.GrantClaim) -> AwaitApproval:
-    """The pending call shows what a reviewer may grant, and the grants that
-    did not cover it."""
-    args = step.pending.arguments
-    offer = (GrantOffer(ceiling=c.ceiling, constraints=default_constraints(
-        args if isinstance(args, dict) else {}, c.default_fields))
-        if c.ceiling is not None else None)
-    step.pending.grant_offer = offer
-    step.pending.grant_candidates = list(c.candidates)
-    return step
+def offer(c: io.GrantClaim, arguments: Any) -> GrantOffer | None:
+    """What a reviewer may grant for the call: the tool's ceiling, and
+    equality on its default fields (None: the tool never takes grants)."""
+    if c.ceiling is None:
+        return None
+    return GrantOffer(ceiling=c.ceiling, constraints=default_constraints(
+        arguments if isinstance(arguments, dict) else {}, c.default_fields))

@@ -38,6 +38,7 @@ with workflow.unsafe.imports_passed_through():
     from turnstile.engine.masking import mask_json_text
     from turnstile.engine.messages import ChatMessage, ToolCall
     from turnstile.engine.specs import ServiceSpec, ToolSpec
+    from turnstile.engine.turn_rules import parsed_arguments
     from turnstile.engine.versions import REPEAT_BREAKER
     from turnstile.workflows import standing_approvals as standing
     from turnstile.workflows.approval_wait import await_decision
@@ -186,10 +187,12 @@ class ToolRound:
                     approval = standing.covered(call, grant)
                     self.s.event("approval", f"{call.name} approved by grant {grant.grant_id}")
                 else:
-                    step = rules.approval_step(call, tool, reviewed.notes, workflow.now(),
-                                               reviewed.reason, reviewed.similar_effects)
-                    approval = await await_decision(
-                        self.s, step if grant is None else standing.with_offer(step, grant))
+                    approval = await await_decision(self.s, rules.approval_step(
+                        call, tool, reviewed.notes, workflow.now(), reviewed.reason,
+                        reviewed.similar_effects,
+                        grant_offer=standing.offer(grant, parsed_arguments(call.arguments))
+                        if grant else None,
+                        grant_candidates=grant.candidates if grant else None))
         # Why it waited (a condition's words), for the call's audit row.
         reason = reviewed.reason if reviewed is not None and approval is not None else None
         if approval is not None:
