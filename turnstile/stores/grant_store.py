@@ -180,7 +180,7 @@ def claim(db: Database, call: CallOf, max_candidates: int = 5) -> Claimed:
             return Claimed(_read(conn, str(used)), [])
         rows = conn.execute(sa.select(approval_grant).where(
             g.service == call.service, g.tool_name == call.tool_name,
-            g.revoked_at.is_(None), g.until > stored_time(now), g.uses < g.max_uses,
+            g.revoked_at.is_(None), g.until > stored_time(now),
         ).order_by(g.issued_at, g.grant_id)).mappings().all()
         candidates: list[GrantCandidate] = []
         for row in rows:

@@ -210,6 +210,13 @@ def disagreements(db: Database, conversation_id: str | None = None,
     return found
 
 
+def grant_disagreements_of(db: Database, conversation_id: str | None = None,
+                           busy: set[str] | None = None) -> list[str]:
+    """`grant_disagreements` in a transaction of its own."""
+    with db.connect() as conn:
+        return grant_disagreements(conn, conversation_id, busy or set())
+
+
 def grant_disagreements(conn: Connection, conversation_id: str | None,
                         busy: set[str]) -> list[str]:
     """Standing approvals against the audit log: every use of a grant
