@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from turnstile.client import (
         ApprovalRefused as ApprovalRefused,
         ClientError as ClientError,
+        GrantNotFound as GrantNotFound,
         TurnCancelledError as TurnCancelledError,
         TurnEndedError as TurnEndedError,
         TurnFailedError as TurnFailedError,
@@ -64,6 +65,16 @@ if TYPE_CHECKING:
         ConfigurationError as ConfigurationError,
         ToolArgumentError as ToolArgumentError,
         TurnstileError as TurnstileError,
+    )
+    from turnstile.engine.grant_models import (
+        Between as Between,
+        Equals as Equals,
+        Grant as Grant,
+        GrantCeiling as GrantCeiling,
+        GrantRequest as GrantRequest,
+        GrantScope as GrantScope,
+        OneOf as OneOf,
+        RecipientDomain as RecipientDomain,
     )
     from turnstile.engine.memory_window import MemoryWindow as MemoryWindow
     from turnstile.engine.messages import (
@@ -161,6 +172,15 @@ _WHERE: dict[str, str] = {
     "CASELESS": "turnstile.engine.equivalence",
     "VERBATIM": "turnstile.engine.equivalence",
     "OutboundPolicy": "turnstile.engine.approvals",
+    "Between": "turnstile.engine.grant_models",
+    "Equals": "turnstile.engine.grant_models",
+    "Grant": "turnstile.engine.grant_models",
+    "GrantCeiling": "turnstile.engine.grant_models",
+    "GrantRequest": "turnstile.engine.grant_models",
+    "GrantScope": "turnstile.engine.grant_models",
+    "OneOf": "turnstile.engine.grant_models",
+    "RecipientDomain": "turnstile.engine.grant_models",
+    "GrantNotFound": "turnstile.client",
     "MemoryWindow": "turnstile.engine.memory_window",
     "ModelSettings": "turnstile.engine.model_settings",
     "PipelinePolicy": "turnstile.engine.pipeline_spec",
@@ -201,6 +221,8 @@ _WHERE: dict[str, str] = {
 
 __all__ = [
     "AS_SET", "CASELESS", "EMAIL_ADDRESS", "VERBATIM", "Equivalence",
+    "Between", "Equals", "Grant", "GrantCeiling", "GrantNotFound", "GrantRequest", "GrantScope",
+    "OneOf", "RecipientDomain",
     "App", "AppLoadError", "ApprovalRefused", "ApproverContext", "BackgroundContext",
     "BreakerPolicy", "Call", "ChatMessage", "ClientError", "ConfigurationError", "Connection",
     "Database", "DevService", "Document", "FunctionModel", "GuardrailResult",
