@@ -57,7 +57,7 @@ from turnstile.engine.contract import (
     TurnInput,
     TurnResult,
 )
-from turnstile.engine.grant_models import Grant, GrantRequest
+from turnstile.engine.grant_models import Grant, GrantCandidate, GrantOffer, GrantRequest
 from turnstile.engine.identity import name_problem, same_person
 from turnstile.runtime.client import connect
 from turnstile.runtime.config import Settings
@@ -126,6 +126,10 @@ class PendingApprovalView(BaseModel):
     reason: str | None = None  # why it waits, for a tool that asks by condition
     # Earlier effects of the conversation that look alike (masked, newest first).
     similar_effects: list[SimilarEffect] = Field(default_factory=list)
+    # What a reviewer may grant with the approval, and the grants that did
+    # not cover the call (docs/approvals.md, "Standing approvals (grants)").
+    grant_offer: GrantOffer | None = None
+    grant_candidates: list[GrantCandidate] = Field(default_factory=list)
 
 
 class UnansweredTurn(BaseModel):
