@@ -5,6 +5,10 @@ that mails the address the user names."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -12,6 +16,7 @@ from temporalio.client import Client, WorkflowHandle
 
 from tests.support.sql import fetchall
 from tests.support.turns import Turns, running_worker, wait_pending
+from turnstile.cli import starter
 from turnstile.client import ApprovalRefused, TurnstileClient
 from turnstile.engine.contract import CallStatus, PendingApproval, TurnResult, TurnStatus
 from turnstile.engine.grant_models import Equals, GrantRequest, GrantScope
@@ -174,8 +179,9 @@ async def test_self_grants_and_grants_beyond_the_ceiling_are_refused(
     assert len(grant_store.listed(db, include_ended=True)) == 1  # the refused ones: none
 
 
-async def test_check_reports_a_use_without_its_audit_row(client: Client, task_queue: str,
-                                                         db: Database) -> None:
+async def test_check_reports_a_use_without_its_audit_row(
+        client: Client, task_queue: str, db: Database, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
     async with running_worker(client, task_queue, db.url, [service()],
                               provider=FunctionModel(mailer)) as turns:
         api = TurnstileClient(client, turns.rt.settings)
@@ -190,7 +196,46 @@ async def test_check_reports_a_use_without_its_audit_row(client: Client, task_qu
     found = truth.grant_disagreements_of(db)
     assert len(found) == 1 and f"grant {grant_id} was used by call" in found[0]
     assert "has no audit row naming it" in found[0]
+    monkeypatch.setenv("DATABASE_URL", db.url)
+    capsys.readouterr()
+    assert await starter.main(["check"], client=client) == 1
+    printed = capsys.readouterr().out
+    assert found[0] in printed and printed.strip().endswith("1 disagreement(s)")
     with db.connect() as conn:
         conn.execute("DELETE FROM grant_use")
     assert truth.grant_disagreements_of(db) == [f"grant {grant_id} counts 1 use(s); "
                                                 "grant_use holds 0"]
+
+
+async def test_grants_list_and_revoke_from_the_command_line(
+        client: Client, task_queue: str, db: Database, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    async with running_worker(client, task_queue, db.url, [service()],
+                              provider=FunctionModel(mailer)) as turns:
+        api = TurnstileClient(client, turns.rt.settings)
+        grant_id, _ = await issue(turns, api, GrantRequest(uses=4, constraints=TO_OPS,
+                                                           reason="weekly numbers"))
+    monkeypatch.setenv("DATABASE_URL", db.url)
+    capsys.readouterr()
+    assert await starter.main(["grants", "list"]) == 0
+    listed = capsys.readouterr().out
+    assert listed.startswith("1 grant(s) (live)") and grant_id in listed
+    assert "o***@example.com" in listed and "ops@example.com" not in listed  # masked
+    assert "0/4" in listed and "conversation:c-g" in listed
+    assert await starter.main(["grants", "revoke", grant_id, "--by", "carol",
+                               "--reason", "done"]) == 0
+    assert f"grant {grant_id} revoked by carol" in capsys.readouterr().out
+    assert await starter.main(["grants", "revoke", "g-nope", "--by", "carol"]) == 1
+    assert "no grant 'g-nope'" in capsys.readouterr().out
+    assert await starter.main(["grants", "revoke", grant_id, "--by", "b\ud800ob"]) == 2
+    capsys.readouterr()
+    assert await starter.main(["grants", "list"]) == 0
+    assert capsys.readouterr().out.startswith("0 grant(s) (live)")
+    # The console script, as an operator runs it.
+    done = subprocess.run([sys.executable, "-m", "turnstile.cli.main", "grants", "list",
+                           "--all", "--json"], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "DATABASE_URL": db.url})
+    assert done.returncode == 0, done.stderr
+    [row] = [json.loads(line) for line in done.stdout.splitlines()]
+    assert (row["grant_id"], row["revoked_by"], row["state"]) == (grant_id, "carol",
+                                                                   "revoked by carol")
