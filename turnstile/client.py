@@ -317,9 +317,7 @@ def review_payload(review: ReviewInput) -> RawValue:
     JSON escape or a command line's undecodable bytes carry it) reaches the
     turn as it was given, which refuses the decision and audits it
     (docs/identity.md), instead of failing here or arriving changed."""
-    # `grant` only when given: a worker before grants refuses the field.
-    data = json.dumps(review.model_dump(mode="json", exclude={"grant"} if review.grant is None
-                                        else set()), ensure_ascii=True, separators=(",", ":"),
+    data = json.dumps(review.model_dump(mode="json"), ensure_ascii=True, separators=(",", ":"),
                       default=to_jsonable_python)
     return RawValue(Payload(metadata={"encoding": b"json/plain"}, data=data.encode("ascii")))
 

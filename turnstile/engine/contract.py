@@ -189,7 +189,8 @@ class ApproveSignal(BaseModel):
     arguments: dict[str, Any] | None = None
     arguments_digest: str | None = None
     # Approve this call and calls like it: a standing approval (docs/approvals.md).
-    grant: GrantRequest | None = None
+    # Left out when None: a worker before grants refuses the field.
+    grant: GrantRequest | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class RejectSignal(BaseModel):
@@ -210,7 +211,8 @@ class ReviewInput(BaseModel):
     arguments: dict[str, Any] | None = None
     arguments_digest: str | None = None
     # With an approval: a standing approval for calls like this one (docs/approvals.md).
-    grant: GrantRequest | None = None
+    # Left out when None: a worker before grants refuses the field.
+    grant: GrantRequest | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class SteerSignal(BaseModel):
