@@ -107,6 +107,9 @@ def decoded(args: Sequence[RawValue]) -> tuple[Any, int, str | None]:
 class Decisions:
     def __init__(self, s: TurnState, spec: Callable[[], ServiceSpec]) -> None:
         self.s, self.spec = s, spec
+        # Waiting calls a grant just issued is being claimed for: a reviewer's
+        # decision on one is refused meanwhile (the claim may count a use).
+        self.offering: set[str] = set()
 
     # -- the doors ---------------------------------------------------------------
     async def on_signal(self, name: str, args: Sequence[RawValue]) -> None:
@@ -164,6 +167,9 @@ class Decisions:
         pending = s.pending.get(call_id)
         if call_id in s.decisions:
             return f"tool call {_quoted(call_id)} was already decided"
+        if call_id in self.offering:
+            return (f"a standing approval just issued is being applied to tool call "
+                    f"{_quoted(call_id)}; look again")
         if pending is None:
             return (f"no pending approval for tool call {_quoted(call_id)}; pending: "
                     f"{sorted(s.pending) or 'none'}")
@@ -271,8 +277,13 @@ class Decisions:
                 continue
             call = ToolCall(id=call_id, name=pending.tool_name,
                             arguments=canonical_json(pending.arguments))
-            claimed = await standing.claim(s, call)
-            if claimed.grant_id and call_id in s.pending and call_id not in s.decisions:
+            self.offering.add(call_id)
+            try:
+                claimed = await standing.offered(s, call)
+            finally:
+                self.offering.discard(call_id)
+            if (claimed is not None and claimed.grant_id and call_id in s.pending
+                    and call_id not in s.decisions):
                 s.machine.decide(standing.covered(call, claimed))
 
     def decide(self, call_id: str, approved: bool, reviewer: str, note: str, *,

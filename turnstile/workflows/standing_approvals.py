@@ -15,6 +15,7 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from turnstile.engine import activity_io as io
@@ -49,6 +50,24 @@ async def claim(s: TurnState, call: ToolCall, untrusted: list[str] | None = None
             service=turn.service, call=call, conversation_id=turn.conversation_id,
             user_id=turn.user_id, execution_chain=s.chain, untrusted=untrusted or []),
         f"grant for {call.name}", TurnStatus.FAILED, options=CLAIM_OPTIONS)
+    return result
+
+
+async def offered(s: TurnState, call: ToolCall) -> io.GrantClaim | None:
+    """`claim` for a call already waiting (from a decision's handler): None
+    when the claim failed after its retries — the call keeps waiting."""
+    turn = s.turn
+    assert turn is not None
+    try:
+        result: io.GrantClaim = await s.execute(
+            io.claim_grant, io.ClaimGrantInput(
+                service=turn.service, call=call, conversation_id=turn.conversation_id,
+                user_id=turn.user_id, execution_chain=s.chain),
+            f"grant for {call.name}", CLAIM_OPTIONS)
+    except ActivityError as exc:
+        workflow.logger.warning("grant not claimed for waiting call %s: %s", call.id,
+                                str(exc)[:200])
+        return None
     return result
 
 
