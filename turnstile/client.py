@@ -57,6 +57,7 @@ from turnstile.engine.contract import (
     TurnInput,
     TurnResult,
 )
+from turnstile.engine.flow import ProvenanceSource
 from turnstile.engine.grant_models import Grant, GrantCandidate, GrantOffer, GrantRequest
 from turnstile.engine.identity import name_problem, same_person
 from turnstile.runtime.client import connect
@@ -126,6 +127,8 @@ class PendingApprovalView(BaseModel):
     reason: str | None = None  # why it waits, for a tool that asks by condition
     # Earlier effects of the conversation that look alike (masked, newest first).
     similar_effects: list[SimilarEffect] = Field(default_factory=list)
+    # Where the sensitive arguments' values came from (docs/information-flow.md).
+    provenance: dict[str, list[ProvenanceSource]] = Field(default_factory=dict)
     # What a reviewer may grant with the approval, and the grants that did
     # not cover the call (docs/approvals.md, "Standing approvals (grants)").
     grant_offer: GrantOffer | None = None

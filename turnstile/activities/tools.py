@@ -151,7 +151,7 @@ class ToolActivities(Activities):
             model_call=req.call if ran is not req.call else None,
             seq=req.result_seq, outcome=status, text=text, is_error=is_error,
             audit_status=audit, audit_error=error, decision=req.approval, state=state,
-            attempt=attempt, approval_reason=req.approval_reason)
+            attempt=attempt, approval_reason=req.approval_reason, provenance=req.provenance)
 
     async def _record(self, ending: Ending, tx: Transaction | None) -> None:
         """The journal's `finish` as this activity's run (activities.runs): the
@@ -200,6 +200,7 @@ class ToolActivities(Activities):
                                          conversation_id=req.conversation_id,
                                          user_id=req.user_id, call=call,
                                          approval_reason=req.approval_reason,
+                                         provenance=req.provenance,
                                          grant_id=req.approval.grant_id if req.approval
                                          else None),
             rerun_lost=rerunnable(tool))

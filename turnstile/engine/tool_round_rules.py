@@ -42,6 +42,7 @@ from turnstile.engine.errors import (
     TurnstileError,
     UnknownToolError,
 )
+from turnstile.engine.flow import Provenance
 from turnstile.engine.grant_models import GrantCandidate, GrantOffer
 from turnstile.engine.messages import ToolCall
 from turnstile.engine.specs import LoopPolicy, ToolSpec
@@ -139,15 +140,17 @@ def after_validation(error: str, argument_errors: int, loop: LoopPolicy) -> Sett
 
 def approval_step(call: ToolCall, tool: ToolSpec, notes: list[str] | None,
                   now: datetime, reason: str | None = None,
-                  similar_effects: list[SimilarEffect] | None = None, *,
+                  similar_effects: list[SimilarEffect] | None = None,
+                  provenance: Provenance | None = None, *,
                   grant_offer: GrantOffer | None = None,
                   grant_candidates: list[GrantCandidate] | None = None) -> AwaitApproval:
     """A call whose tool requires approval, validated: the loop's next step
     for it is to wait for a reviewer (turn_rules.AwaitApproval). The reviewer
     sees the call's full arguments (its record keeps them masked), the
     tool's review fields first, the validation's notes (None: not
-    validated), the deadline, for a tool that asks by condition, why, and the
-    conversation's earlier effects that look alike."""
+    validated), the deadline, for a tool that asks by condition (or by its
+    information-flow rules), why, the conversation's earlier effects that
+    look alike, and where the sensitive arguments' values came from."""
     arguments = parsed_arguments(call.arguments)
     highlights = ({f: arguments[f] for f in tool.review_fields if f in arguments}
                   if isinstance(arguments, dict) else {})
@@ -156,7 +159,7 @@ def approval_step(call: ToolCall, tool: ToolSpec, notes: list[str] | None,
         tool_call_id=call.id, tool_name=call.name, arguments=arguments,
         highlights=highlights, notes=notes or [], validated=notes is not None,
         arguments_digest=arguments_digest(arguments), reason=reason,
-        similar_effects=similar_effects or [],
+        similar_effects=similar_effects or [], provenance=provenance or {},
         grant_offer=grant_offer, grant_candidates=grant_candidates or [],
         requested_at=now.isoformat(), deadline=(now + timeout).isoformat())
     return AwaitApproval(call=call, pending=pending, since=now,

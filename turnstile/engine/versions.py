@@ -76,6 +76,14 @@ revision.
   `DeadEndCalls`. A disabled tool is no longer offered. A bare
   `functions.NAME:` is no call (earlier revisions read it as one with `{}`
   for `ToolCallAsText`, and replay so).
+- Revision 7: information-flow rules (turnstile.engine.flow;
+  docs/information-flow.md): every call of a tool with sensitive arguments
+  (`ToolSpec.sensitive`, declared or an effectful tool's defaults) is
+  validated by `review_call`, which derives its arguments' provenance and
+  answers the rule that applies (`ReviewedCall.flow`): `refuse` settles the
+  call without running it (audit `FLOW_REFUSED`), `review` makes it wait for
+  a reviewer shown the provenance, `allow` runs it; the provenance rides to
+  the call's audit row. Earlier revisions never ask, and replay so.
 - Revision 8: standing approvals (grants; docs/approvals.md). Before a call
   waits for a reviewer, the activity `turnstile.claim_grant` claims a grant
   that covers it (one use, once per call): covered, the call runs without
@@ -103,6 +111,7 @@ FINDABLE_AT_START = 3  # the revision from which a turn publishes its search att
 NAMES_BY_TODAYS_RULE = 4  # the revision from which decisions weigh only today's identity rule
 REPEATS_BY_MEANING = 5  # the revision from which the repeat breaker compares validated calls
 DEAD_ENDS_END_TURN = 6  # the revision from which dead-end calls end the turn (DeadEndCalls)
+FLOW_RULES_CHECKED = 7  # the revision from which sensitive arguments' provenance is checked
 STANDING_APPROVALS = 8  # the revision from which grants cover calls (claim_grant, issue_grant)
 
 
@@ -141,6 +150,10 @@ class Revision:
     @property
     def dead_ends_end_turn(self) -> bool:
         return self.number >= DEAD_ENDS_END_TURN
+
+    @property
+    def flow_rules_checked(self) -> bool:
+        return self.number >= FLOW_RULES_CHECKED
 
     @property
     def standing_approvals(self) -> bool:

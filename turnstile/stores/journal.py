@@ -52,6 +52,7 @@ from turnstile.engine.activity_io import AuditEntry
 from turnstile.engine.approvals import changed_fields, recorded_edits
 from turnstile.engine.contract import ApprovalDecision, AuditStatus, CallStatus
 from turnstile.engine.errors import CallTakenOver
+from turnstile.engine.flow import Provenance
 from turnstile.engine.messages import ChatMessage, ToolCall
 from turnstile.stores import journal_writes as w, ledger, superseded
 from turnstile.stores.audit import mask
@@ -78,6 +79,7 @@ class Start:
     user_id: str
     call: ToolCall
     approval_reason: str | None = None  # why it waited (a condition's words), for the audit row
+    provenance: Provenance | None = None  # where the sensitive arguments came from (audit row)
     grant_id: str | None = None  # the standing approval that approved it, for the audit row
 
 
@@ -108,6 +110,7 @@ class Ending:
     # an APPROVED_WITH_EDITS row with both versions.
     model_call: ToolCall | None = None
     approval_reason: str | None = None  # why it waited (a condition's words), for the audit row
+    provenance: Provenance | None = None  # where the sensitive arguments came from (audit row)
 
     @property
     def key(self) -> CallKey:
@@ -161,12 +164,14 @@ def _parsed(call: ToolCall) -> Any:
 
 def _execution(key: CallKey, conversation_id: str, user_id: str, call: ToolCall,
                execution_id: str | None = None,
-               approval_reason: str | None = None, grant_id: str | None = None) -> w.Execution:
+               approval_reason: str | None = None,
+               provenance: Provenance | None = None,
+               grant_id: str | None = None) -> w.Execution:
     return w.Execution(execution_id=execution_id or key.execution_id,
                        workflow_id=key.workflow_id, chain=key.chain,
                        conversation_id=conversation_id, user_id=user_id, tool_name=call.name,
                        arguments=call.arguments, approval_reason=approval_reason,
-                       grant_id=grant_id)
+                       provenance=provenance, grant_id=grant_id)
 
 
 class CallJournal:
@@ -192,6 +197,7 @@ class CallJournal:
                 w.open_audit(conn, _execution(key, start.conversation_id, start.user_id,
                                               start.call,
                                               approval_reason=start.approval_reason,
+                                              provenance=start.provenance,
                                               grant_id=start.grant_id))
         return entry
 
@@ -276,6 +282,7 @@ class CallJournal:
         if not w.close_audit(conn, key.execution_id, e.audit_status, e.audit_error):
             w.settle_audit(conn, _execution(key, e.conversation_id, e.user_id, e.call,
                                             approval_reason=e.approval_reason,
+                                            provenance=e.provenance,
                                             grant_id=e.decision.grant_id if e.decision
                                             else None),
                            e.audit_status, e.audit_error or "")
@@ -348,7 +355,8 @@ class CallJournal:
             call = ToolCall(id=a.call_id, name=a.tool_name, arguments=a.arguments)
             w.settle_audit(conn, _execution(CallKey(workflow_id, chain, a.call_id),
                                             conversation_id, user_id, call,
-                                            approval_reason=a.approval_reason),
+                                            approval_reason=a.approval_reason,
+                                            provenance=a.provenance),
                            a.status, a.error)
 
     # --- calls of runs a reset replaced --------------------------------------

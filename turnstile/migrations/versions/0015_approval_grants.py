@@ -15,7 +15,7 @@ A previous release's worker never reads or writes the tables and leaves the
 column NULL (its INSERTs do not name it).
 
 Revision ID: 0015_approval_grants
-Revises: 0013_audit_approval_reason
+Revises: 0014_audit_provenance
 """
 
 from __future__ import annotations
@@ -24,8 +24,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0015_approval_grants"
-# Chained after the information-flow revision (0014) when both are merged.
-down_revision = "0013_audit_approval_reason"
+down_revision = "0014_audit_provenance"
 branch_labels = None
 depends_on = None
 # Can code of the revision before run on this one? (turnstile.stores.schema_window)
