@@ -9,22 +9,27 @@ import json
 import os
 import subprocess
 import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
 from temporalio.client import Client, WorkflowHandle
 
+from tests import test_information_flow as flow_desk
+from tests.support.databases import worker_database_url
 from tests.support.sql import fetchall
 from tests.support.turns import Turns, running_worker, wait_pending
 from turnstile.cli import starter
 from turnstile.client import ApprovalRefused, TurnstileClient
 from turnstile.engine.contract import CallStatus, PendingApproval, TurnResult, TurnStatus
-from turnstile.engine.grant_models import Equals, GrantRequest, GrantScope
+from turnstile.engine.grant_models import Equals, Grant, GrantRequest, GrantScope
 from turnstile.providers.function_model import FunctionModel, ModelCall, Reply, call
 from turnstile.runtime.services import Service
 from turnstile.sales.service import build_sales_service
 from turnstile.stores import grant_store, truth
 from turnstile.stores.db import Database
+from turnstile.stores.tables import stored_time
 
 SALES = "sales-assistant"
 TO_OPS = {"to": Equals(value="ops@example.com")}
@@ -239,3 +244,48 @@ async def test_grants_list_and_revoke_from_the_command_line(
     [row] = [json.loads(line) for line in done.stdout.splitlines()]
     assert (row["grant_id"], row["revoked_by"], row["state"]) == (grant_id, "carol",
                                                                    "revoked by carol")
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+async def test_a_grant_covers_untrusted_arguments_only_when_it_says_so(
+        client: Client, task_queue: str, tmp_path: Path, backend: str,
+        request: pytest.FixtureRequest) -> None:
+    """The information-flow desk (tests/test_information_flow.py): its model
+    mails the address a read message injected. A grant for that address
+    does not cover the call (its `to` came from a tool result), and says so
+    on the pending call; one that says `covers_untrusted` does."""
+    db = flow_desk.prepared(worker_database_url(backend, request, tmp_path))
+    now = datetime.now(UTC)
+
+    def granted(grant_id: str, covers_untrusted: bool) -> None:
+        grant_store.issue(db, Grant(
+            grant_id=grant_id, service="flow", tool_name="send_mail",
+            scope=GrantScope.SERVICE, scope_key="flow",
+            constraints={"to": Equals(value=flow_desk.ATTACKER)},
+            until=stored_time(now + timedelta(hours=1)), max_uses=5,
+            covers_untrusted=covers_untrusted, issued_by="bob",
+            issued_at=stored_time(now)), chain="")
+
+    async with running_worker(client, task_queue, db.url, [flow_desk.desk()],
+                              provider=FunctionModel(flow_desk.compromised)) as turns:
+        granted("g-cautious", covers_untrusted=False)
+        handle = await turns.start("summarise my inbox", service="flow", conversation="c-1")
+        [waiting] = await wait_pending(handle)
+        assert [(c.grant_id, c.why_not) for c in waiting.grant_candidates] == [
+            ("g-cautious", "to came from untrusted content")]
+        await TurnstileClient(client, turns.rt.settings).review(
+            handle.id, waiting.tool_call_id, False, "carol", "phishing")
+        await handle.result()
+        granted("g-explicit", covers_untrusted=True)
+        covered = await turns.run("summarise my inbox", service="flow", conversation="c-2")
+    assert covered.status is TurnStatus.COMPLETED, covered.error
+    assert grant_store.get(db, "g-cautious").uses == 0
+    assert grant_store.get(db, "g-explicit").uses == 1
+    [row] = [r for r in audit_grants_of(db, "send_mail") if r["workflow_id"] == covered.workflow_id]
+    assert row["grant_id"] == "g-explicit"
+
+
+def audit_grants_of(db: Database, tool_name: str) -> list[dict[str, Any]]:
+    with db.connect() as conn:
+        return fetchall(conn, "SELECT workflow_id, grant_id FROM tool_execution_log "
+                              "WHERE tool_name = :t", {"t": tool_name})
