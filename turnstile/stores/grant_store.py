@@ -181,6 +181,11 @@ def claim(db: Database, call: CallOf, max_candidates: int = 5) -> Claimed:
         rows = conn.execute(sa.select(approval_grant).where(
             g.service == call.service, g.tool_name == call.tool_name,
             g.revoked_at.is_(None), g.until > stored_time(now),
+            # In scope (a user's grants are compared as identities, below).
+            sa.or_(g.scope == GrantScope.USER.value,
+                   sa.and_(g.scope == GrantScope.CONVERSATION.value,
+                           g.scope_key == call.conversation_id),
+                   sa.and_(g.scope == GrantScope.SERVICE.value, g.scope_key == call.service)),
         ).order_by(g.issued_at, g.grant_id)).mappings().all()
         candidates: list[GrantCandidate] = []
         for row in rows:
