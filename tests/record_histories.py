@@ -13,8 +13,9 @@ by a new message (`steered`) and the new turn that steered it
 e-mail approved with the reviewer's edits through the `review` update
 (`approved_with_edits`), and the repeat breaker by meaning
 (`repeat_by_meaning`, revision 5) and dead ends (`dead_end_recovered`,
-`dead_end_calls`, revision 6) and information-flow rules (`flow_review`,
-`flow_refused`, revision 7) — on a fresh dev server and writes each history to
+`dead_end_calls`, revision 6), information-flow rules (`flow_review`,
+`flow_refused`, revision 7) and standing approvals (`grant_issued`,
+`grant_covered`, revision 8) — on a fresh dev server and writes each history to
 tests/histories/NAME.json (only the NAMEs given, if any). Commit the
 files: replaying them on every run makes a workflow change that would break
 turns in flight fail CI. Re-record only for a deliberate, versioned change
@@ -48,9 +49,11 @@ from turnstile.engine.contract import (
     Handlers,
     PendingApproval,
     RejectSignal,
+    ReviewInput,
     TurnPhase,
     TurnProgress,
 )
+from turnstile.engine.grant_models import Equals, GrantRequest
 from turnstile.engine.model_settings import ModelSettings
 from turnstile.providers.function_model import FunctionModel
 from turnstile.runtime.services import Service
@@ -320,6 +323,38 @@ async def record_flow(client: Client, fake: FakeOpenAIServer, tmp: Path) -> None
                    on("flow_refused", "check my inbox and pay what it says", approve=False))
 
 
+async def record_grants(client: Client, fake: FakeOpenAIServer, tmp: Path) -> None:
+    """Revision 8: standing approvals. `grant_issued`: two e-mails to ops in
+    one response; the first is approved through the `review` update with a
+    grant (issue_grant), which then covers the second (claimed at once).
+    `grant_covered`: the next turn's e-mail to ops runs under the grant,
+    no reviewer asked (claim_grant)."""
+
+    async def granted(turns: Turns) -> list[WorkflowHandle]:
+        fake.script(tool_reply(("g1", "createEmailTask", {"to": "ops@example.com",
+                                                          "subject": "One",
+                                                          "body": "Please follow up."}),
+                               ("g2", "createEmailTask", {"to": "ops@example.com",
+                                                          "subject": "Two",
+                                                          "body": "Please follow up."})),
+                    text_reply("Two e-mails queued."))
+        first = await turns.start("mail ops twice", service="sales-assistant",
+                                  workflow_id="grant-issued", conversation="c-grant")
+        [p, _] = await wait_pending(first, 2)
+        await first.execute_update(Handlers.REVIEW, ReviewInput(
+            tool_call_id=p.tool_call_id, reviewer="ops-lead", approved=True,
+            grant=GrantRequest(uses=3, constraints={"to": Equals(value="ops@example.com")})))
+        await first.result()
+        fake.script(mail("g3", "Three"), text_reply("Queued."))
+        second = await turns.start("mail ops again", service="sales-assistant",
+                                   workflow_id="grant-covered", conversation="c-grant")
+        await second.result()
+        return [first, second]
+
+    await scenarios(client, fake, tmp, ["grant_issued", "grant_covered"],
+                    [build_sales_service()], granted)
+
+
 async def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     OUT.mkdir(exist_ok=True)
@@ -382,6 +417,7 @@ async def main() -> None:
         await record_by_meaning(client, fake, tmp)
         await record_dead_ends(client, fake, tmp)
         await record_flow(client, fake, tmp)
+        await record_grants(client, fake, tmp)
     finally:
         fake.close()
         server.stop()

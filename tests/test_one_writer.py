@@ -31,10 +31,12 @@ WRITES = ("insert", "update", "delete", "upsert")
 # the journal, whose statements are in journal_writes).
 OWNERS = {
     "approval_decision": "turnstile/stores/journal_writes.py",
+    "approval_grant": "turnstile/stores/grant_store.py",
     "chat_message": "turnstile/stores/memory.py",
     "chat_message_part": "turnstile/stores/message_parts.py",
     "conversation": "turnstile/stores/memory.py",
     "conversation_lock": "turnstile/stores/lock.py",
+    "grant_use": "turnstile/stores/grant_store.py",
     "model_usage": "turnstile/stores/usage.py",
     "payload_blob": "turnstile/stores/payload_store.py",
     "quarantined_message": "turnstile/stores/quarantine.py",

@@ -59,11 +59,14 @@ DEAD_ENDS = {"dead_end_recovered", "dead_end_calls"}
 # reviewed (its provenance derived in review_call) and approved, an injected
 # IBAN refused without running.
 FLOW = {"flow_review", "flow_refused"}
+# Revision 8: a grant issued with an approval covers the turn's other waiting
+# call, then the next turn's call (turnstile.workflows.standing_approvals).
+GRANTS = {"grant_issued", "grant_covered"}
 
 
 def test_the_main_scenarios_are_recorded() -> None:
     assert {p.stem for p in HISTORIES} >= (MAIN | APPROVALS_V2 | SMALL_MODELS | BY_MEANING
-                                           | DEAD_ENDS | FLOW)
+                                           | DEAD_ENDS | FLOW | GRANTS)
 
 
 def test_the_turns_of_the_earlier_revisions_are_kept() -> None:

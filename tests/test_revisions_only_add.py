@@ -166,3 +166,31 @@ def test_revisions_after_the_previous_release_only_add(fresh_url: str) -> None:
             if column["name"] not in old:
                 assert column["nullable"] or column.get("default") is not None, (
                     table, column["name"])
+
+
+def test_revision_0015_approval_grants_only_adds(fresh_url: str) -> None:
+    """Standing approvals (0015_approval_grants) add two tables and one
+    nullable column of `tool_execution_log`, nothing else; a row written as
+    the previous release's worker writes it reads `grant_id` as NULL, and
+    downgrading takes it all away again."""
+    db = Database(fresh_url)
+    upgrade(db, "0014_audit_provenance")
+    before = schema_of(db)
+    upgrade(db, "0015_approval_grants")
+    after = schema_of(db)
+    assert set(after) - set(before) == {"approval_grant", "grant_use"}
+    assert {t: after[t] for t in before if t != "tool_execution_log"} == {
+        t: shape for t, shape in before.items() if t != "tool_execution_log"}
+    old, new = before["tool_execution_log"], after["tool_execution_log"]
+    assert {k: v for k, v in new.items() if k != "columns"} == {
+        k: v for k, v in old.items() if k != "columns"}
+    assert new["columns"] == [*old["columns"], ("grant_id", "TEXT", True, "none")]
+    with db.connect() as conn:
+        conn.execute("INSERT INTO tool_execution_log (execution_id, workflow_id,"
+                     " conversation_id, user_id, tool_name, start_time, status) VALUES"
+                     " ('wf:c1', 'wf', 'conv', 'u', 'createEmailTask',"
+                     " '2026-12-01T00:00:00.000+00:00', 'COMPLETED')")
+        assert fetchall(conn, "SELECT tool_name, grant_id FROM tool_execution_log") == [
+            {"tool_name": "createEmailTask", "grant_id": None}]
+    downgrade_to(db, "0014_audit_provenance")
+    assert schema_of(db) == before

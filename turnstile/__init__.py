@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from turnstile.client import (
         ApprovalRefused as ApprovalRefused,
         ClientError as ClientError,
+        GrantNotFound as GrantNotFound,
         TurnCancelledError as TurnCancelledError,
         TurnEndedError as TurnEndedError,
         TurnFailedError as TurnFailedError,
@@ -71,6 +72,16 @@ if TYPE_CHECKING:
         FlowRule as FlowRule,
         FlowVerdict as FlowVerdict,
         ProvenanceSource as ProvenanceSource,
+    )
+    from turnstile.engine.grant_models import (
+        Between as Between,
+        Equals as Equals,
+        Grant as Grant,
+        GrantCeiling as GrantCeiling,
+        GrantRequest as GrantRequest,
+        GrantScope as GrantScope,
+        OneOf as OneOf,
+        RecipientDomain as RecipientDomain,
     )
     from turnstile.engine.memory_window import MemoryWindow as MemoryWindow
     from turnstile.engine.messages import (
@@ -169,6 +180,15 @@ _WHERE: dict[str, str] = {
     "CASELESS": "turnstile.engine.equivalence",
     "VERBATIM": "turnstile.engine.equivalence",
     "OutboundPolicy": "turnstile.engine.approvals",
+    "Between": "turnstile.engine.grant_models",
+    "Equals": "turnstile.engine.grant_models",
+    "Grant": "turnstile.engine.grant_models",
+    "GrantCeiling": "turnstile.engine.grant_models",
+    "GrantRequest": "turnstile.engine.grant_models",
+    "GrantScope": "turnstile.engine.grant_models",
+    "OneOf": "turnstile.engine.grant_models",
+    "RecipientDomain": "turnstile.engine.grant_models",
+    "GrantNotFound": "turnstile.client",
     "MemoryWindow": "turnstile.engine.memory_window",
     "FLOW_RULES": "turnstile.engine.flow",
     "FlowRule": "turnstile.engine.flow",
@@ -215,6 +235,8 @@ _WHERE: dict[str, str] = {
 
 __all__ = [
     "AS_SET", "CASELESS", "EMAIL_ADDRESS", "VERBATIM", "Equivalence",
+    "Between", "Equals", "Grant", "GrantCeiling", "GrantNotFound", "GrantRequest", "GrantScope",
+    "OneOf", "RecipientDomain",
     "App", "AppLoadError", "ApprovalRefused", "ApproverContext", "BackgroundContext",
     "BreakerPolicy", "Call", "ChatMessage", "ClientError", "ConfigurationError", "Connection",
     "Database", "DevService", "Document", "FLOW_RULES", "FlowRule", "FlowVerdict",

@@ -60,9 +60,11 @@ from turnstile.engine.contract import (
 )
 from turnstile.engine.errors import RefusalKind
 from turnstile.engine.flow import ProvenanceSource
-from turnstile.engine.identity import same_person
+from turnstile.engine.grant_models import Grant, GrantCandidate, GrantOffer, GrantRequest
+from turnstile.engine.identity import name_problem, same_person
 from turnstile.runtime.client import connect
 from turnstile.runtime.config import Settings
+from turnstile.stores import grant_store
 from turnstile.stores.db import Database
 from turnstile.stores.transcript import Transcript, read_transcript
 from turnstile.turn_handle import (
@@ -78,7 +80,7 @@ from turnstile.turn_handle import (
     not_found,
 )
 
-__all__ = ["AlreadyDecided", "ApprovalRefused", "Approvals", "ClientError",
+__all__ = ["AlreadyDecided", "ApprovalRefused", "Approvals", "ClientError", "GrantNotFound",
            "PendingApprovalView", "TurnCancelledError", "TurnEndedError", "TurnFailedError",
            "TurnHandle", "TurnNotFound", "TurnOutcome", "TurnTerminatedError",
            "TurnTimedOutError", "TurnstileClient", "UnansweredTurn"]
@@ -95,6 +97,10 @@ class ApprovalRefused(ClientError):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
+
+
+class GrantNotFound(ClientError):
+    """No standing approval has this id."""
 
 
 class AlreadyDecided(ApprovalRefused):
@@ -123,6 +129,10 @@ class PendingApprovalView(BaseModel):
     similar_effects: list[SimilarEffect] = Field(default_factory=list)
     # Where the sensitive arguments' values came from (docs/information-flow.md).
     provenance: dict[str, list[ProvenanceSource]] = Field(default_factory=dict)
+    # What a reviewer may grant with the approval, and the grants that did
+    # not cover the call (docs/approvals.md, "Standing approvals (grants)").
+    grant_offer: GrantOffer | None = None
+    grant_candidates: list[GrantCandidate] = Field(default_factory=list)
 
 
 class UnansweredTurn(BaseModel):
@@ -244,19 +254,21 @@ class TurnstileClient:
 
     async def review(self, workflow_id: str, tool_call_id: str, approved: bool, reviewer: str,
                      note: str = "", *, arguments: dict[str, Any] | None = None,
-                     arguments_digest: str | None = None) -> ApprovalDecision:
+                     arguments_digest: str | None = None,
+                     grant: GrantRequest | None = None) -> ApprovalDecision:
         """The decision that took effect, or ApprovalRefused / AlreadyDecided
         with the turn's reason, or TurnNotFound. `arguments`: the reviewer's
         complete edited arguments (approve with edits); `arguments_digest`:
         the pending call's digest the reviewer saw (refused as stale when the
-        call changed since)."""
+        call changed since); `grant`: with an approval, a standing approval
+        for calls like this one (`ApprovalDecision.issued_grant` names it)."""
         handle = self.temporal.get_workflow_handle(workflow_id)
         self._listing.forget(workflow_id)
         try:
             decision: ApprovalDecision = await handle.execute_update(
                 Handlers.REVIEW, review_payload(ReviewInput(
                     tool_call_id=tool_call_id, reviewer=reviewer, approved=approved, note=note,
-                    arguments=arguments, arguments_digest=arguments_digest)),
+                    arguments=arguments, arguments_digest=arguments_digest, grant=grant)),
                 result_type=ApprovalDecision)
             return decision
         except WorkflowUpdateFailedError as err:
@@ -269,6 +281,30 @@ class TurnstileClient:
         except RPCError as err:
             raise not_found(err, workflow_id) from err
 
+
+    async def grants(self, *, include_ended: bool = False) -> list[Grant]:
+        """Standing approvals, newest first: the live ones (not revoked, not
+        expired, uses left), or every one (`include_ended`). Read from the
+        database of the settings."""
+        return await asyncio.to_thread(grant_store.listed, self._database(),
+                                       include_ended=include_ended)
+
+    async def revoke_grant(self, grant_id: str, by: str, reason: str = "") -> Grant:
+        """Revoke a grant: it covers no call from now, calls already waiting
+        included (every claim checks it again). `by`: who revokes (a name, as
+        for decisions); GrantNotFound for an unknown id."""
+        problem = name_problem(by) if by.strip() else "empty"
+        if problem:
+            raise ApprovalRefused(f"revoking needs a named person: {by!r} is {problem}")
+        try:
+            return await asyncio.to_thread(grant_store.revoke, self._database(), grant_id,
+                                           by.strip(), reason)
+        except grant_store.GrantNotFound as err:
+            raise GrantNotFound(str(err)) from err
+
+    def _database(self) -> Database:
+        s = self.settings
+        return Database(s.database_url, readonly_url=s.database_readonly_url)
 
     async def conversation(self, conversation_id: str) -> Transcript:
         """The conversation as memory holds it (`starter.py conversation show`):
@@ -285,7 +321,7 @@ def review_payload(review: ReviewInput) -> RawValue:
     JSON escape or a command line's undecodable bytes carry it) reaches the
     turn as it was given, which refuses the decision and audits it
     (docs/identity.md), instead of failing here or arriving changed."""
-    data = json.dumps(review.model_dump(), ensure_ascii=True, separators=(",", ":"),
+    data = json.dumps(review.model_dump(mode="json"), ensure_ascii=True, separators=(",", ":"),
                       default=to_jsonable_python)
     return RawValue(Payload(metadata={"encoding": b"json/plain"}, data=data.encode("ascii")))
 

@@ -200,7 +200,9 @@ class ToolActivities(Activities):
                                          conversation_id=req.conversation_id,
                                          user_id=req.user_id, call=call,
                                          approval_reason=req.approval_reason,
-                                         provenance=req.provenance),
+                                         provenance=req.provenance,
+                                         grant_id=req.approval.grant_id if req.approval
+                                         else None),
             rerun_lost=rerunnable(tool))
         if entry.status is LedgerStatus.COMPLETED:
             # A finished attempt whose completion was lost: replay what it reported.

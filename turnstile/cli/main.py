@@ -21,6 +21,7 @@ USAGE = """usage: turnstile COMMAND [ARGS ...]
   turnstile run MESSAGE [--conversation ID] [--user ID] [--auto-approve REVIEWER]
   turnstile approve | reject WORKFLOW_ID TOOL_CALL_ID --reviewer NAME [--arguments JSON]
   turnstile conversation show CONVERSATION_ID [--json]
+  turnstile grants list [--all] [--json] | grants revoke GRANT_ID [--by NAME]
   turnstile check | audit | usage | inbox | seed | status | pending | stream ...
 
 `turnstile COMMAND --help` says more. Settings: the TURNSTILE_* and TEMPORAL_*

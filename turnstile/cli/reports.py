@@ -48,7 +48,7 @@ async def audit(args: argparse.Namespace, ctx: HasDatabase) -> int:
         else:
             answers = await asyncio.to_thread(q.calls, db, f, limit=args.limit)
             columns = ["start_time", "user_id", "tool_name", "status", "workflow_id",
-                       "error_message", "approval_reason"]
+                       "error_message", "grant_id", "approval_reason"]
     finally:
         dispose_engines()
     rows = [a._asdict() for a in answers]

@@ -13,6 +13,8 @@
     python starter.py usage [--since 7d|ISO] [--until ISO] [--user U] [--service S] [--json]
     python starter.py check [--conversation ID]
     python starter.py conversation show CONVERSATION_ID [--json]   (memory, readable)
+    python starter.py grants list [--all] [--json]    (standing approvals)
+    python starter.py grants revoke GRANT_ID [--by NAME] [--reason TEXT]
     python starter.py conversation quarantine CONVERSATION_ID SEQ [--by NAME] [--reason TEXT]
                             (set a damaged row aside; `check` lists them as `damaged:`)
 
@@ -33,7 +35,11 @@ from dataclasses import dataclass
 
 from temporalio.client import Client
 
-from turnstile.cli import arguments as cli_args, conversation as conversation_cli
+from turnstile.cli import (
+    arguments as cli_args,
+    conversation as conversation_cli,
+    grants as grants_cli,
+)
 from turnstile.cli.printing import (
     describe_pending,
     out,
@@ -275,11 +281,15 @@ async def conversation(args: argparse.Namespace, ctx: Context) -> int:
     return await conversation_cli.command(args, ctx.settings)
 
 
+async def grants(args: argparse.Namespace, ctx: Context) -> int:
+    return await grants_cli.command(args, ctx.settings)
+
+
 COMMANDS: dict[str, Command] = {
     "up": stack, "down": stack,
     "seed": seed, "run": run, "status": status, "pending": pending, "stream": stream,
     "approve": approve, "reject": approve, "inbox": inbox, "audit": audit, "usage": usage,
-    "check": check, "conversation": conversation,
+    "check": check, "conversation": conversation, "grants": grants,
 }
 
 
@@ -332,6 +342,7 @@ def parser() -> argparse.ArgumentParser:
                    "awaiting repair, 2 if Temporal cannot say whether a lock's "
                    "holder runs").add_argument("--conversation", default=None)
     conversation_cli.add_parser(sub)
+    grants_cli.add_parser(sub)
     return p
 
 

@@ -53,11 +53,16 @@ from turnstile.engine.pipeline_io import (
 from turnstile.engine.pipeline_spec import GuardrailVerdict
 from turnstile.engine.specs import recorded as recorded
 from turnstile.engine.tool_io import (
+    ClaimGrantInput as ClaimGrantInput,
     CompensateInput as CompensateInput,
     CompensateResult as CompensateResult,
     CompensationFailure as CompensationFailure,
+    GrantClaim as GrantClaim,
+    IssuedGrant as IssuedGrant,
+    IssueGrantInput as IssueGrantInput,
     ReviewCallInput as ReviewCallInput,
     ReviewedCall as ReviewedCall,
+    RevokeGrantInput as RevokeGrantInput,
     ToolExecInput as ToolExecInput,
     ToolOutcome as ToolOutcome,
 )
@@ -102,6 +107,15 @@ EXECUTE_TOOL = "turnstile.execute_tool"
 execute_tool = ActivityRef(EXECUTE_TOOL, ToolExecInput, ToolOutcome)
 REVIEW_CALL = "turnstile.review_call"  # validate a call before a reviewer sees it
 review_call = ActivityRef(REVIEW_CALL, ReviewCallInput, ReviewedCall)
+# Standing approvals (revision 8; docs/approvals.md): claim a grant that
+# covers a call before it would wait; issue the grant a reviewer's approval
+# carries; revoke one the turn issued for a decision that lost its race.
+CLAIM_GRANT = "turnstile.claim_grant"
+claim_grant = ActivityRef(CLAIM_GRANT, ClaimGrantInput, GrantClaim)
+ISSUE_GRANT = "turnstile.issue_grant"
+issue_grant = ActivityRef(ISSUE_GRANT, IssueGrantInput, IssuedGrant)
+REVOKE_GRANT = "turnstile.revoke_grant"
+revoke_grant = ActivityRef(REVOKE_GRANT, RevokeGrantInput, type(None))
 COMPENSATE_TOOL = "turnstile.compensate_tool"
 compensate_tool = ActivityRef(COMPENSATE_TOOL, CompensateInput, CompensateResult)
 RECORD_COMPENSATION_FAILURE = "turnstile.record_compensation_failure"

@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from turnstile.engine.flow import ProvenanceSource
+from turnstile.engine.grant_models import GrantCandidate, GrantOffer, GrantRequest
 from turnstile.engine.messages import Attachment, Usage
 
 WORKFLOW_TYPE = "AgentTurn"
@@ -192,6 +193,9 @@ class ApproveSignal(BaseModel):
     comment: str = ""
     arguments: dict[str, Any] | None = None
     arguments_digest: str | None = None
+    # Approve this call and calls like it: a standing approval (docs/approvals.md).
+    # Left out when None: a worker before grants refuses the field.
+    grant: GrantRequest | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class RejectSignal(BaseModel):
@@ -211,6 +215,9 @@ class ReviewInput(BaseModel):
     note: str = ""
     arguments: dict[str, Any] | None = None
     arguments_digest: str | None = None
+    # With an approval: a standing approval for calls like this one (docs/approvals.md).
+    # Left out when None: a worker before grants refuses the field.
+    grant: GrantRequest | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class SteerSignal(BaseModel):
@@ -261,6 +268,13 @@ class PendingApproval(BaseModel):
     # turnstile.engine.flow, docs/information-flow.md). Empty for a tool
     # without sensitive arguments and in turns begun before revision 7.
     provenance: dict[str, list[ProvenanceSource]] = Field(default_factory=dict)
+    # Standing approvals (docs/approvals.md, "Standing approvals (grants)"),
+    # from revision 8: what a reviewer may grant with the approval (the tool's
+    # ceiling and default constraints; None: the tool never takes grants), and
+    # the live grants of the tool and scope that did not cover this call, with
+    # why (exhausted, expired, another recipient, untrusted arguments, ...).
+    grant_offer: GrantOffer | None = None
+    grant_candidates: list[GrantCandidate] = Field(default_factory=list)
 
 
 class ApprovalDecision(BaseModel):
@@ -275,6 +289,12 @@ class ApprovalDecision(BaseModel):
     # The approval deadline's rejection, no reviewer's (its `reviewer` reads
     # "deadline" for the transcript and audit; tell it apart by this field).
     by_deadline: bool = False
+    # Approved by a standing approval (docs/approvals.md, "Standing approvals
+    # (grants)"): the grant's id; the reviewer reads "grant:<id>". Left out
+    # of the serialized form when None, so recorded decisions read as before.
+    grant_id: str | None = Field(default=None, exclude_if=lambda v: v is None)
+    # The grant this approval issued (the `grant` of the decision), if any.
+    issued_grant: str | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 TurnProgress.model_rebuild()

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from turnstile.engine.grant_models import GrantRequest
+from turnstile.engine.grant_rules import read_request
 from turnstile.engine.safe_text import safe_text, unsafe_text_at
 from turnstile.engine.turn_input_rules import ID_MAX, shown
 
@@ -43,10 +45,10 @@ _NOTE_FIELD = {DecisionKind.APPROVE: "comment", DecisionKind.REJECT: "reason",
                DecisionKind.REVIEW: "note"}
 _FIELDS = {
     DecisionKind.APPROVE: {"tool_call_id", "reviewer", "comment", "arguments",
-                           "arguments_digest"},
+                           "arguments_digest", "grant"},
     DecisionKind.REJECT: {"tool_call_id", "reviewer", "reason", "arguments_digest"},
     DecisionKind.REVIEW: {"tool_call_id", "reviewer", "approved", "note", "arguments",
-                          "arguments_digest"},
+                          "arguments_digest", "grant"},
 }
 
 
@@ -61,6 +63,8 @@ class DecisionRequest:
     note: str
     arguments: dict[str, Any] | None = None  # the reviewer's complete edited arguments
     digest: str | None = None  # the PendingApproval.arguments_digest the reviewer saw
+    # A standing approval the reviewer issues with the approval (docs/approvals.md).
+    grant: GrantRequest | None = None
 
     @property
     def verb(self) -> str:
@@ -135,12 +139,22 @@ def read_decision(kind: DecisionKind, value: Any, *, size: int = 0,
     digest = value.get("arguments_digest")
     if digest is not None and not isinstance(digest, str):
         problems.append(f"arguments_digest must be a string, got {_kind(digest)}")
+    grant = None
+    if value.get("grant") is not None:
+        read = read_request(value["grant"])
+        if isinstance(read, str):
+            problems.append(read)
+        elif not approved:
+            problems.append("a grant comes only with an approval")
+        else:
+            grant = read
     if problems:
         return unreadable("; ".join(problems))
     return DecisionRequest(kind=kind, tool_call_id=value["tool_call_id"],
                            reviewer=value["reviewer"], approved=approved,
                            note=safe_text(note)[:DECISION_NOTE_MAX],
-                           arguments=arguments, digest=digest[:200] if digest else None)
+                           arguments=arguments, digest=digest[:200] if digest else None,
+                           grant=grant)
 
 
 def oversize(kind: DecisionKind, value: Any, size: int) -> str | None:

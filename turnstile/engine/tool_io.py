@@ -8,6 +8,12 @@ from pydantic import BaseModel, Field
 
 from turnstile.engine.contract import ApprovalDecision, CallStatus, RollbackCause, SimilarEffect
 from turnstile.engine.flow import FlowVerdict, Provenance
+from turnstile.engine.grant_models import (
+    Grant,
+    GrantCandidate,
+    GrantCeiling,
+    GrantRequest,
+)
 from turnstile.engine.messages import ToolCall
 
 
@@ -107,3 +113,58 @@ class CompensationFailure(BaseModel):
     cause: RollbackCause
     error: str
     execution_chain: str = ""  # the turn's execution chain (see ToolExecInput)
+
+
+class ClaimGrantInput(BaseModel):
+    """`turnstile.claim_grant` (revision 8): before a call would wait for a
+    reviewer, claim a standing approval that covers it
+    (turnstile.stores.grant_store.claim)."""
+
+    service: str
+    call: ToolCall
+    conversation_id: str
+    user_id: str
+    execution_chain: str = ""
+    # The call's sensitive arguments whose values came from untrusted content
+    # (the information-flow rules): a grant covers such a call only when it
+    # says `covers_untrusted`.
+    untrusted: list[str] = Field(default_factory=list)
+
+
+class GrantClaim(BaseModel):
+    """The grant that approved the call (its id and issuer; "" when none did);
+    else what a reviewer may grant for it — the tool's ceiling (None: it never
+    takes grants) and the fields a grant holds equal by default — and the
+    live grants that did not cover it, with why. No argument values: the
+    workflow builds the offer from the call's own arguments."""
+
+    grant_id: str = ""
+    issued_by: str = ""
+    ceiling: GrantCeiling | None = None
+    default_fields: list[str] = Field(default_factory=list)
+    candidates: list[GrantCandidate] = Field(default_factory=list)
+
+
+class IssueGrantInput(BaseModel):
+    """`turnstile.issue_grant`: a reviewer's approval of `call` carries `grant`."""
+
+    service: str
+    call: ToolCall  # as it runs (the reviewer's edited arguments, if any)
+    conversation_id: str
+    user_id: str  # the requester: the turn's user
+    reviewer: str
+    request: GrantRequest
+    execution_chain: str = ""
+
+
+class IssuedGrant(BaseModel):
+    """The grant stored, or why it was refused (`refused` non-empty)."""
+
+    grant: Grant | None = None
+    refused: str = ""
+
+
+class RevokeGrantInput(BaseModel):
+    grant_id: str
+    by: str
+    reason: str = ""

@@ -43,6 +43,7 @@ from turnstile.engine.errors import (
     UnknownToolError,
 )
 from turnstile.engine.flow import Provenance
+from turnstile.engine.grant_models import GrantCandidate, GrantOffer
 from turnstile.engine.messages import ToolCall
 from turnstile.engine.specs import LoopPolicy, ToolSpec
 from turnstile.engine.turn_rules import AwaitApproval, parsed_arguments
@@ -140,7 +141,9 @@ def after_validation(error: str, argument_errors: int, loop: LoopPolicy) -> Sett
 def approval_step(call: ToolCall, tool: ToolSpec, notes: list[str] | None,
                   now: datetime, reason: str | None = None,
                   similar_effects: list[SimilarEffect] | None = None,
-                  provenance: Provenance | None = None) -> AwaitApproval:
+                  provenance: Provenance | None = None, *,
+                  grant_offer: GrantOffer | None = None,
+                  grant_candidates: list[GrantCandidate] | None = None) -> AwaitApproval:
     """A call whose tool requires approval, validated: the loop's next step
     for it is to wait for a reviewer (turn_rules.AwaitApproval). The reviewer
     sees the call's full arguments (its record keeps them masked), the
@@ -157,6 +160,7 @@ def approval_step(call: ToolCall, tool: ToolSpec, notes: list[str] | None,
         highlights=highlights, notes=notes or [], validated=notes is not None,
         arguments_digest=arguments_digest(arguments), reason=reason,
         similar_effects=similar_effects or [], provenance=provenance or {},
+        grant_offer=grant_offer, grant_candidates=grant_candidates or [],
         requested_at=now.isoformat(), deadline=(now + timeout).isoformat())
     return AwaitApproval(call=call, pending=pending, since=now,
                          timeout_seconds=tool.approval_timeout_seconds)

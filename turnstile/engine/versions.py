@@ -84,6 +84,16 @@ revision.
   call without running it (audit `FLOW_REFUSED`), `review` makes it wait for
   a reviewer shown the provenance, `allow` runs it; the provenance rides to
   the call's audit row. Earlier revisions never ask, and replay so.
+- Revision 8: standing approvals (grants; docs/approvals.md). Before a call
+  waits for a reviewer, the activity `turnstile.claim_grant` claims a grant
+  that covers it (one use, once per call): covered, the call runs without
+  waiting, approved by the grant (`ApprovalDecision.grant_id`, reviewer
+  `grant:<id>`); otherwise the pending call carries `grant_offer` and
+  `grant_candidates`. An approval carrying `grant` runs
+  `turnstile.issue_grant` in its handler (refused beyond the operator's
+  ceiling), and the turn's other waiting calls the new grant covers are
+  claimed at once. A turn begun earlier schedules neither and refuses a
+  decision that carries `grant`.
 """
 
 from __future__ import annotations
@@ -93,7 +103,7 @@ from dataclasses import dataclass
 from turnstile.engine.activity_io import BEGIN_TURN, DESCRIBE_SERVICE
 
 TURN_VERSION = 2
-TURN_REVISION = 7
+TURN_REVISION = 8
 EVENTS_RIDE_ALONG = 1  # the revision from which turn events ride with bookkeeping
 OPENS_IN_BEGIN_TURN = 2  # the revision from which begin_turn runs steps 4 and 5
 CANCEL_ENDS_CANCELLED = 2  # ... and a cancel during an activity ends the turn Canceled
@@ -102,6 +112,7 @@ NAMES_BY_TODAYS_RULE = 4  # the revision from which decisions weigh only today's
 REPEATS_BY_MEANING = 5  # the revision from which the repeat breaker compares validated calls
 DEAD_ENDS_END_TURN = 6  # the revision from which dead-end calls end the turn (DeadEndCalls)
 FLOW_RULES_CHECKED = 7  # the revision from which sensitive arguments' provenance is checked
+STANDING_APPROVALS = 8  # the revision from which grants cover calls (claim_grant, issue_grant)
 
 
 
@@ -143,6 +154,10 @@ class Revision:
     @property
     def flow_rules_checked(self) -> bool:
         return self.number >= FLOW_RULES_CHECKED
+
+    @property
+    def standing_approvals(self) -> bool:
+        return self.number >= STANDING_APPROVALS
 
 
 # The first activity (or local activity) each version schedules.

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
+from functools import partial
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -30,12 +31,19 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from turnstile.client import ApprovalRefused, PendingApprovalView, TurnNotFound, TurnstileClient
+from turnstile.client import (
+    ApprovalRefused,
+    GrantNotFound,
+    PendingApprovalView,
+    TurnNotFound,
+    TurnstileClient,
+)
 from turnstile.engine.contract import ApprovalDecision
 from turnstile.engine.identity import name_problem
 from turnstile.engine.masking import mask_text
 from turnstile.engine.turn_input_rules import id_problem
 from turnstile.inbox import records
+from turnstile.inbox.grant_forms import GrantFormProblem, grant_request, offered_fields, page_rows
 from turnstile.inbox.security import (
     COOKIE,
     LOGIN_COOKIE,
@@ -58,6 +66,7 @@ from turnstile.inbox.views import (
     utc_text,
 )
 from turnstile.runtime.config import Settings
+from turnstile.stores import grant_store
 from turnstile.stores.db import Database
 
 __all__ = ["build_app", "serve", "server", "shown_arguments"]
@@ -277,6 +286,7 @@ class Inbox:
                 "notes": [mask_text(n) for n in view.notes]})
             shown = shown_arguments(view.arguments, view.highlights)
             context.update(fields=fields(shown, view.highlights), arguments_json=as_json(shown),
+                           grant_fields=offered_fields(view.grant_offer),
                            messages=await self._read(records.recent_messages,
                                                      view.conversation_id))
         else:
@@ -291,6 +301,7 @@ class Inbox:
         approved = form.get("decision") == "approve"
         digest = form.get("arguments_digest") or None
         arguments = None
+        view = None
         if approved:
             view = await client.pending_approval(workflow_id, call_id)
             if view is not None:
@@ -300,16 +311,53 @@ class Inbox:
                     context.update(refused=str(problem), form=form)
                     return 400
                 context["edited"] = changed_fields(view.arguments, arguments)
+        grant = None
+        if approved and view is not None:
+            try:
+                grant = grant_request(form, view.grant_offer, arguments if arguments is not None
+                                      else view.arguments if isinstance(view.arguments, dict)
+                                      else {})
+            except GrantFormProblem as problem:
+                context.update(refused=str(problem), form=form)
+                return 400
         try:
             decision: ApprovalDecision = await client.review(
                 workflow_id, call_id, approved, reviewer, form.get("note", ""),
-                arguments=arguments, arguments_digest=digest)
+                arguments=arguments, arguments_digest=digest, grant=grant)
         except (ApprovalRefused, TurnNotFound) as err:
             # The reviewer's edits stay in the form, to be corrected.
             context.update(refused=str(err), form=form if arguments is not None else {})
             return 409
         context["decision"] = decision
         return 200
+
+    # -- standing approvals -------------------------------------------------------
+    async def grants(self, request: Request) -> Response:
+        """`/grants`: the standing approvals, live ones (`?all=1`: every one),
+        each with a revoke form; POST revokes one as the reviewer."""
+        reviewer, refused = self.who(request)
+        if refused:
+            return refused
+        assert reviewer is not None
+        context: dict[str, Any] = {}
+        status = 200
+        if request.method == "POST":
+            form = {k: str(v) for k, v in (await request.form()).items()}
+            if not self.security.csrf_ok(self.security.identify(request), form.get("csrf", "")):
+                return self.render(request, "message.html", 403, title="Refused",
+                                   text="The form's token does not match (CSRF): open the "
+                                        "grants page again.", reviewer=reviewer)
+            try:
+                revoked = await (await self.client()).revoke_grant(
+                    form.get("grant_id", ""), reviewer, form.get("reason", ""))
+                context["revoked"] = revoked
+            except (GrantNotFound, ApprovalRefused) as err:
+                context["refused"] = str(err)
+                status = 404 if isinstance(err, GrantNotFound) else 400
+        everything = request.query_params.get("all") == "1"
+        found = await self._read(partial(grant_store.listed, include_ended=everything))
+        return self.render(request, "grants.html", status, reviewer=reviewer, all=everything,
+                           rows=None if found is None else page_rows(found), **context)
 
     async def _next_call(self, client: TurnstileClient, reviewer: str, workflow_id: str,
                          call_id: str) -> PendingApprovalView | None:
@@ -325,6 +373,7 @@ def build_app(settings: Settings | None = None, client: TurnstileClient | None =
         Route("/", inbox.index),
         Route("/rows", inbox.rows),
         Route("/decided", inbox.decided),
+        Route("/grants", inbox.grants, methods=["GET", "POST"]),
         Route("/login", inbox.login, methods=["GET", "POST"]),
         Route("/logout", inbox.logout, methods=["POST"]),
         # A workflow id may hold anything ("/", "..", "%2F"): the ids are query

@@ -16,6 +16,7 @@ from pydantic import BaseModel
 
 from turnstile.engine.approvals import ApprovalPolicy, OutboundPolicy
 from turnstile.engine.errors import ConfigurationError, MCPServerUnavailable, UnknownServiceError
+from turnstile.engine.grant_models import GrantCeiling
 from turnstile.engine.memory_window import MemoryWindow
 from turnstile.engine.model_settings import TOOL_CHOICE_MODES, ModelSettings
 from turnstile.engine.output_format import output_spec
@@ -96,6 +97,10 @@ class Service:
     # A reviewer of an effectful call is shown the conversation's earlier calls
     # of the tool that look alike from this far back (0: the turn's own only).
     similar_effects_window_seconds: float = 7 * 24 * 3600.0
+    # Standing approvals (docs/approvals.md, "Standing approvals (grants)"):
+    # the operator's ceiling per tool name; tools without one take the default.
+    grant_ceilings: dict[str, GrantCeiling] = field(default_factory=dict)
+    default_grant_ceiling: GrantCeiling = field(default_factory=GrantCeiling)
     # The model of this service's turns when the worker has none (LLM_BASE_URL
     # unset), instead of the offline demo planner: e.g. a function model
     # (turnstile.testing.FunctionModel) for an offline demo.
@@ -239,6 +244,10 @@ class Service:
             for tool_name, names in self.approvers(ctx).items():
                 reviewers[tool_name] = sorted({n.strip() for n in names if n.strip()})
         return ApprovalPolicy(reviewers=reviewers, allow_self_approval=self.allow_self_approval)
+
+    def grant_ceiling(self, tool_name: str) -> GrantCeiling:
+        """What a reviewer may grant for `tool_name` (the operator's ceiling)."""
+        return self.grant_ceilings.get(tool_name, self.default_grant_ceiling)
 
     def tool(self, name: str) -> Tool | None:
         found = self.tools.get(name)

@@ -79,6 +79,9 @@ tool_execution_log = sa.Table(
     # JSON text (argument -> sources; turnstile.engine.flow), masked
     # (migration 0014); NULL otherwise.
     sa.Column("provenance", sa.Text),
+    # A call a standing approval approved (turnstile.stores.grant_store): the
+    # grant's id (migration 0015); NULL otherwise.
+    sa.Column("grant_id", sa.Text),
     sa.Index("tool_execution_log_workflow", "workflow_id"),
     # `starter.py audit` (turnstile.stores.audit_queries): a time window, and
     # failures by time (migration 0004).
@@ -117,6 +120,7 @@ class AuditRow:
     execution_chain: str | None
     approval_reason: str | None = None  # why it waited (a condition's words)
     provenance: str | None = None  # JSON: where the sensitive arguments' values came from
+    grant_id: str | None = None  # the standing approval that approved it
 
     @classmethod
     def stored(cls, status: str, **columns: Any) -> AuditRow:

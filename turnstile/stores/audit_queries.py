@@ -109,6 +109,7 @@ class Execution(NamedTuple):
     execution_id: str
     error_message: str | None
     approval_reason: str | None  # why the call waited for a reviewer (a condition's words)
+    grant_id: str | None  # the standing approval that approved it (no reviewer waited)
 
 
 class Callers(NamedTuple):

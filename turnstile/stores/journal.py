@@ -80,6 +80,7 @@ class Start:
     call: ToolCall
     approval_reason: str | None = None  # why it waited (a condition's words), for the audit row
     provenance: Provenance | None = None  # where the sensitive arguments came from (audit row)
+    grant_id: str | None = None  # the standing approval that approved it, for the audit row
 
 
 @dataclass(frozen=True)
@@ -164,12 +165,13 @@ def _parsed(call: ToolCall) -> Any:
 def _execution(key: CallKey, conversation_id: str, user_id: str, call: ToolCall,
                execution_id: str | None = None,
                approval_reason: str | None = None,
-               provenance: Provenance | None = None) -> w.Execution:
+               provenance: Provenance | None = None,
+               grant_id: str | None = None) -> w.Execution:
     return w.Execution(execution_id=execution_id or key.execution_id,
                        workflow_id=key.workflow_id, chain=key.chain,
                        conversation_id=conversation_id, user_id=user_id, tool_name=call.name,
                        arguments=call.arguments, approval_reason=approval_reason,
-                       provenance=provenance)
+                       provenance=provenance, grant_id=grant_id)
 
 
 class CallJournal:
@@ -195,7 +197,8 @@ class CallJournal:
                 w.open_audit(conn, _execution(key, start.conversation_id, start.user_id,
                                               start.call,
                                               approval_reason=start.approval_reason,
-                                              provenance=start.provenance))
+                                              provenance=start.provenance,
+                                              grant_id=start.grant_id))
         return entry
 
     @staticmethod
@@ -279,7 +282,9 @@ class CallJournal:
         if not w.close_audit(conn, key.execution_id, e.audit_status, e.audit_error):
             w.settle_audit(conn, _execution(key, e.conversation_id, e.user_id, e.call,
                                             approval_reason=e.approval_reason,
-                                            provenance=e.provenance),
+                                            provenance=e.provenance,
+                                            grant_id=e.decision.grant_id if e.decision
+                                            else None),
                            e.audit_status, e.audit_error or "")
 
     @staticmethod

@@ -113,6 +113,7 @@ class Execution:
     approval_reason: str | None = None
     # Where the sensitive arguments' values came from (revision 7).
     provenance: Provenance | None = None
+    grant_id: str | None = None  # the standing approval that approved the call
 
     def values(self, status: AuditStatus, start: str) -> dict[str, Any]:
         values = {"execution_id": self.execution_id, "workflow_id": self.workflow_id,
@@ -124,6 +125,8 @@ class Execution:
             values["approval_reason"] = mask(self.approval_reason)
         if self.provenance is not None:  # a tool with sensitive arguments (else NULL)
             values["provenance"] = provenance_text(self.provenance)
+        if self.grant_id is not None:  # else NULL: no grant approved the call
+            values["grant_id"] = self.grant_id
         return values
 
 

@@ -25,7 +25,7 @@ import sqlalchemy as sa
 from turnstile.engine import attributes as attr
 from turnstile.engine.contract import AuditStatus, CallStatus
 from turnstile.engine.messages import ToolCall
-from turnstile.stores import superseded
+from turnstile.stores import grant_store, superseded
 from turnstile.stores.audit import execution_id, tool_execution_log
 from turnstile.stores.connection import Connection
 from turnstile.stores.damage import message_damage
@@ -205,6 +205,48 @@ def disagreements(db: Database, conversation_id: str | None = None,
             found.append(f"conversation {row.conversation_id}: audit row {key} "
                          f"({row.tool_name}) was left open (INITIATED)")
     found += [line for line, flagged in _superseded(db, conversation_id, busy) if not flagged]
+    with db.connect() as conn:
+        found += grant_disagreements(conn, conversation_id, busy)
+    return found
+
+
+def grant_disagreements_of(db: Database, conversation_id: str | None = None,
+                           busy: set[str] | None = None) -> list[str]:
+    """`grant_disagreements` in a transaction of its own."""
+    with db.connect() as conn:
+        return grant_disagreements(conn, conversation_id, busy or set())
+
+
+def grant_disagreements(conn: Connection, conversation_id: str | None,
+                        busy: set[str]) -> list[str]:
+    """Standing approvals against the audit log: every use of a grant
+    (`grant_use`) has its call's audit row naming the grant, every audit row
+    naming a grant has that use, and each grant's count is its uses."""
+    found: list[str] = []
+    uses = [r for r in grant_store.uses(conn, conversation_id) if r.conversation_id not in busy]
+    named = {str(r["execution_id"]): (str(r["grant_id"]), str(r["conversation_id"]),
+                                      str(r["tool_name"])) for r in conn.execute(
+        sa.select(log.execution_id, log.grant_id, log.conversation_id, log.tool_name).where(
+            log.grant_id.is_not(None), *_of(log.conversation_id, conversation_id))).mappings()}
+    used = set()
+    for use in uses:
+        key = execution_id(use.workflow_id, use.tool_call_id, use.execution_chain)
+        used.add((key, use.grant_id))
+        row = named.get(key)
+        if row is None or row[0] != use.grant_id:
+            says = f"names grant {row[0]}" if row else "has no audit row naming it"
+            found.append(f"conversation {use.conversation_id}: grant {use.grant_id} was used "
+                         f"by call {use.tool_call_id} of turn {use.workflow_id}, which {says}")
+    for key, (grant_id, conv, tool_name) in named.items():
+        if conv not in busy and (key, grant_id) not in used:
+            found.append(f"conversation {conv}: audit row {key} ({tool_name}) names grant "
+                         f"{grant_id}, which has no use by that call")
+    if conversation_id is None:
+        per_grant = Counter(use.grant_id for use in grant_store.uses(conn))
+        for grant_id, count in grant_store.counts(conn).items():
+            if count != per_grant.get(grant_id, 0):
+                found.append(f"grant {grant_id} counts {count} use(s); grant_use holds "
+                             f"{per_grant.get(grant_id, 0)}")
     return found
 
 

@@ -56,6 +56,7 @@ with workflow.unsafe.imports_passed_through():
         read_decision,
     )
     from turnstile.engine.errors import DecisionRefused, RefusalKind
+    from turnstile.engine.grant_models import Grant
     from turnstile.engine.masking import mask_prefix
     from turnstile.engine.messages import ToolCall
     from turnstile.engine.specs import ServiceSpec
@@ -67,6 +68,7 @@ with workflow.unsafe.imports_passed_through():
         NAMES_CASE_BLIND,
         REFUSALS_AUDITED_AT_ONCE,
     )
+    from turnstile.workflows import standing_approvals as standing
     from turnstile.workflows.state import TurnState, TurnStopped, failure_reason
 
 
@@ -106,6 +108,9 @@ def decoded(args: Sequence[RawValue]) -> tuple[Any, int, str | None]:
 class Decisions:
     def __init__(self, s: TurnState, spec: Callable[[], ServiceSpec]) -> None:
         self.s, self.spec = s, spec
+        # Waiting calls a grant just issued is being claimed for: a reviewer's
+        # decision on one is refused meanwhile (the claim may count a use).
+        self.offering: set[str] = set()
 
     # -- the doors ---------------------------------------------------------------
     async def on_signal(self, name: str, args: Sequence[RawValue]) -> None:
@@ -163,6 +168,9 @@ class Decisions:
         pending = s.pending.get(call_id)
         if call_id in s.decisions:
             return f"tool call {_quoted(call_id)} was already decided"
+        if call_id in self.offering:
+            return (f"a standing approval just issued is being applied to tool call "
+                    f"{_quoted(call_id)}; look again")
         if pending is None:
             return (f"no pending approval for tool call {_quoted(call_id)}; pending: "
                     f"{sorted(s.pending) or 'none'}")
@@ -211,14 +219,77 @@ class Decisions:
             reason, arguments = await self._check_edits(r)
             if reason is None:  # another decision may have won while the edits were checked
                 reason = self.refusal(r.tool_call_id, r.reviewer, digest=r.digest)
+        issued: Grant | None = None
+        if reason is None and r.grant is not None:
+            reason, issued = await self._issue(r, arguments)
         if reason:
             await self._refused(r.tool_call_id, r.verb, r.reviewer, reason, door,
                                 edited=r.arguments)
             return Refused(reason, self._kind(r.tool_call_id))
-        return self.decide(r.tool_call_id, r.approved, r.reviewer, r.note, arguments=arguments)
+        taken = self.decide(r.tool_call_id, r.approved, r.reviewer, r.note, arguments=arguments,
+                            issued_grant=issued.grant_id if issued else None)
+        if issued is not None and not isinstance(taken, Refused):
+            await self._offer_waiting(issued)
+        return taken
+
+    async def _issue(self, r: DecisionRequest, arguments: dict[str, Any] | None
+                     ) -> tuple[str | None, Grant | None]:
+        """(why the grant is refused, the grant issued): issued only in a
+        turn begun at the revision of standing approvals, for a decision that
+        still applies once it is stored (else revoked again)."""
+        s = self.s
+        turn = s.turn
+        if not s.revision.standing_approvals or turn is None:
+            return "this turn began before standing approvals (grants); approve without one", None
+        assert r.grant is not None
+        pending = s.pending[r.tool_call_id]
+        call = ToolCall(id=r.tool_call_id, name=pending.tool_name,
+                        arguments=canonical_json(arguments if arguments is not None
+                                                 else pending.arguments))
+        try:
+            issued = await s.execute(
+                io.issue_grant, io.IssueGrantInput(
+                    service=turn.service, call=call, conversation_id=turn.conversation_id,
+                    user_id=turn.user_id, reviewer=clean_note(r.reviewer)[:200],
+                    request=r.grant, execution_chain=s.chain),
+                f"grant {pending.tool_name}",
+                {"start_to_close_timeout": EDIT_CHECK_TIMEOUT, "retry_policy": EDIT_CHECK_RETRY})
+        except ActivityError as exc:
+            return f"the grant could not be issued: {failure_reason(exc)}", None
+        if issued.grant is None:
+            return f"the grant was refused: {issued.refused}", None
+        late = self.refusal(r.tool_call_id, r.reviewer, digest=r.digest)
+        if late is not None:  # another decision won while the grant was stored
+            await s.execute(io.revoke_grant, io.RevokeGrantInput(
+                grant_id=issued.grant.grant_id, by="turn",
+                reason=f"its approval was refused: {late}"[:300]),
+                f"revoke grant {issued.grant.grant_id}",
+                {"start_to_close_timeout": EDIT_CHECK_TIMEOUT,
+                 "retry_policy": RetryPolicy(initial_interval=timedelta(seconds=1))})
+            return late, None
+        return None, issued.grant
+
+    async def _offer_waiting(self, grant: Grant) -> None:
+        """The turn's other calls waiting for a reviewer, offered to a grant
+        just issued: each it covers (claimed, re-checked) is approved by it."""
+        s = self.s
+        for call_id, pending in list(s.pending.items()):
+            if call_id in s.decisions or pending.tool_name != grant.tool_name:
+                continue
+            call = ToolCall(id=call_id, name=pending.tool_name,
+                            arguments=canonical_json(pending.arguments))
+            self.offering.add(call_id)
+            try:
+                claimed = await standing.offered(s, call)
+            finally:
+                self.offering.discard(call_id)
+            if (claimed is not None and claimed.grant_id and call_id in s.pending
+                    and call_id not in s.decisions):
+                s.machine.decide(standing.covered(call, claimed))
 
     def decide(self, call_id: str, approved: bool, reviewer: str, note: str, *,
-               arguments: dict[str, Any] | None = None) -> ApprovalDecision | Refused:
+               arguments: dict[str, Any] | None = None,
+               issued_grant: str | None = None) -> ApprovalDecision | Refused:
         """Apply a decision already checked by `take` (or one the turn takes
         itself): the decision that took effect, or Refused (queued for audit)."""
         s = self.s
@@ -232,7 +303,8 @@ class Decisions:
         return s.machine.decide(ApprovalDecision(
             tool_call_id=call_id, tool_name=s.pending[call_id].tool_name, approved=approved,
             reviewer=clean_note(reviewer)[:200], note=clean_note(mask_prefix(note, NOTE_MAX)),
-            decided_at=workflow.now().isoformat(), arguments=arguments))
+            decided_at=workflow.now().isoformat(), arguments=arguments,
+            issued_grant=issued_grant))
 
     def _kind(self, call_id: str) -> RefusalKind:
         """The kind of a refusal just given for `call_id`: `refusal` puts the

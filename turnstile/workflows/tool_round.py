@@ -35,11 +35,13 @@ with workflow.unsafe.imports_passed_through():
         TurnInput,
         TurnStatus,
     )
-    from turnstile.engine.flow import FlowVerdict, Provenance, refusal_text
+    from turnstile.engine.flow import FlowVerdict, Provenance, refusal_text, untrusted_arguments
     from turnstile.engine.masking import mask_json_text
     from turnstile.engine.messages import ChatMessage, ToolCall
     from turnstile.engine.specs import ServiceSpec, ToolSpec
+    from turnstile.engine.turn_rules import parsed_arguments
     from turnstile.engine.versions import REPEAT_BREAKER
+    from turnstile.workflows import standing_approvals as standing
     from turnstile.workflows.approval_wait import await_decision
     from turnstile.workflows.state import TurnState, TurnStopped, failure_reason, recorded_arguments
     from turnstile.workflows.steer_signal import steered_rejection
@@ -195,9 +197,21 @@ class ToolRound:
             if self.s.steered is not None:
                 approval = steered_rejection(self.s, call)
             else:
-                approval = await await_decision(self.s, rules.approval_step(
-                    call, tool, reviewed.notes, workflow.now(), waits_because,
-                    reviewed.similar_effects, provenance))
+                # From revision 8 a standing approval that covers the call approves
+                # it; one never covers sensitive arguments from untrusted content
+                # unless it says so (the flow rules' provenance names them).
+                grant = (await standing.claim(self.s, call, untrusted_arguments(provenance or {}))
+                         if self.s.revision.standing_approvals else None)
+                if grant is not None and grant.grant_id:
+                    approval = standing.covered(call, grant)
+                    self.s.event("approval", f"{call.name} approved by grant {grant.grant_id}")
+                else:
+                    approval = await await_decision(self.s, rules.approval_step(
+                        call, tool, reviewed.notes, workflow.now(), waits_because,
+                        reviewed.similar_effects, provenance,
+                        grant_offer=standing.offer(grant, parsed_arguments(call.arguments))
+                        if grant else None,
+                        grant_candidates=grant.candidates if grant else None))
         # Why it waited (a condition's or the flow rules' words), for the call's audit row.
         reason = waits_because if approval is not None else None
         if approval is not None:
