@@ -11,6 +11,8 @@ approved the turn ends with one decision, one audit row and one effect, and
 from __future__ import annotations
 
 import asyncio
+import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +21,9 @@ from temporalio.api.enums.v1 import TimeoutType
 from temporalio.client import Client, WorkflowHandle
 
 from tests.support import holds
-from tests.support.services import side_effects
+from tests.support.services import make_service, side_effects
 from tests.support.sql import fetchall
-from tests.support.turns import wait_pending
+from tests.support.turns import running_worker, wait_pending
 from tests.support.waiting import wait_until
 from tests.support.worker_loss import ProcessTurns, activity_runs
 from turnstile.cli import starter
@@ -30,11 +32,13 @@ from turnstile.engine.contract import (
     WORKFLOW_TYPE,
     ApproveSignal,
     CallStatus,
+    Handlers,
     PendingApproval,
     TurnInput,
     TurnResult,
     TurnStatus,
 )
+from turnstile.runtime.tools import ToolRegistry, tool
 from turnstile.stores.audit import AuditLog, AuditStatus
 from turnstile.stores.db import Database
 from turnstile.testing import FakeOpenAIServer, text_reply, tool_reply
@@ -154,3 +158,40 @@ async def test_worker_killed_inside_review_call(
     assert [e["note"] for e in side_effects(db, f"{conv}-1/")] == ["bob@home.example:5"]
     monkeypatch.setenv("DATABASE_URL", db.url)
     assert await starter.main(["check"], client=client) == 0
+
+
+SLOW_CONDITION_SECONDS = LISTING_HEARTBEAT.total_seconds() + 2
+
+
+def _slowly_over_the_limit(args: Any) -> str | None:
+    time.sleep(SLOW_CONDITION_SECONDS)  # e.g. a slow query of a busy database
+    return "a slow condition holds"
+
+
+@tool(idempotent=True, approval=_slowly_over_the_limit, approval_timeout_seconds=600)
+def payCarefully(to: str, amount: int) -> dict[str, Any]:  # noqa: N802
+    """Pay someone (a condition that takes its time decides whether a reviewer sees it)."""
+    return {"paid": amount, "to": to}
+
+
+async def test_a_condition_slower_than_the_heartbeat_timeout_is_not_lost(
+        client: Client, task_queue: str, sqlite_url: str, fake_llm: FakeOpenAIServer) -> None:
+    """No worker is lost: a condition that runs longer than review_call's
+    heartbeat timeout is waited for (the activity heartbeats while it
+    runs), not timed out and run again, and again."""
+    fake_llm.script(tool_reply(("p1", "payCarefully", {"to": "bob", "amount": 5})),
+                    text_reply("paid"))
+    service = replace(make_service("test-slow-condition"),
+                      tools=ToolRegistry([payCarefully]))
+    async with running_worker(client, task_queue, sqlite_url, [service],
+                              llm_url=fake_llm.url) as turns:
+        handle = await turns.start("pay bob 5", service="test-slow-condition")
+        deadline = asyncio.get_running_loop().time() + 3 * SLOW_CONDITION_SECONDS
+        while not (pending := await handle.query(
+                Handlers.PENDING_APPROVALS, result_type=list[PendingApproval])):
+            assert asyncio.get_running_loop().time() < deadline, "no pending approval"
+            await asyncio.sleep(0.2)
+        await handle.terminate("test over")
+    assert pending[0].reason == "a slow condition holds"
+    [(_, started)] = await activity_runs(handle, REVIEW_CALL)
+    assert started.activity_task_started_event_attributes.attempt == 1
