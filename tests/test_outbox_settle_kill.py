@@ -4,7 +4,7 @@ outside the call journal's transaction). Real processes: a `python worker.py
 --no-sender` serving the tests' notices app (tests/support/outbox_app.py), a
 `--sender-only` process delivering through an SMTP outage (a server that
 takes connections and never greets: every attempt holds the mail SENDING for
-2 s, then FAILED, claimed again 0.5 s later), SQLite.
+2 s, then FAILED, claimed again 0.5 s later); SQLite and PostgreSQL.
 
 The compensation's heartbeat timeout ends the lost attempt; the next worker
 runs it again, it waits for the attempt of the moment to end and cancels the
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import time
 from pathlib import Path
 
 from temporalio.api.enums.v1 import PendingActivityState
@@ -58,19 +57,20 @@ async def _compensating(handle: WorkflowHandle) -> bool:
 
 
 async def test_worker_killed_while_a_compensation_waits_for_a_delivery_attempt(
-        client: Client, temporal_server: DevServer, task_queue: str, tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path}/notices.db"
-    db = Database(url)
+        client: Client, temporal_server: DevServer, task_queue: str, tmp_path: Path,
+        db: Database) -> None:
     conv, wf_id = f"c-midsend-{task_queue}", f"midsend-{task_queue}"
     with socket.create_server(("127.0.0.1", 0)) as silent:
         port = silent.getsockname()[1]
-        env = {"DATABASE_URL": url, "TEMPORAL_ADDRESS": temporal_server.address,
+        env = {"DATABASE_URL": db.url, "TEMPORAL_ADDRESS": temporal_server.address,
                "TURNSTILE_TASK_QUEUE": task_queue, "TURNSTILE_APPS": APP,
                "SMTP_HOST": "127.0.0.1", "SMTP_PORT": str(port), "LLM_BASE_URL": ""}
-        worker = WorkerProcess(tmp_path / "worker1.log", env).start()
+        worker = WorkerProcess(tmp_path / "worker1.log", env)
         sender = WorkerProcess(tmp_path / "sender.log", env, ("--sender-only",),
-                               ready_marker=b"e-mail sender running (app notices)").start()
+                               ready_marker=b"e-mail sender running (app notices)")
         try:
+            await asyncio.gather(asyncio.to_thread(worker.start),
+                                 asyncio.to_thread(sender.start))
             handle = await client.start_workflow(
                 WORKFLOW_TYPE, TurnInput(conversation_id=conv, user_id="alice",
                                          message="notify eve@example.com about ticket midsend",
@@ -98,13 +98,13 @@ async def test_worker_killed_while_a_compensation_waits_for_a_delivery_attempt(
             worker = WorkerProcess(tmp_path / "worker2.log", env).start()
             result = await asyncio.wait_for(handle.result(), timeout=35)
             eve = task_to(db, "eve@example.com")
+            worker.stop()
+            silent.close()  # the outage ends: a real server on the same port
+            with LocalSmtpServer(tmp_path / "mail", port=port):
+                # The sender keeps passing (every 0.5 s): nothing goes out for eve.
+                await asyncio.sleep(2.0)
         finally:
             worker.stop()
-        silent.close()  # the outage ends: a real server on the same port
-        with LocalSmtpServer(tmp_path / "mail", port=port):
-            time.sleep(0.1)
-            # The sender keeps passing (every 0.5 s): nothing goes out for eve.
-            await asyncio.sleep(2.0)
             sender.stop()
     assert result.status == TurnStatus.ROLLED_BACK, result
     send = result.tool_calls[0]
