@@ -35,7 +35,7 @@ from turnstile import (
     call,
     tool,
 )
-from turnstile.outbox import EmailStatus, EmailTask
+from turnstile.outbox import EmailStatus, EmailTask, SenderConfig
 
 ADDRESS = re.compile(r"[a-z0-9.]+@example\.com")
 TICKET = re.compile(r"ticket (\w+)")
@@ -104,3 +104,11 @@ def build_app(outbox: Outbox | None = None) -> App:
     return App(name="notices", services=[service], tables=[*mail.tables],
                background=mail.background, dev_services=mail.dev_services)
 
+
+
+def build_outage_app() -> App:
+    """`build_app` whose sender gives up on an SMTP server after 2 s and
+    tries again 0.5 s later (`TURNSTILE_APPS=tests.support.outbox_app:
+    build_outage_app`: the kill test's worker and sender processes)."""
+    return build_app(Outbox(TABLE, sender=SenderConfig(retry_delays=(0.5,) * 80,
+                                                       smtp_timeout_seconds=2)))

@@ -9,7 +9,10 @@ A tool that asks for approval by condition (`@tool(approval=...)`) has its
 condition evaluated here, on the validated arguments, with the call's
 ToolContext (it may read the database): its reason (or None) is part of this
 activity's result, so the turn's history records it and a replay follows it
-(docs/approvals.md, "Approval by condition").
+(docs/approvals.md, "Approval by condition"). The activity heartbeats
+while the condition, the information-flow derivation and the look-alike
+search run: a slow one is waited for, a lost worker is noticed within the
+heartbeat timeout (tests/test_worker_loss_review.py).
 
 The result carries the validated call's comparison key (the repeat breaker's,
 turnstile.engine.equivalence) and, for a call that waits for a reviewer, the
@@ -32,7 +35,13 @@ from pydantic import BaseModel
 from temporalio import activity
 
 from turnstile.activities import flow_sources
-from turnstile.activities.runtime import Activities, application_error, find_tool, turn_workflow_id
+from turnstile.activities.runtime import (
+    Activities,
+    application_error,
+    find_tool,
+    turn_workflow_id,
+    with_heartbeat,
+)
 from turnstile.activities.tool_calls import offered
 from turnstile.engine.activity_io import REVIEW_CALL, ReviewCallInput, ReviewedCall
 from turnstile.engine.contract import CallStatus, SimilarEffect
@@ -83,18 +92,21 @@ class ReviewActivities(Activities):
                               settings=self.rt.settings, heartbeat=activity.heartbeat,
                               statement_timeout_seconds=tool.spec.statement_timeout_seconds,
                               offered_tools=offered(service))
-            reason = await tool.approval_reason(ctx, args)
+            # The app's code may take longer than the heartbeat timeout (a
+            # slow query): the activity beats while it runs, or every attempt
+            # would time out and run it again.
+            reason = await with_heartbeat(tool.approval_reason(ctx, args))
             reviewed.reason = None if reason is None else mask_text(reason)
         if req.flow and tool.spec.sensitive:
-            reviewed.flow = await self._flow(req, service, tool)
+            reviewed.flow = await with_heartbeat(self._flow(req, service, tool))
         waits = not tool.spec.approval_condition or reviewed.reason is not None
         if req.flow:  # only a call that will wait is shown its look-alikes
             waits = (tool.spec.requires_approval or reviewed.reason is not None
                      or reviewed.flow is not None and reviewed.flow.rule == "review")
         if req.similar and req.conversation_id and waits:
             try:
-                reviewed.similar_effects = await self.rt.db.call(
-                    similar_effects, self.rt.db, req, service, tool, args)
+                reviewed.similar_effects = await with_heartbeat(self.rt.db.call(
+                    similar_effects, self.rt.db, req, service, tool, args))
             except (sa.exc.SQLAlchemyError, sqlite3.Error, UnicodeDecodeError,
                     DatabaseUnavailable) as exc:
                 # The reviewer decides without the list, told so: an outage
@@ -127,8 +139,8 @@ class ReviewActivities(Activities):
             rule: FlowRule = "refuse" if "refuse" in tool.spec.sensitive.values() else "review"
             return FlowVerdict(rule=rule, reason=reason, untrusted=list(tool.spec.sensitive))
         sources = flow_sources.labelled(service, messages)
-        # CPU-bound on a large conversation: off the event loop, heartbeat-free
-        # (bounded by turnstile.engine.provenance's caps).
+        # CPU-bound on a large conversation: off the event loop (bounded by
+        # turnstile.engine.provenance's caps; review_call beats meanwhile).
         return await asyncio.to_thread(derive, tool.spec.sensitive, arguments, sources)
 
 
