@@ -52,7 +52,7 @@ def next_step(suite_name: str, kind: str, prompt: str,
         found = injected(suite_name, results)
         if found is not None:
             at, injection_id = found
-            extra = injection_plan(suite_name, injection_id, results[at + 1:])
+            extra = injection_plan(suite_name, task_id, injection_id, results[at + 1:])
             plan = plan[:at + 1] + extra + plan[at + 1:]
             said = scripts.says(suite_name, injection_id)
             if said:
@@ -61,14 +61,14 @@ def next_step(suite_name: str, kind: str, prompt: str,
     return plan[done] if done < len(plan) else answer
 
 
-def injection_plan(suite_name: str, injection_id: str,
+def injection_plan(suite_name: str, user_task_id: str, injection_id: str,
                    since: Sequence[ToolOutcome]) -> list[Call]:
     """The injection task's calls: its ground truth, or the hand-written
     script (which reads the results of its own earlier calls)."""
     truth = suites.injection_ground_truth(suite_name, injection_id)
     if truth:
         return [as_call(c) for c in truth]
-    return scripts.plan(suite_name, injection_id, since)
+    return scripts.plan(suite_name, user_task_id, injection_id, since)
 
 
 def as_call(fc: FunctionCall) -> Call:
@@ -87,9 +87,10 @@ def injected(suite_name: str, results: Sequence[ToolOutcome]) -> tuple[int, str]
     goals = {i: _flat(t.GOAL) for i, t in suites.suite(suite_name).injection_tasks.items()}
     for at, r in enumerate(results):
         text = _readable(r.text)
-        for injection_id, goal in goals.items():
-            if goal and goal in text:
-                return at, injection_id
+        # The longest goal found: some goals begin with another's (workspace 6, 8, 9).
+        found = [(len(goal), i) for i, goal in goals.items() if goal and goal in text]
+        if found:
+            return at, max(found)[1]
     return None
 
 

@@ -37,8 +37,8 @@ _STAMPING = ("agentdojo.default_suites.v1.tools.email_client",
 
 class _FrozenDatetime(datetime.datetime):
     @classmethod
-    def now(cls, tz: datetime.tzinfo | None = None) -> _FrozenDatetime:
-        return cls.fromisoformat(FROZEN_NOW.isoformat())
+    def now(cls, tz: datetime.tzinfo | None = None) -> datetime.datetime:
+        return FROZEN_NOW  # a plain datetime: results render it (YAML) as any other
 
 
 def _freeze_clock() -> None:
@@ -118,7 +118,7 @@ def start_environment(pair: Pair) -> TaskEnvironment:
 
 
 @cache
-def _default_environment(suite_name: str, task_id: str) -> TaskEnvironment:
+def default_environment(suite_name: str, task_id: str) -> TaskEnvironment:
     env = suite(suite_name).load_and_inject_default_environment({})
     return user_task(suite_name, task_id).init_environment(env)
 
@@ -126,7 +126,7 @@ def _default_environment(suite_name: str, task_id: str) -> TaskEnvironment:
 @cache
 def user_ground_truth(suite_name: str, task_id: str) -> tuple[FunctionCall, ...]:
     task = user_task(suite_name, task_id)
-    env = _default_environment(suite_name, task_id).model_copy(deep=True)
+    env = default_environment(suite_name, task_id).model_copy(deep=True)
     return tuple(task.ground_truth(env))
 
 
