@@ -3,7 +3,8 @@ per suite and model: utility, attack success, calls sent to review (and how
 many of them served the user task), and the known checker artefacts.
 
     python -m bench.agentdojo [--suite S] [--model benign|compromised]
-        [--reviewer none|perfect] [--kill-worker N] [--limit N] [--json PATH]
+        [--reviewer none|perfect] [--kill-worker N] [--rules on|off] [--limit N]
+        [--json PATH]
 
 The benign oracle runs each user task once (no injection); the compromised
 oracle runs every (user task, injection task) pair. `--kill-worker N`: the
@@ -24,7 +25,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from bench.agentdojo import figures, oracles, runner, suites
+from bench.agentdojo import figures, oracles, rules as flow_rules, runner, suites
 from bench.agentdojo.stack import ChildWorker, InProcess
 
 log = logging.getLogger("bench.agentdojo")
@@ -38,6 +39,9 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--model", choices=oracles.KINDS, action="append",
                    help="an oracle (repeatable; default: both)")
     p.add_argument("--reviewer", choices=runner.REVIEWERS, default="none")
+    p.add_argument("--rules", choices=("on", "off"), default=None,
+                   help="the information-flow rules of bench/agentdojo/rules.py (default: on "
+                        "where this Turnstile has them)")
     p.add_argument("--kill-worker", type=int, default=0, metavar="N",
                    help="SIGKILL the worker N times during the run (and restart it)")
     p.add_argument("--limit", type=int, default=0, metavar="N",
@@ -59,7 +63,8 @@ def plan(args: argparse.Namespace) -> list[tuple[suites.Pair, str]]:
 
 async def run(args: argparse.Namespace, data_dir: Path) -> tuple[list[runner.Outcome], str]:
     runs = plan(args)
-    stack = ChildWorker(data_dir) if args.kill_worker else InProcess(data_dir)
+    app = "app_with_rules" if args.rules == "on" else "app"
+    stack = (ChildWorker(data_dir, app) if args.kill_worker else InProcess(data_dir, app))
     async with stack:
         gate = asyncio.Semaphore(args.concurrency)
         done = 0
@@ -97,11 +102,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     log.setLevel(logging.INFO)
     args = parse(argv)
+    if args.rules is None:
+        args.rules = "on" if flow_rules.available() else "off"
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="dojo-") as tmp:
         outcomes, checked = asyncio.run(run(args, Path(tmp)))
     out = sys.stdout
-    out.write(f"AgentDojo {suites.VERSION}, attack {suites.ATTACK!r}, reviewer {args.reviewer}, "
+    out.write(f"AgentDojo {suites.VERSION}, attack {suites.ATTACK!r}, rules {args.rules}, "
+              f"reviewer {args.reviewer}, "
               f"{len(outcomes)} runs in {time.monotonic() - started:.0f} s\n")
     for line in figures.lines(outcomes):
         out.write(line + "\n")

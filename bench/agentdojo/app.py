@@ -2,13 +2,13 @@
 
 Service `dojo-SUITE-MODEL` offers the suite's tools and answers with the
 oracle as its offline model (a worker with no LLM configured uses it), so a
-worker in another process (`turnstile worker --app bench.agentdojo.app:app`)
-serves the same turns as the in-process one.
+worker in another process (`turnstile worker --app bench.agentdojo.app:app`,
+or `:app_with_rules`) serves the same turns as the in-process one.
 """
 
 from __future__ import annotations
 
-from bench.agentdojo import oracles, store, suites
+from bench.agentdojo import oracles, rules as flow_rules, store, suites
 from bench.agentdojo.tools import ToolRules, suite_tools
 from turnstile import App, MemoryWindow, Service
 
@@ -39,3 +39,10 @@ def build_app(rules: dict[str, ToolRules] | None = None) -> App:
 def app() -> App:
     """Rules off: the baseline."""
     return build_app()
+
+
+def app_with_rules() -> App:
+    """The information-flow rules of `rules.RULES` on the suites' tools."""
+    if not flow_rules.available():
+        raise RuntimeError("this Turnstile has no information-flow rules (@tool(sensitive=...))")
+    return build_app(flow_rules.RULES)

@@ -24,15 +24,17 @@ from turnstile.runtime.client import connect
 from turnstile.testing import TestStack
 from turnstile.testing.processes import DevServer, free_port, kill_group, spawn, wait_for
 
-from bench.agentdojo.app import app
+from bench.agentdojo import app as apps
 
 ROOT = Path(__file__).resolve().parents[2]
 READY = b"worker serving task queue"
 
 
 class InProcess:
-    def __init__(self, data_dir: Path) -> None:
-        self._stack = TestStack([app()], data_dir)
+    def __init__(self, data_dir: Path, app: str = "app",
+                 temporal_address: str | None = None) -> None:
+        self._stack = TestStack([getattr(apps, app)()], data_dir,
+                                temporal_address=temporal_address)
         self.client: TurnstileClient
         self.db: Database
 
@@ -48,7 +50,8 @@ class InProcess:
 
 
 class ChildWorker:
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(self, data_dir: Path, app: str = "app") -> None:
+        self.app = f"bench.agentdojo.app:{app}"
         self.data_dir = data_dir
         self.log = data_dir / "worker.log"
         self.env: dict[str, str] = {}
@@ -82,7 +85,7 @@ class ChildWorker:
         env = {**os.environ, **self.env, "PYTHONPATH": str(ROOT)}
         env.pop("LLM_BASE_URL", None)  # the oracles answer, never a model server
         self._proc = spawn([sys.executable, "-m", "turnstile", "worker", "--no-sender",
-                            "--app", "bench.agentdojo.app:app"], self.log, env=env)
+                            "--app", self.app], self.log, env=env)
         proc = self._proc
 
         def ready() -> bool:
