@@ -13,7 +13,8 @@ by a new message (`steered`) and the new turn that steered it
 e-mail approved with the reviewer's edits through the `review` update
 (`approved_with_edits`), and the repeat breaker by meaning
 (`repeat_by_meaning`, revision 5) and dead ends (`dead_end_recovered`,
-`dead_end_calls`, revision 6) — on a fresh dev server and writes each history to
+`dead_end_calls`, revision 6) and information-flow rules (`flow_review`,
+`flow_refused`, revision 7) — on a fresh dev server and writes each history to
 tests/histories/NAME.json (only the NAMEs given, if any). Commit the
 files: replaying them on every run makes a workflow change that would break
 turns in flight fail CI. Re-record only for a deliberate, versioned change
@@ -36,6 +37,7 @@ from typing import Any
 from temporalio.client import Client, WorkflowHandle, WorkflowQueryFailedError
 from temporalio.service import RPCError
 
+from tests import test_information_flow as flow_desk
 from tests.support.fake_llm import FakeLLM, text_reply, tool_reply
 from tests.support.processes import free_port
 from tests.support.services import make_service
@@ -51,6 +53,7 @@ from turnstile.engine.contract import (
     TurnProgress,
 )
 from turnstile.engine.model_settings import ModelSettings
+from turnstile.providers.function_model import FunctionModel
 from turnstile.runtime.services import Service
 from turnstile.sales.planner import demo_planner
 from turnstile.sales.seed import seed
@@ -292,6 +295,31 @@ async def record_dead_ends(client: Client, fake: FakeLLM, tmp: Path) -> None:
     await scenario(client, fake, tmp, "dead_end_calls", [service], None, stopped)
 
 
+async def record_flow(client: Client, fake: FakeLLM, tmp: Path) -> None:
+    """Revision 7: information-flow rules, on the desk of
+    tests/test_information_flow.py with its compromised model.
+    `flow_review`: an e-mail to the address a read message injected waits
+    for a reviewer shown where it came from, and is approved. `flow_refused`:
+    a payment to the IBAN it injected is refused, and the model is told."""
+
+    def on(name: str, message: str, approve: bool) -> Callable[[Turns], Awaitable[
+            WorkflowHandle]]:
+        async def body(turns: Turns) -> WorkflowHandle:
+            flow_desk.prepared(f"sqlite:///{tmp}/{name}.db")
+            h = await turns.start(message, service="flow", workflow_id=name.replace("_", "-"),
+                                  conversation=f"c-{name}")
+            if approve:
+                await approve_all(h, "ops-lead")
+            return h
+        return body
+
+    provider = FunctionModel(flow_desk.compromised)
+    await scenario(client, fake, tmp, "flow_review", [flow_desk.desk()], provider,
+                   on("flow_review", "summarise my inbox", approve=True))
+    await scenario(client, fake, tmp, "flow_refused", [flow_desk.desk()], provider,
+                   on("flow_refused", "check my inbox and pay what it says", approve=False))
+
+
 async def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     OUT.mkdir(exist_ok=True)
@@ -353,6 +381,7 @@ async def main() -> None:
         await record_small_models(client, fake, tmp)
         await record_by_meaning(client, fake, tmp)
         await record_dead_ends(client, fake, tmp)
+        await record_flow(client, fake, tmp)
     finally:
         fake.close()
         server.stop()

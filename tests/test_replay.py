@@ -55,11 +55,15 @@ BY_MEANING = {"repeat_by_meaning"}
 # request without tools answered; and the llama-cpp-python finding ended
 # `DeadEndCalls`.
 DEAD_ENDS = {"dead_end_recovered", "dead_end_calls"}
+# Recorded at revision 7: information-flow rules — an injected recipient
+# reviewed (its provenance derived in review_call) and approved, an injected
+# IBAN refused without running.
+FLOW = {"flow_review", "flow_refused"}
 
 
 def test_the_main_scenarios_are_recorded() -> None:
     assert {p.stem for p in HISTORIES} >= (MAIN | APPROVALS_V2 | SMALL_MODELS | BY_MEANING
-                                           | DEAD_ENDS)
+                                           | DEAD_ENDS | FLOW)
 
 
 def test_the_turns_of_the_earlier_revisions_are_kept() -> None:

@@ -103,6 +103,33 @@ def test_revision_0013_audit_approval_reason_only_adds(fresh_url: str) -> None:
     assert schema_of(db) == before
 
 
+def test_revision_0014_audit_provenance_only_adds(fresh_url: str) -> None:
+    """Where a call's sensitive arguments came from, on its audit row
+    (0014_audit_provenance), adds one nullable column, nothing else; a row
+    written as the previous release's worker writes it reads it as NULL, and
+    downgrading drops it again."""
+    db = Database(fresh_url)
+    upgrade(db, "0013_audit_approval_reason")
+    before = schema_of(db)
+    upgrade(db, "0014_audit_provenance")
+    after = schema_of(db)
+    assert {t: after[t] for t in before if t != "tool_execution_log"} == {
+        t: shape for t, shape in before.items() if t != "tool_execution_log"}
+    old, new = before["tool_execution_log"], after["tool_execution_log"]
+    assert {k: v for k, v in new.items() if k != "columns"} == {
+        k: v for k, v in old.items() if k != "columns"}
+    assert new["columns"] == [*old["columns"], ("provenance", "TEXT", True, "none")]
+    with db.connect() as conn:
+        conn.execute("INSERT INTO tool_execution_log (execution_id, workflow_id,"
+                     " conversation_id, user_id, tool_name, start_time, status,"
+                     " approval_reason) VALUES ('wf:c1', 'wf', 'conv', 'u', 'send_money',"
+                     " '2026-12-01T00:00:00.000+00:00', 'COMPLETED', NULL)")
+        assert fetchall(conn, "SELECT tool_name, provenance FROM tool_execution_log") == [
+            {"tool_name": "send_money", "provenance": None}]
+    downgrade_to(db, "0013_audit_approval_reason")
+    assert schema_of(db) == before
+
+
 def downgrade_to(db: Database, revision: str) -> None:
     from alembic import command
 

@@ -65,6 +65,12 @@ if TYPE_CHECKING:
         ToolArgumentError as ToolArgumentError,
         TurnstileError as TurnstileError,
     )
+    from turnstile.engine.flow import (
+        FLOW_RULES as FLOW_RULES,
+        FlowRule as FlowRule,
+        FlowVerdict as FlowVerdict,
+        ProvenanceSource as ProvenanceSource,
+    )
     from turnstile.engine.memory_window import MemoryWindow as MemoryWindow
     from turnstile.engine.messages import (
         ChatMessage as ChatMessage,
@@ -162,6 +168,10 @@ _WHERE: dict[str, str] = {
     "VERBATIM": "turnstile.engine.equivalence",
     "OutboundPolicy": "turnstile.engine.approvals",
     "MemoryWindow": "turnstile.engine.memory_window",
+    "FLOW_RULES": "turnstile.engine.flow",
+    "FlowRule": "turnstile.engine.flow",
+    "FlowVerdict": "turnstile.engine.flow",
+    "ProvenanceSource": "turnstile.engine.flow",
     "ModelSettings": "turnstile.engine.model_settings",
     "PipelinePolicy": "turnstile.engine.pipeline_spec",
     "ChatMessage": "turnstile.engine.messages",
@@ -203,11 +213,13 @@ __all__ = [
     "AS_SET", "CASELESS", "EMAIL_ADDRESS", "VERBATIM", "Equivalence",
     "App", "AppLoadError", "ApprovalRefused", "ApproverContext", "BackgroundContext",
     "BreakerPolicy", "Call", "ChatMessage", "ClientError", "ConfigurationError", "Connection",
-    "Database", "DevService", "Document", "FunctionModel", "GuardrailResult",
+    "Database", "DevService", "Document", "FLOW_RULES", "FlowRule", "FlowVerdict",
+    "FunctionModel", "GuardrailResult",
     "InputGuardrailContext", "LoopPolicy", "MemoryWindow", "ModelCall", "ModelProvider",
     "ModelRequest", "ModelResponse", "ModelSettings", "OutboundPolicy", "Outbox",
     "OutputGuardrailContext",
-    "PipelinePolicy", "ProviderContext", "Reply", "RetrySpec", "ScriptedModel", "Service",
+    "PipelinePolicy", "ProvenanceSource", "ProviderContext", "Reply", "RetrySpec",
+    "ScriptedModel", "Service",
     "ServiceRegistry", "Settings", "SystemMessageContext", "Tool", "ToolArgumentError",
     "ToolCall", "ToolContext", "ToolExecutionError", "ToolInterrupted", "ToolOutcome",
     "ToolProvider", "ToolRegistry", "ToolResult", "TurnHandle", "TurnInput", "TurnNotFound",

@@ -44,6 +44,7 @@ def describe_pending(p: PendingApproval) -> list[str]:
                  .replace("\n", "\n    "))
     lines += [f"    !! {note}" for note in p.notes]
     lines += similar_lines(p)
+    lines += provenance_lines(p)
     if p.arguments_digest:
         lines.append(f"    arguments digest: {p.arguments_digest}")
     return lines
@@ -60,6 +61,19 @@ def similar_lines(p: PendingApproval) -> list[str]:
         same = ", SAME EFFECT" if e.same_effect else ""
         lines.append(f"       - call {e.tool_call_id!r} ({where}, {e.status}{same}, {e.at}): "
                      + json.dumps(e.arguments, ensure_ascii=False)[:200])
+    return lines
+
+
+def provenance_lines(p: PendingApproval) -> list[str]:
+    """Where the sensitive arguments' values came from (information-flow
+    rules): an untrusted source first seen is what a reviewer must weigh."""
+    lines = []
+    for name, sources in p.provenance.items():
+        for s in sources:
+            trust = "trusted" if s.trusted else "UNTRUSTED"
+            shown = f" {s.value}" if s.value else ""
+            lines.append(f"    {'>>' if s.trusted else '!!'} {name}:{shown} found in "
+                         f"{s.where()} ({trust})")
     return lines
 
 

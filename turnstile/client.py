@@ -57,6 +57,7 @@ from turnstile.engine.contract import (
     TurnInput,
     TurnResult,
 )
+from turnstile.engine.flow import ProvenanceSource
 from turnstile.engine.identity import same_person
 from turnstile.runtime.client import connect
 from turnstile.runtime.config import Settings
@@ -120,6 +121,8 @@ class PendingApprovalView(BaseModel):
     reason: str | None = None  # why it waits, for a tool that asks by condition
     # Earlier effects of the conversation that look alike (masked, newest first).
     similar_effects: list[SimilarEffect] = Field(default_factory=list)
+    # Where the sensitive arguments' values came from (docs/information-flow.md).
+    provenance: dict[str, list[ProvenanceSource]] = Field(default_factory=dict)
 
 
 class UnansweredTurn(BaseModel):

@@ -62,7 +62,11 @@ def large_refund(args: Any) -> str | None:
     return None
 
 
-@tool(transactional=True, approval=large_refund, review_fields=["order_id", "amount_cents"])
+# Information flow (docs/information-flow.md): an order id the user did not
+# give (one a tool's result or a document named) waits for a person; the
+# amount may come from the order as looked up (the refund cannot exceed it).
+@tool(transactional=True, approval=large_refund, review_fields=["order_id", "amount_cents"],
+      sensitive={"order_id": "review", "amount_cents": "allow"})
 def issueRefund(ctx: ToolContext, order_id: OrderId, amount_cents: Cents) -> dict[str, Any]:
     """Refund an order; above $100.00 (10000 cents) a person approves it first."""
     return _refund(ctx, order_id, amount_cents)

@@ -21,6 +21,7 @@ tool's equivalence; masked, newest first, within the service's
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import sqlite3
 from datetime import UTC, datetime
@@ -30,12 +31,15 @@ import sqlalchemy as sa
 from pydantic import BaseModel
 from temporalio import activity
 
+from turnstile.activities import flow_sources
 from turnstile.activities.runtime import Activities, application_error, find_tool, turn_workflow_id
 from turnstile.activities.tools import offered
 from turnstile.engine.activity_io import REVIEW_CALL, ReviewCallInput, ReviewedCall
 from turnstile.engine.contract import CallStatus, SimilarEffect
 from turnstile.engine.errors import DatabaseUnavailable, ToolArgumentError, UnknownServiceError
+from turnstile.engine.flow import FlowRule, FlowVerdict
 from turnstile.engine.masking import mask_json_text, mask_text
+from turnstile.engine.provenance import derive
 from turnstile.engine.turn_rules import parsed_arguments
 from turnstile.runtime.services import Service
 from turnstile.runtime.tools import Tool, ToolContext
@@ -81,6 +85,8 @@ class ReviewActivities(Activities):
                               offered_tools=offered(service))
             reason = await tool.approval_reason(ctx, args)
             reviewed.reason = None if reason is None else mask_text(reason)
+        if req.flow and tool.spec.sensitive:
+            reviewed.flow = await self._flow(req, service, tool)
         waits = not tool.spec.approval_condition or reviewed.reason is not None
         if req.similar and req.conversation_id and waits:
             try:
@@ -96,6 +102,31 @@ class ReviewActivities(Activities):
                 reviewed.notes.append(f"earlier calls of {tool.name} in this conversation "
                                       f"could not be read ({why}): check them before approving")
         return reviewed
+
+    async def _flow(self, req: ReviewCallInput, service: Service, tool: Tool) -> FlowVerdict:
+        """The information-flow verdict on the call (revision 7): its
+        sensitive arguments matched against the conversation's labelled
+        sources. A conversation that cannot be read leaves the call to a
+        reviewer, told so (fail closed: never `allow` unread)."""
+        arguments = parsed_arguments(req.call.arguments)
+        try:
+            messages = await self.rt.db.call(
+                self.rt.memory.tail, req.conversation_id, req.workflow_id or None,
+                lambda msgs: len(msgs) >= flow_sources.MAX_MESSAGES) \
+                if req.conversation_id else []
+        except (sa.exc.SQLAlchemyError, sqlite3.Error, UnicodeDecodeError, ValueError,
+                DatabaseUnavailable) as exc:
+            why = error_category(exc) or type(exc).__name__
+            log.warning("conversation %s not read for the flow rules of call %s: %s",
+                        req.conversation_id, req.call.id, exc)
+            reason = (f"where {tool.name}'s arguments came from could not be checked "
+                      f"(the conversation could not be read: {why})")
+            rule: FlowRule = "refuse" if "refuse" in tool.spec.sensitive.values() else "review"
+            return FlowVerdict(rule=rule, reason=reason, untrusted=list(tool.spec.sensitive))
+        sources = flow_sources.labelled(service, messages)
+        # CPU-bound on a large conversation: off the event loop, heartbeat-free
+        # (bounded by turnstile.engine.provenance's caps).
+        return await asyncio.to_thread(derive, tool.spec.sensitive, arguments, sources)
 
 
 def similar_effects(db: Database, req: ReviewCallInput, service: Service, tool: Tool,

@@ -151,7 +151,7 @@ class ToolActivities(Activities):
             model_call=req.call if ran is not req.call else None,
             seq=req.result_seq, outcome=status, text=text, is_error=is_error,
             audit_status=audit, audit_error=error, decision=req.approval, state=state,
-            attempt=attempt, approval_reason=req.approval_reason)
+            attempt=attempt, approval_reason=req.approval_reason, provenance=req.provenance)
 
     async def _record(self, ending: Ending, tx: Transaction | None) -> None:
         """The journal's `finish` as this activity's run (activities.runs): the
@@ -199,7 +199,8 @@ class ToolActivities(Activities):
             self.rt.journal.begin, Start(workflow_id=wf_id, chain=chain,
                                          conversation_id=req.conversation_id,
                                          user_id=req.user_id, call=call,
-                                         approval_reason=req.approval_reason),
+                                         approval_reason=req.approval_reason,
+                                         provenance=req.provenance),
             rerun_lost=rerunnable(tool))
         if entry.status is LedgerStatus.COMPLETED:
             # A finished attempt whose completion was lost: replay what it reported.

@@ -8,6 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from turnstile.engine.flow import ProvenanceSource
 from turnstile.engine.messages import Attachment, Usage
 
 WORKFLOW_TYPE = "AgentTurn"
@@ -106,6 +107,10 @@ class AuditStatus(StrEnum):
     # A call the repeat breaker did not run: the same tool with identical
     # arguments had completed earlier in the turn (`error_message` names it).
     REPEATED = "REPEATED"
+    # A call its information-flow rules refused (`@tool(sensitive=...)`, rule
+    # `refuse`): an argument's value came from untrusted content; not run.
+    # The row's `provenance` says where the value came from.
+    FLOW_REFUSED = "FLOW_REFUSED"
 
 
 class ToolCallRecord(BaseModel):
@@ -251,6 +256,11 @@ class PendingApproval(BaseModel):
     # Earlier effects of the conversation that look alike (newest first; within
     # the service's `similar_effects_window_seconds`): docs/approvals.md.
     similar_effects: list[SimilarEffect] = Field(default_factory=list)
+    # Where the values of the tool's sensitive arguments came from (argument
+    # name -> sources: the user, or a tool's name and call id, ...;
+    # turnstile.engine.flow, docs/information-flow.md). Empty for a tool
+    # without sensitive arguments and in turns begun before revision 7.
+    provenance: dict[str, list[ProvenanceSource]] = Field(default_factory=dict)
 
 
 class ApprovalDecision(BaseModel):

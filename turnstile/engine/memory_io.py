@@ -11,6 +11,7 @@ from pydantic import BaseModel, Field, field_serializer
 
 from turnstile.engine.contract import ApprovalDecision, AuditStatus
 from turnstile.engine.events import TurnEventRecord
+from turnstile.engine.flow import Provenance
 from turnstile.engine.messages import ChatMessage
 from turnstile.engine.pipeline_io import Retrieved
 from turnstile.engine.specs import ServiceSpec, recorded
@@ -126,6 +127,8 @@ class AuditEntry(BaseModel):
     # Why the call waited for a reviewer who then rejected it, or never
     # decided: a condition's words (`@tool(approval=...)`). Left out when None.
     approval_reason: str | None = Field(default=None, exclude_if=lambda v: v is None)
+    # The provenance of the call's sensitive arguments (revision 7). Left out when None.
+    provenance: Provenance | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class AppendMessagesInput(BaseModel):

@@ -14,6 +14,7 @@ from pydantic import BaseModel, Field
 
 from turnstile.engine.approvals import ApprovalPolicy, OutboundPolicy
 from turnstile.engine.breakers import BreakerPolicy
+from turnstile.engine.flow import FlowRule
 from turnstile.engine.memory_window import MemoryWindow
 from turnstile.engine.model_settings import ModelSettings
 from turnstile.engine.pipeline_spec import PipelineSpec
@@ -97,6 +98,14 @@ class ToolSpec(BaseModel):
     recipient_fields: list[str] = Field(default_factory=list)
     # The statement timeout of the tool's database statements.
     statement_timeout_seconds: float = DEFAULT_STATEMENT_TIMEOUT_SECONDS
+    # Information flow (turnstile.engine.flow; docs/information-flow.md): the
+    # rule for each argument whose value comes from untrusted content (the
+    # tool's declaration, or the defaults of an effectful tool), and whether
+    # the tool's own results are trusted. Left out of the serialized form when
+    # empty/False, so recorded specs read as before; the workflow reads
+    # `sensitive` only in turns begun at revision 7 or later.
+    sensitive: dict[str, FlowRule] = Field(default_factory=dict, exclude_if=lambda v: not v)
+    trusted_results: bool = Field(default=False, exclude_if=lambda v: not v)
 
     @property
     def start_to_close(self) -> timedelta:

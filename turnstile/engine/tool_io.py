@@ -7,6 +7,7 @@ from __future__ import annotations
 from pydantic import BaseModel, Field
 
 from turnstile.engine.contract import ApprovalDecision, CallStatus, RollbackCause, SimilarEffect
+from turnstile.engine.flow import FlowVerdict, Provenance
 from turnstile.engine.messages import ToolCall
 
 
@@ -25,6 +26,9 @@ class ToolExecInput(BaseModel):
     # (`@tool(approval=...)`, PendingApproval.reason), for its audit row. Left
     # out when None, so a turn without one sends what it always sent.
     approval_reason: str | None = Field(default=None, exclude_if=lambda v: v is None)
+    # The provenance of the call's sensitive arguments (revision 7,
+    # ReviewedCall.flow), for its audit row. Left out when None.
+    provenance: Provenance | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class ReviewCallInput(BaseModel):
@@ -41,6 +45,9 @@ class ReviewCallInput(BaseModel):
     similar: bool = Field(default=False, exclude_if=lambda v: not v)
     workflow_id: str = Field(default="", exclude_if=lambda v: not v)
     execution_chain: str = Field(default="", exclude_if=lambda v: not v)
+    # From revision 7: derive the provenance of the tool's sensitive arguments
+    # and the rule that applies (ReviewedCall.flow).
+    flow: bool = Field(default=False, exclude_if=lambda v: not v)
 
 
 class ReviewedCall(BaseModel):
@@ -63,6 +70,9 @@ class ReviewedCall(BaseModel):
     # Earlier effects of the conversation that look alike, masked (when asked).
     similar_effects: list[SimilarEffect] = Field(default_factory=list,
                                                  exclude_if=lambda v: not v)
+    # The information-flow verdict (when asked, `ReviewCallInput.flow`): the
+    # rule that applies and the provenance of the sensitive arguments, masked.
+    flow: FlowVerdict | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class ToolOutcome(BaseModel):

@@ -42,6 +42,7 @@ from turnstile.engine.errors import (
     TurnstileError,
     UnknownToolError,
 )
+from turnstile.engine.flow import Provenance
 from turnstile.engine.messages import ToolCall
 from turnstile.engine.specs import LoopPolicy, ToolSpec
 from turnstile.engine.turn_rules import AwaitApproval, parsed_arguments
@@ -138,13 +139,15 @@ def after_validation(error: str, argument_errors: int, loop: LoopPolicy) -> Sett
 
 def approval_step(call: ToolCall, tool: ToolSpec, notes: list[str] | None,
                   now: datetime, reason: str | None = None,
-                  similar_effects: list[SimilarEffect] | None = None) -> AwaitApproval:
+                  similar_effects: list[SimilarEffect] | None = None,
+                  provenance: Provenance | None = None) -> AwaitApproval:
     """A call whose tool requires approval, validated: the loop's next step
     for it is to wait for a reviewer (turn_rules.AwaitApproval). The reviewer
     sees the call's full arguments (its record keeps them masked), the
     tool's review fields first, the validation's notes (None: not
-    validated), the deadline, for a tool that asks by condition, why, and the
-    conversation's earlier effects that look alike."""
+    validated), the deadline, for a tool that asks by condition (or by its
+    information-flow rules), why, the conversation's earlier effects that
+    look alike, and where the sensitive arguments' values came from."""
     arguments = parsed_arguments(call.arguments)
     highlights = ({f: arguments[f] for f in tool.review_fields if f in arguments}
                   if isinstance(arguments, dict) else {})
@@ -153,7 +156,7 @@ def approval_step(call: ToolCall, tool: ToolSpec, notes: list[str] | None,
         tool_call_id=call.id, tool_name=call.name, arguments=arguments,
         highlights=highlights, notes=notes or [], validated=notes is not None,
         arguments_digest=arguments_digest(arguments), reason=reason,
-        similar_effects=similar_effects or [],
+        similar_effects=similar_effects or [], provenance=provenance or {},
         requested_at=now.isoformat(), deadline=(now + timeout).isoformat())
     return AwaitApproval(call=call, pending=pending, since=now,
                          timeout_seconds=tool.approval_timeout_seconds)

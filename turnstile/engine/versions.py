@@ -76,6 +76,14 @@ revision.
   `DeadEndCalls`. A disabled tool is no longer offered. A bare
   `functions.NAME:` is no call (earlier revisions read it as one with `{}`
   for `ToolCallAsText`, and replay so).
+- Revision 7: information-flow rules (turnstile.engine.flow;
+  docs/information-flow.md): every call of a tool with sensitive arguments
+  (`ToolSpec.sensitive`, declared or an effectful tool's defaults) is
+  validated by `review_call`, which derives its arguments' provenance and
+  answers the rule that applies (`ReviewedCall.flow`): `refuse` settles the
+  call without running it (audit `FLOW_REFUSED`), `review` makes it wait for
+  a reviewer shown the provenance, `allow` runs it; the provenance rides to
+  the call's audit row. Earlier revisions never ask, and replay so.
 """
 
 from __future__ import annotations
@@ -85,7 +93,7 @@ from dataclasses import dataclass
 from turnstile.engine.activity_io import BEGIN_TURN, DESCRIBE_SERVICE
 
 TURN_VERSION = 2
-TURN_REVISION = 6
+TURN_REVISION = 7
 EVENTS_RIDE_ALONG = 1  # the revision from which turn events ride with bookkeeping
 OPENS_IN_BEGIN_TURN = 2  # the revision from which begin_turn runs steps 4 and 5
 CANCEL_ENDS_CANCELLED = 2  # ... and a cancel during an activity ends the turn Canceled
@@ -93,6 +101,7 @@ FINDABLE_AT_START = 3  # the revision from which a turn publishes its search att
 NAMES_BY_TODAYS_RULE = 4  # the revision from which decisions weigh only today's identity rule
 REPEATS_BY_MEANING = 5  # the revision from which the repeat breaker compares validated calls
 DEAD_ENDS_END_TURN = 6  # the revision from which dead-end calls end the turn (DeadEndCalls)
+FLOW_RULES_CHECKED = 7  # the revision from which sensitive arguments' provenance is checked
 
 
 
@@ -130,6 +139,10 @@ class Revision:
     @property
     def dead_ends_end_turn(self) -> bool:
         return self.number >= DEAD_ENDS_END_TURN
+
+    @property
+    def flow_rules_checked(self) -> bool:
+        return self.number >= FLOW_RULES_CHECKED
 
 
 # The first activity (or local activity) each version schedules.

@@ -17,7 +17,7 @@ import asyncio
 import inspect
 import json
 import logging
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypedDict, Unpack, get_type_hints, overload
@@ -35,6 +35,7 @@ from pydantic import (
 from turnstile.engine.approvals import OutboundPolicy, outbound_findings
 from turnstile.engine.equivalence import comparison_form, comparison_key
 from turnstile.engine.errors import DuplicateToolError, ToolArgumentError, TurnstileError
+from turnstile.engine.flow import FlowRule
 from turnstile.engine.safe_text import safe_text, unsafe_text_at
 from turnstile.engine.specs import (
     DEFAULT_HEARTBEAT_SECONDS,
@@ -43,6 +44,7 @@ from turnstile.engine.specs import (
     RetrySpec,
     ToolSpec,
 )
+from turnstile.runtime import flow_defaults
 from turnstile.stores.effects import made_here
 
 log = logging.getLogger(__name__)
@@ -189,6 +191,10 @@ class Tool:
     takes_context: bool
     compensate: Compensation | None = None
     condition: ApprovalCondition | None = None  # `@tool(approval=...)`
+    # `@tool(sensitive=...)` as declared (None: the defaults of an effectful
+    # tool apply, turnstile.runtime.flow_defaults; they are known once the
+    # compensation is).
+    declared_sensitive: dict[str, FlowRule] | None = None
 
     @property
     def name(self) -> str:
@@ -272,6 +278,7 @@ class Tool:
         result (parsed JSON when it parses). Its return value describes the undo."""
         self.compensate = fn
         self.spec.compensation = f"{self.name}.compensate"
+        self.spec.sensitive = flow_defaults.effective(self.spec, self.declared_sensitive)
         return fn
 
     async def undo(self, ctx: ToolContext, args: BaseModel, result: Any) -> Any:
@@ -357,6 +364,11 @@ class ToolOptions(TypedDict, total=False):
     review_fields: Iterable[str]
     recipient_fields: Iterable[str]
     statement_timeout_seconds: float
+    # Information flow (docs/information-flow.md): argument -> rule for values
+    # from untrusted content; default for an effectful tool: "review" for its
+    # text arguments ({} declares none).
+    sensitive: Mapping[str, FlowRule]
+    trusted_results: bool  # the tool's results are trusted content (default False)
 
 
 @overload
@@ -431,12 +443,20 @@ def tool(fn: Callable[..., Any] | None = None, /,
             statement_timeout_seconds=o.get("statement_timeout_seconds",
                                             DEFAULT_STATEMENT_TIMEOUT_SECONDS),
         )
+        declared = o.get("sensitive")
+        if declared is not None:
+            problem = flow_defaults.declaration_problem(tool_name, declared, fields)
+            if problem:
+                raise ToolDefinitionError(problem)
+            declared = dict(declared)
+        spec.trusted_results = bool(o.get("trusted_results", False))
+        spec.sensitive = flow_defaults.effective(spec, declared)
         unknown = [f for f in (*spec.review_fields, *spec.recipient_fields) if f not in fields]
         if unknown:
             raise TypeError(f"tool {tool_name}: review/recipient fields {unknown} are not "
                             "parameters")
         return Tool(fn=f, spec=spec, args_model=args_model, takes_context=takes_context,
-                    condition=condition)
+                    condition=condition, declared_sensitive=declared)
 
     return build(fn) if fn is not None else build
 

@@ -167,7 +167,12 @@ class FollowUpResult(BaseModel):
     note: str = ""
 
 
-@tool(idempotent=True, transactional=True)
+# Information flow (docs/information-flow.md): the customer ids come from the
+# sales data by design and are checked against it (only known customers); the
+# note stays inside the company; an assignee the user never named, taken from
+# a tool's result, is shown to a person first.
+@tool(idempotent=True, transactional=True,
+      sensitive={"customerIds": "allow", "assignee": "review", "note": "allow"})
 def createFollowUpTask(
     ctx: ToolContext,
     customerIds: Annotated[list[CustomerId], Field(min_length=1, max_length=100), AS_SET],
@@ -292,8 +297,12 @@ class EmailTaskCreated(BaseModel):
     note: str
 
 
+# Every e-mail waits for a reviewer; the reviewer sees where the recipient,
+# subject and body came from (a recipient first seen in a tool's result, such
+# as a customer's address from the sales data, is marked untrusted).
 @tool(requires_approval=True, fatal_on_failure=True, idempotent=True, transactional=True,
-      review_fields=("to", "subject"), recipient_fields=("to",))
+      review_fields=("to", "subject"), recipient_fields=("to",),
+      sensitive={"to": "review", "subject": "review", "body": "review"})
 def createEmailTask(
     ctx: ToolContext,
     to: EmailAddress,

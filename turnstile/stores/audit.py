@@ -19,13 +19,14 @@ from typing import Any
 import sqlalchemy as sa
 
 from turnstile.engine.contract import AuditStatus
-from turnstile.engine.masking import mask_json_text
+from turnstile.engine.flow import Provenance
+from turnstile.engine.masking import mask_any, mask_json_text
 from turnstile.stores.call_key import execution_id, key_columns
 from turnstile.stores.db import Database
 from turnstile.stores.tables import metadata
 
 __all__ = ["AuditLog", "AuditRow", "approval_decision", "execution_id", "mask",
-           "masked_params", "tool_execution_log"]
+           "masked_params", "provenance_text", "tool_execution_log"]
 
 MAX_PARAMS_CHARS = 16_384  # the audit row records what was asked, not megabytes of it
 
@@ -43,6 +44,15 @@ def masked_params(arguments: Any) -> str:
     if len(params) > MAX_PARAMS_CHARS:
         params = params[:MAX_PARAMS_CHARS] + f"... [truncated, {len(params)} chars in all]"
     return params
+
+
+def provenance_text(provenance: Provenance) -> str:
+    """An audit row's `provenance`: argument -> sources as JSON, masked (the
+    sources' values and excerpts are masked when derived; masked again here,
+    as everything the audit log keeps)."""
+    return json.dumps(mask_any({name: [s.model_dump(mode="json") for s in sources]
+                                for name, sources in provenance.items()}),
+                      ensure_ascii=False, sort_keys=True)
 
 
 def _texts(*names: str) -> list[sa.Column[str]]:
@@ -64,6 +74,11 @@ tool_execution_log = sa.Table(
     # waited: the condition's words, as the reviewer saw them
     # (PendingApproval.reason; migration 0013); NULL otherwise.
     sa.Column("approval_reason", sa.Text),
+    # A call of a tool with sensitive arguments (`@tool(sensitive=...)`, in a
+    # turn begun at revision 7 or later): where their values came from, as
+    # JSON text (argument -> sources; turnstile.engine.flow), masked
+    # (migration 0014); NULL otherwise.
+    sa.Column("provenance", sa.Text),
     sa.Index("tool_execution_log_workflow", "workflow_id"),
     # `starter.py audit` (turnstile.stores.audit_queries): a time window, and
     # failures by time (migration 0004).
@@ -101,6 +116,7 @@ class AuditRow:
     error_message: str | None
     execution_chain: str | None
     approval_reason: str | None = None  # why it waited (a condition's words)
+    provenance: str | None = None  # JSON: where the sensitive arguments' values came from
 
     @classmethod
     def stored(cls, status: str, **columns: Any) -> AuditRow:

@@ -52,6 +52,7 @@ from turnstile.engine.activity_io import AuditEntry
 from turnstile.engine.approvals import changed_fields, recorded_edits
 from turnstile.engine.contract import ApprovalDecision, AuditStatus, CallStatus
 from turnstile.engine.errors import CallTakenOver
+from turnstile.engine.flow import Provenance
 from turnstile.engine.messages import ChatMessage, ToolCall
 from turnstile.stores import journal_writes as w, ledger, superseded
 from turnstile.stores.audit import mask
@@ -78,6 +79,7 @@ class Start:
     user_id: str
     call: ToolCall
     approval_reason: str | None = None  # why it waited (a condition's words), for the audit row
+    provenance: Provenance | None = None  # where the sensitive arguments came from (audit row)
 
 
 @dataclass(frozen=True)
@@ -107,6 +109,7 @@ class Ending:
     # an APPROVED_WITH_EDITS row with both versions.
     model_call: ToolCall | None = None
     approval_reason: str | None = None  # why it waited (a condition's words), for the audit row
+    provenance: Provenance | None = None  # where the sensitive arguments came from (audit row)
 
     @property
     def key(self) -> CallKey:
@@ -160,11 +163,13 @@ def _parsed(call: ToolCall) -> Any:
 
 def _execution(key: CallKey, conversation_id: str, user_id: str, call: ToolCall,
                execution_id: str | None = None,
-               approval_reason: str | None = None) -> w.Execution:
+               approval_reason: str | None = None,
+               provenance: Provenance | None = None) -> w.Execution:
     return w.Execution(execution_id=execution_id or key.execution_id,
                        workflow_id=key.workflow_id, chain=key.chain,
                        conversation_id=conversation_id, user_id=user_id, tool_name=call.name,
-                       arguments=call.arguments, approval_reason=approval_reason)
+                       arguments=call.arguments, approval_reason=approval_reason,
+                       provenance=provenance)
 
 
 class CallJournal:
@@ -189,7 +194,8 @@ class CallJournal:
             if entry.fresh and self.audit_enabled:
                 w.open_audit(conn, _execution(key, start.conversation_id, start.user_id,
                                               start.call,
-                                              approval_reason=start.approval_reason))
+                                              approval_reason=start.approval_reason,
+                                              provenance=start.provenance))
         return entry
 
     @staticmethod
@@ -272,7 +278,8 @@ class CallJournal:
         # without running) one complete row written: one statement when it ran.
         if not w.close_audit(conn, key.execution_id, e.audit_status, e.audit_error):
             w.settle_audit(conn, _execution(key, e.conversation_id, e.user_id, e.call,
-                                            approval_reason=e.approval_reason),
+                                            approval_reason=e.approval_reason,
+                                            provenance=e.provenance),
                            e.audit_status, e.audit_error or "")
 
     @staticmethod
@@ -343,7 +350,8 @@ class CallJournal:
             call = ToolCall(id=a.call_id, name=a.tool_name, arguments=a.arguments)
             w.settle_audit(conn, _execution(CallKey(workflow_id, chain, a.call_id),
                                             conversation_id, user_id, call,
-                                            approval_reason=a.approval_reason),
+                                            approval_reason=a.approval_reason,
+                                            provenance=a.provenance),
                            a.status, a.error)
 
     # --- calls of runs a reset replaced --------------------------------------

@@ -18,7 +18,14 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 
 from turnstile.engine.contract import ApprovalDecision, AuditStatus, CallStatus
-from turnstile.stores.audit import approval_decision, mask, masked_params, tool_execution_log
+from turnstile.engine.flow import Provenance
+from turnstile.stores.audit import (
+    approval_decision,
+    mask,
+    masked_params,
+    provenance_text,
+    tool_execution_log,
+)
 from turnstile.stores.call_key import CallKey
 from turnstile.stores.connection import Connection
 from turnstile.stores.ledger import LedgerRow, LedgerStatus, tool_call_ledger
@@ -104,6 +111,8 @@ class Execution:
     arguments: Any
     # Why the call waited for a reviewer: a condition's words (`@tool(approval=...)`).
     approval_reason: str | None = None
+    # Where the sensitive arguments' values came from (revision 7).
+    provenance: Provenance | None = None
 
     def values(self, status: AuditStatus, start: str) -> dict[str, Any]:
         values = {"execution_id": self.execution_id, "workflow_id": self.workflow_id,
@@ -113,6 +122,8 @@ class Execution:
                   "start_time": start}
         if self.approval_reason is not None:  # else the column stays NULL (the usual row)
             values["approval_reason"] = mask(self.approval_reason)
+        if self.provenance is not None:  # a tool with sensitive arguments (else NULL)
+            values["provenance"] = provenance_text(self.provenance)
         return values
 
 

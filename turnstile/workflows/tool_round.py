@@ -35,6 +35,7 @@ with workflow.unsafe.imports_passed_through():
         TurnInput,
         TurnStatus,
     )
+    from turnstile.engine.flow import FlowVerdict, Provenance, refusal_text
     from turnstile.engine.masking import mask_json_text
     from turnstile.engine.messages import ChatMessage, ToolCall
     from turnstile.engine.specs import ServiceSpec, ToolSpec
@@ -62,7 +63,8 @@ class RoundWrites:
     def settle(self, seq: int, call: ToolCall, status: CallStatus, text: str, *,
                is_error: bool = True, audit: AuditStatus = AuditStatus.FAILED,
                attributes: dict[str, object] | None = None,
-               approval_reason: str | None = None) -> None:
+               approval_reason: str | None = None,
+               provenance: Provenance | None = None) -> None:
         self.messages.append((seq, ChatMessage(
             role="tool", content=text, tool_call_id=call.id, is_error=is_error,
             attributes={attr.TOOL_NAME: call.name, attr.OUTCOME: status.value,
@@ -70,7 +72,8 @@ class RoundWrites:
         self.audit.append(io.AuditEntry(call_id=call.id, tool_name=call.name,
                                         arguments=call.arguments, status=audit,
                                         error=f"{status.value}: {text[:300]}",
-                                        approval_reason=approval_reason))
+                                        approval_reason=approval_reason,
+                                        provenance=provenance))
 
 
 class ToolRound:
@@ -158,11 +161,15 @@ class ToolRound:
         # is reviewed like one that always asks; the activity's answer, in
         # history, says whether it waits and why.
         conditional = tool.approval_condition
-        if decision.needs_approval or conditional or (by_meaning and repeats.needs_validated_key(
-                self.breakers, tool, call.name, self.in_round.get(call.name, 0))):
+        # From revision 7 a tool with sensitive arguments has their provenance
+        # derived and its information-flow rules applied (ReviewedCall.flow).
+        flow = self.s.revision.flow_rules_checked and bool(tool.sensitive)
+        if decision.needs_approval or conditional or flow or (
+                by_meaning and repeats.needs_validated_key(
+                    self.breakers, tool, call.name, self.in_round.get(call.name, 0))):
             reviewed = await self._review(
-                call, similar=by_meaning and (decision.needs_approval or conditional),
-                conditional=conditional)
+                call, similar=by_meaning and (decision.needs_approval or conditional or flow),
+                conditional=conditional, flow=flow)
             if not reviewed.valid:
                 # Never ask a reviewer about arguments that fail validation.
                 count = self.s.argument_errors.get(call.name, 0)
@@ -172,24 +179,34 @@ class ToolRound:
             if by_meaning and await self._repeated_by_meaning(rec, seq, call, tool,
                                                               reviewed.repeat_key):
                 return
+        verdict = reviewed.flow if reviewed is not None else None
+        provenance = verdict.provenance if verdict is not None else None
+        if verdict is not None and verdict.rule == "refuse":
+            self._refuse(rec, seq, call, verdict)
+            return
+        flow_waits = verdict is not None and verdict.rule == "review"
+        # Why it waits: a condition's words, or the rules' (the argument and its source).
+        waits_because = (reviewed.reason if reviewed is not None else None) or (
+            verdict.reason if verdict is not None and flow_waits else None)
         approval = None
-        if reviewed is not None and (decision.needs_approval or reviewed.reason is not None):
+        if reviewed is not None and (decision.needs_approval or reviewed.reason is not None
+                                     or flow_waits):
             # The loop's "await approval" step (steered: rejected at once instead).
             if self.s.steered is not None:
                 approval = steered_rejection(self.s, call)
             else:
                 approval = await await_decision(self.s, rules.approval_step(
-                    call, tool, reviewed.notes, workflow.now(), reviewed.reason,
-                    reviewed.similar_effects))
-        # Why it waited (a condition's words), for the call's audit row.
-        reason = reviewed.reason if reviewed is not None and approval is not None else None
+                    call, tool, reviewed.notes, workflow.now(), waits_because,
+                    reviewed.similar_effects, provenance))
+        # Why it waited (a condition's or the flow rules' words), for the call's audit row.
+        reason = waits_because if approval is not None else None
         if approval is not None:
             rejected = rules.after_review(call.name, approval, loop)
             if rejected is not None and call.id in self.s.steered_calls:
                 rejected = replace(rejected, stop=None)  # the turn ends `steered` instead
             if rejected is not None:
                 self.writes.decisions.append(approval)
-                self._settle(rec, seq, call, rejected, reason)
+                self._settle(rec, seq, call, rejected, reason, provenance)
                 return
         model_call, call = call, ran_call(call, approval)
         if call is not model_call:  # approved with edits: the tool runs with the reviewer's
@@ -202,7 +219,8 @@ class ToolRound:
                 io.ToolExecInput(conversation_id=self.turn.conversation_id,
                                  user_id=self.turn.user_id, service=self.turn.service,
                                  call=model_call, result_seq=seq, approval=approval,
-                                 execution_chain=self.s.chain, approval_reason=reason),
+                                 execution_chain=self.s.chain, approval_reason=reason,
+                                 provenance=provenance),
                 tool.summary or call.name, tool_options(tool))
         except ActivityError as exc:
             if isinstance(exc.cause, CancelledError):
@@ -212,7 +230,7 @@ class ToolRound:
             if approval is not None:  # the call ran under a decision: journal it too
                 self.writes.decisions.append(approval)
             self._settle(rec, seq, call, rules.after_retries(call.name, failure_reason(exc), tool),
-                         reason)
+                         reason, provenance)
             return
         self.open.pop(seq, None)  # the activity wrote the result
         self.s.finish(rec, out.status, out.preview)
@@ -232,15 +250,30 @@ class ToolRound:
             raise TurnStopped(TurnStatus.FAILED, effects.stop, call_id=call.id)
 
     def _settle(self, rec: ToolCallRecord, seq: int, call: ToolCall, how: rules.Settle,
-                approval_reason: str | None = None) -> None:
+                approval_reason: str | None = None,
+                provenance: Provenance | None = None) -> None:
         """Record a call the workflow settled itself; end the turn if the rule says so."""
         self.open.pop(seq, None)
         self.s.finish(rec, how.status, how.text)
-        self.writes.settle(seq, call, how.status, how.text, approval_reason=approval_reason)
+        self.writes.settle(seq, call, how.status, how.text, approval_reason=approval_reason,
+                           provenance=provenance)
         if how.breaker_failure:
             self._breaker(call.name, executed=how.executed, failed=True)
         if how.stop is not None:
             raise TurnStopped(TurnStatus.FAILED, how.stop, call_id=call.id)
+
+    def _refuse(self, rec: ToolCallRecord, seq: int, call: ToolCall,
+                verdict: FlowVerdict) -> None:
+        """A call its information-flow rules refuse: not run, the model told
+        which argument came from where (is_error), audited FLOW_REFUSED with
+        the provenance. No breaker counts it: the tool did not fail."""
+        text = refusal_text(call.name, verdict.reason)
+        self.open.pop(seq, None)
+        self.s.finish(rec, CallStatus.REJECTED, text)
+        self.writes.settle(seq, call, CallStatus.REJECTED, text, audit=AuditStatus.FLOW_REFUSED,
+                           provenance=verdict.provenance)
+        self.s.event("tool_call", f"{call.name} refused by its flow rules: "
+                                  f"{', '.join(verdict.untrusted)} from untrusted content")
 
     async def _after_twin(self, call: ToolCall, tool: ToolSpec | None, seq: int) -> None:
         """An identical call earlier in the same response (a tool the repeat
@@ -315,7 +348,7 @@ class ToolRound:
                                     "consecutive failures")
 
     async def _review(self, call: ToolCall, *, similar: bool = False,
-                      conditional: bool = False) -> io.ReviewedCall:
+                      conditional: bool = False, flow: bool = False) -> io.ReviewedCall:
         """Validate a call before a reviewer sees it (`similar`: and find the
         conversation's earlier effects that look alike), or before the repeat
         breaker compares it (revision 5); for a tool that asks by condition,
@@ -327,7 +360,7 @@ class ToolRound:
             user_id=self.turn.user_id if conditional else "",
             similar=similar and by_meaning,
             workflow_id=workflow.info().workflow_id if by_meaning else "",
-            execution_chain=self.s.chain if by_meaning else "")
+            execution_chain=self.s.chain if by_meaning else "", flow=flow)
         reviewed: io.ReviewedCall = await self.s.activity(
             io.review_call, ask,
             f"review {call.name}", TurnStatus.FAILED, options=listing_options())

@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict
 
 from turnstile.engine.errors import ConfigurationError, ToolArgumentError
 from turnstile.engine.specs import ToolSpec
+from turnstile.runtime import flow_defaults
 from turnstile.runtime.mcp.config import MCPServer
 from turnstile.runtime.mcp.connection import MCPCallLost, MCPConnection, MCPUnavailable, connections
 from turnstile.runtime.mcp.policy import hint_policy
@@ -91,6 +92,9 @@ class MCPTool(Tool):
             heartbeat_seconds=server.heartbeat_seconds,
             summary=f"mcp {server.name}/{info.name}",
         )
+        # A tool the server marks destructive waits for a reviewer: shown where
+        # its text arguments came from (docs/information-flow.md).
+        spec.sensitive = flow_defaults.effective(spec, None)
         return cls(fn=_no_call, spec=spec, args_model=MCPArguments, takes_context=False,
                    server=server, remote_name=info.name, connection=connection,
                    validator=Draft202012Validator(schema))
