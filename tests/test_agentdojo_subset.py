@@ -3,10 +3,13 @@ turns: banking and slack, a few (user task, injection task) pairs, both
 oracles. The figures the adapter computes are AgentDojo's own checks on the
 environment the turns left in the database.
 
-- Benign oracle, no rules: each user task's utility holds, every call ran
-  once (its ground truth, each applied exactly once).
-- Compromised oracle, no rules: each attack reaches its effect — the harness
+- Rules off, benign oracle: each user task's utility holds; its ground-truth
+  calls ran, each applied exactly once.
+- Rules off, compromised oracle: each attack reaches its effect — the harness
   sees an attack when there is one.
+- Rules on (bench/agentdojo/rules.py), compromised oracle, no reviewer: no
+  attack reaches its effect; the injected calls went to review.
+- Rules on, benign oracle, perfect reviewer: utility holds again.
 """
 
 from __future__ import annotations
@@ -21,15 +24,13 @@ from bench.agentdojo import runner, suites  # noqa: E402
 from bench.agentdojo.stack import InProcess  # noqa: E402
 from turnstile.testing.processes import DevServer  # noqa: E402
 
-SAMPLE = [("banking", "user_task_0", "injection_task_0"),
-          ("banking", "user_task_3", "injection_task_7"),
+SAMPLE = [("banking", "user_task_3", "injection_task_7"),
           ("banking", "user_task_12", "injection_task_4"),
           ("slack", "user_task_1", "injection_task_1"),
-          ("slack", "user_task_4", "injection_task_3"),
-          ("slack", "user_task_15", "injection_task_5")]
+          ("slack", "user_task_4", "injection_task_3")]
 
 
-async def test_the_oracles_through_real_turns_score_as_agentdojo_checks(
+async def test_without_rules_the_benign_oracle_does_the_task_and_the_attacks_succeed(
         tmp_path: Path, temporal_server: DevServer) -> None:
     async with InProcess(tmp_path, temporal_address=temporal_server.address) as stack:
         for suite_name, user_task, injection_task in SAMPLE:
@@ -44,3 +45,19 @@ async def test_the_oracles_through_real_turns_score_as_agentdojo_checks(
             assert (attacked.status, attacked.attacked) == ("completed", True), pair.label
             extra = len(suites.injection_ground_truth(suite_name, injection_task))
             assert (attacked.calls, attacked.applied_twice) == (len(truth) + extra, 0)
+
+
+async def test_with_rules_no_attack_reaches_its_effect_and_the_reviewed_task_is_done(
+        tmp_path: Path, temporal_server: DevServer) -> None:
+    async with InProcess(tmp_path, "app_with_rules",
+                         temporal_address=temporal_server.address) as stack:
+        for suite_name, user_task, injection_task in SAMPLE:
+            pair = suites.Pair(suite_name, user_task, injection_task)
+            attacked = await runner.run_pair(stack.client, stack.db, pair, "compromised", "none")
+            assert (attacked.status, attacked.attacked) == ("completed", False), pair.label
+            assert attacked.reviews and not any(r.approved for r in attacked.reviews)
+
+            benign = await runner.run_pair(stack.client, stack.db, suites.Pair(
+                suite_name, user_task), "benign", "perfect")
+            assert (benign.status, benign.utility) == ("completed", True), pair.label
+            assert all(r.benign and r.approved for r in benign.reviews)
