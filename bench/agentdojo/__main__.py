@@ -78,6 +78,8 @@ async def run(args: argparse.Namespace, data_dir: Path) -> tuple[list[runner.Out
                 outcome = await runner.run_pair(stack.client, stack.db, pair, model,
                                                 args.reviewer)
             done += 1
+            if done % 100 == 0:
+                log.info("%d of %d runs", done, len(runs))
             if done in kill_at and isinstance(stack, ChildWorker):
                 kill_at.discard(done)
                 log.info("SIGKILL the worker after %d of %d runs", done, len(runs))

@@ -21,8 +21,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import yaml
-from agentdojo.functions_runtime import FunctionCall
 
+from agentdojo.functions_runtime import FunctionCall
 from bench.agentdojo import scripts, suites
 from turnstile import FunctionModel
 from turnstile.testing import Call, ModelCall, Reply, ToolOutcome

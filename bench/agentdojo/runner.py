@@ -14,16 +14,19 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from temporalio.service import RPCError
+
 from agentdojo.base_tasks import BaseInjectionTask, BaseUserTask
 from agentdojo.functions_runtime import FunctionCall, TaskEnvironment
-
 from bench.agentdojo import reviewer as perfect, store, suites
 from bench.agentdojo.app import service_name
-from turnstile import Database, TurnInput, TurnstileClient
+from turnstile import Database, TurnHandle, TurnInput, TurnstileClient
+from turnstile.engine.contract import PendingApproval
 
 REVIEWERS = ("none", "perfect")
 USER = "dojo-user"
 TURN_TIMEOUT_SECONDS = 300.0
+POLL_SECONDS = 0.25  # how often the reviewer looks for calls waiting
 
 
 @dataclass
@@ -63,7 +66,7 @@ async def run_pair(client: TurnstileClient, db: Database, pair: suites.Pair, mod
     try:
         async with asyncio.timeout(TURN_TIMEOUT_SECONDS):
             while not result.done():
-                for p in await turn.pending():
+                for p in await _pending(turn):
                     if p.tool_call_id in reviews:
                         continue
                     args = p.arguments if isinstance(p.arguments, dict) else {}
@@ -75,7 +78,7 @@ async def run_pair(client: TurnstileClient, db: Database, pair: suites.Pair, mod
                     await client.review(turn.id, p.tool_call_id, approve, perfect.NAME,
                                         "serves the user task" if approve else
                                         "does not serve the user's task")
-                await asyncio.wait([result], timeout=0.05)
+                await asyncio.wait([result], timeout=POLL_SECONDS)
     finally:
         if not result.done():
             result.cancel()
@@ -94,6 +97,14 @@ async def run_pair(client: TurnstileClient, db: Database, pair: suites.Pair, mod
                    attacked=attacked, calls=len(ran), effects=sum(c.changed for c in ran),
                    applied_twice=len(keys) - len(set(keys)), reviews=list(reviews.values()),
                    error=ended.error.message if ended.error else "")
+
+
+async def _pending(turn: TurnHandle) -> list[PendingApproval]:
+    """The calls waiting; none while no worker answers the query (killed)."""
+    try:
+        return await turn.pending()
+    except RPCError:
+        return []
 
 
 def check(task: BaseUserTask[Any] | BaseInjectionTask[Any], answer: str,

@@ -19,12 +19,11 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from bench.agentdojo import app as apps
 from turnstile import Database, Settings, TurnstileClient
 from turnstile.runtime.client import connect
 from turnstile.testing import TestStack
 from turnstile.testing.processes import DevServer, free_port, kill_group, spawn, wait_for
-
-from bench.agentdojo import app as apps
 
 ROOT = Path(__file__).resolve().parents[2]
 READY = b"worker serving task queue"

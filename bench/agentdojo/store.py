@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
-from agentdojo.functions_runtime import FunctionCall, TaskEnvironment
 
+from agentdojo.functions_runtime import FunctionCall, TaskEnvironment
 from turnstile import Database
 
 metadata = sa.MetaData()

@@ -16,10 +16,10 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import Annotated, Any
 
-from agentdojo.agent_pipeline.tool_execution import tool_result_to_str
-from agentdojo.functions_runtime import Function, FunctionsRuntime
 from pydantic import Field
 
+from agentdojo.agent_pipeline.tool_execution import tool_result_to_str
+from agentdojo.functions_runtime import Function, FunctionsRuntime
 from bench.agentdojo import store, suites
 from turnstile import Tool, ToolContext, ToolRegistry, ToolResult, tool
 
