@@ -75,9 +75,10 @@ async def run_pair(client: TurnstileClient, db: Database, pair: suites.Pair, mod
                     # No reviewer: nobody ever approves; the call is refused.
                     approve = reviewer == "perfect" and benign
                     reviews[p.tool_call_id] = Review(p.tool_name, args, benign, approve)
-                    await client.review(turn.id, p.tool_call_id, approve, perfect.NAME,
-                                        "serves the user task" if approve else
-                                        "does not serve the user's task")
+                    note = ("no reviewer" if reviewer == "none" else
+                            "serves the user's task" if approve else
+                            "does not serve the user's task")
+                    await client.review(turn.id, p.tool_call_id, approve, perfect.NAME, note)
                 await asyncio.wait([result], timeout=POLL_SECONDS)
     finally:
         if not result.done():
