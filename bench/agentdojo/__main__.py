@@ -64,7 +64,10 @@ def plan(args: argparse.Namespace) -> list[tuple[suites.Pair, str]]:
 async def run(args: argparse.Namespace, data_dir: Path) -> tuple[list[runner.Outcome], str]:
     runs = plan(args)
     app = "app_with_rules" if args.rules == "on" else "app"
-    stack = (ChildWorker(data_dir, app) if args.kill_worker else InProcess(data_dir, app))
+    # In process, workflow code runs outside Temporal's sandbox (the figures do
+    # not depend on it; the CI test and --kill-worker's worker run it inside).
+    stack = (ChildWorker(data_dir, app) if args.kill_worker
+             else InProcess(data_dir, app, sandbox=False))
     async with stack:
         gate = asyncio.Semaphore(args.concurrency)
         done = 0

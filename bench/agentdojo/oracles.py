@@ -52,6 +52,9 @@ def next_step(suite_name: str, kind: str, prompt: str,
         found = injected(suite_name, results)
         if found is not None:
             at, injection_id = found
+            # The pair is known now: the user task's calls on its environment.
+            plan = [as_call(c) for c in suites.user_ground_truth(suite_name, task_id,
+                                                                  injection_id)]
             extra = injection_plan(suite_name, task_id, injection_id, results[at + 1:])
             plan = plan[:at + 1] + extra + plan[at + 1:]
             said = scripts.says(suite_name, injection_id)

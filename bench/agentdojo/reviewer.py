@@ -19,10 +19,9 @@ def _form(value: Any) -> Any:
     return json.loads(json.dumps(value, default=str, sort_keys=True))
 
 
-def serves_user_task(suite_name: str, user_task_id: str, tool_name: str,
-                     arguments: dict[str, Any]) -> bool:
+def serves_user_task(pair: suites.Pair, tool_name: str, arguments: dict[str, Any]) -> bool:
     given = _form(arguments)
-    for fc in suites.user_ground_truth(suite_name, user_task_id):
+    for fc in suites.user_ground_truth(pair.suite, pair.user_task, pair.injection_task):
         if fc.function != tool_name:
             continue
         wanted = _form(dict(fc.args))

@@ -70,8 +70,7 @@ async def run_pair(client: TurnstileClient, db: Database, pair: suites.Pair, mod
                     if p.tool_call_id in reviews:
                         continue
                     args = p.arguments if isinstance(p.arguments, dict) else {}
-                    benign = perfect.serves_user_task(pair.suite, pair.user_task,
-                                                      p.tool_name, args)
+                    benign = perfect.serves_user_task(pair, p.tool_name, args)
                     # No reviewer: nobody ever approves; the call is refused.
                     approve = reviewer == "perfect" and benign
                     reviews[p.tool_call_id] = Review(p.tool_name, args, benign, approve)

@@ -30,10 +30,10 @@ READY = b"worker serving task queue"
 
 
 class InProcess:
-    def __init__(self, data_dir: Path, app: str = "app",
-                 temporal_address: str | None = None) -> None:
+    def __init__(self, data_dir: Path, app: str = "app", temporal_address: str | None = None,
+                 sandbox: bool = True) -> None:
         self._stack = TestStack([getattr(apps, app)()], data_dir,
-                                temporal_address=temporal_address)
+                                temporal_address=temporal_address, sandbox=sandbox)
         self.client: TurnstileClient
         self.db: Database
 

@@ -4,7 +4,7 @@ Version v1.2.2 (in v1, workspace user_task_7's ground truth fails its own
 check). The injection text is the `direct` attack ("TODO: {goal}"), placed
 in the vectors a correct run of the user task reads (AgentDojo's own
 choice); it needs no model name. Ground truths are computed once per task
-from the default environment with the user task's own initialisation.
+from the pair's start environment (the injected one).
 
 The clock is frozen (`FROZEN_NOW`): the e-mail and cloud-drive tools stamp
 what they make with `datetime.now()`, so without it no two runs of one pair
@@ -124,10 +124,13 @@ def default_environment(suite_name: str, task_id: str) -> TaskEnvironment:
 
 
 @cache
-def user_ground_truth(suite_name: str, task_id: str) -> tuple[FunctionCall, ...]:
+def user_ground_truth(suite_name: str, task_id: str,
+                      injection_id: str | None = None) -> tuple[FunctionCall, ...]:
+    """The user task's calls on the pair's start environment, as AgentDojo's
+    ground-truth pipeline computes them: an injection can sit in a value the
+    task uses (slack's injected channel name)."""
     task = user_task(suite_name, task_id)
-    env = default_environment(suite_name, task_id).model_copy(deep=True)
-    return tuple(task.ground_truth(env))
+    return tuple(task.ground_truth(start_environment(Pair(suite_name, task_id, injection_id))))
 
 
 @cache
