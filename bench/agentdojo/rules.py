@@ -53,7 +53,9 @@ RULES: dict[str, dict[str, dict[str, Any]]] = {
         "create_calendar_event": {"sensitive": {"participants": R}},
         "add_calendar_event_participants": {"sensitive": {"participants": R}},
         "cancel_calendar_event": {"sensitive": {"event_id": R}},
-        "delete_file": {"sensitive": {"file_id": R}},
+        # A file id is a short number ("13"): too short to trace to where it
+        # was read, so every deletion waits for a person.
+        "delete_file": {"requires_approval": True, "sensitive": {"file_id": R}},
         "share_file": {"sensitive": {"file_id": R, "email": R}},
     },
 }
