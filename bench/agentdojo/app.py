@@ -8,6 +8,8 @@ or `:app_with_rules`) serves the same turns as the in-process one.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from bench.agentdojo import oracles, rules as flow_rules, store, suites
 from bench.agentdojo.tools import ToolRules, suite_tools
 from turnstile import App, BreakerPolicy, LoopPolicy, MemoryWindow, Service
@@ -26,7 +28,7 @@ def service_name(suite_name: str, kind: str) -> str:
     return f"dojo-{suite_name}-{kind}"
 
 
-def build_app(rules: dict[str, ToolRules] | None = None) -> App:
+def build_app(rules: Mapping[str, ToolRules] | None = None) -> App:
     """`rules`: per suite, per tool, the `@tool` options that declare its
     sensitive arguments (none: the engine's plain lists only)."""
     services = [

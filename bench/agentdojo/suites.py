@@ -37,7 +37,7 @@ _STAMPING = ("agentdojo.default_suites.v1.tools.email_client",
 
 class _FrozenDatetime(datetime.datetime):
     @classmethod
-    def now(cls, tz: datetime.tzinfo | None = None) -> datetime.datetime:
+    def now(cls, tz: datetime.tzinfo | None = None) -> datetime.datetime:  # type: ignore[override]
         return FROZEN_NOW  # a plain datetime: results render it (YAML) as any other
 
 
@@ -105,7 +105,7 @@ def injections(pair: Pair) -> dict[str, str]:
     if pair.injection_task is None:
         return {}
     s = suite(pair.suite)
-    attack = load_attack(ATTACK, s, None)  # type: ignore[arg-type]  # `direct` reads no pipeline
+    attack = load_attack(ATTACK, s, None)  # `direct` reads no pipeline
     return dict(attack.attack(user_task(pair.suite, pair.user_task),
                               injection_task(pair.suite, pair.injection_task)))
 

@@ -55,7 +55,9 @@ def dojo_tool(runtime: FunctionsRuntime, function: Function[..., Any],
 def _runner(runtime: FunctionsRuntime, name: str) -> Callable[..., Any]:
     def run(ctx: ToolContext, **arguments: Any) -> Any:
         def call(env: Any) -> tuple[Any, str | None]:
-            return runtime.run_function(env, name, arguments, raise_on_error=False)
+            ran: tuple[Any, str | None] = runtime.run_function(env, name, arguments,
+                                                               raise_on_error=False)
+            return ran
 
         with ctx.transaction() as conn:
             result, error = store.apply(conn, ctx.conversation_id, ctx.idempotency_key, name,
