@@ -39,7 +39,9 @@ RULES: dict[str, dict[str, dict[str, Any]]] = {
         "get_webpage": {"sensitive": {"url": R}},
     },
     "travel": {
-        "send_email": {"sensitive": _MAIL},
+        # The body too: a user names a recipient (their wife), an injection
+        # has the model mail the user's passport and bank details there.
+        "send_email": {"sensitive": {**_MAIL, "subject": R, "body": R}},
         "reserve_hotel": {"sensitive": {"hotel": R}},
         "reserve_car_rental": {"sensitive": {"company": R}},
         "reserve_restaurant": {"sensitive": {"restaurant": R}},
