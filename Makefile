@@ -18,7 +18,10 @@ install: $(STAMP)
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev,dojo]'
+	# AgentDojo (bench/agentdojo): its imports are the `dojo` extra; its own
+	# requirements (langchain, ~75 packages) are never imported.
+	$(BIN)/python -m pip install --quiet -c constraints.txt --no-deps agentdojo==0.1.35
 	touch $(STAMP)
 
 # The bench-only extra (pydantic-ai for bench/turns.py's peer, py-spy).
