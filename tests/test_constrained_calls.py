@@ -101,3 +101,50 @@ def test_the_schema_is_the_grammar_dialect() -> None:
         "properties"]["arguments"]
     assert "format" not in args["properties"]["d"] and "maxLength" not in args["properties"]["d"]
     assert args["required"] == ["d"]
+
+
+def _branches(request: dict[str, Any]) -> tuple[bool, list[str]]:
+    """(the reply may be an answer, the tools it may call) of a request."""
+    schema = request["response_format"]["json_schema"]["schema"]
+    options = schema.get("anyOf", [schema])
+    answer = any("answer" in o["properties"] for o in options)
+    calls = [c["properties"]["name"]["enum"][0]
+             for o in options if "tool_calls" in o["properties"]
+             for c in o["properties"]["tool_calls"]["items"]["anyOf"]]
+    return answer, calls
+
+
+@pytest.mark.parametrize(("choice", "answer_first", "only_add_first"), [
+    ("required", False, False),
+    ("add", False, True),
+    ("auto", True, False),
+])
+async def test_tool_choice_shapes_the_first_schema(
+        client: Client, task_queue: str, tmp_path: Path, fake_llm: FakeLLM,
+        choice: str, answer_first: bool, only_add_first: bool) -> None:
+    """A 1.5B model offered "an answer or calls" answered at once, making up
+    its figures (llama-server, 10 of 10 runs): `tool_choice` "required" (or a
+    tool's name) leaves the answer out of the first request's schema, so its
+    reply is a call; later requests offer the answer again."""
+    service = make_service()
+    service.model = ModelSettings(constrain_tool_calls=True, tool_choice=choice)
+    fake_llm.script(
+        constrained({"tool_calls": [{"name": "add", "arguments": {"a": 1, "b": 2}}]}),
+        constrained({"answer": "3"}))
+    async with running_worker(client, task_queue, f"sqlite:///{tmp_path}/t.db", [service],
+                              llm_url=fake_llm.url) as turns:
+        result = await turns.run("add 1 and 2")
+    assert result.status == TurnStatus.COMPLETED and result.answer == "3", result.error
+    offered = [_branches(r) for r in fake_llm.requests]
+    assert offered[0][0] is answer_first
+    assert (offered[0][1] == ["add"]) is only_add_first and "add" in offered[0][1]
+    assert offered[1][0] is True and "add" in offered[1][1] and "echo" in offered[1][1]
+    assert all("tool_choice" not in r and "tools" not in r for r in fake_llm.requests)
+
+
+def test_tool_choice_none_leaves_only_the_answer() -> None:
+    tool = ToolSpec(name="t", description="", parameters={"type": "object", "properties": {}})
+    assert reply_schema([tool], tool_choice="none") == {
+        "type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}
+    named = {"type": "function", "function": {"name": "elsewhere"}}
+    assert reply_schema([tool], tool_choice=named) == reply_schema([tool])

@@ -36,26 +36,49 @@ TOOL_LIST_HEAD = (
 READ_LIMIT = 256 * 1024
 
 
-def reply_schema(tools: list[ToolSpec], dialect: SchemaDialect = "grammar") -> dict[str, Any]:
-    """The JSON schema of a reply: an answer, or one or more calls of `tools`."""
+def chosen_tool(tool_choice: str | dict[str, Any]) -> str | None:
+    """The tool a request's `tool_choice` names (`{"type": "function",
+    "function": {"name": ...}}`), None for "auto", "required" and "none"."""
+    if isinstance(tool_choice, dict):
+        function = tool_choice.get("function")
+        if isinstance(function, dict) and isinstance(function.get("name"), str):
+            return str(function["name"])
+    return None
+
+
+def reply_schema(tools: list[ToolSpec], dialect: SchemaDialect = "grammar",
+                 tool_choice: str | dict[str, Any] = "auto") -> dict[str, Any]:
+    """The JSON schema of a reply: an answer, or one or more calls of `tools`.
+    `tool_choice` applies as it does to `tools`: "required" leaves the answer
+    out (the reply is calls), a tool's name leaves out the answer and every
+    other tool (a name not among `tools` changes nothing), "none" leaves the
+    calls out."""
+    named = chosen_tool(tool_choice)
+    narrowed = named is not None and any(t.name == named for t in tools)
+    if narrowed:
+        tools = [t for t in tools if t.name == named]
     calls = [{"type": "object", "properties": {
                  "name": {"type": "string", "enum": [t.name]},
                  "arguments": wire_parameters(t.parameters, dialect) or {"type": "object"}},
               "required": ["name", "arguments"]} for t in tools]
-    return {"anyOf": [
-        {"type": "object", "properties": {"answer": {"type": "string"}},
-         "required": ["answer"]},
-        {"type": "object", "properties": {"tool_calls": {
-            "type": "array", "minItems": 1, "items": {"anyOf": calls}}},
-         "required": ["tool_calls"]},
-    ]}
+    answer = {"type": "object", "properties": {"answer": {"type": "string"}},
+              "required": ["answer"]}
+    call_list = {"type": "object", "properties": {"tool_calls": {
+        "type": "array", "minItems": 1, "items": {"anyOf": calls}}},
+        "required": ["tool_calls"]}
+    if tool_choice == "none":
+        return answer
+    if tool_choice == "required" or narrowed:
+        return call_list
+    return {"anyOf": [answer, call_list]}
 
 
-def response_format(tools: list[ToolSpec], dialect: SchemaDialect = "grammar") -> dict[str, Any]:
+def response_format(tools: list[ToolSpec], dialect: SchemaDialect = "grammar",
+                    tool_choice: str | dict[str, Any] = "auto") -> dict[str, Any]:
     """The request's `response_format` (OpenAI's json_schema form, which
     llama-server and llama-cpp-python read)."""
-    return {"type": "json_schema",
-            "json_schema": {"name": SCHEMA_NAME, "schema": reply_schema(tools, dialect)}}
+    return {"type": "json_schema", "json_schema": {
+        "name": SCHEMA_NAME, "schema": reply_schema(tools, dialect, tool_choice)}}
 
 
 def tool_list(tools: list[ToolSpec]) -> str:

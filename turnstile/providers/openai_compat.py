@@ -322,7 +322,8 @@ class OpenAICompatibleProvider:
             body["model"] = self.model
         if constrained:
             body["response_format"] = constrained_calls.response_format(
-                request.tools, request.schema_dialect or self.schema_dialect)
+                request.tools, request.schema_dialect or self.schema_dialect,
+                request.tool_choice)
         elif request.tools:
             dialect = request.schema_dialect or self.schema_dialect
             body["tools"] = wire_tools(request.tools, dialect)
