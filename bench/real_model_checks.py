@@ -7,11 +7,11 @@ Two verdicts per run, both strict:
 - **did the job**: the turn ended `completed`; querySalesData was called with
   minAmount 50,000 (its dates may be wrong); exactly one mail went out, to
   ops@example.com; the answer names every customer the model's own query
-  found (at least one), by name.
+  found (at least one), by name or by id.
 - **did it exactly**: did the job, and the query's dates were last week's
   (Monday..Sunday), and the customers named — in the answer and in the mail —
-  are exactly the ones the right query finds: all of them, and no other
-  customer of the database."""
+  are exactly the ones the right query finds, by name: all of them, and no
+  other customer of the database."""
 
 from __future__ import annotations
 
@@ -110,19 +110,21 @@ def query_args_right(args: Any, today: date) -> bool:
             and amount_right(args))
 
 
-def customers_found(stack: TestStack, start: date, end: date, today: date) -> list[str]:
+def customers_found(stack: TestStack, start: date, end: date,
+                    today: date) -> list[tuple[str, str]]:
+    """(name, id) of each customer the query finds."""
     with stack.db.connect(readonly=True) as conn:
         found = run_sales_query(conn, start, end, THRESHOLD, today=today)
-    return [r.customerName for r in found.salesRecords]
+    return [(r.customerName, r.customerId) for r in found.salesRecords]
 
 
 def expected_customers(stack: TestStack, today: date) -> list[str]:
-    return customers_found(stack, *last_week(today), today)
+    return [name for name, _ in customers_found(stack, *last_week(today), today)]
 
 
-def own_query_customers(stack: TestStack, args: Any, today: date) -> list[str]:
-    """The customers the model's own querySalesData call found ([] when its
-    arguments do not make a query)."""
+def own_query_customers(stack: TestStack, args: Any, today: date) -> list[tuple[str, str]]:
+    """(name, id) of the customers the model's own querySalesData call found
+    ([] when its arguments do not make a query)."""
     if not isinstance(args, dict):
         return []
     try:
@@ -230,7 +232,7 @@ async def inspect_run(stack: TestStack, server: str, run: int, result: Any, work
     one_mail_to_ops = len(mails) == 1 and RECIPIENT in str(mails[0]["To"])
     record.did_job = (record.ending == "completed" and bool(queries)
                       and amount_right(queries[0]) and one_mail_to_ops and bool(own)
-                      and named_in(answer, own) == set(own))
+                      and all(named_in(answer, pair) for pair in own))
     if one_mail_to_ops:
         body = f"{mails[0]['Subject']}\n{_body(mails[0])}"
         record.mail_names_exactly = (named_in(body, truth) == truth
