@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from temporalio.client import Client
 
-from tests.support.fake_llm import FakeLLM, text_reply
+from tests.support.fake_llm import FakeLLM, Raw, text_reply
 from tests.support.services import make_service
 from tests.support.turns import running_worker
 from turnstile.engine.constrained_calls import SCHEMA_NAME, read_reply, reply_schema
@@ -148,3 +148,25 @@ def test_tool_choice_none_leaves_only_the_answer() -> None:
         "type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}
     named = {"type": "function", "function": {"name": "elsewhere"}}
     assert reply_schema([tool], tool_choice=named) == reply_schema([tool])
+
+
+PEG_500 = ('{"error":{"code":500,"message":"The model produced output that does not match '
+           'the expected peg-native format","type":"server_error"}}')
+
+
+async def test_a_reply_the_server_cannot_parse_ends_the_turn_at_once(
+        client: Client, task_queue: str, tmp_path: Path, fake_llm: FakeLLM) -> None:
+    """llama-server's 500 for output its parser cannot read (a constrained
+    reply cut at max_tokens) is `ModelOutputUnparsed`: one request, the turn
+    `failed` naming the server's message; not a 5xx outage retried for the
+    model call's retry window."""
+    service = make_service()
+    service.model = ModelSettings(constrain_tool_calls=True)
+    fake_llm.script(Raw(500, PEG_500), constrained({"answer": "never asked"}))
+    async with running_worker(client, task_queue, f"sqlite:///{tmp_path}/t.db", [service],
+                              llm_url=fake_llm.url) as turns:
+        result = await turns.run("add 1 and 2")
+    assert result.status == TurnStatus.FAILED
+    assert result.error is not None and result.error.type == "ModelOutputUnparsed"
+    assert "peg-native format" in result.error.message
+    assert len(fake_llm.requests) == 1
