@@ -170,3 +170,30 @@ async def test_a_reply_the_server_cannot_parse_ends_the_turn_at_once(
     assert result.error is not None and result.error.type == "ModelOutputUnparsed"
     assert "peg-native format" in result.error.message
     assert len(fake_llm.requests) == 1
+
+
+@pytest.mark.parametrize("constrain", [True, False])
+async def test_one_call_per_reply(client: Client, task_queue: str, tmp_path: Path,
+                                  fake_llm: FakeLLM, constrain: bool) -> None:
+    """`parallel_tool_calls=False`: constrained, the schema allows one call
+    per reply (a 1.5B model wrote the query and the e-mail in one reply, the
+    e-mail's body a template, before any result was known); with `tools`,
+    the request says `parallel_tool_calls: false`. The default sends neither."""
+    for parallel in (False, True):
+        fake_llm.reset()
+        service = make_service()
+        service.model = ModelSettings(constrain_tool_calls=constrain, parallel_tool_calls=parallel)
+        fake_llm.script(constrained({"answer": "3"}))
+        async with running_worker(client, task_queue, f"sqlite:///{tmp_path}/t{parallel}.db",
+                                  [service], llm_url=fake_llm.url) as turns:
+            result = await turns.run("add 1 and 2")
+        assert result.status == TurnStatus.COMPLETED, result.error
+        request = fake_llm.requests[0]
+        if constrain:
+            schema = request["response_format"]["json_schema"]["schema"]
+            calls = next(o for o in schema["anyOf"] if "tool_calls" in o["properties"])
+            assert calls["properties"]["tool_calls"].get("maxItems") == (None if parallel else 1)
+        else:
+            assert request.get("parallel_tool_calls", True) is parallel
+    assert ModelSettings().model_dump() == ModelSettings(parallel_tool_calls=True).model_dump()
+    assert "parallel_tool_calls" not in ModelSettings().model_dump()

@@ -47,12 +47,14 @@ def chosen_tool(tool_choice: str | dict[str, Any]) -> str | None:
 
 
 def reply_schema(tools: list[ToolSpec], dialect: SchemaDialect = "grammar",
-                 tool_choice: str | dict[str, Any] = "auto") -> dict[str, Any]:
+                 tool_choice: str | dict[str, Any] = "auto", *,
+                 one_call: bool = False) -> dict[str, Any]:
     """The JSON schema of a reply: an answer, or one or more calls of `tools`.
     `tool_choice` applies as it does to `tools`: "required" leaves the answer
     out (the reply is calls), a tool's name leaves out the answer and every
     other tool (a name not among `tools` changes nothing), "none" leaves the
-    calls out."""
+    calls out. `one_call` (`ModelSettings.parallel_tool_calls=False`): at most
+    one call per reply."""
     named = chosen_tool(tool_choice)
     narrowed = named is not None and any(t.name == named for t in tools)
     if narrowed:
@@ -63,9 +65,11 @@ def reply_schema(tools: list[ToolSpec], dialect: SchemaDialect = "grammar",
               "required": ["name", "arguments"]} for t in tools]
     answer = {"type": "object", "properties": {"answer": {"type": "string"}},
               "required": ["answer"]}
-    call_list = {"type": "object", "properties": {"tool_calls": {
-        "type": "array", "minItems": 1, "items": {"anyOf": calls}}},
-        "required": ["tool_calls"]}
+    items: dict[str, Any] = {"type": "array", "minItems": 1, "items": {"anyOf": calls}}
+    if one_call:
+        items["maxItems"] = 1
+    call_list = {"type": "object", "properties": {"tool_calls": items},
+                 "required": ["tool_calls"]}
     if tool_choice == "none":
         return answer
     if tool_choice == "required" or narrowed:
@@ -74,11 +78,13 @@ def reply_schema(tools: list[ToolSpec], dialect: SchemaDialect = "grammar",
 
 
 def response_format(tools: list[ToolSpec], dialect: SchemaDialect = "grammar",
-                    tool_choice: str | dict[str, Any] = "auto") -> dict[str, Any]:
+                    tool_choice: str | dict[str, Any] = "auto", *,
+                    one_call: bool = False) -> dict[str, Any]:
     """The request's `response_format` (OpenAI's json_schema form, which
     llama-server and llama-cpp-python read)."""
     return {"type": "json_schema", "json_schema": {
-        "name": SCHEMA_NAME, "schema": reply_schema(tools, dialect, tool_choice)}}
+        "name": SCHEMA_NAME, "schema": reply_schema(tools, dialect, tool_choice,
+                                                    one_call=one_call)}}
 
 
 def tool_list(tools: list[ToolSpec]) -> str:

@@ -330,11 +330,13 @@ class OpenAICompatibleProvider:
         if constrained:
             body["response_format"] = constrained_calls.response_format(
                 request.tools, request.schema_dialect or self.schema_dialect,
-                request.tool_choice)
+                request.tool_choice, one_call=not request.parallel_tool_calls)
         elif request.tools:
             dialect = request.schema_dialect or self.schema_dialect
             body["tools"] = wire_tools(request.tools, dialect)
             body["tool_choice"] = request.tool_choice
+            if not request.parallel_tool_calls:
+                body["parallel_tool_calls"] = False
         if request.response_format:
             body["response_format"] = request.response_format
         if request.max_tokens is not None:
