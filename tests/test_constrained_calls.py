@@ -18,7 +18,7 @@ from temporalio.client import Client
 from tests.support.fake_llm import FakeLLM, Raw, text_reply
 from tests.support.services import make_service
 from tests.support.turns import running_worker
-from turnstile.engine.constrained_calls import SCHEMA_NAME, read_reply, reply_schema
+from turnstile.engine.constrained_calls import read_reply, reply_schema
 from turnstile.engine.contract import CallStatus, TurnStatus
 from turnstile.engine.model_settings import ModelSettings
 from turnstile.engine.specs import ToolSpec
@@ -50,8 +50,9 @@ async def test_calls_and_the_answer_travel_as_the_constrained_schema(
     first = fake_llm.requests[0]
     assert "tools" not in first and "tool_choice" not in first
     fmt = first["response_format"]
-    assert fmt["type"] == "json_schema" and fmt["json_schema"]["name"] == SCHEMA_NAME
-    calls = fmt["json_schema"]["schema"]["anyOf"][1]["properties"]["tool_calls"]["items"]["anyOf"]
+    # The form llama-cpp-python's server reads (it refuses "json_schema").
+    assert fmt["type"] == "json_object" and set(fmt) == {"type", "schema"}
+    calls = fmt["schema"]["anyOf"][1]["properties"]["tool_calls"]["items"]["anyOf"]
     names = [c["properties"]["name"]["enum"][0] for c in calls]
     assert "add" in names and "echo" in names
     add = calls[names.index("add")]["properties"]["arguments"]
@@ -105,7 +106,7 @@ def test_the_schema_is_the_grammar_dialect() -> None:
 
 def _branches(request: dict[str, Any]) -> tuple[bool, list[str]]:
     """(the reply may be an answer, the tools it may call) of a request."""
-    schema = request["response_format"]["json_schema"]["schema"]
+    schema = request["response_format"]["schema"]
     options = schema.get("anyOf", [schema])
     answer = any("answer" in o["properties"] for o in options)
     calls = [c["properties"]["name"]["enum"][0]
@@ -190,7 +191,7 @@ async def test_one_call_per_reply(client: Client, task_queue: str, tmp_path: Pat
         assert result.status == TurnStatus.COMPLETED, result.error
         request = fake_llm.requests[0]
         if constrain:
-            schema = request["response_format"]["json_schema"]["schema"]
+            schema = request["response_format"]["schema"]
             calls = next(o for o in schema["anyOf"] if "tool_calls" in o["properties"])
             assert calls["properties"]["tool_calls"].get("maxItems") == (None if parallel else 1)
         else:

@@ -29,7 +29,7 @@ from tests.support.llama_server import (
     LlamaServer,
     write_tiny_model,
 )
-from turnstile.engine.constrained_calls import SCHEMA_NAME, read_reply
+from turnstile.engine.constrained_calls import read_reply
 from turnstile.engine.errors import ModelOutputUnparsed, ModelRequestRejected
 from turnstile.engine.messages import ChatMessage
 from turnstile.engine.specs import ToolSpec
@@ -173,14 +173,19 @@ async def test_the_constrained_reply_schema_compiles_and_constrains(
     assert llama.alive(), llama.output()[-2000:]
 
 
-def test_the_server_constrains_by_the_response_format(llama: LlamaServer) -> None:
+@pytest.mark.parametrize("form", ["json_object", "json_schema"])
+def test_the_server_constrains_by_the_response_format(llama: LlamaServer, form: str) -> None:
     """The server does compile `response_format`'s schema (a pass above means
     something): one it cannot compile is refused, and under a one-value schema
-    the reply is that value (or its start, when cut at max_tokens)."""
+    the reply is that value (or its start, when cut at max_tokens). In both
+    forms: `{"type": "json_object", "schema": ...}`, which the provider sends
+    (llama-cpp-python reads only that one), and OpenAI's json_schema."""
     def post(schema: dict[str, Any]) -> httpx.Response:
+        fmt: dict[str, Any] = {"type": "json_object", "schema": schema}
+        if form == "json_schema":
+            fmt = {"type": "json_schema", "json_schema": {"name": "reply", "schema": schema}}
         body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 200,
-                "response_format": {"type": "json_schema",
-                                    "json_schema": {"name": SCHEMA_NAME, "schema": schema}}}
+                "response_format": fmt}
         return httpx.post(f"{llama.url}/chat/completions", json=body, timeout=60)
 
     refused = post(note_schema(maxLength=2000))
@@ -209,7 +214,7 @@ def test_output_the_server_cannot_parse_is_unparsed_output(
     body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 100,
             "temperature": 0, "logit_bias": [[EOS, -100]],
             "response_format": {"type": "json_schema",
-                                "json_schema": {"name": SCHEMA_NAME, "schema": schema}}}
+                                "json_schema": {"name": "reply", "schema": schema}}}
     # A server of its own: the module's answers at once (n_predict 1).
     server = LlamaServer(llama.model, tmp_path / "llama-server.log", n_predict=100)
     try:

@@ -1,8 +1,8 @@
 """Constrained tool calls (`ModelSettings.constrain_tool_calls`):
 for a server that constrains its output to a JSON schema (llama.cpp's
-llama-server and llama-cpp-python compile `response_format`'s schema into a
-grammar), the request asks for "one of these tool calls, or a final answer"
-instead of offering `tools`:
+llama-server and llama-cpp-python compile `response_format`'s schema, in the
+json_object form both read, into a grammar), the request asks for "one of
+these tool calls, or a final answer" instead of offering `tools`:
 
     {"answer": "..."}
     {"tool_calls": [{"name": "querySalesData", "arguments": {...}}, ...]}
@@ -28,7 +28,6 @@ from turnstile.engine.model_settings import SchemaDialect
 from turnstile.engine.schema_dialect import wire_parameters
 from turnstile.engine.specs import ToolSpec
 
-SCHEMA_NAME = "tool_calls_or_answer"
 TOOL_LIST_HEAD = (
     "Reply with JSON only: {\"answer\": \"...\"} to answer the user, or {\"tool_calls\": "
     "[{\"name\": TOOL, \"arguments\": {...}}]} to call tools. The tools:")
@@ -80,11 +79,13 @@ def reply_schema(tools: list[ToolSpec], dialect: SchemaDialect = "grammar",
 def response_format(tools: list[ToolSpec], dialect: SchemaDialect = "grammar",
                     tool_choice: str | dict[str, Any] = "auto", *,
                     one_call: bool = False) -> dict[str, Any]:
-    """The request's `response_format` (OpenAI's json_schema form, which
-    llama-server and llama-cpp-python read)."""
-    return {"type": "json_schema", "json_schema": {
-        "name": SCHEMA_NAME, "schema": reply_schema(tools, dialect, tool_choice,
-                                                    one_call=one_call)}}
+    """The request's `response_format`: `{"type": "json_object", "schema":
+    ...}`, the form both llama.cpp servers constrain by. llama-cpp-python
+    0.3.36's server refuses OpenAI's `{"type": "json_schema", ...}` (a 500:
+    "Input should be 'text' or 'json_object'", measured); llama-server reads
+    both alike (tests/test_grammar_conformance.py)."""
+    return {"type": "json_object",
+            "schema": reply_schema(tools, dialect, tool_choice, one_call=one_call)}
 
 
 def tool_list(tools: list[ToolSpec]) -> str:
