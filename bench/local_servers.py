@@ -21,6 +21,7 @@ Everything lands under the cache (TURNSTILE_BENCH_CACHE, default
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -161,8 +162,13 @@ class ModelServer:
         deadline = time.monotonic() + timeout
         while not self._ready():
             if self.proc.poll() is not None or time.monotonic() > deadline:
+                code = self.proc.poll()
                 self.stop()
-                raise RuntimeError(f"{self.kind} did not start: {self.tail()}")
+                why = "timed out" if code is None else f"exited with {code}"
+                if code == -signal.SIGILL:
+                    why += (" (SIGILL: its CPU code uses an instruction this CPU lacks; "
+                            "docs/local-models.md, host requirements)")
+                raise RuntimeError(f"{self.kind} did not start: {why}: {self.tail()}")
             time.sleep(0.5)
 
     def _ready(self) -> bool:
