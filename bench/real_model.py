@@ -199,10 +199,13 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--json", type=Path, default=None, help="write every run's record here")
     parser.add_argument("--table", type=Path, nargs="+", default=None, metavar="JSON",
-                        help="only print the totals of runs kept by --json (no run)")
+                        help="only print the totals of runs kept by --json, a row per file "
+                             "(no run)")
     args = parser.parse_args()
     if args.table:
-        print_totals([RunRecord(**r) for path in args.table for r in json.loads(path.read_text())])
+        # One row per file, named by it.
+        print_totals([RunRecord(**{**r, "server": path.stem})
+                      for path in args.table for r in json.loads(path.read_text())])
         return
     settings = {}
     for item in args.set:

@@ -39,7 +39,7 @@ THRESHOLD = Decimal(50_000)
 RECIPIENT = "ops@example.com"
 # The flags: what must not happen ("Done when").
 REFUSED, CRASH, RETRIED, EMPTY, TWICE, HUNG = (
-    "refused-for-schema", "server-crash", "retried-beyond-bound", "completed-empty",
+    "refused", "server-crash", "retried-beyond-bound", "completed-empty",
     "mail-sent-twice", "hung")
 MORE_MAIL = "more-than-one-mail"  # different mails: not the demo, not a repeat either
 # `completed` with an answer that is a tool call written as text (JSON naming
@@ -239,8 +239,9 @@ async def inspect_run(stack: TestStack, server: str, run: int, result: Any, work
                                      and not named_in(body, all_customers(stack) - truth))
     record.exact = (record.did_job and bool(record.query_args_right)
                     and named == len(truth) > 0 and not others and record.mail_names_exactly)
-    if result is not None and result.error is not None and \
-            result.error.type == "ModelRequestRejected" and "grammar" in result.error.message:
+    if result is not None and result.error is not None and (
+            result.error.type == "ModelServerRefused"
+            or result.error.type == "ModelRequestRejected" and "grammar" in result.error.message):
         record.flags.append(REFUSED)
     if crash:
         record.flags.append(CRASH)
