@@ -198,3 +198,25 @@ async def test_one_call_per_reply(client: Client, task_queue: str, tmp_path: Pat
             assert request.get("parallel_tool_calls", True) is parallel
     assert ModelSettings().model_dump() == ModelSettings(parallel_tool_calls=True).model_dump()
     assert "parallel_tool_calls" not in ModelSettings().model_dump()
+
+
+async def test_tool_choice_for_two_rounds(client: Client, task_queue: str, tmp_path: Path,
+                                          fake_llm: FakeLLM) -> None:
+    """`tool_choice_rounds=2`: the first two requests of the turn leave the
+    answer out (a 1.5B model answered after the query, inventing the
+    e-mail's taskId, instead of calling createEmailTask); the third offers it."""
+    service = make_service()
+    service.model = ModelSettings(constrain_tool_calls=True, tool_choice="required",
+                                  tool_choice_rounds=2)
+    fake_llm.script(
+        constrained({"tool_calls": [{"name": "add", "arguments": {"a": 1, "b": 2}}]}),
+        constrained({"tool_calls": [{"name": "echo", "arguments": {"text": "3"}}]}),
+        constrained({"answer": "3"}))
+    async with running_worker(client, task_queue, f"sqlite:///{tmp_path}/t.db", [service],
+                              llm_url=fake_llm.url) as turns:
+        result = await turns.run("add 1 and 2, then echo it")
+    assert result.status == TurnStatus.COMPLETED and result.answer == "3", result.error
+    assert [_branches(r)[0] for r in fake_llm.requests] == [False, False, True]
+    assert "tool_choice_rounds" not in ModelSettings().model_dump()
+    with pytest.raises(ValueError):
+        ModelSettings(tool_choice_rounds=0)
