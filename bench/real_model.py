@@ -160,8 +160,9 @@ async def bench_server(kind: str, model: Path, args: argparse.Namespace,
 
 def print_totals(records: list[RunRecord]) -> None:
     print("\nserver | runs | query args right | mail to ops (runs) | mails sent | "
-          "answer names customers | did the job | did it exactly | endings | flagged")
-    print("---|---|---|---|---|---|---|---|---|---")
+          "answer names customers | did the job | did it exactly | the mail lists them | endings | "
+          "flagged")
+    print("---|---|---|---|---|---|---|---|---|---|---")
     for row in summary_rows(records):
         print(" | ".join(row))
     flags = Counter(f for r in records for f in r.flags)

@@ -9,9 +9,13 @@ Two verdicts per run, both strict:
   ops@example.com; the answer names every customer the model's own query
   found (at least one), by name or by id.
 - **did it exactly**: did the job, and the query's dates were last week's
-  (Monday..Sunday), and the customers named — in the answer and in the mail —
-  are exactly the ones the right query finds, by name: all of them, and no
-  other customer of the database."""
+  (Monday..Sunday), and the customers the answer names are exactly the ones
+  the right query finds, by name: all of them, and no other customer of the
+  database (`exactly`).
+
+Beside them, **the mail lists them**: the one mail names exactly those
+customers too (`mail_names_exactly`); a small model often writes the mail as
+a letter to one customer or as a template."""
 
 from __future__ import annotations
 
@@ -237,8 +241,7 @@ async def inspect_run(stack: TestStack, server: str, run: int, result: Any, work
         body = f"{mails[0]['Subject']}\n{_body(mails[0])}"
         record.mail_names_exactly = (named_in(body, truth) == truth
                                      and not named_in(body, all_customers(stack) - truth))
-    record.exact = (record.did_job and bool(record.query_args_right)
-                    and named == len(truth) > 0 and not others and record.mail_names_exactly)
+    record.exact = exactly(record)
     if result is not None and result.error is not None and (
             result.error.type == "ModelServerRefused"
             or result.error.type == "ModelRequestRejected" and "grammar" in result.error.message):
@@ -261,6 +264,12 @@ async def inspect_run(stack: TestStack, server: str, run: int, result: Any, work
     return record
 
 
+def exactly(r: RunRecord) -> bool:
+    """Did it exactly (the module's docstring), from a record's fields."""
+    return (r.did_job and bool(r.query_args_right) and r.others_named == 0
+            and r.customers_named == r.customers_expected > 0)
+
+
 def _body(mail: EmailMessage) -> str:
     part = mail.get_body(preferencelist=("plain",))
     return "" if part is None else str(part.get_content())
@@ -279,7 +288,8 @@ def summary_rows(records: list[RunRecord]) -> list[list[str]]:
             str(sum(r.mails for r in mine)),
             f"{sum(1 for r in mine if r.customers_named == r.customers_expected > 0)}/{len(mine)}",
             f"{sum(1 for r in mine if r.did_job)}/{len(mine)}",
-            f"{sum(1 for r in mine if r.exact)}/{len(mine)}",
+            f"{sum(1 for r in mine if exactly(r))}/{len(mine)}",
+            f"{sum(1 for r in mine if r.mail_names_exactly)}/{len(mine)}",
             ", ".join(f"{k} {v}" for k, v in endings.most_common()),
             ", ".join(f"{k} {v}" for k, v in flags.most_common()) or "none",
         ])
