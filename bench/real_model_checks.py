@@ -1,6 +1,21 @@
 """What bench/real_model.py checks of one run: the turn's calls, the mail the
 SMTP server received, the answer against the query's truth, the model-call
-attempts in the turn's history, and the flags for what must not happen."""
+attempts in the turn's history, and the flags for what must not happen.
+
+Two verdicts per run, both strict:
+
+- **did the job**: the turn ended `completed`; querySalesData was called with
+  minAmount 50,000 (its dates may be wrong); exactly one mail went out, to
+  ops@example.com; the answer names every customer the model's own query
+  found (at least one), by name or by id.
+- **did it exactly**: did the job, and the query's dates were last week's
+  (Monday..Sunday), and the customers the answer names are exactly the ones
+  the right query finds, by name: all of them, and no other customer of the
+  database (`exactly`).
+
+Beside them, **the mail lists them**: the one mail names exactly those
+customers too (`mail_names_exactly`); a small model often writes the mail as
+a letter to one customer or as a template."""
 
 from __future__ import annotations
 
@@ -17,9 +32,10 @@ from typing import Any
 import sqlalchemy as sa
 from temporalio.api.enums.v1 import EventType
 
+from turnstile.engine import attributes as attr
 from turnstile.engine.activity_io import CALL_MODEL
 from turnstile.sales.query import run_sales_query
-from turnstile.sales.schema import email_task
+from turnstile.sales.schema import email_task, sales_record
 from turnstile.sales.seed import last_week
 from turnstile.testing import TestStack
 
@@ -27,7 +43,7 @@ THRESHOLD = Decimal(50_000)
 RECIPIENT = "ops@example.com"
 # The flags: what must not happen ("Done when").
 REFUSED, CRASH, RETRIED, EMPTY, TWICE, HUNG = (
-    "refused-for-schema", "server-crash", "retried-beyond-bound", "completed-empty",
+    "refused", "server-crash", "retried-beyond-bound", "completed-empty",
     "mail-sent-twice", "hung")
 MORE_MAIL = "more-than-one-mail"  # different mails: not the demo, not a repeat either
 # `completed` with an answer that is a tool call written as text (JSON naming
@@ -56,6 +72,11 @@ class RunRecord:
     answer: str
     error: str = ""
     flags: list[str] = field(default_factory=list)
+    did_job: bool = False
+    exact: bool = False
+    others_named: int = 0  # customers of the database named in the answer, not the query's
+    mail_names_exactly: bool = False  # the mail names the right customers, no other
+    replies: list[str] = field(default_factory=list)  # every assistant reply (300 chars each)
 
     def line(self) -> str:
         args = {None: "not called", True: "right", False: f"WRONG {self.query_args}"}
@@ -66,6 +87,8 @@ class RunRecord:
                 f"{self.customers_named}/{self.customers_expected} customers; model attempts "
                 f"max {self.max_model_attempts}"
                 + (f"; error {self.error[:200]}" if self.error else "")
+                + f"; did the job {'yes' if self.did_job else 'no'}, exactly "
+                f"{'yes' if self.exact else 'no'}"
                 + f"; flags {', '.join(self.flags) or 'none'}\n    answer: "
                 + json.dumps(self.answer[:300]))
 
@@ -73,23 +96,69 @@ class RunRecord:
         return asdict(self)
 
 
-def query_args_right(args: Any, today: date) -> bool:
+def amount_right(args: Any) -> bool:
     if not isinstance(args, dict):
         return False
-    start, end = last_week(today)
     try:
         amount = Decimal(str(args.get("minAmount")).replace(",", ""))
     except InvalidOperation:
         return False
+    return amount == THRESHOLD
+
+
+def query_args_right(args: Any, today: date) -> bool:
+    if not isinstance(args, dict):
+        return False
+    start, end = last_week(today)
     return (args.get("startDate") == start.isoformat() and args.get("endDate") == end.isoformat()
-            and amount == THRESHOLD)
+            and amount_right(args))
+
+
+def customers_found(stack: TestStack, start: date, end: date,
+                    today: date) -> list[tuple[str, str]]:
+    """(name, id) of each customer the query finds."""
+    with stack.db.connect(readonly=True) as conn:
+        found = run_sales_query(conn, start, end, THRESHOLD, today=today)
+    return [(r.customerName, r.customerId) for r in found.salesRecords]
 
 
 def expected_customers(stack: TestStack, today: date) -> list[str]:
-    start, end = last_week(today)
+    return [name for name, _ in customers_found(stack, *last_week(today), today)]
+
+
+def own_query_customers(stack: TestStack, args: Any, today: date) -> list[tuple[str, str]]:
+    """(name, id) of the customers the model's own querySalesData call found
+    ([] when its arguments do not make a query)."""
+    if not isinstance(args, dict):
+        return []
+    try:
+        start = date.fromisoformat(str(args.get("startDate")))
+        end = date.fromisoformat(str(args.get("endDate")))
+        return customers_found(stack, start, end, today)
+    except ValueError:  # not dates, or a period the tool refuses
+        return []
+
+
+def all_customers(stack: TestStack) -> set[str]:
     with stack.db.connect(readonly=True) as conn:
-        found = run_sales_query(conn, start, end, THRESHOLD, today=today)
-    return [r.customerName for r in found.salesRecords]
+        return set(conn.sa.execute(sa.select(sales_record.c.customer_name).distinct()).scalars())
+
+
+def named_in(text: str, names: Any) -> set[str]:
+    low = text.lower()
+    return {n for n in names if n.lower() in low}
+
+
+def replies_of(stack: TestStack, conversation: str, workflow_id: str) -> list[str]:
+    """Each assistant reply of the turn: its text, or its calls."""
+    out = []
+    for m in stack.memory(conversation):
+        if m.role != "assistant" or m.attributes.get(attr.WORKFLOW_ID) not in (
+                None, workflow_id):
+            continue
+        calls = "; ".join(f"{c.name}({c.arguments})" for c in m.tool_calls or [])
+        out.append(((m.content or "") + (f" [calls {calls}]" if calls else ""))[:300])
+    return out
 
 
 async def mail_settled(stack: TestStack, timeout: float = 30) -> None:
@@ -158,9 +227,24 @@ async def inspect_run(stack: TestStack, server: str, run: int, result: Any, work
         query_args=queries[0] if queries and isinstance(queries[0], dict) else None,
         mails=len(mails), mail_to_ops=any(RECIPIENT in str(m["To"]) for m in mails),
         customers_named=named, customers_expected=len(expected),
-        max_model_attempts=attempts, answer=answer, error=error)
-    if result is not None and result.error is not None and \
-            result.error.type == "ModelRequestRejected" and "grammar" in result.error.message:
+        max_model_attempts=attempts, answer=answer, error=error,
+        replies=replies_of(stack, conversation, workflow_id))
+    truth = set(expected)
+    others = named_in(answer, all_customers(stack) - truth)
+    record.others_named = len(others)
+    own = own_query_customers(stack, queries[0], today) if queries else []
+    one_mail_to_ops = len(mails) == 1 and RECIPIENT in str(mails[0]["To"])
+    record.did_job = (record.ending == "completed" and bool(queries)
+                      and amount_right(queries[0]) and one_mail_to_ops and bool(own)
+                      and all(named_in(answer, pair) for pair in own))
+    if one_mail_to_ops:
+        body = f"{mails[0]['Subject']}\n{_body(mails[0])}"
+        record.mail_names_exactly = (named_in(body, truth) == truth
+                                     and not named_in(body, all_customers(stack) - truth))
+    record.exact = exactly(record)
+    if result is not None and result.error is not None and (
+            result.error.type == "ModelServerRefused"
+            or result.error.type == "ModelRequestRejected" and "grammar" in result.error.message):
         record.flags.append(REFUSED)
     if crash:
         record.flags.append(CRASH)
@@ -180,6 +264,12 @@ async def inspect_run(stack: TestStack, server: str, run: int, result: Any, work
     return record
 
 
+def exactly(r: RunRecord) -> bool:
+    """Did it exactly (the module's docstring), from a record's fields."""
+    return (r.did_job and bool(r.query_args_right) and r.others_named == 0
+            and r.customers_named == r.customers_expected > 0)
+
+
 def _body(mail: EmailMessage) -> str:
     part = mail.get_body(preferencelist=("plain",))
     return "" if part is None else str(part.get_content())
@@ -197,6 +287,9 @@ def summary_rows(records: list[RunRecord]) -> list[list[str]]:
             f"{sum(1 for r in mine if r.mail_to_ops)}/{len(mine)}",
             str(sum(r.mails for r in mine)),
             f"{sum(1 for r in mine if r.customers_named == r.customers_expected > 0)}/{len(mine)}",
+            f"{sum(1 for r in mine if r.did_job)}/{len(mine)}",
+            f"{sum(1 for r in mine if exactly(r))}/{len(mine)}",
+            f"{sum(1 for r in mine if r.mail_names_exactly)}/{len(mine)}",
             ", ".join(f"{k} {v}" for k, v in endings.most_common()),
             ", ".join(f"{k} {v}" for k, v in flags.most_common()) or "none",
         ])

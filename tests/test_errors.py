@@ -55,6 +55,7 @@ STABLE = {
     InvalidRequestAnswer: "ModelUnavailable",  # ... until it repeats: ModelServerRefused
     errors.ModelServerRefused: "ModelServerRefused",  # the same invalid-request 5xx, thrice
     errors.MalformedModelResponse: "MalformedModelResponse",
+    errors.ModelOutputUnparsed: "ModelOutputUnparsed",  # the server could not read the reply
     errors.RoundTripCapExceeded: "RoundTripCapExceeded",
     errors.TooManyToolCalls: "TooManyToolCalls",
     errors.LoopDetected: "LoopDetected",

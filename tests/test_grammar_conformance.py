@@ -16,19 +16,24 @@ still refuses what it cannot compile, so a pass means something.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
 from examples.support_desk.app import app as support_desk_app
-from tests.support.llama_server import CpuLacksInstructions, LlamaServer, write_tiny_model
-from turnstile.engine.constrained_calls import SCHEMA_NAME, read_reply
-from turnstile.engine.errors import ModelRequestRejected
+from tests.support.llama_server import (
+    EOS,
+    CpuLacksInstructions,
+    LlamaServer,
+    write_tiny_model,
+)
+from turnstile.engine.constrained_calls import read_reply
+from turnstile.engine.errors import ModelOutputUnparsed, ModelRequestRejected
 from turnstile.engine.messages import ChatMessage
 from turnstile.engine.specs import ToolSpec
 from turnstile.providers import ModelRequest, OpenAICompatibleProvider
-from turnstile.providers.openai_compat import RetryableModelError
 from turnstile.runtime.services import Service
 from turnstile.sales.app import build_sales_app
 
@@ -37,6 +42,7 @@ REFERENCE_SERVICES: dict[str, Service] = {
 USER = ChatMessage(role="user", content="Find customers whose sales last week exceeded 50,000 "
                                         "and email ops@example.com to follow up")
 GRAMMAR_ERROR = "failed to parse grammar"
+
 
 
 def note_schema(**constraints: Any) -> dict[str, Any]:
@@ -145,9 +151,10 @@ async def test_the_constrained_reply_schema_compiles_and_constrains(
     the product sends it: the real server compiles it (a schema it cannot
     compile is a 400, below) and what the tiny model writes under it is the
     start of an answer or of calls. (Left to run on, the random model writes
-    bytes such as `<tool_call>` into the answer's string, and this build's
-    output parser then answers 500 "does not match the expected peg-native
-    format": a real model's limit, not the schema's.)"""
+    bytes such as `<tool_call>` into the answer's string, or is cut at
+    max_tokens inside the JSON, and this build's output parser then answers
+    500 "does not match the expected peg-native format", which the provider
+    raises as `ModelOutputUnparsed`: a model's limit, not the schema's.)"""
     service = REFERENCE_SERVICES[name]
     tools = [t.spec for t in service.tools]
     provider = OpenAICompatibleProvider(llama.url, model="tiny")
@@ -155,7 +162,7 @@ async def test_the_constrained_reply_schema_compiles_and_constrains(
         update={"constrain_tool_calls": True, "max_tokens": 30})
     try:
         response = await provider.complete(request)
-    except RetryableModelError as exc:  # compiled (not a 400); its output parser refused
+    except ModelOutputUnparsed as exc:  # compiled (not a 400); its output parser refused
         assert "does not match the expected" in str(exc), exc
         return
     finally:
@@ -166,14 +173,19 @@ async def test_the_constrained_reply_schema_compiles_and_constrains(
     assert llama.alive(), llama.output()[-2000:]
 
 
-def test_the_server_constrains_by_the_response_format(llama: LlamaServer) -> None:
+@pytest.mark.parametrize("form", ["json_object", "json_schema"])
+def test_the_server_constrains_by_the_response_format(llama: LlamaServer, form: str) -> None:
     """The server does compile `response_format`'s schema (a pass above means
     something): one it cannot compile is refused, and under a one-value schema
-    the reply is that value (or its start, when cut at max_tokens)."""
+    the reply is that value (or its start, when cut at max_tokens). In both
+    forms: `{"type": "json_object", "schema": ...}`, which the provider sends
+    (llama-cpp-python reads only that one), and OpenAI's json_schema."""
     def post(schema: dict[str, Any]) -> httpx.Response:
+        fmt: dict[str, Any] = {"type": "json_object", "schema": schema}
+        if form == "json_schema":
+            fmt = {"type": "json_schema", "json_schema": {"name": "reply", "schema": schema}}
         body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 200,
-                "response_format": {"type": "json_schema",
-                                    "json_schema": {"name": SCHEMA_NAME, "schema": schema}}}
+                "response_format": fmt}
         return httpx.post(f"{llama.url}/chat/completions", json=body, timeout=60)
 
     refused = post(note_schema(maxLength=2000))
@@ -187,3 +199,29 @@ def test_the_server_constrains_by_the_response_format(llama: LlamaServer) -> Non
         assert read_reply(content) == ("ok", [])
     else:
         assert '{"answer":"ok"}'.startswith(squeezed(content)), content
+
+
+def test_output_the_server_cannot_parse_is_unparsed_output(
+        llama: LlamaServer, tmp_path: Path) -> None:
+    """Under a `response_format` schema, the tiny model's reply with its end
+    held back (greedy, 100 tokens: noise inside the answer's string) is one
+    this build's output parser cannot read, and it answers 500 "does not match
+    the expected peg-native format" without the text. The provider names that
+    answer `ModelOutputUnparsed` (not retried), not a server outage that the
+    model call would retry for hours."""
+    schema = {"type": "object", "properties": {"answer": {"type": "string"}},
+              "required": ["answer"]}
+    body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 100,
+            "temperature": 0, "logit_bias": [[EOS, -100]],
+            "response_format": {"type": "json_schema",
+                                "json_schema": {"name": "reply", "schema": schema}}}
+    # A server of its own: the module's answers at once (n_predict 1).
+    server = LlamaServer(llama.model, tmp_path / "llama-server.log", n_predict=100)
+    try:
+        answer = httpx.post(f"{server.url}/chat/completions", json=body, timeout=60)
+        assert answer.status_code == 500, answer.text
+        with pytest.raises(ModelOutputUnparsed, match="expected peg-native format"):
+            OpenAICompatibleProvider._raise_for_status(answer, answer.content)
+        assert server.alive()
+    finally:
+        server.stop()

@@ -124,6 +124,7 @@ class LlamaServer:
 
     def __init__(self, model: Path, log: Path, *, n_predict: int = 1) -> None:
         binary = llama_server_binary()
+        self.model = model
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/v1"
         self.log = log

@@ -146,7 +146,8 @@ def build_request(shape: RequestShape,
                         tool_choice=settings.choice_for(req.round, [t.name for t in tools]),
                         schema_dialect=settings.schema_dialect,
                         tool_results=settings.tool_results,
-                        constrain_tool_calls=settings.constrain_tool_calls), sent
+                        constrain_tool_calls=settings.constrain_tool_calls,
+                        parallel_tool_calls=settings.parallel_tool_calls), sent
 
 
 def read_constrained_reply(message: ChatMessage) -> None:

@@ -1,8 +1,8 @@
 """Constrained tool calls (`ModelSettings.constrain_tool_calls`):
 for a server that constrains its output to a JSON schema (llama.cpp's
-llama-server and llama-cpp-python compile `response_format`'s schema into a
-grammar), the request asks for "one of these tool calls, or a final answer"
-instead of offering `tools`:
+llama-server and llama-cpp-python compile `response_format`'s schema, in the
+json_object form both read, into a grammar), the request asks for "one of
+these tool calls, or a final answer" instead of offering `tools`:
 
     {"answer": "..."}
     {"tool_calls": [{"name": "querySalesData", "arguments": {...}}, ...]}
@@ -28,7 +28,6 @@ from turnstile.engine.model_settings import SchemaDialect
 from turnstile.engine.schema_dialect import wire_parameters
 from turnstile.engine.specs import ToolSpec
 
-SCHEMA_NAME = "tool_calls_or_answer"
 TOOL_LIST_HEAD = (
     "Reply with JSON only: {\"answer\": \"...\"} to answer the user, or {\"tool_calls\": "
     "[{\"name\": TOOL, \"arguments\": {...}}]} to call tools. The tools:")
@@ -36,26 +35,57 @@ TOOL_LIST_HEAD = (
 READ_LIMIT = 256 * 1024
 
 
-def reply_schema(tools: list[ToolSpec], dialect: SchemaDialect = "grammar") -> dict[str, Any]:
-    """The JSON schema of a reply: an answer, or one or more calls of `tools`."""
+def chosen_tool(tool_choice: str | dict[str, Any]) -> str | None:
+    """The tool a request's `tool_choice` names (`{"type": "function",
+    "function": {"name": ...}}`), None for "auto", "required" and "none"."""
+    if isinstance(tool_choice, dict):
+        function = tool_choice.get("function")
+        if isinstance(function, dict) and isinstance(function.get("name"), str):
+            return str(function["name"])
+    return None
+
+
+def reply_schema(tools: list[ToolSpec], dialect: SchemaDialect = "grammar",
+                 tool_choice: str | dict[str, Any] = "auto", *,
+                 one_call: bool = False) -> dict[str, Any]:
+    """The JSON schema of a reply: an answer, or one or more calls of `tools`.
+    `tool_choice` applies as it does to `tools`: "required" leaves the answer
+    out (the reply is calls), a tool's name leaves out the answer and every
+    other tool (a name not among `tools` changes nothing), "none" leaves the
+    calls out. `one_call` (`ModelSettings.parallel_tool_calls=False`): at most
+    one call per reply."""
+    named = chosen_tool(tool_choice)
+    narrowed = named is not None and any(t.name == named for t in tools)
+    if narrowed:
+        tools = [t for t in tools if t.name == named]
     calls = [{"type": "object", "properties": {
                  "name": {"type": "string", "enum": [t.name]},
                  "arguments": wire_parameters(t.parameters, dialect) or {"type": "object"}},
               "required": ["name", "arguments"]} for t in tools]
-    return {"anyOf": [
-        {"type": "object", "properties": {"answer": {"type": "string"}},
-         "required": ["answer"]},
-        {"type": "object", "properties": {"tool_calls": {
-            "type": "array", "minItems": 1, "items": {"anyOf": calls}}},
-         "required": ["tool_calls"]},
-    ]}
+    answer = {"type": "object", "properties": {"answer": {"type": "string"}},
+              "required": ["answer"]}
+    items: dict[str, Any] = {"type": "array", "minItems": 1, "items": {"anyOf": calls}}
+    if one_call:
+        items["maxItems"] = 1
+    call_list = {"type": "object", "properties": {"tool_calls": items},
+                 "required": ["tool_calls"]}
+    if tool_choice == "none":
+        return answer
+    if tool_choice == "required" or narrowed:
+        return call_list
+    return {"anyOf": [answer, call_list]}
 
 
-def response_format(tools: list[ToolSpec], dialect: SchemaDialect = "grammar") -> dict[str, Any]:
-    """The request's `response_format` (OpenAI's json_schema form, which
-    llama-server and llama-cpp-python read)."""
-    return {"type": "json_schema",
-            "json_schema": {"name": SCHEMA_NAME, "schema": reply_schema(tools, dialect)}}
+def response_format(tools: list[ToolSpec], dialect: SchemaDialect = "grammar",
+                    tool_choice: str | dict[str, Any] = "auto", *,
+                    one_call: bool = False) -> dict[str, Any]:
+    """The request's `response_format`: `{"type": "json_object", "schema":
+    ...}`, the form both llama.cpp servers constrain by. llama-cpp-python
+    0.3.36's server refuses OpenAI's `{"type": "json_schema", ...}` (a 500:
+    "Input should be 'text' or 'json_object'", measured); llama-server reads
+    both alike (tests/test_grammar_conformance.py)."""
+    return {"type": "json_object",
+            "schema": reply_schema(tools, dialect, tool_choice, one_call=one_call)}
 
 
 def tool_list(tools: list[ToolSpec]) -> str:

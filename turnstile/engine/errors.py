@@ -204,6 +204,19 @@ class MalformedModelResponse(TurnstileError):
     error_type = "MalformedModelResponse"
 
 
+class ModelOutputUnparsed(MalformedModelResponse):
+    """The model server could not read what the model wrote in its own reply
+    format and answered 5xx instead of a reply: llama-server's 500 "The model
+    produced output that does not match the expected ... format" (a reply cut
+    at `max_tokens` inside a `response_format` JSON, or text its chat
+    template's tool-call parser cannot read), older builds' "Failed to parse
+    input at pos N". The model's text is not in the answer, so there is
+    nothing to read back; not retried (the request asks the same model the
+    same thing again), the turn ends `failed` naming the server's message."""
+
+    error_type = "ModelOutputUnparsed"
+
+
 class ModelResponseTooLarge(MalformedModelResponse):
     """The response body passed the provider's size limit; it was not read further."""
 

@@ -35,8 +35,9 @@ class ModelSettings(BaseModel):
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
     # "auto" (the model decides), "required" (it must call a tool) or a tool's
     # name (it must call that tool). "required" and a name apply to the turn's
-    # first model request only (round 0); later requests send "auto", so the
-    # model can answer once it has what it needs.
+    # first model request only (round 0; `tool_choice_rounds` for more);
+    # later requests send "auto", so the model can answer once it has what
+    # it needs.
     tool_choice: str = "auto"
     # The dialect of the tool schemas sent; None: the provider's
     # (LLM_SCHEMA_DIALECT, default "grammar").
@@ -72,12 +73,28 @@ class ModelSettings(BaseModel):
     # service's output type (its schema is the response_format). Left out of
     # the serialized form when False, so recorded specs read as before.
     constrain_tool_calls: bool = Field(default=False, exclude_if=lambda v: not v)
+    # False: at most one tool call per reply (`parallel_tool_calls: false` on
+    # the wire; with constrain_tool_calls, `maxItems: 1` in the schema), so a
+    # model reads one call's result before it writes the next call's
+    # arguments. Measured: Qwen2.5-Coder-1.5B, constrained, wrote
+    # querySalesData and createEmailTask in one reply, the e-mail's body a
+    # template ("Dear [Customer Name]") because no result was known yet. Left
+    # out of the serialized form when True, so recorded specs read as before.
+    parallel_tool_calls: bool = Field(default=True, exclude_if=lambda v: v)
+    # How many of the turn's first rounds `tool_choice` ("required" or a
+    # name) applies to; later requests send "auto". 2 fits a turn that is
+    # known to need two calls in sequence (the sales turn: the query, then the
+    # e-mail): measured, Qwen2.5-Coder-1.5B under constrained calls answered
+    # after the query, inventing a taskId, instead of calling createEmailTask.
+    # Left out of the serialized form when 1, so recorded specs read as before.
+    tool_choice_rounds: int = Field(default=1, ge=1, le=8, exclude_if=lambda v: v == 1)
 
     def choice_for(self, round_: int, offered: list[str]) -> str | dict[str, object]:
         """The wire's `tool_choice` for a request in `round_` offering `offered`:
-        "auto" after the first round, and when the named tool is not offered."""
+        "auto" from round `tool_choice_rounds` on, and when the named tool is
+        not offered."""
         choice = self.tool_choice
-        if round_ > 0 or choice == "auto":
+        if round_ >= self.tool_choice_rounds or choice == "auto":
             return "auto"
         if choice == "required":
             return "required"

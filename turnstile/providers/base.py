@@ -26,6 +26,8 @@ class ModelRequest(BaseModel):
     tool_results: Literal["messages", "text"] = "messages"
     # ModelSettings.constrain_tool_calls: the tools as a response_format schema.
     constrain_tool_calls: bool = False
+    # ModelSettings.parallel_tool_calls: False, at most one call per reply.
+    parallel_tool_calls: bool = True
 
 
 class ModelResponse(BaseModel):

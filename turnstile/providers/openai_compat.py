@@ -5,7 +5,8 @@ Temporal owns retries: this client never retries by itself. It classifies
 each failure instead: 429/5xx/network are `ModelUnavailable` (retryable, with
 the server's Retry-After) — a 5xx whose body says the request is invalid is
 `InvalidRequestAnswer`, which the model activity stops retrying after a few
-identical answers (`ModelServerRefused`) —, other 4xx are
+identical answers (`ModelServerRefused`); a 5xx saying the server could not
+parse the model's own output is `ModelOutputUnparsed`, not retried —, other 4xx are
 `ModelRequestRejected`, and a body that is not a usable completion is
 `MalformedModelResponse`.
 """
@@ -28,6 +29,7 @@ from turnstile.engine import attributes as attr, constrained_calls
 from turnstile.engine.approvals import note_of_edits
 from turnstile.engine.errors import (
     MalformedModelResponse,
+    ModelOutputUnparsed,
     ModelRequestRejected,
     ModelResponseTooLarge,
     ModelUnavailable,
@@ -80,6 +82,11 @@ class InvalidRequestAnswer(RetryableModelError):
 _INVALID_REQUEST_WORDS = re.compile(
     r"validation error|input should be|field required|value is not a valid|"
     r"invalid_request_error|invalid request|unprocessable|failed to parse", re.I)
+# The server could not parse the model's own output (it answers 5xx without
+# the text): llama-server's "The model produced output that does not match
+# the expected peg-native format", older builds' "Failed to parse input at pos".
+_UNPARSED_OUTPUT = re.compile(
+    r"does not match the expected [\w-]+ format|failed to parse input at pos", re.I)
 _VOLATILE = re.compile(r"[0-9a-f]{8,}(?:-[0-9a-f]{4,})*|\d+", re.I)
 
 
@@ -322,11 +329,14 @@ class OpenAICompatibleProvider:
             body["model"] = self.model
         if constrained:
             body["response_format"] = constrained_calls.response_format(
-                request.tools, request.schema_dialect or self.schema_dialect)
+                request.tools, request.schema_dialect or self.schema_dialect,
+                request.tool_choice, one_call=not request.parallel_tool_calls)
         elif request.tools:
             dialect = request.schema_dialect or self.schema_dialect
             body["tools"] = wire_tools(request.tools, dialect)
             body["tool_choice"] = request.tool_choice
+            if not request.parallel_tool_calls:
+                body["parallel_tool_calls"] = False
         if request.response_format:
             body["response_format"] = request.response_format
         if request.max_tokens is not None:
@@ -393,6 +403,12 @@ class OpenAICompatibleProvider:
         retry_after = parse_retry_after(resp.headers.get("retry-after"))
         if resp.status_code >= 500:
             text = _text(body, 2000)
+            if _UNPARSED_OUTPUT.search(text):
+                raise ModelOutputUnparsed(
+                    f"the model server could not read the model's reply in its format and "
+                    f"answered {resp.status_code} (not retried: the same request asks the "
+                    f"same of the model; a reply cut at max_tokens inside the "
+                    f"response_format JSON is one cause): {text[:300]}")
             if says_invalid_request(text):
                 raise InvalidRequestAnswer(
                     f"model endpoint answered {resp.status_code}: {text[:300]}",

@@ -84,9 +84,10 @@ You are a sales assistant. Today is {{weekday}}, {{today}}. Dates (inclusive):
 {{date_ranges}}
 Use the tools; never invent customers or amounts. Find customers with
 querySalesData (startDate and endDate copied from the dates above, minAmount as
-a number). To have someone follow up, call createEmailTask once: one recipient, a
-short subject, a body listing the customers and totals. Then answer briefly: the
-customers found and the e-mail's taskId."""
+a number). To have someone follow up, call createEmailTask once, after the query
+returned: one recipient, a short subject, and a body to that recipient listing
+each customer found, name and total, copied from the result (no placeholders).
+Then answer briefly: the customers found, by name, and the e-mail's taskId."""
 
 # What a small local model needs besides the short prompt: a bounded reply,
 # little randomness, schemas a grammar-compiling server accepts, no documents,

@@ -9,6 +9,10 @@ TypedDict keys, so they show up as a difference). On top of the types: the
 pairing rule real endpoints enforce (every assistant tool call is answered by
 a tool message before the next message, and every tool message answers such
 a call).
+
+One extension is allowed: `response_format: {"type": "json_object",
+"schema": {...}}`, the form llama.cpp's servers constrain by (llama-cpp-python
+reads no other; constrained tool calls send it). The schema must be an object.
 """
 
 from __future__ import annotations
@@ -82,9 +86,15 @@ def pairing_violations(messages: list[dict[str, Any]]) -> list[str]:
 def violations(body: dict[str, Any]) -> list[str]:
     """What makes `body` not a valid Chat Completions request ([] when valid)."""
     adapter = _STREAMING if body.get("stream") else _NON_STREAMING
+    fmt = body.get("response_format")
+    extension: list[str] = []
+    if isinstance(fmt, dict) and fmt.get("type") == "json_object" and "schema" in fmt:
+        if not isinstance(fmt["schema"], dict):
+            extension.append("response_format.schema: not an object")
+        body = {**body, "response_format": {"type": "json_object"}}
     try:
         known = _materialize(adapter.validate_python(body, strict=True))
     except ValidationError as exc:
         return [str(exc)]
-    problems = [d] if (d := _difference(body, known)) else []
+    problems = extension + ([d] if (d := _difference(body, known)) else [])
     return problems + pairing_violations(list(body.get("messages") or []))
