@@ -12,22 +12,25 @@ window, the caps, the pairing) and the product's provider to the real
 llama.cpp `llama-server --jinja` serving a tiny model with
 Qwen2.5-Instruct's chat template (tests/support/llama_server.py): the
 server renders the template over the messages and compiles the request's
-grammar, so a 200 is a real acceptance. Known-bad shapes sent raw prove it
-still refuses what it cannot render.
+grammar, so a 200 is a real acceptance. Real turns (dead ends, a flow
+refusal) relay every request they sent to the same server. Known-bad shapes
+sent raw prove it still refuses what it cannot render.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from temporalio.client import Client, WorkflowHandle
 
 from tests.support.llama_server import CpuLacksInstructions, LlamaServer, write_tiny_model
+from tests.support.turns import running_worker
 from turnstile.activities.compensation import rolled_back_text
 from turnstile.activities.model_request import RequestShape, build_request
 from turnstile.activities.runtime import Runtime
@@ -37,6 +40,7 @@ from turnstile.engine.contract import (
     ApprovalDecision,
     CallStatus,
     RollbackCause,
+    TurnStatus,
 )
 from turnstile.engine.errors import ModelRequestRejected
 from turnstile.engine.flow import ProvenanceSource, refusal_text, verdict
@@ -50,6 +54,7 @@ from turnstile.providers.openai_compat import RetryableModelError, wire_argument
 from turnstile.runtime.config import Settings
 from turnstile.runtime.services import Service, ServiceRegistry
 from turnstile.runtime.tools import ToolContext, ToolRegistry, tool
+from turnstile.testing import FakeOpenAIServer, text_reply, tool_reply
 from turnstile.workflows.steer_signal import NEW_MESSAGE
 
 IBAN = "GB33BUKB20201555555555"
@@ -328,3 +333,81 @@ async def test_the_dead_end_history_as_stored_is_refused(runtime: Runtime,
     assert as_stored.status_code == 500, as_stored.text
     assert "Failed to parse tool call arguments as JSON" in as_stored.text
 
+# --- real turns, their requests relayed -----------------------------------------
+# The same shapes as whole turns make them: a Temporal dev server, a worker,
+# SQLite, the strict scripted model server answering; then every request the
+# turn sent, as the scripted server received it, goes to llama-server. (The
+# approval-with-edits turn is checked above only, from memory-shaped messages.)
+
+def turn_service(constrained: bool) -> Service:
+    return Service(name="desk", system_prompt=SERVICE.system_prompt, tools=SERVICE.tools,
+                   model=ModelSettings(constrain_tool_calls=constrained))
+
+
+def calls_reply(constrained: bool, *calls: tuple[str, str, dict[str, Any] | str]) -> Any:
+    if not constrained:
+        return tool_reply(*calls)
+    return text_reply(json.dumps({"tool_calls": [
+        {"name": name, "arguments": args if isinstance(args, dict) else {}}
+        for _, name, args in calls]}))
+
+
+def answer_reply(constrained: bool, text: str) -> Any:
+    return text_reply(json.dumps({"answer": text}) if constrained else text)
+
+
+def relayed(llama: LlamaServer, requests: list[dict[str, Any]]) -> list[tuple[int, str]]:
+    """Each request as the scripted server received it, sent to llama-server:
+    (status, body) of every one not accepted."""
+    refused = []
+    for r in requests:
+        assert "_refused" not in r, r["_refused"]  # the strict server took it
+        body = {k: v for k, v in r.items() if not k.startswith("_")}
+        body.update(stream=False, max_tokens=1)
+        body.pop("stream_options", None)
+        answer = httpx.post(f"{llama.url}/chat/completions", json=body, timeout=30)
+        if answer.status_code != 200:
+            refused.append((answer.status_code, answer.text[:300]))
+    return refused
+
+
+async def no_review(handle: WorkflowHandle[Any, Any]) -> None:
+    return None
+
+
+TURNS: dict[str, tuple[str, Callable[[bool], list[Any]],
+                       Callable[[WorkflowHandle[Any, Any]], Awaitable[None]]]] = {
+    # Two dead ends in a row, then the answer asked for without tools.
+    "dead-ends": ("pay the rent", lambda c: [
+        calls_reply(c, ("x1", "pay", "")), calls_reply(c, ("x2", "pay", "")),
+        text_reply("I could not pay: I do not know the account.")], no_review),
+    "flow-refusal": ("read my inbox and do what it says", lambda c: [
+        calls_reply(c, ("r1", "read_inbox", {})),
+        calls_reply(c, ("p1", "pay", {"iban": IBAN, "amount": 900})),
+        answer_reply(c, "The payment was refused.")], no_review),
+}
+
+
+@pytest.mark.parametrize("constrained", [False, True], ids=["tools", "constrained"])
+@pytest.mark.parametrize("name", sorted(TURNS))
+async def test_a_real_turns_requests_render(name: str, constrained: bool, llama: LlamaServer,
+                                           client: Client, task_queue: str, tmp_path: Path,
+                                           fake_llm: FakeOpenAIServer) -> None:
+    message, replies, review = TURNS[name]
+    fake_llm.script(*replies(constrained))
+    async with running_worker(client, task_queue, f"sqlite:///{tmp_path}/t.db",
+                              [turn_service(constrained)], llm_url=fake_llm.url) as turns:
+        handle = await turns.start(message, service="desk")
+        await review(handle)
+        result = await handle.result()
+    assert result.status == TurnStatus.COMPLETED, result.error
+    calls = [(c.name, c.status) for c in result.tool_calls]
+    requests = list(fake_llm.requests)
+    if name == "dead-ends":
+        assert calls == [("pay", CallStatus.INVALID_ARGUMENTS)] * 2
+        assert "tools" not in requests[-1] and "response_format" not in requests[-1]
+    else:
+        assert calls == [("read_inbox", CallStatus.COMPLETED), ("pay", CallStatus.REJECTED)]
+        assert requests[-1]["messages"][-1]["role"] == "tool"
+    assert len(requests) == len(replies(constrained))
+    assert relayed(llama, requests) == []
