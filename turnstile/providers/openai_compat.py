@@ -125,6 +125,27 @@ def parse_retry_after(value: str | None) -> float | None:
     return max(0.0, (when - datetime.now(UTC)).total_seconds())
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def wire_arguments(arguments: str) -> str:
+    """A call's arguments as sent back in a later request: valid JSON.
+    A server that renders the history with the model's chat template parses
+    them (llama-server `--jinja` answers 500 "Failed to parse tool call
+    arguments as JSON" to the whole request), so a call a model wrote with
+    no arguments (a dead end) or with text that does not parse (an argument
+    error it is asked to correct) goes back as `{}`, or as an object that
+    carries the text it wrote. Memory and the ledger keep them as written."""
+    try:
+        json.loads(arguments, parse_constant=_no_constant)
+    except (ValueError, RecursionError):
+        if not arguments.strip():
+            return "{}"
+        return json.dumps({"_unparsed": arguments}, ensure_ascii=False)
+    return arguments
+
+
 def to_openai_message(m: ChatMessage) -> dict[str, Any]:
     # Content is never null on the wire: beside tool calls it is "" (
     # llama-cpp-python refuses null there with a 500; OpenAI, vLLM, Ollama and
@@ -136,7 +157,8 @@ def to_openai_message(m: ChatMessage) -> dict[str, Any]:
             {"type": "image_url", "image_url": {"url": p.as_url()}} for p in m.parts]
     if m.role == "assistant" and m.tool_calls:
         out["tool_calls"] = [
-            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            {"id": c.id, "type": "function",
+             "function": {"name": c.name, "arguments": wire_arguments(c.arguments)}}
             for c in m.tool_calls
         ]
     if m.role == "tool":
