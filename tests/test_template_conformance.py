@@ -263,7 +263,7 @@ async def test_the_template_renders_what_a_turn_sends(name: str, constrained: bo
         assert any(m.get("tool_calls") for m in body["messages"])
         assert body["messages"][-1] == {"role": "user", "content": ASK_NOW}
     elif constrained:
-        assert "tools" not in body and body["response_format"]["type"] == "json_schema"
+        assert "tools" not in body and body["response_format"]["type"] == "json_object"
     else:
         assert [t["function"]["name"] for t in body["tools"]] == TOOLS
     if name.startswith("dead-end"):
