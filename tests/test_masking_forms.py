@@ -35,7 +35,13 @@ from tests.support.sql import fetchall
 from tests.support.temporal_server import DevServer
 from tests.support.turns import wait_pending
 from tests.support.worker_process import WorkerProcess
-from turnstile.engine.activity_io import CALL_MODEL, EXECUTE_TOOL, REVIEW_CALL
+from turnstile.engine.activity_io import (
+    CALL_MODEL,
+    CLAIM_GRANT,
+    EXECUTE_TOOL,
+    ISSUE_GRANT,
+    REVIEW_CALL,
+)
 from turnstile.engine.contract import WORKFLOW_TYPE, ReviewInput, TurnInput, TurnResult
 from turnstile.engine.masking import mask_text
 from turnstile.stores.db import Database
@@ -126,7 +132,7 @@ async def test_no_form_reaches_a_sink_and_every_id_and_time_stays(
         if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
             name = event.activity_task_scheduled_event_attributes.activity_type.name
             scheduled[event.event_id] = name
-            if name in (EXECUTE_TOOL, REVIEW_CALL, CALL_MODEL):
+            if name in (EXECUTE_TOOL, REVIEW_CALL, CLAIM_GRANT, ISSUE_GRANT, CALL_MODEL):
                 continue  # the call, for the tool and its reviewer; the user's message
                 # on its way to memory
         if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED and scheduled.get(

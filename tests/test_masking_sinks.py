@@ -7,7 +7,7 @@ world), the conversation (`chat_message`, `chat_message_part`: what the
 model said and was told, and `tool_call_ledger`: each call's result exactly
 as the model is told it, kept so a retried call answers the same), and the
 history events that carry the call itself
-(the model's response, the call's review and execution input). Everywhere
+(the model's response, the call's review, grant claim and execution input). Everywhere
 else — the other tables, the log records of worker, sender and SMTP server,
 the exported spans, every other history event and payload — it must be
 masked.
@@ -33,7 +33,13 @@ from tests.support.sql import fetchall
 from tests.support.temporal_server import DevServer
 from tests.support.turns import running_worker, wait_pending
 from tests.support.waiting import wait_until
-from turnstile.engine.activity_io import CALL_MODEL, EXECUTE_TOOL, REVIEW_CALL
+from turnstile.engine.activity_io import (
+    CALL_MODEL,
+    CLAIM_GRANT,
+    EXECUTE_TOOL,
+    ISSUE_GRANT,
+    REVIEW_CALL,
+)
 from turnstile.engine.contract import ApproveSignal, TurnStatus
 from turnstile.runtime.config import Settings
 from turnstile.runtime.log_masking import MaskingFilter
@@ -159,7 +165,7 @@ async def test_the_address_is_nowhere_it_should_not_be(
         if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
             name = event.activity_task_scheduled_event_attributes.activity_type.name
             scheduled[event.event_id] = name
-            if name in (EXECUTE_TOOL, REVIEW_CALL):
+            if name in (EXECUTE_TOOL, REVIEW_CALL, CLAIM_GRANT, ISSUE_GRANT):
                 carrying_the_call.append(event.event_id)
                 continue
         if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:

@@ -53,7 +53,13 @@ from tests.support.masking_strategies import (
 from tests.support.sql import fetchall
 from tests.support.temporal_server import DevServer, connect
 from tests.support.turns import Turns, running_worker, wait_pending
-from turnstile.engine.activity_io import CALL_MODEL, EXECUTE_TOOL, REVIEW_CALL
+from turnstile.engine.activity_io import (
+    CALL_MODEL,
+    CLAIM_GRANT,
+    EXECUTE_TOOL,
+    ISSUE_GRANT,
+    REVIEW_CALL,
+)
 from turnstile.engine.contract import ApproveSignal, TurnStatus
 from turnstile.runtime.log_masking import JsonFormatter, MaskingFilter
 from turnstile.runtime.services import Service
@@ -135,7 +141,7 @@ def history_text(events: list[Any]) -> str:
         if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
             name = event.activity_task_scheduled_event_attributes.activity_type.name
             scheduled[event.event_id] = name
-            if name in (EXECUTE_TOOL, REVIEW_CALL, CALL_MODEL):
+            if name in (EXECUTE_TOOL, REVIEW_CALL, CLAIM_GRANT, ISSUE_GRANT, CALL_MODEL):
                 continue
         if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED and scheduled.get(
                 event.activity_task_completed_event_attributes.scheduled_event_id) == CALL_MODEL:

@@ -91,7 +91,8 @@ def test_stand_ins_take_and_return_what_the_real_activities_do() -> None:
     # Every activity a turn without pipeline components may schedule.
     assert names == {io.BEGIN_TURN, io.LOAD_MEMORY, io.APPEND_MESSAGES,
                      io.RELEASE_CONVERSATION, io.PUBLISH_EVENT, io.CALL_MODEL,
-                     io.RESOLVE_TOOLS, io.REVIEW_CALL, io.EXECUTE_TOOL, io.COMPENSATE_TOOL,
+                     io.RESOLVE_TOOLS, io.REVIEW_CALL, io.CLAIM_GRANT, io.EXECUTE_TOOL,
+                     io.COMPENSATE_TOOL,
                      io.RECORD_COMPENSATION_FAILURE}
 
 

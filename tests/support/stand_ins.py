@@ -68,6 +68,7 @@ class StandIns:
         self.conflicts: list[str] = []  # a slot written twice with different messages
         self.model_calls: list[io.ModelCallInput] = []
         self.reviewed: list[str] = []  # call ids validated before a reviewer was asked
+        self.grant_claims: list[str] = []  # call ids that looked for a standing approval
         self.attempts: list[tuple[str, int]] = []  # (call id, attempt) of execute_tool
         self.executed: list[str] = []  # call ids whose tool ran to a result
         self.approvals: dict[str, ApprovalDecision] = {}  # what execute_tool ran under
@@ -170,6 +171,12 @@ class StandIns:
         self.reviewed.append(req.call.id)
         return io.ReviewedCall(valid=True)
 
+    @activity.defn(name=io.CLAIM_GRANT)
+    async def claim_grant(self, req: io.ClaimGrantInput) -> io.GrantClaim:
+        # No standing approvals here: every call that asks waits for a person.
+        self.grant_claims.append(req.call.id)
+        return io.GrantClaim()
+
     @activity.defn(name=io.EXECUTE_TOOL)
     async def execute_tool(self, req: io.ToolExecInput) -> io.ToolOutcome:
         call = req.call
@@ -196,7 +203,7 @@ class StandIns:
     def activities(self) -> list[Callable[..., Any]]:
         return [self.begin_turn, self.load_memory, self.append_messages,
                 self.release_conversation, self.publish_event, self.call_model,
-                self.resolve_tools, self.review_call, self.execute_tool,
+                self.resolve_tools, self.review_call, self.claim_grant, self.execute_tool,
                 self.compensate_tool, self.record_compensation_failure]
 
 

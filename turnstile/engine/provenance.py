@@ -325,8 +325,26 @@ def _described(h: _Hit, n: Needle) -> ProvenanceSource:
     return ProvenanceSource(
         kind=src.kind, trusted=src.trusted, tool_name=src.tool_name[:200],
         tool_call_id=src.tool_call_id[:200], title=mask_text(src.title[:200]),
-        value=_cut(mask_text(_cut(n.shown, 4 * VALUE)), VALUE),
+        value=_cut(_masked_value(_cut(n.shown, 4 * VALUE)), VALUE),
         excerpt=_cut(mask_text(excerpt), EXCERPT))
+
+
+# A value that is only a number of this many digits or more (with the
+# separators numbers are written with) is masked as the masker masks a phone
+# number: alone, without the words around it, the masker cannot tell one.
+NUMBER_DIGITS = 7
+_NUMBER_FORM = re.compile(r"[+(]?[\d][\d\s().\-/]*")
+_ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+
+
+def _masked_value(text: str) -> str:
+    masked = mask_text(text)
+    if _ISO_DATE.fullmatch(masked):
+        return masked
+    if _NUMBER_FORM.fullmatch(masked) and sum(ch.isdigit() for ch in masked) >= NUMBER_DIGITS:
+        return "*" * (sum(ch.isdigit() for ch in masked) - 2) + "".join(
+            [ch for ch in masked if ch.isdigit()][-2:])
+    return masked
 
 
 def _cut(text: str, chars: int) -> str:
