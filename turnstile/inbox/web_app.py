@@ -144,6 +144,17 @@ class Inbox:
                                      text="Deciding needs a reviewer's identity.")
         return identity.name, None
 
+    async def _posted(self, request: Request, reviewer: str, page: str
+                      ) -> tuple[dict[str, str], Response | None]:
+        """A POSTed form, or the answer refusing it: its CSRF token must be the
+        session's (`page`: what to open again)."""
+        form = {k: str(v) for k, v in (await request.form()).items()}
+        if not self.security.csrf_ok(self.security.identify(request), form.get("csrf", "")):
+            return form, self.render(request, "message.html", 403, title="Refused",
+                                     text="The form's token does not match (CSRF): open the "
+                                          f"{page} again.", reviewer=reviewer)
+        return form, None
+
     async def _read(self, what: Any, *args: Any) -> Any:
         """A database read for a page, or None (said on the page) when it fails."""
         try:
@@ -272,11 +283,9 @@ class Inbox:
         context: dict[str, Any] = {"form": {}}
         status = 200
         if request.method == "POST":
-            form = {k: str(v) for k, v in (await request.form()).items()}
-            if not self.security.csrf_ok(self.security.identify(request), form.get("csrf", "")):
-                return self.render(request, "message.html", 403, title="Refused",
-                                   text="The form's token does not match (CSRF): open the "
-                                        "call's page again.", reviewer=reviewer)
+            form, refused = await self._posted(request, reviewer, "call's page")
+            if refused:
+                return refused
             status = await self._decide(client, workflow_id, call_id, reviewer, form, context)
         view = await client.pending_approval(workflow_id, call_id)
         if view is not None:
@@ -342,11 +351,9 @@ class Inbox:
         context: dict[str, Any] = {}
         status = 200
         if request.method == "POST":
-            form = {k: str(v) for k, v in (await request.form()).items()}
-            if not self.security.csrf_ok(self.security.identify(request), form.get("csrf", "")):
-                return self.render(request, "message.html", 403, title="Refused",
-                                   text="The form's token does not match (CSRF): open the "
-                                        "grants page again.", reviewer=reviewer)
+            form, refused = await self._posted(request, reviewer, "grants page")
+            if refused:
+                return refused
             try:
                 revoked = await (await self.client()).revoke_grant(
                     form.get("grant_id", ""), reviewer, form.get("reason", ""))
