@@ -34,6 +34,7 @@ from turnstile.activities import Runtime
 from turnstile.cli.worker import build_worker
 from turnstile.client import TurnCancelledError, TurnHandle, TurnstileClient
 from turnstile.engine.contract import ApprovalDecision, PendingApproval, TurnInput, TurnResult
+from turnstile.engine.grant_models import GrantRequest
 from turnstile.engine.messages import ChatMessage
 from turnstile.providers import ModelProvider
 from turnstile.runtime.apps import App, BackgroundContext, tables_by_app
@@ -214,13 +215,14 @@ class TestStack:
                 await asyncio.sleep(0.05)
 
     async def approve(self, turn: TurnHandle, reviewer: str, tool_call_id: str | None = None,
-                      note: str = "", *, arguments: dict[str, Any] | None = None
-                      ) -> ApprovalDecision:
+                      note: str = "", *, arguments: dict[str, Any] | None = None,
+                      grant: GrantRequest | None = None) -> ApprovalDecision:
         """Approve `tool_call_id` (default: the first call waiting, once one
         waits). `arguments`: approve with edits — the complete arguments the
-        tool runs with instead of the model's."""
+        tool runs with instead of the model's. `grant`: also a standing
+        approval for calls like it (`ApprovalDecision.issued_grant` names it)."""
         call_id = tool_call_id or (await self.pending(turn))[0].tool_call_id
-        return await self._decide(turn, call_id, True, reviewer, note, arguments)
+        return await self._decide(turn, call_id, True, reviewer, note, arguments, grant)
 
     async def reject(self, turn: TurnHandle, reviewer: str, tool_call_id: str | None = None,
                      reason: str = "") -> ApprovalDecision:
@@ -228,9 +230,10 @@ class TestStack:
         return await self._decide(turn, call_id, False, reviewer, reason)
 
     async def _decide(self, turn: TurnHandle, call_id: str, approved: bool, reviewer: str,
-                      note: str, arguments: dict[str, Any] | None = None) -> ApprovalDecision:
+                      note: str, arguments: dict[str, Any] | None = None,
+                      grant: GrantRequest | None = None) -> ApprovalDecision:
         return await self._turns().review(turn.id, call_id, approved, reviewer, note,
-                                          arguments=arguments)
+                                          arguments=arguments, grant=grant)
 
     async def cancel(self, turn: TurnHandle) -> None:
         """Cancel the turn and wait for its end: its calls are settled, its
