@@ -22,7 +22,7 @@ from typing import Any
 
 from temporalio import activity
 
-from turnstile.activities.runtime import Activities, application_error, find_tool, turn_workflow_id
+from turnstile.activities.runtime import Activities, find_tool, turn_workflow_id
 from turnstile.engine import identity
 from turnstile.engine.activity_io import (
     CLAIM_GRANT,
@@ -34,7 +34,6 @@ from turnstile.engine.activity_io import (
     IssueGrantInput,
     RevokeGrantInput,
 )
-from turnstile.engine.errors import UnknownServiceError
 from turnstile.engine.grant_models import Grant, GrantScope
 from turnstile.engine.grant_rules import GrantRefused, settle_request
 from turnstile.stores import grant_store as store
@@ -52,10 +51,7 @@ def _arguments(text: str) -> dict[str, Any]:
 class GrantActivities(Activities):
     @activity.defn(name=CLAIM_GRANT)
     async def claim_grant(self, req: ClaimGrantInput) -> GrantClaim:
-        try:
-            service = self.rt.services.get(req.service)
-        except UnknownServiceError as exc:
-            raise application_error(exc, non_retryable=True) from exc
+        service = self.service(req.service)
         ceiling = service.grant_ceiling(req.call.name)
         if not ceiling.allowed:
             return GrantClaim()
@@ -76,10 +72,7 @@ class GrantActivities(Activities):
 
     @activity.defn(name=ISSUE_GRANT)
     async def issue_grant(self, req: IssueGrantInput) -> IssuedGrant:
-        try:
-            service = self.rt.services.get(req.service)
-        except UnknownServiceError as exc:
-            raise application_error(exc, non_retryable=True) from exc
+        service = self.service(req.service)
         if identity.same_person(req.reviewer, req.user_id):
             return IssuedGrant(refused="the user who asked for the call may not grant it "
                                        "(no self-grants)")

@@ -37,7 +37,6 @@ from temporalio import activity
 from turnstile.activities import flow_sources
 from turnstile.activities.runtime import (
     Activities,
-    application_error,
     find_tool,
     turn_workflow_id,
     with_heartbeat,
@@ -45,7 +44,7 @@ from turnstile.activities.runtime import (
 from turnstile.activities.tool_calls import offered
 from turnstile.engine.activity_io import REVIEW_CALL, ReviewCallInput, ReviewedCall
 from turnstile.engine.contract import CallStatus, SimilarEffect
-from turnstile.engine.errors import DatabaseUnavailable, ToolArgumentError, UnknownServiceError
+from turnstile.engine.errors import DatabaseUnavailable, ToolArgumentError
 from turnstile.engine.flow import FlowRule, FlowVerdict
 from turnstile.engine.masking import mask_json_text, mask_text
 from turnstile.engine.provenance import derive
@@ -70,10 +69,7 @@ EFFECTS = frozenset({CallStatus.COMPLETED.value, CallStatus.INTERRUPTED.value})
 class ReviewActivities(Activities):
     @activity.defn(name=REVIEW_CALL)
     async def review_call(self, req: ReviewCallInput) -> ReviewedCall:
-        try:
-            service = self.rt.services.get(req.service)
-        except UnknownServiceError as exc:
-            raise application_error(exc, non_retryable=True) from exc
+        service = self.service(req.service)
         tool = await find_tool(service, req.call.name)
         if tool is None:
             return ReviewedCall(valid=False, error=f"Tool {req.call.name!r} does not exist.")

@@ -16,6 +16,7 @@ from turnstile.engine.errors import (
     MCPServerUnavailable,
     NotInWorkflow,
     TurnstileError,
+    UnknownServiceError,
 )
 from turnstile.providers import DemoPlanner, ModelProvider, build_provider
 from turnstile.runtime.config import Settings
@@ -79,6 +80,14 @@ class Activities:
 
     def __init__(self, rt: Runtime) -> None:
         self.rt = rt
+
+    def service(self, name: str) -> Service:
+        """The worker's service `name`; an unknown one fails the activity for
+        good (no retry serves it)."""
+        try:
+            return self.rt.services.get(name)
+        except UnknownServiceError as exc:
+            raise application_error(exc, non_retryable=True) from exc
 
 
 def application_error(exc: TurnstileError, *, non_retryable: bool) -> ApplicationError:
