@@ -11,7 +11,14 @@ model read, each text with where it came from.
   without an outcome written by another program): `tool`, or `mcp` for an
   MCP server's tool, untrusted unless the tool declares `trusted_results`.
   Texts the turn wrote itself (argument errors, rejections, repeats) are
-  not sources: they may echo the model's own arguments back.
+  not sources: they may echo the model's own arguments back;
+- the whole values a tool vouches for (`@tool(trusted_values=...)`) in a
+  result that completed and is JSON: `value`, trusted — every string and
+  number (True), or those under the named keys at any depth — matched only
+  as whole values (turnstile.engine.provenance);
+- the arguments of a call a person approved (`approved`, read by
+  turnstile.stores.person_approvals): `approval`, trusted whole values too —
+  the arguments the tool ran with (the reviewer's edits, when they edited).
 
 The model's own messages are never sources. At most the newest
 `MAX_MESSAGES` messages are read.
@@ -20,35 +27,60 @@ The model's own messages are never sources. At most the newest
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
 from typing import Any
 
 from turnstile.engine import attributes as attr
 from turnstile.engine.contract import CallStatus
-from turnstile.engine.messages import ChatMessage
+from turnstile.engine.messages import ChatMessage, ToolCall
 from turnstile.engine.provenance import LabelledSource
 from turnstile.runtime.services import Service
 
 MAX_MESSAGES = 400
+MAX_VALUES = 5_000  # whole values taken from one result or one approved call
+MAX_DEPTH = 16  # of a result walked for them
 # Outcomes of a call whose message holds what the tool returned (or raised).
 TOOL_TEXTS = frozenset({CallStatus.COMPLETED.value, CallStatus.FAILED.value,
                         CallStatus.INTERRUPTED.value})
 
 
-def labelled(service: Service, messages: list[ChatMessage]) -> list[LabelledSource]:
+def labelled(service: Service, messages: list[ChatMessage],
+             approved: Collection[tuple[str, str]] = ()) -> list[LabelledSource]:
+    """`approved`: the (workflow id, tool call id) of the calls a person approved."""
     sources: list[LabelledSource] = []
     if service.system_prompt:
         sources.append(LabelledSource(kind="system", trusted=True, text=service.system_prompt))
+    calls: dict[str, ToolCall] = {}
     for m in messages:
         text = m.content or ""
         if m.role == "system":
             sources.append(LabelledSource(kind="system", trusted=True, text=text))
         elif m.role == "user":
             sources.extend(_user(m, text))
+        elif m.role == "assistant":
+            calls.update((c.id, c) for c in m.tool_calls)
         elif m.role == "tool":
             source = _tool(service, m, text)
             if source is not None:
                 sources.append(source)
+                vouched = _vouched(service, m, text)
+                if vouched is not None:
+                    sources.append(vouched)
+            if approved:
+                decided = _approved(m, calls, approved)
+                if decided is not None:
+                    sources.append(decided)
     return sources
+
+
+def ran_calls(messages: list[ChatMessage]) -> list[tuple[str, str]]:
+    """The (workflow id, tool call id) of the calls whose results are in `messages`."""
+    out = []
+    for m in messages:
+        wf = m.attributes.get(attr.WORKFLOW_ID)
+        if m.role == "tool" and m.tool_call_id and isinstance(wf, str) and wf:
+            out.append((wf, m.tool_call_id))
+    return out
 
 
 def _user(m: ChatMessage, text: str) -> list[LabelledSource]:
@@ -99,6 +131,71 @@ def _tool(service: Service, m: ChatMessage, text: str) -> LabelledSource | None:
     trusted = spec is not None and spec.trusted_results
     return LabelledSource(kind="mcp" if mcp else "tool", trusted=trusted, text=_text(text),
                           tool_name=name, tool_call_id=m.tool_call_id or "")
+
+
+def _vouched(service: Service, m: ChatMessage, text: str) -> LabelledSource | None:
+    """The whole values the tool vouches for in this result (None: none)."""
+    name = m.attributes.get(attr.TOOL_NAME)
+    tool = service.tool(name) if isinstance(name, str) and name else None
+    keys = tool.spec.trusted_values if tool is not None else False
+    if not keys or m.attributes.get(attr.OUTCOME) != CallStatus.COMPLETED.value:
+        return None
+    try:
+        parsed = json.loads(text)
+    except (ValueError, RecursionError):
+        return None  # not JSON: no fields to read, nothing vouched
+    values = whole_values(parsed, None if keys is True else frozenset(keys))
+    if not values:
+        return None
+    return LabelledSource(kind="value", trusted=True, text="", tool_name=str(name),
+                          tool_call_id=m.tool_call_id or "", values=tuple(values))
+
+
+def whole_values(value: Any, keys: frozenset[str] | None) -> list[tuple[str, str | int | float]]:
+    """The strings and numbers of a parsed result, each with the key it sat
+    under ("" in a list at the top): all of them (`keys` None), or those
+    under one of `keys` at any depth. Depth-first, in order, bounded."""
+    out: list[tuple[str, str | int | float]] = []
+    # (value, its nearest key, whether a named key is above it, depth)
+    stack: list[tuple[Any, str, bool, int]] = [(value, "", keys is None, 0)]
+    while stack and len(out) < MAX_VALUES:
+        v, key, taken, depth = stack.pop()
+        if isinstance(v, dict):
+            if depth < MAX_DEPTH:
+                stack.extend((item, str(k), taken or (keys is not None and k in keys),
+                              depth + 1) for k, item in reversed(list(v.items())))
+        elif isinstance(v, list):
+            if depth < MAX_DEPTH:
+                stack.extend((item, key, taken, depth + 1) for item in reversed(v))
+        elif taken and isinstance(v, str | int | float) and not isinstance(v, bool):
+            out.append((key, v))
+    return out
+
+
+def _approved(m: ChatMessage, calls: dict[str, ToolCall],
+              approved: Collection[tuple[str, str]]) -> LabelledSource | None:
+    """The arguments a person approved, as the tool ran with them (None: the
+    call was not approved by a person, or its arguments are not known)."""
+    wf = m.attributes.get(attr.WORKFLOW_ID)
+    call = calls.get(m.tool_call_id or "")
+    if call is None or not isinstance(wf, str) or (wf, call.id) not in approved:
+        return None
+    edited = m.attributes.get(attr.EDITED)
+    if isinstance(edited, dict):  # approved with edits: what the reviewer sent
+        arguments = edited.get("arguments")
+    else:
+        try:
+            arguments = json.loads(call.arguments or "{}")
+        except (ValueError, RecursionError):
+            return None
+    if not isinstance(arguments, dict):
+        return None
+    values = [(str(name), v) for name, arg in arguments.items()
+              for _, v in whole_values(arg, None)][:MAX_VALUES]
+    if not values:
+        return None
+    return LabelledSource(kind="approval", trusted=True, text="", tool_name=call.name,
+                          tool_call_id=call.id, values=tuple(values))
 
 
 def _text(content: Any) -> str:

@@ -55,6 +55,7 @@ from turnstile.stores.connection import Connection
 from turnstile.stores.db import Database
 from turnstile.stores.db_errors import error_category
 from turnstile.stores.effects import EarlierCall, calls_of
+from turnstile.stores.person_approvals import approved_by_person
 
 log = logging.getLogger(__name__)
 
@@ -117,14 +118,18 @@ class ReviewActivities(Activities):
     async def _flow(self, req: ReviewCallInput, service: Service, tool: Tool) -> FlowVerdict:
         """The information-flow verdict on the call (revision 7): its
         sensitive arguments matched against the conversation's labelled
-        sources. A conversation that cannot be read leaves the call to a
-        reviewer, told so (fail closed: never `allow` unread)."""
+        sources, and the values of its earlier calls a person approved. A
+        conversation that cannot be read leaves the call to a reviewer, told
+        so (fail closed: never `allow` unread)."""
         arguments = parsed_arguments(req.call.arguments)
         try:
             messages = await self.rt.db.call(
                 self.rt.memory.tail, req.conversation_id, req.workflow_id or None,
                 lambda msgs: len(msgs) >= flow_sources.MAX_MESSAGES) \
                 if req.conversation_id else []
+            ran = flow_sources.ran_calls(messages)
+            approved = await self.rt.db.call(approved_by_person, self.rt.db, ran) \
+                if ran else set()
         except (sa.exc.SQLAlchemyError, sqlite3.Error, UnicodeDecodeError, ValueError,
                 DatabaseUnavailable) as exc:
             why = error_category(exc) or type(exc).__name__
@@ -134,7 +139,7 @@ class ReviewActivities(Activities):
                       f"(the conversation could not be read: {why})")
             rule: FlowRule = "refuse" if "refuse" in tool.spec.sensitive.values() else "review"
             return FlowVerdict(rule=rule, reason=reason, untrusted=list(tool.spec.sensitive))
-        sources = flow_sources.labelled(service, messages)
+        sources = flow_sources.labelled(service, messages, approved)
         # CPU-bound on a large conversation: off the event loop (bounded by
         # turnstile.engine.provenance's caps; review_call beats meanwhile).
         return await asyncio.to_thread(derive, tool.spec.sensitive, arguments, sources)

@@ -25,7 +25,9 @@ FlowRule = Literal["allow", "review", "refuse"]
 FLOW_RULES: tuple[FlowRule, ...] = ("allow", "review", "refuse")
 _STRICTNESS: dict[str, int] = {"allow": 0, "review": 1, "refuse": 2}
 
-SourceKind = Literal["user", "system", "tool", "retrieval", "mcp"]
+# `value`: a whole value a tool vouches for (`@tool(trusted_values=...)`);
+# `approval`: a value in the arguments of a call a person approved.
+SourceKind = Literal["user", "system", "tool", "retrieval", "mcp", "value", "approval"]
 
 
 class ProvenanceSource(BaseModel):
@@ -38,9 +40,19 @@ class ProvenanceSource(BaseModel):
     title: str = ""  # retrieval: the document's title
     value: str = ""  # the matched (sub-)value, masked and bounded
     excerpt: str = ""  # the source's text around it, masked and bounded
+    # value: the result's key the value sat under ("" for any, a directory
+    # listing); approval: the approved call's argument. Left out when "".
+    key: str = Field(default="", exclude_if=lambda v: not v)
 
     def where(self) -> str:
         """The source in words: "the result of read_file (call_3)"."""
+        call = f"{self.tool_name or '?'} ({self.tool_call_id or 'no call id'})"
+        if self.kind == "value":
+            field = f" `{self.key}`" if self.key else ""
+            return f"a trusted value{field} of {call}"
+        if self.kind == "approval":
+            arg = f" `{self.key}`" if self.key else ""
+            return f"the argument{arg} of {call}, approved by a reviewer"
         if self.kind in ("tool", "mcp"):
             what = "MCP tool" if self.kind == "mcp" else ""
             return (f"the result of {what + ' ' if what else ''}{self.tool_name or '?'}"

@@ -16,6 +16,8 @@ GRANT_TEXT_MAX = 500
 # A grant names at most this many argument constraints, each set at most this many values.
 MAX_CONSTRAINTS = 20
 MAX_VALUES = 50
+# The reviewer a grant's approval names (`grant:<id>`): no person decided it.
+GRANT_REVIEWER_PREFIX = "grant:"
 
 
 class GrantScope(StrEnum):

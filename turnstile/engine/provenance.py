@@ -18,6 +18,17 @@ A needle found in a trusted source is the user's, wherever else it
 appears; found only in untrusted sources, the argument is untrusted and
 its provenance lists those sources, in conversation order.
 
+Some sources are not texts but *whole values*, trusted: those a tool
+vouches for (`@tool(trusted_values=...)`, kind `value`) and those in the
+arguments of a call a person approved (kind `approval`). A needle is found
+in them only when it EQUALS one (NFKC, case folded, whitespace collapsed;
+the exact case-folded copy; IBANs without spaces; numbers by value; not
+the confusable skeleton: a look-alike is another value) — never inside
+one, so the text inside a vouched value (a channel named
+"External_<an injected URL>") vouches for nothing.
+An argument's leaf equal to such a value is trusted whole: its own
+sub-values are not looked for elsewhere.
+
 Pure and bounded: every loop has a cap (sources, bytes, needles, leaves,
 occurrences), every pattern runs in linear time. Run in the `review_call`
 activity, whose result records it in the turn's history.
@@ -27,7 +38,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from functools import cached_property, lru_cache
 from typing import Any
@@ -49,6 +60,8 @@ MAX_DEPTH = 6
 MAX_NEEDLES = 60  # per argument
 MAX_OCCURRENCES = 64  # a needle's occurrences tried for a word boundary, per source
 MAX_SOURCES_SHOWN = 10  # per argument
+MAX_VALUES = 20_000  # whole values of `value`/`approval` sources, newest kept
+MAX_VALUE_CHARS = 1_000  # a longer value is not a whole value anyone vouches for
 MIN_WHOLE = 3  # a whole value shorter than this is not looked for (a yes, an id 7)
 MIN_TOKEN = 6  # an identifier-like token
 MIN_DIGITS = 3  # a number or run of digits
@@ -75,6 +88,9 @@ class LabelledSource:
     tool_name: str = ""
     tool_call_id: str = ""
     title: str = ""
+    # kind `value` / `approval`: the whole values, each with the key (result
+    # field, or argument) it was under; `text` is then "".
+    values: tuple[tuple[str, str | int | float], ...] = ()
 
 
 def plain(text: str) -> str:
@@ -114,6 +130,71 @@ class _Prepared:
         return self.plain.isascii()
 
 
+def _number_form(text: str) -> str | None:
+    """A number written alone ("1,500.00", "1500") as digits, no thousands
+    separators, no trailing zeros of a fraction ("1500"); None otherwise."""
+    m = _PLAIN_NUMBER.fullmatch(_SEPARATOR_IN_NUMBER.sub("", text))
+    if m is None:
+        return None
+    fraction = (m.group(2) or "").rstrip("0")
+    return m.group(1) + ("." + fraction if fraction else "")
+
+
+_PLAIN_NUMBER = re.compile(r"(\d+)(?:\.(\d+))?")
+
+
+@dataclass
+class _Values:
+    """A source of whole values, indexed by each normal form of each value."""
+
+    source: LabelledSource
+    by_plain: dict[str, tuple[str, str]] = field(default_factory=dict)  # -> (key, as written)
+    by_raw: dict[str, tuple[str, str]] = field(default_factory=dict)
+    by_compact: dict[str, tuple[str, str]] = field(default_factory=dict)
+    by_number: dict[str, tuple[str, str]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, s: LabelledSource) -> _Values:
+        v = cls(source=s)
+        for key, value in s.values:
+            written = value if isinstance(value, str) else next(
+                (n.plain for n in _number_needles(value)), str(value))
+            written = written.strip()
+            if not written or len(written) > MAX_VALUE_CHARS:
+                continue
+            p = plain(written)
+            entry = (key, written)
+            v.by_plain.setdefault(p, entry)
+            v.by_raw.setdefault(written.casefold(), entry)
+            v.by_compact.setdefault("".join(p.split()), entry)
+            number = _number_form(p)
+            if number is not None:
+                v.by_number.setdefault(number, entry)
+        return v
+
+    def find(self, n: Needle) -> _Hit | None:
+        """The value the needle EQUALS, if any (never one it is inside). Not
+        by the skeleton: a look-alike of a vouched value ("bob@cоrp.example"
+        with a Cyrillic "о") is another value, which the tool did not list;
+        it is found in the result's text instead, untrusted."""
+        if n.kind == "number":
+            number = _number_form(n.plain)
+            entry = self.by_number.get(number) if number is not None else None
+        elif n.kind == "compact":
+            entry = self.by_compact.get(n.plain)
+        else:
+            entry = self.by_plain.get(n.plain)
+            if entry is None and n.raw:
+                entry = self.by_raw.get(n.raw)
+        if entry is None:
+            return None
+        key, written = entry
+        return _Hit(self, 0, written, len(written), key=key)
+
+    def __len__(self) -> int:
+        return len(self.by_plain)
+
+
 @dataclass(frozen=True)
 class Needle:
     """One value to look for: `shown` for the reviewer, `kind` says how."""
@@ -127,14 +208,18 @@ class Needle:
 
 @dataclass
 class _Hit:
-    source: _Prepared
+    source: _Prepared | _Values
     at: int  # where in `haystack` it was found
     haystack: str
     length: int
+    key: str = ""  # a whole value's key
 
     def excerpt(self) -> str:
         """The source's text around the hit, in its plain form (a hit in
-        the skeleton is placed in proportion: forms differ in length)."""
+        the skeleton is placed in proportion: forms differ in length); a
+        whole value: the value as written."""
+        if isinstance(self.source, _Values):
+            return self.haystack[:EXCERPT]
         text = self.source.plain
         at = self.at if self.haystack is text else (
             self.at * len(text) // max(1, len(self.haystack)))
@@ -146,35 +231,56 @@ class _Hit:
 class Finder:
     """The turn's sources, prepared once, and the matching of values."""
 
-    sources: list[_Prepared] = field(default_factory=list)
+    sources: list[_Prepared | _Values] = field(default_factory=list)
 
     @classmethod
     def of(cls, sources: list[LabelledSource]) -> Finder:
-        kept: list[LabelledSource] = []
-        total = 0
+        kept: list[_Prepared | _Values] = []
+        total = values = 0
         for s in reversed(sources):  # the newest are kept when there are too many
+            if s.values:
+                if values < MAX_VALUES:
+                    v = _Values.of(replace(s, values=s.values[:MAX_VALUES - values]))
+                    values += len(v)
+                    kept.append(v)
+                continue
+            if total >= MAX_SOURCE_CHARS or not s.text:
+                continue
             if total + len(s.text) > MAX_SOURCE_CHARS:
                 s = replace(s, text=s.text[:MAX_SOURCE_CHARS - total])
             total += len(s.text)
-            kept.append(s)
-            if total >= MAX_SOURCE_CHARS:
-                break
-        return cls([_Prepared.of(s) for s in reversed(kept) if s.text])
+            kept.append(_Prepared.of(s))
+        return cls(kept[::-1])
 
     def provenance(self, value: Any) -> list[ProvenanceSource]:
         """Where the values of one argument were found (see the module's rule)."""
         found: list[ProvenanceSource] = []
         seen: set[tuple[str, str, str, bool]] = set()
-        for needle in needles(value):
+
+        def add(h: _Hit, needle: Needle) -> None:
+            src = h.source.source
+            key = (src.kind, src.tool_call_id, src.title, src.trusted)
+            if key not in seen:
+                seen.add(key)
+                found.append(_described(h, needle))
+
+        def vouched(leaf: str | int | float) -> bool:
+            """A leaf that equals a whole value a source vouches for: trusted
+            whole (its sub-values are not looked for)."""
+            whole = _whole_needle(leaf)
+            hit = None if whole is None else next(
+                (h for p in self.sources if isinstance(p, _Values) and p.source.trusted
+                 and (h := p.find(whole)) is not None), None)
+            if hit is not None and whole is not None:
+                add(hit, whole)
+            return hit is not None
+
+        any_values = any(isinstance(p, _Values) for p in self.sources)
+        for needle in needles(value, skip=vouched if any_values else None):
             hits = [h for p in self.sources if (h := _find(p, needle)) is not None]
             trusted = [h for h in hits if h.source.source.trusted]
             for h in trusted or hits:
-                src = h.source.source
-                key = (src.kind, src.tool_call_id, src.title, src.trusted)
-                if key in seen:
-                    continue
-                seen.add(key)
-                found.append(_described(h, needle))
+                add(h, needle)
         trusted_first = sorted(found, key=lambda s: not s.trusted)  # stable: conversation order
         return trusted_first[:MAX_SOURCES_SHOWN]
 
@@ -207,8 +313,10 @@ def leaves(value: Any, depth: int = 0) -> Iterator[str | int | float]:
             yield from leaves(v, depth + 1)
 
 
-def needles(value: Any) -> list[Needle]:
-    """What is looked for in the sources, for one argument's value."""
+def needles(value: Any, skip: Callable[[str | int | float], bool] | None = None
+            ) -> list[Needle]:
+    """What is looked for in the sources, for one argument's value (`skip`:
+    leaves already accounted for, none of their needles wanted)."""
     out: list[Needle] = []
     seen: set[tuple[str, str]] = set()
     count = 0
@@ -216,6 +324,8 @@ def needles(value: Any) -> list[Needle]:
         count += 1
         if count > MAX_LEAVES:
             break
+        if skip is not None and skip(leaf):
+            continue
         for n in (_number_needles(leaf) if not isinstance(leaf, str) else _text_needles(leaf)):
             if (n.kind, n.plain) in seen or not n.plain:
                 continue
@@ -261,7 +371,22 @@ def _number_needles(value: int | float) -> Iterator[Needle]:
     yield Needle(shown=text, plain=text, kind="number")
 
 
-def _find(p: _Prepared, n: Needle) -> _Hit | None:
+def _whole_needle(leaf: str | int | float) -> Needle | None:
+    """A leaf as one needle (its whole value), to compare with whole values."""
+    if not isinstance(leaf, str):
+        return next(_number_needles(leaf), None)
+    whole = leaf.strip()
+    p = plain(whole)
+    if not p:
+        return None
+    if _number_form(p) is not None:
+        return Needle(shown=whole, plain=p, kind="number")
+    return Needle(shown=whole, plain=p, raw=whole.casefold())
+
+
+def _find(p: _Prepared | _Values, n: Needle) -> _Hit | None:
+    if isinstance(p, _Values):
+        return p.find(n)
     if n.kind == "number":
         return _find_number(p, n)
     if n.kind == "compact":
@@ -326,7 +451,7 @@ def _described(h: _Hit, n: Needle) -> ProvenanceSource:
         kind=src.kind, trusted=src.trusted, tool_name=src.tool_name[:200],
         tool_call_id=src.tool_call_id[:200], title=mask_text(src.title[:200]),
         value=_cut(_masked_value(_cut(n.shown, 4 * VALUE)), VALUE),
-        excerpt=_cut(mask_text(excerpt), EXCERPT))
+        excerpt=_cut(mask_text(excerpt), EXCERPT), key=mask_text(h.key[:200]))
 
 
 # A value that is only a number of this many digits or more (with the

@@ -106,6 +106,12 @@ class ToolSpec(BaseModel):
     # `sensitive` only in turns begun at revision 7 or later.
     sensitive: dict[str, FlowRule] = Field(default_factory=dict, exclude_if=lambda v: not v)
     trusted_results: bool = Field(default=False, exclude_if=lambda v: not v)
+    # Whole values of the tool's (JSON) results that are trusted: True, every
+    # string and number in them (a directory listing); a list of keys, those
+    # under these keys at any depth (a message's `sender`). A value is trusted
+    # only as a whole, never the text inside it. Read by the review_call
+    # activity only; left out of the serialized form when False/empty.
+    trusted_values: bool | list[str] = Field(default=False, exclude_if=lambda v: not v)
 
     @property
     def start_to_close(self) -> timedelta:

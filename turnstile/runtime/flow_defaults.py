@@ -12,7 +12,7 @@ argument is sensitive. A read-only tool has no rules unless it declares them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence, Set
 from typing import Any
 
 from turnstile.engine.flow import FLOW_RULES, FlowRule
@@ -37,6 +37,46 @@ def declaration_problem(tool_name: str, declared: Any, parameters: Iterable[str]
             return f"tool {tool_name}: rule {rule!r} for {name!r} is not one of " \
                    f"{', '.join(FLOW_RULES)}"
     return None
+
+
+MAX_TRUSTED_KEYS = 32
+MAX_KEY_CHARS = 200
+
+
+def trusted_values_problem(tool_name: str, declared: Any, trusted_results: bool) -> str | None:
+    """What is wrong with `@tool(trusted_values=...)`: True/False, or a
+    non-empty sequence of result keys (None: nothing; the tool is refused at
+    definition with these words). A lone string is refused: `"sender"` is
+    not `("sender",)`, and a builder who wrote it meant one key or many."""
+    if isinstance(declared, bool):
+        if declared and trusted_results:
+            return (f"tool {tool_name}: trusted_results=True already trusts all of its "
+                    "results; trusted_values= says which whole values are trusted in "
+                    "results that are otherwise not: give one of them")
+        return None
+    if isinstance(declared, str | bytes) or not isinstance(declared, Sequence | Set):
+        return (f"tool {tool_name}: trusted_values= takes True (every value of its results) "
+                "or a sequence of result keys such as (\"sender\", \"recipient\"), "
+                f"not {declared!r}")
+    keys = list(declared)
+    if not keys or len(keys) > MAX_TRUSTED_KEYS:
+        return (f"tool {tool_name}: trusted_values= names 1 to {MAX_TRUSTED_KEYS} result keys "
+                f"(got {len(keys)})")
+    for key in keys:
+        if not isinstance(key, str) or not key.strip() or len(key) > MAX_KEY_CHARS:
+            return (f"tool {tool_name}: trusted_values= key {key!r} is not a key of a JSON "
+                    f"object (a non-empty string of at most {MAX_KEY_CHARS} characters)")
+    if trusted_results:
+        return (f"tool {tool_name}: trusted_results=True already trusts all of its results; "
+                "give trusted_values= or trusted_results=, not both")
+    return None
+
+
+def trusted_values(declared: Any) -> bool | list[str]:
+    """The spec's form of a checked `trusted_values=` declaration."""
+    if isinstance(declared, bool):
+        return declared
+    return list(dict.fromkeys(declared))
 
 
 def effectful(spec: ToolSpec) -> bool:

@@ -17,7 +17,7 @@ import asyncio
 import inspect
 import json
 import logging
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypedDict, Unpack, get_type_hints, overload
@@ -369,6 +369,9 @@ class ToolOptions(TypedDict, total=False):
     # text arguments ({} declares none).
     sensitive: Mapping[str, FlowRule]
     trusted_results: bool  # the tool's results are trusted content (default False)
+    # Whole values of its JSON results that are trusted: True (all), or the
+    # keys whose values are (e.g. ("sender", "recipient")); default False.
+    trusted_values: bool | Sequence[str]
 
 
 @overload
@@ -450,6 +453,11 @@ def tool(fn: Callable[..., Any] | None = None, /,
                 raise ToolDefinitionError(problem)
             declared = dict(declared)
         spec.trusted_results = bool(o.get("trusted_results", False))
+        vouched = o.get("trusted_values", False)
+        problem = flow_defaults.trusted_values_problem(tool_name, vouched, spec.trusted_results)
+        if problem:
+            raise ToolDefinitionError(problem)
+        spec.trusted_values = flow_defaults.trusted_values(vouched)
         spec.sensitive = flow_defaults.effective(spec, declared)
         unknown = [f for f in (*spec.review_fields, *spec.recipient_fields) if f not in fields]
         if unknown:

@@ -20,7 +20,7 @@ from temporalio.exceptions import ActivityError
 with workflow.unsafe.imports_passed_through():
     from turnstile.engine import activity_io as io
     from turnstile.engine.contract import ApprovalDecision, TurnStatus
-    from turnstile.engine.grant_models import GrantOffer
+    from turnstile.engine.grant_models import GRANT_REVIEWER_PREFIX, GrantOffer
     from turnstile.engine.grant_rules import default_constraints
     from turnstile.engine.messages import ToolCall
     from turnstile.workflows.state import TurnState
@@ -34,7 +34,6 @@ CLAIM_OPTIONS: ActivityOptions = {
     "retry_policy": RetryPolicy(initial_interval=timedelta(seconds=1),
                                 maximum_interval=timedelta(seconds=30)),
 }
-GRANT_REVIEWER_PREFIX = "grant:"
 
 
 async def claim(s: TurnState, call: ToolCall, untrusted: list[str] | None = None
