@@ -51,4 +51,4 @@ def app_with_rules() -> App:
     """The information-flow rules of `rules.RULES` on the suites' tools."""
     if not flow_rules.available():
         raise RuntimeError("this Turnstile has no information-flow rules (@tool(sensitive=...))")
-    return build_app(flow_rules.RULES)
+    return build_app(flow_rules.effective())

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
-from bench.agentdojo.runner import Outcome
+from bench.agentdojo.runner import Outcome, Review
 
 # AgentDojo v1.2.2's own checks, as found while building this bench: a pair
 # they affect counts as the check says; these say why a figure is not 100%/0%.
@@ -71,7 +72,28 @@ def summary(outcomes: Sequence[Outcome]) -> dict[str, dict[str, Any]]:
         f["approved"] += sum(r.approved for r in o.reviews)
         f["applied_twice"] += o.applied_twice
         f["not_completed"] += o.status != "completed"
+    for suite_name, found in breakdown(outcomes).items():
+        out[suite_name]["benign"]["review_breakdown"] = found
     return out
+
+
+def review_key(r: Review) -> str:
+    """What made a call wait, as one line: "get_webpage url <- tool:read_channel_messages",
+    or "delete_file (waits by rule)" when no argument was untrusted."""
+    if not r.untrusted:
+        return f"{r.tool} (waits by rule)"
+    return f"{r.tool} " + ", ".join(f"{name} <- {r.sources.get(name, '?')}"
+                                    for name in sorted(r.untrusted))
+
+
+def breakdown(outcomes: Sequence[Outcome], model: str = "benign"
+              ) -> dict[str, dict[str, int]]:
+    """suite -> why the calls of `model`'s runs waited -> how many, most first."""
+    out: dict[str, Counter[str]] = {}
+    for o in outcomes:
+        if o.model == model:
+            out.setdefault(o.pair.suite, Counter()).update(review_key(r) for r in o.reviews)
+    return {suite: dict(found.most_common()) for suite, found in out.items()}
 
 
 def _text_only(f: dict[str, Any]) -> str:
@@ -95,6 +117,8 @@ def lines(outcomes: Sequence[Outcome]) -> list[str]:
                 f"(benign {f['reviews_benign']}, approved {f['approved']}; effectful calls "
                 f"{f['effects']}, all calls {f['calls']})  applied twice "
                 f"{f['applied_twice']}  not completed {f['not_completed']}")
+        for why, n in breakdown(outcomes).get(suite_name, {}).items():
+            text.append(f"  benign review: {n:3} x {why}")
         for a in ARTEFACTS.get(suite_name, []):
             text.append(f"  artefact: {a}")
     for a in ARTEFACTS["all"]:

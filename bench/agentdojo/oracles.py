@@ -20,10 +20,9 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-import yaml
-
 from agentdojo.functions_runtime import FunctionCall
 from bench.agentdojo import scripts, suites
+from bench.agentdojo.tools import parsed_result
 from turnstile import FunctionModel
 from turnstile.testing import Call, ModelCall, Reply, ToolOutcome
 
@@ -98,11 +97,10 @@ def injected(suite_name: str, results: Sequence[ToolOutcome]) -> tuple[int, str]
 
 
 def _readable(text: str) -> str:
-    """A result's strings as one flat text (YAML results are parsed, so
-    folded lines and quoting read as the model would read them)."""
-    try:
-        parsed = yaml.safe_load(text)
-    except yaml.YAMLError:
+    """A result's strings as one flat text (JSON or YAML results are parsed,
+    so escapes, folded lines and quoting read as the model would read them)."""
+    parsed = parsed_result(text)
+    if parsed is None:
         return _flat(text)
     parts: list[str] = []
     _strings(parsed, parts)

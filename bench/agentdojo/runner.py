@@ -22,6 +22,7 @@ from bench.agentdojo import reviewer as perfect, store, suites
 from bench.agentdojo.app import service_name
 from turnstile import Database, TurnHandle, TurnInput, TurnstileClient
 from turnstile.engine.contract import PendingApproval
+from turnstile.engine.flow import untrusted_arguments
 
 REVIEWERS = ("none", "perfect")
 USER = "dojo-user"
@@ -35,6 +36,24 @@ class Review:
     arguments: dict[str, Any]
     benign: bool  # serves the user task
     approved: bool
+    # The sensitive arguments whose values came from untrusted content (none:
+    # the call waited for another reason, e.g. `requires_approval`), and for
+    # each where its untrusted value first appeared ("tool:read_file",
+    # "retrieval", ...), as the pending item's provenance says.
+    untrusted: list[str] = field(default_factory=list)
+    sources: dict[str, str] = field(default_factory=dict)
+
+
+def review_of(p: PendingApproval, benign: bool, approved: bool) -> Review:
+    """The bench's record of a call that waited."""
+    args = p.arguments if isinstance(p.arguments, dict) else {}
+    untrusted = untrusted_arguments(p.provenance)
+    sources = {}
+    for name in untrusted:
+        first = next((s for s in p.provenance.get(name, []) if not s.trusted), None)
+        if first is not None:
+            sources[name] = first.kind + (f":{first.tool_name}" if first.tool_name else "")
+    return Review(p.tool_name, args, benign, approved, untrusted, sources)
 
 
 @dataclass
@@ -73,7 +92,7 @@ async def run_pair(client: TurnstileClient, db: Database, pair: suites.Pair, mod
                     benign = perfect.serves_user_task(pair, p.tool_name, args)
                     # No reviewer: nobody ever approves; the call is refused.
                     approve = reviewer == "perfect" and benign
-                    reviews[p.tool_call_id] = Review(p.tool_name, args, benign, approve)
+                    reviews[p.tool_call_id] = review_of(p, benign, approve)
                     note = ("no reviewer" if reviewer == "none" else
                             "serves the user's task" if approve else
                             "does not serve the user's task")

@@ -16,9 +16,8 @@ import datetime
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import yaml
-
 from bench.agentdojo import suites
+from bench.agentdojo.tools import parsed_result
 from turnstile.testing import Call, ToolOutcome
 
 # What an injection asks the model to say (travel injection_task_6).
@@ -50,10 +49,7 @@ def _read(since: Sequence[ToolOutcome], at: int) -> Any:
     """The parsed result of the script's step `at`, or None if not back yet."""
     if at >= len(since) or since[at].is_error:
         return None
-    try:
-        return yaml.safe_load(since[at].text)
-    except yaml.YAMLError:
-        return None
+    return parsed_result(since[at].text)
 
 
 def _bodies(emails: Any, ids: set[str] | None = None) -> str:

@@ -6,16 +6,23 @@ typed function: the model sees the same schema AgentDojo's models see. Every
 tool is `transactional` (its effect is the `dojo_run` row written in the
 call's transaction, `store.apply`) and `repeatable` (AgentDojo's tasks call
 some tools twice with the same arguments). The result the model reads is
-AgentDojo's own rendering (YAML, `tool_result_to_str`); a function's error
+AgentDojo's own rendering (`tool_result_to_str`) with JSON as its dump
+function (AgentDojo's default is YAML; its docstring offers `json.dumps`): a
+result's fields are then readable by the product (`@tool(trusted_values=...)`
+vouches for whole values under named keys of JSON results; Turnstile does
+not parse YAML); an object result (`dict`) is JSON too, where AgentDojo
+writes Python's repr. A text result (a web page) stays text. A function's error
 goes back as an error result, as AgentDojo's runtime reports it.
 """
 
 from __future__ import annotations
 
 import inspect
+import json
 from collections.abc import Callable, Mapping
 from typing import Annotated, Any
 
+import yaml
 from pydantic import Field
 
 from agentdojo.agent_pipeline.tool_execution import tool_result_to_str
@@ -64,6 +71,32 @@ def _runner(runtime: FunctionsRuntime, name: str) -> Callable[..., Any]:
                                         arguments, call)
         if error is not None:
             return ToolResult(content=error, is_error=True)
-        return tool_result_to_str(result)
+        return rendered(result)
 
     return run
+
+
+def rendered(result: Any) -> str:
+    """What the model reads: AgentDojo's rendering, dumped as JSON (an
+    object too, which AgentDojo writes as Python's repr)."""
+    if isinstance(result, dict):
+        return _json(result)
+    return tool_result_to_str(result, dump_fn=_json)
+
+
+def _json(value: Any) -> str:
+    """A result as JSON (dates and times as text, as YAML wrote them)."""
+    return json.dumps(value, default=str, ensure_ascii=False)
+
+
+def parsed_result(text: str) -> Any:
+    """A result's text parsed: JSON (this adapter's), else YAML (results
+    recorded before it rendered JSON); None when neither parses."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        pass
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return None

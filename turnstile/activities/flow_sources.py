@@ -212,14 +212,17 @@ def _text(content: Any) -> str:
 
 
 def _joined(value: Any, fallback: str) -> str:
-    """A JSON result's strings and numbers, each on its own line (so a value
-    at the end of one field and the start of the next are not glued)."""
+    """A JSON result's keys, strings and numbers, each on its own line (so a
+    value at the end of one field and the start of the next are not glued).
+    Keys are text the model reads too: `{"shared_with": {"eve@evil.example":
+    "rw"}}` holds an address."""
     out: list[str] = []
     stack = [value]
     while stack and len(out) < 100_000:
         v = stack.pop()
         if isinstance(v, dict):
-            stack.extend(reversed(list(v.values())))
+            for k, item in reversed(list(v.items())):
+                stack.extend((item, str(k)))
         elif isinstance(v, list):
             stack.extend(reversed(v))
         elif isinstance(v, str | int | float) and not isinstance(v, bool):
