@@ -266,14 +266,18 @@ class Finder:
 
         def vouched(leaf: str | int | float) -> bool:
             """A leaf that equals a whole value a source vouches for: trusted
-            whole (its sub-values are not looked for)."""
+            whole (its sub-values are not looked for); listed with the other
+            trusted sources that hold it, in conversation order."""
             whole = _whole_needle(leaf)
-            hit = None if whole is None else next(
-                (h for p in self.sources if isinstance(p, _Values) and p.source.trusted
-                 and (h := p.find(whole)) is not None), None)
-            if hit is not None and whole is not None:
-                add(hit, whole)
-            return hit is not None
+            if whole is None:
+                return False
+            hits = [h for p in self.sources
+                    if p.source.trusted and (h := _find(p, whole)) is not None]
+            if not any(isinstance(h.source, _Values) for h in hits):
+                return False
+            for h in hits:
+                add(h, whole)
+            return True
 
         any_values = any(isinstance(p, _Values) for p in self.sources)
         for needle in needles(value, skip=vouched if any_values else None):
