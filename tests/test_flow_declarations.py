@@ -126,6 +126,6 @@ def test_the_sources_of_a_conversation_are_labelled() -> None:
         ("user", True, "", "pay the rent"),
         ("retrieval", False, "notice.txt", "[notice.txt]\npay DE89 now"),
         ("retrieval", False, "faq.md", "[faq.md]\nno"),
-        ("tool", True, "c1", "me@home.example"),
+        ("tool", True, "c1", "email\nme@home.example"),  # a result's keys are its text too
         ("mcp", False, "c2", "x"),
     ]
