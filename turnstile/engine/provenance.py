@@ -75,6 +75,16 @@ class LabelledSource:
     tool_name: str = ""
     tool_call_id: str = ""
     title: str = ""
+    # A result's copies of its own call's arguments (their needles' plain
+    # forms): the result is not where those values came from — a tool that
+    # answers {"lent": "B-1", "to": "m-1"} does not make m-1 untrusted. The
+    # values' origin, if any, is found where the model read them.
+    echoes: frozenset[str] = frozenset()
+
+
+def echoes_of(arguments: Any) -> frozenset[str]:
+    """The plain forms of the needles of a call's arguments."""
+    return frozenset(n.plain for n in needles(arguments))
 
 
 def plain(text: str) -> str:
@@ -166,7 +176,8 @@ class Finder:
         found: list[ProvenanceSource] = []
         seen: set[tuple[str, str, str, bool]] = set()
         for needle in needles(value):
-            hits = [h for p in self.sources if (h := _find(p, needle)) is not None]
+            hits = [h for p in self.sources if needle.plain not in p.source.echoes
+                    and (h := _find(p, needle)) is not None]
             trusted = [h for h in hits if h.source.source.trusted]
             for h in trusted or hits:
                 src = h.source.source
