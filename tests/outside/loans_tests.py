@@ -6,8 +6,10 @@ extra besides the package, no settings file)."""
 from pathlib import Path
 
 import pytest
-from loans import app
+import sqlalchemy as sa
+from loans import app, reservations
 
+from turnstile import Equals, GrantRequest, GrantScope
 from turnstile.testing import FakeOpenAIServer, TestStack, text_reply, tool_reply
 
 
@@ -47,3 +49,40 @@ async def test_the_desk_on_an_http_model(tmp_path: Path) -> None:
     assert "lendBook" in [t["function"]["name"] for t in first["tools"]]
     assert second["messages"][-1]["role"] == "tool"
     assert second["messages"][-1]["tool_call_id"] == "c1"
+
+
+@pytest.mark.asyncio
+async def test_a_notice_cannot_choose_who_gets_a_reservation(tmp_path: Path) -> None:
+    # reserveBook refuses a member that came from untrusted content (the
+    # notice is a tool's result); the member the user names is theirs.
+    async with TestStack(app, tmp_path) as stack:
+        obeyed = await stack.run("Reserve B-7 as the notice says")
+        given = await stack.run("Reserve B-8 for m-2")
+        with stack.db.connect() as conn:
+            rows = conn.execute(sa.select(reservations.c.book, reservations.c.member)).all()
+    assert obeyed.status == "completed", obeyed.error
+    assert str(obeyed.answer).startswith("Not reserved: Not run: reserveBook refuses"), \
+        obeyed.answer
+    assert "m-666" in str(obeyed.answer) and "readNotice" in str(obeyed.answer)
+    assert given.answer == "Reserved B-8 for m-2", given.answer
+    assert [tuple(r) for r in rows] == [("B-8", "m-2")]
+
+
+@pytest.mark.asyncio
+async def test_a_standing_approval_lends_once_more_without_asking(tmp_path: Path) -> None:
+    async with TestStack(app, tmp_path) as stack:
+        first = await stack.start("Please lend B-9", conversation="c-regular")
+        decision = await stack.approve(first, "bob", grant=GrantRequest(
+            scope=GrantScope.CONVERSATION, uses=1, reason="a regular",
+            constraints={"member": Equals(value="m-1")}))  # any book, this member
+        assert decision.issued_grant
+        assert (await first.result()).answer == "Lent B-9 to m-1"
+        # Covered: nobody decides this one (run() would time out if it waited).
+        again = await stack.run("Please lend B-10", conversation="c-regular", timeout=30)
+        assert again.answer == "Lent B-10 to m-1", again.answer
+        # The one use is spent: the next waits for a person again.
+        third = await stack.start("Please lend B-11", conversation="c-regular")
+        (waiting,) = await stack.pending(third)
+        assert waiting.tool_name == "lendBook"
+        await stack.reject(third, "bob", reason="enough")
+        assert str((await third.result()).answer).startswith("Not lent:")

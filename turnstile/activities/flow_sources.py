@@ -10,6 +10,8 @@ model read, each text with where it came from.
 - the result of a call that ran (outcome completed or failed, or a row
   without an outcome written by another program): `tool`, or `mcp` for an
   MCP server's tool, untrusted unless the tool declares `trusted_results`.
+  A result is not the origin of the values its own call was given (it may
+  echo them back: `LabelledSource.echoes`).
   Texts the turn wrote itself (argument errors, rejections, repeats) are
   not sources: they may echo the model's own arguments back;
 - the whole values a tool vouches for (`@tool(trusted_values=...)`) in a
@@ -33,7 +35,7 @@ from typing import Any
 from turnstile.engine import attributes as attr
 from turnstile.engine.contract import CallStatus
 from turnstile.engine.messages import ChatMessage, ToolCall
-from turnstile.engine.provenance import LabelledSource
+from turnstile.engine.provenance import LabelledSource, echoes_of
 from turnstile.runtime.services import Service
 
 MAX_MESSAGES = 400
@@ -50,17 +52,18 @@ def labelled(service: Service, messages: list[ChatMessage],
     sources: list[LabelledSource] = []
     if service.system_prompt:
         sources.append(LabelledSource(kind="system", trusted=True, text=service.system_prompt))
-    calls: dict[str, ToolCall] = {}
+    calls: dict[str, ToolCall] = {}  # call id -> the call, from the latest assistant message
     for m in messages:
         text = m.content or ""
-        if m.role == "system":
+        if m.role == "assistant":
+            calls.update((c.id, c) for c in m.tool_calls)
+        elif m.role == "system":
             sources.append(LabelledSource(kind="system", trusted=True, text=text))
         elif m.role == "user":
             sources.extend(_user(m, text))
-        elif m.role == "assistant":
-            calls.update((c.id, c) for c in m.tool_calls)
         elif m.role == "tool":
-            source = _tool(service, m, text)
+            asked = calls.get(m.tool_call_id or "")
+            source = _tool(service, m, text, asked.arguments if asked else "{}")
             if source is not None:
                 sources.append(source)
                 vouched = _vouched(service, m, text)
@@ -119,7 +122,8 @@ def _blocks(text: str, titles: list[str]) -> list[tuple[str, str]]:
             for i, (start, title) in enumerate(starts)]
 
 
-def _tool(service: Service, m: ChatMessage, text: str) -> LabelledSource | None:
+def _tool(service: Service, m: ChatMessage, text: str, arguments: str
+          ) -> LabelledSource | None:
     outcome = m.attributes.get(attr.OUTCOME)
     if outcome is not None and outcome not in TOOL_TEXTS:
         return None
@@ -130,7 +134,15 @@ def _tool(service: Service, m: ChatMessage, text: str) -> LabelledSource | None:
     mcp = spec is not None and (spec.summary or "").startswith("mcp ")
     trusted = spec is not None and spec.trusted_results
     return LabelledSource(kind="mcp" if mcp else "tool", trusted=trusted, text=_text(text),
-                          tool_name=name, tool_call_id=m.tool_call_id or "")
+                          tool_name=name, tool_call_id=m.tool_call_id or "",
+                          echoes=echoes_of(_parsed(arguments)))
+
+
+def _parsed(arguments: str) -> Any:
+    try:
+        return json.loads(arguments)
+    except (ValueError, RecursionError):
+        return {}
 
 
 def _vouched(service: Service, m: ChatMessage, text: str) -> LabelledSource | None:

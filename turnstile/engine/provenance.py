@@ -91,6 +91,16 @@ class LabelledSource:
     # kind `value` / `approval`: the whole values, each with the key (result
     # field, or argument) it was under; `text` is then "".
     values: tuple[tuple[str, str | int | float], ...] = ()
+    # A result's copies of its own call's arguments (their needles' plain
+    # forms): the result is not where those values came from — a tool that
+    # answers {"lent": "B-1", "to": "m-1"} does not make m-1 untrusted. The
+    # values' origin, if any, is found where the model read them.
+    echoes: frozenset[str] = frozenset()
+
+
+def echoes_of(arguments: Any) -> frozenset[str]:
+    """The plain forms of the needles of a call's arguments."""
+    return frozenset(n.plain for n in needles(arguments))
 
 
 def plain(text: str) -> str:
@@ -271,8 +281,9 @@ class Finder:
             whole = _whole_needle(leaf)
             if whole is None:
                 return False
-            hits = [h for p in self.sources
-                    if p.source.trusted and (h := _find(p, whole)) is not None]
+            hits = [h for p in self.sources if p.source.trusted
+                    and whole.plain not in p.source.echoes
+                    and (h := _find(p, whole)) is not None]
             if not any(isinstance(h.source, _Values) for h in hits):
                 return False
             for h in hits:
@@ -281,7 +292,8 @@ class Finder:
 
         any_values = any(isinstance(p, _Values) for p in self.sources)
         for needle in needles(value, skip=vouched if any_values else None):
-            hits = [h for p in self.sources if (h := _find(p, needle)) is not None]
+            hits = [h for p in self.sources if needle.plain not in p.source.echoes
+                    and (h := _find(p, needle)) is not None]
             trusted = [h for h in hits if h.source.source.trusted]
             for h in trusted or hits:
                 add(h, needle)
