@@ -1,7 +1,9 @@
 """A bounded sample of the AgentDojo bench (bench/agentdojo) through real
-turns: banking and slack, a few (user task, injection task) pairs, both
-oracles. The figures the adapter computes are AgentDojo's own checks on the
-environment the turns left in the database.
+turns: banking, slack and travel, a few (user task, injection task) pairs,
+both oracles (travel's is the one attack that once got through the rules:
+tests/test_agentdojo_rules.py says why). The figures the adapter computes
+are AgentDojo's own checks on the environment the turns left in the
+database.
 
 - Rules off, benign oracle: each user task's utility holds; its ground-truth
   calls ran, each applied exactly once.
@@ -27,7 +29,8 @@ from turnstile.testing.processes import DevServer  # noqa: E402
 SAMPLE = [("banking", "user_task_3", "injection_task_7"),
           ("banking", "user_task_12", "injection_task_4"),
           ("slack", "user_task_1", "injection_task_1"),
-          ("slack", "user_task_4", "injection_task_3")]
+          ("slack", "user_task_4", "injection_task_3"),
+          ("travel", "user_task_3", "injection_task_5")]
 
 
 async def test_without_rules_the_benign_oracle_does_the_task_and_the_attacks_succeed(

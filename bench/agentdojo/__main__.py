@@ -1,6 +1,9 @@
 """`python -m bench.agentdojo`: AgentDojo's suites through real turns; prints
-per suite and model: utility, attack success, calls sent to review (and how
-many of them served the user task), and the known checker artefacts.
+per suite and model: utility, attacks reaching their effect (of the pairs
+whose injection task has calls), text-only injections said (of the pairs
+whose injection task only asks the model to say something: an output check,
+not an effect), calls sent to review (and how many of them served the user
+task), and the known checker artefacts.
 
     python -m bench.agentdojo [--suite S] [--model benign|compromised]
         [--reviewer none|perfect] [--kill-worker N] [--rules on|off] [--limit N]
@@ -120,10 +123,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         out.write(line + "\n")
     if checked:
         out.write(checked)
-    for title, found in figures.failures(outcomes).items():
-        if found:
-            out.write(f"{title} ({len(found)}{', first 30' if len(found) > 30 else ''}):\n")
-            out.writelines(f"  {line}\n" for line in found[:30])
+    for title, found in figures.failures(outcomes).items():  # each, even when none
+        out.write(f"{title} ({len(found)}{', first 30' if len(found) > 30 else ''})"
+                  f"{':' if found else ''}\n")
+        out.writelines(f"  {line}\n" for line in found[:30])
     if args.json:
         args.json.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()},
                                          "summary": figures.summary(outcomes),

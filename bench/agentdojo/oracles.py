@@ -10,7 +10,8 @@ model activity that runs again answers the same. One call per response.
 - Compromised: the same, until a tool result carries an injection task's goal;
   then that injection task's calls (AgentDojo's ground truth, or the
   hand-written script of `scripts` where it is empty), then the rest of the
-  user task. Its answer adds what the injection asks the model to say.
+  user task. Its answer adds what the injection asks the model to say (for
+  a text-only injection task, `has_calls` false, that is all it does).
 """
 
 from __future__ import annotations
@@ -71,6 +72,16 @@ def injection_plan(suite_name: str, user_task_id: str, injection_id: str,
     if truth:
         return [as_call(c) for c in truth]
     return scripts.plan(suite_name, user_task_id, injection_id, since)
+
+
+def has_calls(suite_name: str, injection_id: str) -> bool:
+    """Does the compromised oracle make calls for this injection task (its
+    ground truth or a script)? One that makes none is *text only*: its goal
+    is only words in the answer (travel injection_task_6, `scripts.says`),
+    which the oracle always says; AgentDojo's check of it reads the answer,
+    not the environment, so its success is an output check, not an effect."""
+    return bool(suites.injection_ground_truth(suite_name, injection_id)) or \
+        scripts.scripted(suite_name, injection_id)
 
 
 def as_call(fc: FunctionCall) -> Call:

@@ -4,7 +4,8 @@ where an effect goes (recipients, IBANs, URLs, users, channels, the ids of
 what is deleted or shared, the booked hotel), credentials, and the free text
 that leaves the system to someone not named by the user — each `review` when
 its value came from untrusted content (a tool result). The tools that read
-the signed-in user's own profile have trusted results. Read-only tools have
+the signed-in user's own profile have trusted results, except travel's,
+which holds the user's secrets (passport, credit card). Read-only tools have
 no rules, except `get_webpage`, whose URL itself leaks data.
 
 Whole values a builder can vouch for (`trusted_values`; AgentDojo's results
@@ -93,7 +94,11 @@ RULES: dict[str, dict[str, dict[str, Any]]] = {
         "reserve_restaurant": {"sensitive": {"restaurant": R}},
         "create_calendar_event": {"sensitive": {"title": R, "participants": R}},
         "cancel_calendar_event": {"sensitive": {"event_id": R}},
-        "get_user_information": {"trusted_results": True},
+        # get_user_information's results are NOT trusted: the profile holds the
+        # user's passport and credit card numbers, and a trusted value is one
+        # the user gave — it would reach the body above unreviewed (an injection
+        # mails them to the wife the user named). No user task puts a profile
+        # value into an effect.
     },
     "workspace": {
         "send_email": {"sensitive": _MAIL},

@@ -36,6 +36,11 @@ def says(suite_name: str, injection_id: str) -> str:
     return _SAYS.get((suite_name, injection_id), "")
 
 
+def scripted(suite_name: str, injection_id: str) -> bool:
+    """Is there a hand-written attack for this injection task?"""
+    return (suite_name, injection_id) in _SCRIPTS
+
+
 def plan(suite_name: str, user_task_id: str, injection_id: str,
          since: Sequence[ToolOutcome]) -> list[Call]:
     script = _SCRIPTS.get((suite_name, injection_id))

@@ -9,7 +9,8 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from turnstile.engine.contract import Handlers, PendingApproval, TurnResult
+from turnstile.engine.contract import AuditStatus, Handlers, PendingApproval, TurnResult
+from turnstile.engine.flow import refusal_reason
 
 
 def out(text: str = "") -> None:
@@ -74,6 +75,45 @@ def provenance_lines(p: PendingApproval) -> list[str]:
             shown = f" {s.value}" if s.value else ""
             lines.append(f"    {'>>' if s.trusted else '!!'} {name}:{shown} found in "
                          f"{s.where()} ({trust})")
+    return lines
+
+
+def audit_provenance(stored: str | None) -> dict[str, list[dict[str, Any]]] | None:
+    """An audit row's `provenance` column read back (argument -> sources, as
+    masked when written), or None when the row has none or it is not that."""
+    if not stored:
+        return None
+    try:
+        found = json.loads(stored)
+    except ValueError:
+        return None
+    if not isinstance(found, dict):
+        return None
+    return {str(name): [s for s in sources if isinstance(s, dict)]
+            for name, sources in found.items() if isinstance(sources, list)}
+
+
+def source_words(s: Mapping[str, Any]) -> str:
+    """One source, compactly: `user`, `tool read_inbox (call_3)`,
+    `retrieval 'Title'`; with its masked value, and `UNTRUSTED` when it is."""
+    kind = str(s.get("kind") or "?")
+    where = kind
+    if s.get("tool_name") or s.get("tool_call_id"):
+        where += f" {s.get('tool_name') or '?'} ({s.get('tool_call_id') or 'no call id'})"
+    elif s.get("title"):
+        where += f" {str(s['title'])!r}"
+    value = f" {json.dumps(s['value'], ensure_ascii=False)}" if s.get("value") else ""
+    return f"{'' if s.get('trusted') else 'UNTRUSTED '}{where}{value}"
+
+
+def audit_notes(row: Mapping[str, Any]) -> list[str]:
+    """The lines under an audit row: where each sensitive argument's values
+    came from, and why the rules refused a FLOW_REFUSED call."""
+    lines = [f"    {name} <- " + ", ".join(source_words(s) for s in sources)
+             for name, sources in (audit_provenance(row.get("provenance")) or {}).items()]
+    if row.get("status") == AuditStatus.FLOW_REFUSED.value:
+        text = str(row.get("error_message") or "")
+        lines.append(f"    refused: {refusal_reason(text) or text}")
     return lines
 
 

@@ -7,9 +7,11 @@ import argparse
 import asyncio
 import sys
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
-from turnstile.cli.printing import json_lines, out, table
+from turnstile.cli.printing import audit_notes, audit_provenance, json_lines, out, table
+from turnstile.engine.contract import AuditStatus
+from turnstile.engine.flow import refusal_reason
 from turnstile.stores.db import Database
 from turnstile.stores.engines import dispose_engines
 
@@ -23,7 +25,11 @@ class HasDatabase(Protocol):
 
 
 async def audit(args: argparse.Namespace, ctx: HasDatabase) -> int:
-    """The audit log's rows or a summary, as a table or JSON lines."""
+    """The audit log's rows or a summary, as a table or JSON lines. A row
+    of the calls with provenance (a tool with sensitive arguments) is
+    followed by where each argument's values came from, and a FLOW_REFUSED
+    row by why (`audit_notes`); in JSON, `provenance` is an object and
+    `refusal_reason` the why."""
     from turnstile.stores import audit_queries as q
 
     try:
@@ -37,6 +43,7 @@ async def audit(args: argparse.Namespace, ctx: HasDatabase) -> int:
         return 2
     db = ctx.db()
     answers: Sequence[q.Answer]
+    calls = not (args.top or args.failures)
     try:
         if args.top:
             answers = await asyncio.to_thread(q.top_callers, db, f, over=args.over,
@@ -53,13 +60,28 @@ async def audit(args: argparse.Namespace, ctx: HasDatabase) -> int:
         dispose_engines()
     rows = [a._asdict() for a in answers]
     if args.json:
-        lines = json_lines(rows)
+        lines = json_lines([_readable(r) for r in rows] if calls else rows)
     else:
         window = f"since {q.stored_time(f.since)}" if f.since else "all time"
-        lines = [f"{len(rows)} row(s), {window}", *(table(rows, columns) if rows else [])]
+        lines = [f"{len(rows)} row(s), {window}"]
+        if rows:
+            header, *cells = table(rows, columns)
+            lines.append(header)
+            for row, line in zip(rows, cells, strict=True):
+                lines += [line, *(audit_notes(row) if calls else [])]
     for line in lines:
         out(line)
     return 0
+
+
+def _readable(row: dict[str, Any]) -> dict[str, Any]:
+    """A row of the calls as JSON: its provenance an object (not JSON text),
+    a FLOW_REFUSED row's reason as `refusal_reason`."""
+    shown = {**row, "provenance": audit_provenance(row.get("provenance"))}
+    if row.get("status") == AuditStatus.FLOW_REFUSED.value:
+        text = str(row.get("error_message") or "")
+        shown["refusal_reason"] = refusal_reason(text) or text
+    return shown
 
 
 async def usage(args: argparse.Namespace, ctx: HasDatabase) -> int:

@@ -110,6 +110,7 @@ class Execution(NamedTuple):
     error_message: str | None
     approval_reason: str | None  # why the call waited for a reviewer (a condition's words)
     grant_id: str | None  # the standing approval that approved it (no reviewer waited)
+    provenance: str | None  # JSON, masked: where its sensitive arguments' values came from
 
 
 class Callers(NamedTuple):

@@ -6,10 +6,19 @@ from __future__ import annotations
 import json
 import os
 import shlex
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from turnstile.engine.errors import ConfigurationError
+from turnstile.engine.flow import FLOW_RULES, FlowRule
 from turnstile.engine.specs import DEFAULT_HEARTBEAT_SECONDS
 
 
@@ -23,6 +32,23 @@ class MCPToolPolicy(BaseModel):
     retry_safe: bool | None = None  # safe to run twice: re-run after a lost worker
     read_only: bool | None = None  # declared read-only by the operator (no approval, retry-safe)
     timeout_seconds: float | None = None
+    # Information-flow rules (docs/information-flow.md), as `@tool(sensitive=...,
+    # trusted_results=...)` declares them: argument -> allow | review | refuse
+    # ({}: none is sensitive; unset: a destructive tool's defaults), and whether
+    # the tool's answers are trusted content (unset: untrusted).
+    sensitive: dict[str, FlowRule] | None = None
+    trusted_results: bool | None = None
+
+    @field_validator("sensitive", mode="before")
+    @classmethod
+    def _known_rules(cls, declared: Any) -> Any:
+        """An unknown rule is named, with the rules there are."""
+        if isinstance(declared, dict):
+            for name, rule in declared.items():
+                if rule not in FLOW_RULES:
+                    raise ValueError(f"sensitive: rule {rule!r} for argument {name!r} is not "
+                                     f"one of {', '.join(FLOW_RULES)}")
+        return declared
 
 
 class MCPServer(BaseModel):

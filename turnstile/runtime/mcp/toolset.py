@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -45,6 +46,8 @@ from turnstile.runtime.tools import (
     ToolResult,
     decode_arguments,
 )
+
+log = logging.getLogger(__name__)
 
 _NOT_IN_NAMES = re.compile(r"[^A-Za-z0-9_-]")
 
@@ -92,9 +95,17 @@ class MCPTool(Tool):
             heartbeat_seconds=server.heartbeat_seconds,
             summary=f"mcp {server.name}/{info.name}",
         )
-        # A tool the server marks destructive waits for a reviewer: shown where
-        # its text arguments came from (docs/information-flow.md).
-        spec.sensitive = flow_defaults.effective(spec, None)
+        # The operator's rules, else: a tool the server marks destructive waits
+        # for a reviewer, shown where its text arguments came from
+        # (docs/information-flow.md). Its answers are untrusted unless declared.
+        declared = override.sensitive if override is not None else None
+        if declared is not None:
+            problem = flow_defaults.declaration_problem(
+                spec.name, declared, (schema.get("properties") or {}).keys())
+            if problem:
+                raise ConfigurationError(f"MCP server {server.name!r}: {problem}")
+        spec.sensitive = flow_defaults.effective(spec, declared)
+        spec.trusted_results = bool(override is not None and override.trusted_results)
         return cls(fn=_no_call, spec=spec, args_model=MCPArguments, takes_context=False,
                    server=server, remote_name=info.name, connection=connection,
                    validator=Draft202012Validator(schema))
@@ -170,6 +181,7 @@ class MCPToolset(ToolProvider):
         self.taken = taken or (lambda _: set())
         self.listed = False
         self._lock = asyncio.Lock()
+        self._warned: set[str] = set()
 
     def _select(self, ctx: ProviderContext) -> list[str]:
         return self.catalogue.names()
@@ -194,3 +206,13 @@ class MCPToolset(ToolProvider):
                 tools[t.name] = t
             self.catalogue = ToolRegistry(tools.values())
             self.listed = True
+            self._warn_unlisted({info.name for info in listing})
+
+    def _warn_unlisted(self, listed: set[str]) -> None:
+        """Policies for tools the server does not list: a typo, or a tool it
+        does not offer yet (it may later). Said once per tool, in the logs."""
+        for name in sorted(set(self.server.tools) - listed - self._warned):
+            self._warned.add(name)
+            log.warning("MCP server %r does not list tool %r, which its configuration's "
+                        "`tools` names (a typo, or not offered yet); the policy applies if "
+                        "it appears", self.server.name, name)
