@@ -15,12 +15,14 @@ e-mail approved with the reviewer's edits through the `review` update
 (`repeat_by_meaning`, revision 5) and dead ends (`dead_end_recovered`,
 `dead_end_calls`, revision 6), information-flow rules (`flow_review`,
 `flow_refused`, revision 7) and standing approvals (`grant_issued`,
-`grant_covered`, revision 8) — on a fresh dev server and writes each history to
-tests/histories/NAME.json (only the NAMEs given, if any). Commit the
-files: replaying them on every run makes a workflow change that would break
-turns in flight fail CI. Re-record only for a deliberate, versioned change
-(turnstile.engine.versions: bump TURN_VERSION, keep the old files in
-tests/histories/v<N>/ for tests/test_upgrade.py).
+`grant_covered`, revision 8) and made-up tool results
+(`fabricated_result_reasked`, `fabricated_result_failed`, revision 9) — on
+a fresh dev server and writes each history to tests/histories/NAME.json (only
+the NAMEs given, if any). Commit the files: replaying them on every run makes
+a workflow change that would break turns in flight fail CI. Re-record only
+for a deliberate, versioned change (turnstile.engine.versions: bump
+TURN_VERSION, keep the old files in tests/histories/v<N>/ for
+tests/test_upgrade.py).
 """
 
 from __future__ import annotations
@@ -65,6 +67,8 @@ from turnstile.stores.schema import ensure_schema
 from turnstile.testing import FakeOpenAIServer, text_reply, tool_reply
 
 OUT = Path(__file__).parent / "histories"
+MEASURED = Path(__file__).parent.parent / (
+    "bench/results/real_model/llama-server-1.5b-text-calls.json")
 DEMO = "Find customers whose sales last week exceeded 50,000 and email ops@example.com to follow up"
 TODAY = date(2026, 11, 25)
 
@@ -355,6 +359,35 @@ async def record_grants(client: Client, fake: FakeOpenAIServer, tmp: Path) -> No
                     [build_sales_service()], granted)
 
 
+async def record_fabricated_results(client: Client, fake: FakeOpenAIServer, tmp: Path) -> None:
+    """Revision 9: a tool result the model wrote itself, on the sales app with
+    the measured settings. `fabricated_result_reasked`: the measured reply (a
+    made-up `<tool_response>` for a createEmailTask never called) is
+    discarded, the model asked once more without tools, and its honest answer
+    completes the turn. `fabricated_result_failed`: the same reply again after
+    the ask: `FabricatedToolResult`. (`fabricated_result_before`, the same
+    reply completing a turn begun at revision 8, was recorded with that
+    revision's code, commit 7f9f22c, by the `reasked` scenario; this code
+    records such a turn at revision 9.)"""
+    made_up = json.loads(MEASURED.read_text())[3]["answer"]
+    service = build_sales_service()
+    service.model = ModelSettings(text_tool_calls=True, tool_results="text")
+
+    def made_up_then(*then: str) -> Callable[[Turns], Awaitable[WorkflowHandle]]:
+        name = "fabricated-result-" + ("reasked" if then else "failed")
+
+        async def body(turns: Turns) -> WorkflowHandle:
+            fake.script(text_reply(made_up), *[text_reply(t) for t in then or (made_up,)])
+            return await turns.start("mail ops the customers", service="sales-assistant",
+                                     workflow_id=name, conversation=f"c-{name}")
+        return body
+
+    await scenario(client, fake, tmp, "fabricated_result_reasked", [service], None,
+                   made_up_then("I did not e-mail ops: no e-mail was sent."))
+    await scenario(client, fake, tmp, "fabricated_result_failed", [service], None,
+                   made_up_then())
+
+
 async def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     OUT.mkdir(exist_ok=True)
@@ -418,6 +451,7 @@ async def main() -> None:
         await record_dead_ends(client, fake, tmp)
         await record_flow(client, fake, tmp)
         await record_grants(client, fake, tmp)
+        await record_fabricated_results(client, fake, tmp)
     finally:
         fake.close()
         server.stop()

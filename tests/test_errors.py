@@ -85,6 +85,7 @@ STABLE = {
     errors.EmptyAnswer: "EmptyAnswer",  # an empty answer, asked for once more
     errors.ToolCallAsText: "ToolCallAsText",  # a tool call written as text, not run
     errors.DeadEndCalls: "DeadEndCalls",  # dead-end calls, also after the no-tools ask
+    errors.FabricatedToolResult: "FabricatedToolResult",  # a tool result the model wrote
     errors.ModelResponseTooLarge: "ModelResponseTooLarge",
     errors.MCPServerUnavailable: "MCPServerUnavailable",
     IncompleteStream: "IncompleteStream",

@@ -17,11 +17,18 @@ turn queued behind one waiting for an approval, a new message refused
 meanwhile, and an e-mail approved with the reviewer's edits; and the
 loop's rules for small models (`record_small_models`): a repeated call, an
 empty answer asked for again, calls written as text read as calls; and
-dead ends (`record_dead_ends`, revision 6)."""
+dead ends (`record_dead_ends`, revision 6); and a tool result the model
+wrote itself (revision 9): asked again, then answered or ended
+`FabricatedToolResult`, and, recorded with revision 8's code, a turn that
+completed with it (`fabricated_result_before`)."""
 
 from __future__ import annotations
 
+import base64
+import json
+import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 from temporalio.client import WorkflowHistory
@@ -62,11 +69,17 @@ FLOW = {"flow_review", "flow_refused"}
 # Revision 8: a grant issued with an approval covers the turn's other waiting
 # call, then the next turn's call (turnstile.workflows.standing_approvals).
 GRANTS = {"grant_issued", "grant_covered"}
+# Revision 9: the measured made-up `<tool_response>` asked for again, then an
+# answer (`reasked`) or the same again (`failed`); and the same reply in a turn
+# begun at revision 8 (recorded with that revision's code, commit 7f9f22c),
+# which completed with it and must keep replaying so.
+FABRICATED = {"fabricated_result_reasked", "fabricated_result_failed",
+              "fabricated_result_before"}
 
 
 def test_the_main_scenarios_are_recorded() -> None:
     assert {p.stem for p in HISTORIES} >= (MAIN | APPROVALS_V2 | SMALL_MODELS | BY_MEANING
-                                           | DEAD_ENDS | FLOW | GRANTS)
+                                           | DEAD_ENDS | FLOW | GRANTS | FABRICATED)
 
 
 def test_the_turns_of_the_earlier_revisions_are_kept() -> None:
@@ -83,3 +96,26 @@ async def test_history_replays(path: Path) -> None:
     replayer = Replayer(workflows=[AgentTurn], data_converter=pydantic_data_converter)
     result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
     assert result.replay_failure is None, f"{path.stem}: {result.replay_failure}"
+
+
+def _payloads(path: Path) -> list[Any]:
+    """The JSON values of a history's payloads, in event order."""
+    found = re.findall(r'"data": "([A-Za-z0-9+/=]+)"', path.read_text())
+    return [json.loads(base64.b64decode(d)) for d in found]
+
+
+@pytest.mark.parametrize(("name", "revision", "status"), [
+    ("fabricated_result_before", 8, "completed"),
+    ("fabricated_result_reasked", 9, "completed"),
+    ("fabricated_result_failed", 9, "failed"),
+])
+def test_a_made_up_result_took_the_path_of_its_turn_s_revision(name: str, revision: int,
+                                                               status: str) -> None:
+    """Begun at revision 8 the turn completed with the made-up result; at 9 it
+    never does."""
+    values = _payloads(HERE / f"{name}.json")
+    begun = next(v for v in values if isinstance(v, dict) and "revision" in v)
+    result = values[-1]
+    assert (begun["revision"], result["status"]) == (revision, status)
+    assert ("<tool_response>" in (result["answer"] or "")) == (revision < 9)
+

@@ -18,6 +18,9 @@ rows, discarded answers, no committed row).
 - the empty-answer re-ask (turnstile.engine.answer_rules): killed while the
   re-ask is in flight; the second answer completes the turn, or, empty too,
   ends it `failed` (`EmptyAnswer`);
+- the made-up-result re-ask (revision 9, answer_rules.fabricated_result):
+  killed while the re-ask is in flight; the second answer completes the
+  turn, or, a made-up result again, ends it `failed` (`FabricatedToolResult`);
 - calls written as text (ModelSettings.text_tool_calls): killed inside the
   journaled tool the answer's text called.
 
@@ -50,7 +53,7 @@ from tests.support.worker_loss import (
 )
 from turnstile.engine import attributes as attr
 from turnstile.engine.activity_io import CALL_MODEL, EXECUTE_TOOL
-from turnstile.engine.answer_rules import EMPTY_NUDGE
+from turnstile.engine.answer_rules import EMPTY_NUDGE, FABRICATED_NUDGE
 from turnstile.engine.contract import (
     ApproveSignal,
     CallStatus,
@@ -284,6 +287,61 @@ async def test_killed_during_the_empty_answer_reask(turns: ProcessTurns, fake_ll
     else:
         assert result.error is not None and result.error.type == "EmptyAnswer"
         assert answers == [("", "empty_answer"), (second, "empty_answer")]
+    await no_failed_workflow_tasks(handle)
+
+
+# --- the made-up-result re-ask (revision 9) ----------------------------------
+
+MADE_UP = ('<tool_response>\n{"reservation": "R-1", "status": "CONFIRMED"}\n'
+           "</tool_response>\nThe hall is reserved.")
+
+
+@pytest.mark.parametrize(("second", "status"), [("Reserved the hall.", TurnStatus.COMPLETED),
+                                                (MADE_UP, TurnStatus.FAILED)],
+                         ids=["answered", "made-up-again"])
+async def test_killed_during_the_made_up_result_reask(
+        turns: ProcessTurns, fake_llm: FakeOpenAIServer, second: str,
+        status: TurnStatus) -> None:
+    """After a reservation the model answers with a tool result it wrote
+    itself; the worker dies while the re-ask (no tools, FABRICATED_NUDGE) is in
+    flight. The retried re-ask's answer ends the turn as it would have:
+    completed with it, or, made up again, failed (FabricatedToolResult)
+    without a third request. One reservation."""
+    hang = HangingReply()
+    fake_llm.script(tool_reply(("r1", "reserve", {"item": "hall"})), text_reply(MADE_UP), hang,
+                    text_reply(second))
+    wf_id = f"kill-made-up-{turns.task_queue}"
+    conv = f"c-{wf_id}"
+    first = turns.worker("worker1")
+    try:
+        handle = await turns.start(wf_id, "reserve the hall")
+        await wait_until(hang.entered.is_set, timeout=30, what="the re-ask")
+        # Killed here: the made-up answer is discarded, the re-ask is open.
+        assert stored_assistant(turns, conv)[-1] == (MADE_UP, "fabricated_result")
+    finally:
+        first.kill()
+    result = await resumed(turns, handle, hang)
+    assert result.status == status, result.error
+    assert [(c.id, c.status) for c in result.tool_calls] == [("r1", CallStatus.COMPLETED)]
+    assert [r["note"] for r in side_effects(turns.db, wf_id)] == ["hall"]
+    assert audit(turns, wf_id) == [("reserve", "COMPLETED")]
+    requests = answered(fake_llm)
+    assert len(requests) == 4  # the reservation, the made-up answer, the re-ask twice
+    for reask in requests[2:]:
+        assert "tools" not in reask
+        assert reask["messages"][-1] == {"role": "user", "content": FABRICATED_NUDGE}
+    assert requests[2]["messages"] == requests[3]["messages"]
+    runs = await activity_runs(handle, CALL_MODEL)
+    assert [s.activity_task_started_event_attributes.attempt for _, s in runs] == [1, 1, 2]
+    after_heartbeat_timeout(*runs[-1])
+    [_, *answers] = stored_assistant(turns, conv)  # the first held the call
+    if status is TurnStatus.COMPLETED:
+        assert result.answer == second
+        assert answers == [(MADE_UP, "fabricated_result"), (second, None)]
+    else:
+        assert result.error is not None and result.error.type == "FabricatedToolResult"
+        assert result.answer is None
+        assert answers == [(MADE_UP, "fabricated_result")] * 2
     await no_failed_workflow_tasks(handle)
 
 

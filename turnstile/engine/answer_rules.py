@@ -20,8 +20,30 @@
   revision 6 it is a dead end (turnstile.engine.dead_ends); turns begun
   earlier read a bare `functions.NAME:` as a call with `{}` (`bare_heads`).
 
+- **A tool result written by the model** (`fabricated_result`): an answer
+  that writes a tool-result block anywhere in it — `<tool_response>` (Hermes,
+  Qwen2.5/Qwen3's templates; measured from Qwen2.5-Coder-1.5B under
+  llama-server, a made-up `{"taskId": ..., "status": "QUEUED"}` for a
+  createEmailTask never called), `<tool_result>`, `<function_results>` or
+  `<function_result>` (opening or closing tag), Mistral v0.3's
+  `[TOOL_RESULTS]`, Llama 3.1/3.2's `ipython` role header, or the line our own
+  `ModelSettings.tool_results="text"` writes for a result (`Result of NAME
+  [call ID]:`, turnstile.providers.openai_compat.calls_as_text) — tells the
+  user a tool returned what no tool returned. From revision 9 it is not an
+  answer: discarded, asked once more without tools with `FABRICATED_NUDGE`
+  (never stored); a made-up result again ends the turn `failed` with
+  `FabricatedToolResult`, naming what it wrote. A block quoted in an
+  otherwise honest answer (in a code fence, or a model explaining the
+  format) counts too: nothing in the text tells a quoted example from a
+  made-up result, the measured model fences its output, and a false alarm
+  costs one re-ask (whose nudge asks for no result tags) or an honest
+  `failed`, where a miss lets the user believe an effect that did not
+  happen. Mentions without the tag or header (the words "tool response")
+  are not blocks.
+
 Deterministic and cheap: safe in workflow code (answers longer than
-`SCAN_LIMIT` are not scanned for a call).
+`SCAN_LIMIT` are not scanned for a call; `fabricated_result` scans the first
+and last `SCAN_LIMIT` characters of a longer answer).
 """
 
 from __future__ import annotations
@@ -41,6 +63,15 @@ TOOL_CALL_AS_TEXT_MESSAGE = (
     "run. The model server probably does not parse this model's tool calls (its chat "
     "template or tool-call format; llama.cpp's llama-server needs --jinja): "
     "docs/local-models.md")
+
+FABRICATED_NUDGE = (
+    "Your last reply wrote a tool result itself. Tool results come only from the tools: "
+    "nothing you write as a result was run or returned. Do not write tool results or "
+    "result tags. Answer the user's request now, in plain text, from the real tool results "
+    "above, and say plainly what was not done.")
+FABRICATED_MESSAGE = (
+    "the model wrote a tool result itself ({what}), also when asked once more without "
+    "tools: no tool returned it, so its answer was not given (what the tools did is kept)")
 
 SCAN_LIMIT = 64 * 1024
 # Text around the call that still makes the answer "only a call" (a lead-in
@@ -65,6 +96,38 @@ _FUNCTION_TAG = re.compile(
 # A tool named in a block that is not a call (`unparsed_call`).
 _NAMED = re.compile(r"""["']?name["']?\s*[:=]\s*["']([A-Za-z0-9_.-]+)["']"""
                     r"|<function=([A-Za-z0-9_.-]+)")
+
+
+# Tool-result blocks as chat templates render them, so a model that writes
+# one makes up what a tool returned: the tags (opening or closing; a name
+# attribute allowed), Mistral v0.3's `[TOOL_RESULTS]`, Llama 3.1/3.2's
+# `ipython` header, and `calls_as_text`'s `Result of NAME [call ID] (error):`.
+# Every repetition is bounded, so a search is linear in the text.
+_RESULT = re.compile(
+    r"</?(?:tool_responses?|tool_results?|function_results?)\b[^<>\n]{0,200}>"
+    r"|\[/?TOOL_RESULTS\]"
+    r"|<\|start_header_id\|>[ \t]{0,8}ipython[ \t]{0,8}<\|end_header_id\|>"
+    r"|\bResult of [^\n\[\]]{1,200} \[call [^\[\]\n]{0,200}\](?: \(error\))?:",
+    re.I)
+# How much of the result block an error names (cut and masked by the caller,
+# turnstile.engine.masking.mask_prefix, so an address is never cut in half
+# unmasked).
+EXCERPT_CHARS = 80
+
+
+def fabricated_result(text: str) -> str | None:
+    """The tool-result block `text` writes, from its marker on (at most
+    `4 * EXCERPT_CHARS` characters of the answer, whitespace collapsed), or
+    None for an answer that writes none. Anywhere in the text, fenced or not;
+    an answer longer than 2 x `SCAN_LIMIT` is scanned at its first and last
+    `SCAN_LIMIT` characters."""
+    windows = ([text] if len(text) <= 2 * SCAN_LIMIT
+               else [text[:SCAN_LIMIT], text[-SCAN_LIMIT:]])
+    for window in windows:
+        found = _RESULT.search(window)
+        if found is not None:
+            return " ".join(window[found.start():found.start() + 4 * EXCERPT_CHARS].split())
+    return None
 
 
 def is_empty(text: str) -> bool:

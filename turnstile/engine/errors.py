@@ -353,6 +353,15 @@ class DeadEndCalls(TurnstileError):
     doing; the work done before it is kept."""
 
 
+class FabricatedToolResult(TurnstileError):
+    """The model's final answer wrote a tool result itself (a
+    `<tool_response>` block, a `Result of NAME [call ID]:` line, ...), so it
+    tells of an effect or a value no tool returned, and it wrote one again
+    when asked once more without tools (status failed, from revision 9;
+    turnstile.engine.answer_rules). The message names what it wrote; the
+    answer is not given, the work done before it is kept."""
+
+
 class OutputParseError(TurnstileError):
     """The model's answer did not parse into the service's return type, re-asks included."""
 

@@ -30,8 +30,9 @@ class ModelCallInput(BaseModel):
     # The previous answer hit the length limit: ask the model to go on (no
     # tools offered; the prompt is sent, never stored).
     continuation: bool = False
-    # With `continuation`: the prompt sent instead of the length-limit one (an
-    # empty answer's re-ask, turnstile.engine.answer_rules); sent, never stored.
+    # With `continuation`: the prompt sent instead of the length-limit one (a
+    # re-ask without tools: an empty answer's or a made-up result's,
+    # turnstile.engine.answer_rules; a dead end's); sent, never stored.
     # Left out of the serialized form when empty.
     nudge: str = Field(default="", exclude_if=lambda v: not v)
     # Messages the workflow wrote since the last model call (step 10's system

@@ -94,6 +94,16 @@ revision.
   ceiling), and the turn's other waiting calls the new grant covers are
   claimed at once. A turn begun earlier schedules neither and refuses a
   decision that carries `grant`.
+- Revision 9: an answer that writes a tool result itself
+  (turnstile.engine.answer_rules.fabricated_result: a `<tool_response>`,
+  `<tool_result>`, `<function_results>` block, Mistral's `[TOOL_RESULTS]`,
+  Llama's `ipython` header or a `Result of NAME [call ID]:` line, anywhere in
+  it) is no answer: it is discarded (reason `fabricated_result`) and the
+  model is asked once more without tools, `FABRICATED_NUDGE` sent after the
+  stored conversation (one `call_model` more); a made-up result again ends
+  the turn `failed` with `FabricatedToolResult` (once per turn, like the
+  empty-answer re-ask). A turn begun earlier completes with such an answer,
+  and replays so.
 """
 
 from __future__ import annotations
@@ -103,7 +113,7 @@ from dataclasses import dataclass
 from turnstile.engine.activity_io import BEGIN_TURN, DESCRIBE_SERVICE
 
 TURN_VERSION = 2
-TURN_REVISION = 8
+TURN_REVISION = 9
 EVENTS_RIDE_ALONG = 1  # the revision from which turn events ride with bookkeeping
 OPENS_IN_BEGIN_TURN = 2  # the revision from which begin_turn runs steps 4 and 5
 CANCEL_ENDS_CANCELLED = 2  # ... and a cancel during an activity ends the turn Canceled
@@ -113,7 +123,7 @@ REPEATS_BY_MEANING = 5  # the revision from which the repeat breaker compares va
 DEAD_ENDS_END_TURN = 6  # the revision from which dead-end calls end the turn (DeadEndCalls)
 FLOW_RULES_CHECKED = 7  # the revision from which sensitive arguments' provenance is checked
 STANDING_APPROVALS = 8  # the revision from which grants cover calls (claim_grant, issue_grant)
-
+FABRICATED_RESULTS_REASKED = 9  # ... from which an answer writing a tool result is no answer
 
 
 @dataclass(frozen=True)
@@ -158,6 +168,10 @@ class Revision:
     @property
     def standing_approvals(self) -> bool:
         return self.number >= STANDING_APPROVALS
+
+    @property
+    def fabricated_results_reasked(self) -> bool:
+        return self.number >= FABRICATED_RESULTS_REASKED
 
 
 # The first activity (or local activity) each version schedules.

@@ -5,7 +5,9 @@ written as text ends it `failed` (`ToolCallAsText`) without running it;
 from revision 6, a call written as text that does not parse (a bare
 `functions.NAME:`) ends it `failed` (`DeadEndCalls`: the model loop counts
 such answers first, turnstile.engine.dead_ends; one reaches these checks
-only after the model was asked without tools).
+only after the model was asked without tools); from revision 9, an answer
+that writes a tool result itself (`<tool_response>...`) is asked for once
+more without tools, then ends the turn `failed` (`FabricatedToolResult`).
 Each new path asks its patch (turnstile.engine.versions) only when it is
 taken, so a turn that answers plainly carries no marker. Deterministic code
 only.
@@ -20,7 +22,13 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     from turnstile.engine import activity_io as io, answer_rules as rules, dead_ends
     from turnstile.engine.contract import TurnStatus
-    from turnstile.engine.errors import DeadEndCalls, EmptyAnswer, ToolCallAsText
+    from turnstile.engine.errors import (
+        DeadEndCalls,
+        EmptyAnswer,
+        FabricatedToolResult,
+        ToolCallAsText,
+    )
+    from turnstile.engine.masking import mask_prefix
     from turnstile.engine.versions import EMPTY_ANSWER_REASKED, TOOL_CALL_AS_TEXT
     from turnstile.workflows.state import TurnState, TurnStopped
 
@@ -29,12 +37,14 @@ Discard = Callable[[str], Awaitable[None]]  # the reason -> the latest answer di
 
 
 class AnswerChecks:
-    """One per turn: the empty-answer re-ask happens once in a turn, however
-    many answers the output guardrails ask for."""
+    """One per turn: the empty-answer re-ask, and the made-up-result re-ask,
+    each happen once in a turn, however many answers the output guardrails
+    ask for."""
 
     def __init__(self, state: TurnState, ask_again: AskAgain, discard: Discard) -> None:
         self.s, self.ask_again, self.discard = state, ask_again, discard
         self.reasked = False
+        self.fabrication_reasked = False  # from revision 9
 
     async def checked(self, text: str) -> str:
         """The final answer, or the turn ends (TurnStopped)."""
@@ -56,6 +66,10 @@ class AnswerChecks:
             raise TurnStopped(TurnStatus.FAILED,
                               ToolCallAsText(rules.TOOL_CALL_AS_TEXT_MESSAGE.format(name=name)),
                               compensate=False)
+        if s.revision.fabricated_results_reasked:
+            wrote = rules.fabricated_result(text)
+            if wrote is not None:
+                return await self._fabricated(wrote)
         if not rules.is_empty(text) or not workflow.patched(EMPTY_ANSWER_REASKED):
             return text
         await self.discard("empty_answer")  # never sent to the model again
@@ -65,4 +79,24 @@ class AnswerChecks:
         self.reasked = True
         s.event("empty_answer", "the answer was empty; asking once more without tools")
         response = await self.ask_again(rules.EMPTY_NUDGE)
+        return await self.checked(response.message.content or "")
+
+    async def _fabricated(self, wrote: str) -> str:
+        """The answer wrote a tool result itself (revision 9): discarded
+        (never sent to the model again, never the turn's answer); asked once
+        more without tools, then `FabricatedToolResult`."""
+        s = self.s
+        more = "..." if len(wrote) > rules.EXCERPT_CHARS else ""
+        what = f"`{mask_prefix(wrote, rules.EXCERPT_CHARS)}{more}`"
+        await self.discard("fabricated_result")
+        if self.fabrication_reasked:
+            s.event("fabricated_result", f"the model wrote a tool result again ({what}): "
+                                         "the turn is stopped")
+            raise TurnStopped(TurnStatus.FAILED,
+                              FabricatedToolResult(rules.FABRICATED_MESSAGE.format(what=what)),
+                              compensate=False)
+        self.fabrication_reasked = True
+        s.event("fabricated_result", f"the answer wrote a tool result itself ({what}); asking "
+                                     "once more without tools")
+        response = await self.ask_again(rules.FABRICATED_NUDGE)
         return await self.checked(response.message.content or "")
