@@ -19,10 +19,8 @@ On SQLite and PostgreSQL, EXAMPLES per database (derandomized).
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
@@ -37,10 +35,10 @@ from tests.support.damage import (
     tool_then_answer,
     write,
 )
+from tests.support.loop_thread import LoopThread, hosted_worker
 from tests.support.services import echo
-from tests.support.temporal_server import DevServer, connect
-from tests.support.turns import Turns, running_worker
-from tests.test_fuzz_model_responses import LoopThread
+from tests.support.temporal_server import DevServer
+from tests.support.turns import Turns
 from turnstile.engine.contract import TurnStatus
 from turnstile.runtime.services import Service
 from turnstile.runtime.tools import ToolRegistry
@@ -56,24 +54,9 @@ def harness(temporal_server: DevServer, db: Database, fake_llm: FakeOpenAIServer
     fake_llm.default = tool_then_answer
     monkeypatch.setenv("DATABASE_URL", db.url)  # what starter.py reads
     service = Service(name="test", tools=ToolRegistry([echo]))
-    lt = LoopThread()
-    started, stop = asyncio.Event(), asyncio.Event()
-    box: dict[str, Any] = {}
-
-    async def host() -> None:
-        client = await connect(temporal_server.address)
-        async with running_worker(client, f"dmg-{uuid.uuid4().hex[:8]}", db.url, [service],
-                                  llm_url=fake_llm.url) as turns:
-            box["turns"], box["client"] = turns, client
-            started.set()
-            await stop.wait()
-
-    hosting = asyncio.run_coroutine_threadsafe(host(), lt.loop)
-    lt.run(asyncio.wait_for(started.wait(), 30), 40)
-    yield lt, box["turns"], box["client"]
-    lt.loop.call_soon_threadsafe(stop.set)
-    hosting.result(30)
-    lt.close()
+    with hosted_worker(temporal_server.address, f"dmg-{uuid.uuid4().hex[:8]}", db.url,
+                       [service], llm_url=fake_llm.url) as (lt, turns):
+        yield lt, turns, turns.client
 
 
 def test_a_damaged_row_ends_the_turn_named_check_names_it_quarantine_frees_it(

@@ -14,7 +14,6 @@ DEAD_END_EXAMPLES for more.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import uuid
 from collections.abc import Iterator
@@ -24,10 +23,10 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from tests.support.loop_thread import LoopThread
+from tests.support.loop_thread import LoopThread, hosted_worker
 from tests.support.services import make_service
-from tests.support.temporal_server import DevServer, connect
-from tests.support.turns import Turns, running_worker
+from tests.support.temporal_server import DevServer
+from tests.support.turns import Turns
 from turnstile.engine.contract import TurnStatus
 from turnstile.engine.dead_ends import DEAD_END_AFTER
 from turnstile.engine.specs import LoopPolicy
@@ -83,29 +82,11 @@ def expected(replies: list[str], ask: str) -> tuple[str, int]:
 @pytest.fixture
 def hosted(temporal_server: DevServer, fake_llm: FakeOpenAIServer,
            tmp_path: Path) -> Iterator[tuple[LoopThread, Turns]]:
-    lt = LoopThread()
-    started, stop = asyncio.Event(), asyncio.Event()
-    box: dict[str, Turns] = {}
     service = make_service()
     service.loop = LoopPolicy(max_round_trips=CAP)
-
-    async def host() -> None:
-        client = await connect(temporal_server.address)
-        async with running_worker(client, f"dead-{uuid.uuid4().hex[:8]}",
-                                  f"sqlite:///{tmp_path}/t.db", [service],
-                                  llm_url=fake_llm.url) as turns:
-            box["turns"] = turns
-            started.set()
-            await stop.wait()
-
-    hosting = asyncio.run_coroutine_threadsafe(host(), lt.loop)
-    try:
-        lt.run(asyncio.wait_for(started.wait(), 60), 70)
-        yield lt, box["turns"]
-    finally:
-        lt.loop.call_soon_threadsafe(stop.set)
-        hosting.result(30)
-        lt.close()
+    with hosted_worker(temporal_server.address, f"dead-{uuid.uuid4().hex[:8]}",
+                       f"sqlite:///{tmp_path}/t.db", [service], llm_url=fake_llm.url) as hosting:
+        yield hosting
 
 
 def test_any_run_of_dead_ends_ends_the_turn_where_the_rule_says(

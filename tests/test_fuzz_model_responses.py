@@ -20,7 +20,6 @@ statuses).
 
 from __future__ import annotations
 
-import asyncio
 import json
 import uuid
 from collections.abc import Iterator
@@ -30,10 +29,10 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings, strategies as st
 from temporalio.api.enums.v1 import EventType
 
-from tests.support.loop_thread import LoopThread
+from tests.support.loop_thread import LoopThread, hosted_worker
 from tests.support.services import add, echo, mustSucceed, refuses, reserve, unlock
-from tests.support.temporal_server import DevServer, connect
-from tests.support.turns import Turns, running_worker
+from tests.support.temporal_server import DevServer
+from tests.support.turns import Turns
 from turnstile.engine.breakers import Breakers
 from turnstile.engine.contract import CallStatus, TurnStatus
 from turnstile.engine.errors import MalformedModelResponse, TurnstileError
@@ -123,26 +122,10 @@ def fuzz_turns(temporal_server: DevServer, tmp_path, fake_llm: FakeOpenAIServer)
     service = Service(
         name="fuzz", tools=ToolRegistry([add, echo, refuses, unlock, reserve, mustSucceed]),
         loop=LoopPolicy(model_retry_window_seconds=30))
-    lt = LoopThread()
-    started = asyncio.Event()
-    stop = asyncio.Event()
-    box: dict[str, Turns] = {}
-
-    async def host() -> None:
-        client = await connect(temporal_server.address)
-        async with running_worker(client, f"fuzz-{uuid.uuid4().hex[:8]}",
-                                  f"sqlite:///{tmp_path}/fuzz.db", [service],
-                                  llm_url=fake_llm.url) as turns:
-            box["turns"] = turns
-            started.set()
-            await stop.wait()
-
-    hosting = asyncio.run_coroutine_threadsafe(host(), lt.loop)
-    lt.run(asyncio.wait_for(started.wait(), 30), 40)
-    yield lt, box["turns"], cases
-    lt.loop.call_soon_threadsafe(stop.set)
-    hosting.result(30)
-    lt.close()
+    with hosted_worker(temporal_server.address, f"fuzz-{uuid.uuid4().hex[:8]}",
+                       f"sqlite:///{tmp_path}/fuzz.db", [service],
+                       llm_url=fake_llm.url) as (lt, turns):
+        yield lt, turns, cases
 
 
 DEFINED = {TurnStatus.COMPLETED, TurnStatus.FAILED, TurnStatus.ROLLED_BACK,

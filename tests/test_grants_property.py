@@ -26,9 +26,9 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from tests.support.loop_thread import LoopThread
-from tests.support.temporal_server import DevServer, connect
-from tests.support.turns import Turns, running_worker
+from tests.support.loop_thread import LoopThread, hosted_worker
+from tests.support.temporal_server import DevServer
+from tests.support.turns import Turns
 from tests.test_grants import audit_grants, mailer, service
 from turnstile.client import ApprovalRefused, TurnstileClient
 from turnstile.engine.contract import CallStatus, Handlers, PendingApproval, TurnStatus
@@ -84,26 +84,9 @@ class Model:
 
 @pytest.fixture
 def hosted(temporal_server: DevServer, db: Database) -> Iterator[tuple[LoopThread, Turns]]:
-    lt = LoopThread()
-    started, stop = asyncio.Event(), asyncio.Event()
-    box: dict[str, Turns] = {}
-
-    async def host() -> None:
-        client = await connect(temporal_server.address)
-        async with running_worker(client, f"grants-{uuid.uuid4().hex[:8]}", db.url, [service()],
-                                  provider=FunctionModel(mailer)) as turns:
-            box["turns"] = turns
-            started.set()
-            await stop.wait()
-
-    hosting = asyncio.run_coroutine_threadsafe(host(), lt.loop)
-    try:
-        lt.run(asyncio.wait_for(started.wait(), 60), 70)
-        yield lt, box["turns"]
-    finally:
-        lt.loop.call_soon_threadsafe(stop.set)
-        hosting.result(30)
-        lt.close()
+    with hosted_worker(temporal_server.address, f"grants-{uuid.uuid4().hex[:8]}", db.url,
+                       [service()], provider=FunctionModel(mailer)) as hosting:
+        yield hosting
 
 
 async def one_turn(turns: Turns, api: TurnstileClient, model: Model, tag: str,

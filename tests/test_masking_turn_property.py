@@ -26,7 +26,6 @@ more (MASKING_TURN_EXAMPLES).
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 import logging
@@ -40,7 +39,7 @@ from google.protobuf.json_format import MessageToDict
 from hypothesis import HealthCheck, given, settings, strategies as st
 from temporalio.api.enums.v1 import EventType
 
-from tests.support.loop_thread import LoopThread
+from tests.support.loop_thread import LoopThread, hosted_worker
 from tests.support.masking_strategies import (
     Form,
     addresses,
@@ -51,8 +50,8 @@ from tests.support.masking_strategies import (
     phones,
 )
 from tests.support.sql import fetchall
-from tests.support.temporal_server import DevServer, connect
-from tests.support.turns import Turns, running_worker, wait_pending
+from tests.support.temporal_server import DevServer
+from tests.support.turns import Turns, wait_pending
 from turnstile.engine.activity_io import (
     CALL_MODEL,
     CLAIM_GRANT,
@@ -99,31 +98,16 @@ class JsonLines(logging.Handler):
 @pytest.fixture
 def hosted(temporal_server: DevServer, db: Database, fake_llm: FakeOpenAIServer) -> Iterator[
         tuple[LoopThread, Turns, JsonLines]]:
-    lt = LoopThread()
-    started, stop = asyncio.Event(), asyncio.Event()
-    box: dict[str, Turns] = {}
-
-    async def host() -> None:
-        client = await connect(temporal_server.address)
-        async with running_worker(client, f"mask-{uuid.uuid4().hex[:8]}", db.url, [SERVICE],
-                                  llm_url=fake_llm.url) as turns:
-            box["turns"] = turns
-            started.set()
-            await stop.wait()
-
     lines = JsonLines()
     root = logging.getLogger()
     old_level = root.level
     root.addHandler(lines)
     root.setLevel(logging.INFO)
-    hosting = asyncio.run_coroutine_threadsafe(host(), lt.loop)
     try:
-        lt.run(asyncio.wait_for(started.wait(), 60), 70)
-        yield lt, box["turns"], lines
+        with hosted_worker(temporal_server.address, f"mask-{uuid.uuid4().hex[:8]}", db.url,
+                           [SERVICE], llm_url=fake_llm.url) as (lt, turns):
+            yield lt, turns, lines
     finally:
-        lt.loop.call_soon_threadsafe(stop.set)
-        hosting.result(30)
-        lt.close()
         root.removeHandler(lines)
         root.setLevel(old_level)
 

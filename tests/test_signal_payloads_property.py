@@ -15,7 +15,6 @@ database (derandomized).
 from __future__ import annotations
 
 import asyncio
-import threading
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -27,10 +26,10 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 
-from tests.support.loop_thread import LoopThread
+from tests.support.loop_thread import LoopThread, hosted_worker
 from tests.support.sql import fetchall
-from tests.support.temporal_server import DevServer, connect
-from tests.support.turns import Turns, running_worker, wait_pending
+from tests.support.temporal_server import DevServer
+from tests.support.turns import Turns, wait_pending
 from turnstile.engine.contract import ApproveSignal, TurnProgress, TurnStatus
 from turnstile.sales.service import build_sales_service
 from turnstile.stores.db import Database
@@ -106,24 +105,9 @@ def parked(temporal_server: DevServer, db: Database,
             ("e1", "createEmailTask", MAIL))
 
     fake_llm.default = reply
-    lt = LoopThread()
-    started, box = threading.Event(), {}
-    stop = asyncio.Event()
-
-    async def host() -> None:
-        client = await connect(temporal_server.address)
-        async with running_worker(client, f"dp-{uuid.uuid4().hex[:8]}", db.url,
-                                  [build_sales_service()], llm_url=fake_llm.url) as turns:
-            box["turns"] = turns
-            started.set()
-            await stop.wait()
-
-    hosting = asyncio.run_coroutine_threadsafe(host(), lt.loop)
-    assert started.wait(40)
-    yield lt, box["turns"]
-    lt.loop.call_soon_threadsafe(stop.set)
-    hosting.result(30)
-    lt.close()
+    with hosted_worker(temporal_server.address, f"dp-{uuid.uuid4().hex[:8]}", db.url,
+                       [build_sales_service()], llm_url=fake_llm.url) as (lt, turns):
+        yield lt, turns
 
 
 async def _one(turns: Turns, db: Database, payloads: list[Sent]) -> None:

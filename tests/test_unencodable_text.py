@@ -23,10 +23,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 from temporalio.api.enums.v1 import EventType
 
+from tests.support.loop_thread import LoopThread, hosted_worker
 from tests.support.services import add, echo
-from tests.support.temporal_server import DevServer, connect
-from tests.support.turns import Turns, running_worker
-from tests.test_fuzz_model_responses import LoopThread
+from tests.support.temporal_server import DevServer
+from tests.support.turns import Turns
 from turnstile.engine.contract import TurnStatus
 from turnstile.runtime.services import Service
 from turnstile.runtime.tools import ToolRegistry
@@ -90,24 +90,9 @@ def harness(temporal_server: DevServer, db: Database, fake_llm: FakeOpenAIServer
 
     fake_llm.default = reply
     service = Service(name="text", tools=ToolRegistry([add, echo]))
-    lt = LoopThread()
-    started, stop = asyncio.Event(), asyncio.Event()
-    box: dict[str, Turns] = {}
-
-    async def host() -> None:
-        client = await connect(temporal_server.address)
-        async with running_worker(client, f"text-{uuid.uuid4().hex[:8]}", db.url, [service],
-                                  llm_url=fake_llm.url) as turns:
-            box["turns"] = turns
-            started.set()
-            await stop.wait()
-
-    hosting = asyncio.run_coroutine_threadsafe(host(), lt.loop)
-    lt.run(asyncio.wait_for(started.wait(), 30), 40)
-    yield lt, box["turns"], cases
-    lt.loop.call_soon_threadsafe(stop.set)
-    hosting.result(30)
-    lt.close()
+    with hosted_worker(temporal_server.address, f"text-{uuid.uuid4().hex[:8]}", db.url,
+                       [service], llm_url=fake_llm.url) as (lt, turns):
+        yield lt, turns, cases
 
 
 def test_unencodable_text_never_hangs_a_turn(harness, db: Database) -> None:  # type: ignore[no-untyped-def]
