@@ -16,8 +16,6 @@ pytest.importorskip("agentdojo")  # `make install` installs it (the `dojo` extra
 from bench.agentdojo import figures, oracles, suites  # noqa: E402
 from bench.agentdojo.runner import Outcome  # noqa: E402
 
-RESULTS = Path(figures.__file__).resolve().parents[1] / "results" / "agentdojo"
-
 
 def outcome(user: str, injection: str | None, attacked: bool | None) -> Outcome:
     return Outcome(pair=suites.Pair("travel", user, injection), model="compromised",
@@ -55,6 +53,13 @@ def test_a_json_file_prints_again(tmp_path: Path) -> None:
     path = tmp_path / "run.json"
     path.write_text(json.dumps({"summary": figures.summary(runs)}))
     assert figures.lines_of(json.loads(path.read_text())["summary"]) == figures.lines(runs)
-    # A summary written before the split still reads (AgentDojo's total shown).
-    old = json.loads((RESULTS / "rules-none.json").read_text())["summary"]
-    assert any("attack success 65/560" in line for line in figures.lines_of(old))
+    # A summary written before the split (bench/HISTORY.md's files) still
+    # reads: AgentDojo's total is shown.
+    old = figures.summary([*runs, outcome("user_task_1", "injection_task_5", True)])
+    for by_model in old.values():
+        for f in by_model.values():
+            for key in ("injected_with_calls", "attacks_reaching_effect",
+                        "injected_text_only", "text_only_success"):
+                f.pop(key, None)
+    assert any("attack success 2/2" in line for line in figures.lines_of(old)), \
+        figures.lines_of(old)
