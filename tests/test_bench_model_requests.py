@@ -167,10 +167,11 @@ def test_a_request_still_unanswered_is_taken_as_it_stands_and_only_once(
 
 
 def test_records_kept_before_requests_were_recorded_still_load() -> None:
-    old = {"server": "s", "run": 1, "ending": "completed", "seconds": 1.0, "rounds": 1,
-           "calls": [], "query_args_right": None, "query_args": None, "mails": 0,
-           "mail_to_ops": False, "customers_named": 0, "customers_expected": 8,
-           "max_model_attempts": 1, "answer": "", "replies": []}
+    old: dict[str, Any] = {
+        "server": "s", "run": 1, "ending": "completed", "seconds": 1.0, "rounds": 1,
+        "calls": [], "query_args_right": None, "query_args": None, "mails": 0,
+        "mail_to_ops": False, "customers_named": 0, "customers_expected": 8,
+        "max_model_attempts": 1, "answer": "", "replies": []}
     record = RunRecord(**old)
     assert record.requests == []
     assert requests_summary(record.requests)[1] == "not recorded"
