@@ -57,7 +57,7 @@ def measure(kind: str, model: Path, bodies: dict[str, dict[str, Any]], repeat: i
                          threads=threads, alias=alias)
     out: list[dict[str, Any]] = []
     try:
-        with RequestRecorder(server.url, log=server.log) as proxy:
+        with RequestRecorder(server.url, log=server.log, cpu=server.cpu_seconds) as proxy:
             for i in range(repeat):
                 for name, body in bodies.items():
                     answer = httpx.post(f"{proxy.url}/chat/completions",

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import httpx
 
-from bench.bench_support import free_port
+from bench.bench_support import free_port, process_cpu_seconds
 
 CACHE = Path(os.environ.get("TURNSTILE_BENCH_CACHE",
                             Path.home() / ".cache" / "turnstile-bench"))
@@ -177,6 +177,15 @@ class ModelServer:
             return httpx.get(f"http://127.0.0.1:{self.port}{path}", timeout=2).status_code == 200
         except httpx.TransportError:
             return False
+
+    def cpu_seconds(self) -> float | None:
+        """CPU seconds the running server process has used (None: not running)."""
+        if not self.alive() or self.proc is None:
+            return None
+        try:
+            return process_cpu_seconds(self.proc.pid)
+        except (FileNotFoundError, ProcessLookupError):
+            return None
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None

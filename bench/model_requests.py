@@ -28,10 +28,12 @@ again when it ends.
 from __future__ import annotations
 
 import json
+import os
 import re
 import statistics
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -72,8 +74,14 @@ class RequestRecord:
     prompt_seconds: float | None = None
     generated: int | None = None  # tokens it generated
     generation_seconds: float | None = None
+    # CPU seconds the server process used meanwhile (all its threads), and the
+    # machine's 1-minute load average when it was sent: on a shared machine,
+    # how much of the CPU the server got.
+    server_cpu_seconds: float | None = None
+    load_average: float | None = None
     error: str = ""
     began: float = field(default=0.0, repr=False)  # monotonic, for the seconds so far
+    cpu_began: float | None = field(default=None, repr=False)
     taken: bool = field(default=False, repr=False)
 
     def tokens_per_second(self) -> float | None:
@@ -88,9 +96,24 @@ class RequestRecord:
             return None
         return self.generated / self.generation_seconds
 
+    def other_seconds(self) -> float | None:
+        """Wall seconds outside the server's prompt reading and decoding:
+        sampling (a grammar included), the chat template, the HTTP round."""
+        if self.prompt_seconds is None or self.generation_seconds is None or not self.finished:
+            return None
+        return max(0.0, self.seconds - self.prompt_seconds - self.generation_seconds)
+
     def as_dict(self) -> dict[str, Any]:
-        out = {k: v for k, v in asdict(self).items() if k not in ("began", "taken")}
+        out = {k: v for k, v in asdict(self).items()
+               if k not in ("began", "taken", "cpu_began")}
         out["seconds"] = round(self.seconds, 2)
+        other = self.other_seconds()
+        out["other_seconds"] = None if other is None else round(other, 2)
+        cpu = self.server_cpu_seconds
+        out["server_cpu_seconds"] = None if cpu is None else round(cpu, 2)
+        # CPU seconds per wall second: up to the server's threads when it had the cores.
+        out["server_cpu_share"] = (None if cpu is None or self.seconds <= 0
+                                   else round(cpu / self.seconds, 3))
         for key, rate in (("tokens_per_second", self.tokens_per_second()),
                           ("generation_tokens_per_second", self.generation_tokens_per_second())):
             out[key] = None if rate is None else round(rate, 3)
@@ -109,13 +132,14 @@ def is_constrained(body: dict[str, Any]) -> bool:
     return bool(fmt.get("schema")) or fmt.get("type") == "json_schema"
 
 
-def record_for(seq: int, body: dict[str, Any], size: int) -> RequestRecord:
+def record_for(seq: int, body: dict[str, Any], size: int,
+               cpu: float | None = None) -> RequestRecord:
     max_tokens = body.get("max_tokens", body.get("max_completion_tokens"))
     return RequestRecord(
         seq=seq, constrained=is_constrained(body), tools=len(body.get("tools") or []),
         messages=len(body.get("messages") or []), request_bytes=size,
         max_tokens=max_tokens if isinstance(max_tokens, int) else None,
-        began=time.monotonic())
+        load_average=round(os.getloadavg()[0], 2), began=time.monotonic(), cpu_began=cpu)
 
 
 def read_answer(record: RequestRecord, answer: dict[str, Any]) -> None:
@@ -153,12 +177,15 @@ def read_perf_log(record: RequestRecord, text: str) -> None:
 class RequestRecorder:
     """The proxy (module docstring): `url` is the base URL to give the worker
     (…/v1, as the upstream's); `log` is the upstream server's log file, read
-    for its perf lines."""
+    for its perf lines; `cpu` reads the server process's CPU seconds so far
+    (None when it cannot)."""
 
     def __init__(self, upstream: str, log: Path | None = None,
-                 bodies: Path | None = None) -> None:
+                 bodies: Path | None = None,
+                 cpu: Callable[[], float | None] | None = None) -> None:
         self.upstream = upstream.rstrip("/")
         self.log = log
+        self.cpu = cpu
         self.bodies = bodies  # each recorded request's body, as NNN.json (None: not kept)
         self.records: list[RequestRecord] = []
         self._lock = threading.Lock()
@@ -210,10 +237,20 @@ class RequestRecorder:
                 r.taken = True
                 if not r.finished:
                     r = RequestRecord(**{**asdict(r), "seconds": now - r.began})
+                    r.server_cpu_seconds = self._cpu_since(r)
                     r.error = r.error or "no answer yet"
                 out.append(r)
             self.records = [r for r in self.records if not r.finished]
             return out
+
+    def _cpu_now(self) -> float | None:
+        return None if self.cpu is None else self.cpu()
+
+    def _cpu_since(self, record: RequestRecord) -> float | None:
+        now = self._cpu_now()
+        if now is None or record.cpu_began is None or now < record.cpu_began:
+            return None  # no server, or a restarted one
+        return now - record.cpu_began
 
     def _log_size(self) -> int:
         return self.log.stat().st_size if self.log is not None and self.log.exists() else 0
@@ -234,7 +271,8 @@ class RequestRecorder:
                 body = {}
             with self._lock:
                 self._seq += 1
-                record = record_for(self._seq, body if isinstance(body, dict) else {}, len(raw))
+                record = record_for(self._seq, body if isinstance(body, dict) else {}, len(raw),
+                                    self._cpu_now())
                 self.records.append(record)
             if self.bodies is not None:
                 self.bodies.mkdir(parents=True, exist_ok=True)
@@ -282,6 +320,7 @@ class RequestRecorder:
             return
         with self._lock:
             record.seconds = time.monotonic() - record.began
+            record.server_cpu_seconds = self._cpu_since(record)
             record.status = status
             record.finished = True
         try:
@@ -308,21 +347,23 @@ class RequestRecorder:
             return
         with self._lock:
             record.seconds = time.monotonic() - record.began
+            record.server_cpu_seconds = self._cpu_since(record)
             record.finished = True
             record.error = why
 
 
 def median_rate(requests: list[dict[str, Any]], key: str) -> float | None:
-    rates = [r[key] for r in requests if r.get(key)]
+    rates = [r[key] for r in requests if r.get(key) is not None]
     return statistics.median(rates) if rates else None
 
 
 def requests_summary(requests: list[dict[str, Any]]) -> list[str]:
     """The cells of `--table`'s per-request row: per series (constrained,
     not), the count and median tokens/s (wall, and generation alone where the
-    server said); the slowest request; the finish reasons; unanswered ones."""
+    server said); the slowest request; the finish reasons; unanswered ones;
+    the median CPU seconds per wall second the server got."""
     if not requests:
-        return ["0", "not recorded", "not recorded", "-", "-", "-"]
+        return ["0", "not recorded", "not recorded", "-", "-", "-", "-"]
 
     def series(constrained: bool) -> str:
         mine = [r for r in requests if r["constrained"] is constrained]
@@ -332,6 +373,8 @@ def requests_summary(requests: list[dict[str, Any]]) -> list[str]:
         gen = median_rate(mine, "generation_tokens_per_second")
         return (f"{len(mine)}: {_rate(wall)} tok/s wall"
                 + (f", {_rate(gen)} generating" if gen is not None else ""))
+
+    share = median_rate(requests, "server_cpu_share")
 
     slow = max(requests, key=lambda r: r["seconds"])
     slowest = (f"{slow['seconds']:.0f} s: {_n(slow['prompt_tokens'])} prompt, "
@@ -344,7 +387,8 @@ def requests_summary(requests: list[dict[str, Any]]) -> list[str]:
         reasons[key] = reasons.get(key, 0) + 1
     return [str(len(requests)), series(True), series(False), slowest,
             ", ".join(f"{k} {v}" for k, v in sorted(reasons.items(), key=lambda kv: -kv[1])),
-            str(sum(1 for r in requests if not r["finished"]))]
+            str(sum(1 for r in requests if not r["finished"])),
+            "-" if share is None else f"{share:.2f}"]
 
 
 def _rate(value: float | None) -> str:

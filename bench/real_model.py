@@ -127,7 +127,8 @@ async def bench_server(kind: str, model: Path, args: argparse.Namespace,
                          threads=args.threads, alias=alias)
     # Between the worker and the server: each model request's seconds, usage,
     # tokens/s and finish_reason (bench/model_requests.py), its body kept.
-    recorder = RequestRecorder(server.url, log=server.log, bodies=workdir / "requests")
+    recorder = RequestRecorder(server.url, log=server.log, bodies=workdir / "requests",
+                               cpu=server.cpu_seconds)
     print(f"{kind}: {server.url} (log {server.log}); service {service}, "
           f"settings {settings or 'defaults'}, max round trips "
           f"{args.max_round_trips or 'as the service'}", flush=True)
@@ -183,6 +184,11 @@ def request_line(r: dict[str, Any]) -> str:
             f"{r['completion_tokens'] or '?'} completion tokens, "
             f"{r['tokens_per_second'] or '-'} tok/s wall"
             + (f", {gen} tok/s generating" if gen else "")
+            + (f", {r['other_seconds']:.0f} s besides (sampling, template)"
+               if r.get("other_seconds") is not None else "")
+            + (f", server CPU {r['server_cpu_share']:.2f} s per s"
+               if r.get("server_cpu_share") is not None else "")
+            + f", load {r.get('load_average')}"
             + f", finish {r['finish_reason'] or '-'}"
             + (f"; {r['error']}" if r.get("error") else ""))
 
@@ -204,8 +210,8 @@ def print_requests(records: list[RunRecord]) -> None:
     not, each with its median completion tokens/s (wall, and generating alone
     where the server's timings say)."""
     print("\nserver | model requests | constrained: n, median tok/s | unconstrained: n, median "
-          "tok/s | slowest request | finish reasons | unanswered")
-    print("---|---|---|---|---|---|---")
+          "tok/s | slowest request | finish reasons | unanswered | server CPU s per s (median)")
+    print("---|---|---|---|---|---|---|---")
     for server in dict.fromkeys(r.server for r in records):
         requests = [q for r in records if r.server == server for q in r.requests]
         print(" | ".join([server, *requests_summary(requests)]))

@@ -104,7 +104,8 @@ async def test_the_generation_rate_comes_from_the_servers_log_or_its_timings(
     timings = {"prompt_n": 67, "prompt_ms": 900.0, "predicted_n": 50, "predicted_ms": 7000.0}
     fake.script(llama_cpp_python, {**text_reply("done"), "timings": timings,
                                    "usage": {"prompt_tokens": 1467, "completion_tokens": 50}})
-    with RequestRecorder(fake.url, log=log) as proxy:
+    used = iter([100.0, 130.0, 130.0, 131.0])  # the server's CPU seconds, read twice a request
+    with RequestRecorder(fake.url, log=log, cpu=lambda: next(used)) as proxy:
         await complete(proxy.url, ModelRequest(messages=[USER], tools=[QUERY],
                                                constrain_tool_calls=True))
         await complete(proxy.url, ModelRequest(messages=[USER]))
@@ -112,6 +113,12 @@ async def test_the_generation_rate_comes_from_the_servers_log_or_its_timings(
     assert (logged.prompt_evaluated, logged.prompt_seconds) == (1467, 60.25)
     assert (logged.generated, logged.generation_seconds) == (50, 100.0)
     assert logged.generation_tokens_per_second() == 0.5
+    assert logged.server_cpu_seconds == 30.0 and timed.server_cpu_seconds == 1.0
+    assert logged.load_average is not None
+    # The fake answered at once: the server's own timings exceed the wall time,
+    # so nothing is left besides them.
+    assert logged.other_seconds() == 0.0
+    assert logged.as_dict()["server_cpu_share"] == round(30 / logged.seconds, 3)
     assert (timed.prompt_evaluated, timed.generated, timed.generation_seconds) == (67, 50, 7.0)
     assert timed.generation_tokens_per_second() == pytest.approx(50 / 7)
     row = requests_summary([logged.as_dict(), timed.as_dict()])
@@ -163,7 +170,8 @@ def test_a_request_still_unanswered_is_taken_as_it_stands_and_only_once(
     assert not waiting.finished and waiting.status is None and waiting.seconds >= 0.3
     assert waiting.error == "no answer yet"
     row = requests_summary([waiting.as_dict()])
-    assert row[3].endswith("unanswered") and row[5] == "1"
+    assert row[3].endswith("unanswered") and row[5] == "1" and row[6] == "-"
+    assert waiting.other_seconds() is None
 
 
 def test_records_kept_before_requests_were_recorded_still_load() -> None:
