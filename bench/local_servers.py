@@ -10,8 +10,8 @@
   started with `--jinja`.
 - llama-cpp-python's server (`python -m llama_cpp.server`,
   `chat_format=chatml-function-calling`): `llama-cpp-python[server]==0.3.36`
-  in a venv of its own, built from source (cmake, a plain CPU build; about 30
-  minutes on two cores the first time;
+  in a venv of its own, built from source (cmake, a portable AVX2 CPU build;
+  13 to 42 minutes on the two shared cores the first time, at nice;
   LLCPP_PYTHON names one already built).
 
 Everything lands under the cache (TURNSTILE_BENCH_CACHE, default

@@ -252,9 +252,14 @@ def main() -> None:
                              "(no run)")
     args = parser.parse_args()
     if args.table:
-        # One row per file, named by it.
+        # One row per file, named by it; a file that is not a list of runs
+        # (bench/constrained_speed.py's, a kept request) is passed over.
+        kept = {path: json.loads(path.read_text()) for path in args.table}
         print_totals([RunRecord(**{**r, "server": path.stem})
-                      for path in args.table for r in json.loads(path.read_text())])
+                      for path, runs in kept.items() if isinstance(runs, list) for r in runs])
+        others = [path.name for path, runs in kept.items() if not isinstance(runs, list)]
+        if others:
+            print(f"\nnot runs, passed over: {', '.join(others)}")
         return
     settings = {}
     for item in args.set:

@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
+from bench import real_model
 from bench.model_requests import RequestRecorder, requests_summary
 from bench.real_model_checks import RunRecord
 from turnstile.engine.messages import ChatMessage
@@ -183,3 +184,25 @@ def test_records_kept_before_requests_were_recorded_still_load() -> None:
     record = RunRecord(**old)
     assert record.requests == []
     assert requests_summary(record.requests)[1] == "not recorded"
+
+
+def test_the_table_reads_kept_runs_and_passes_over_other_files(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    record = RunRecord(server="x", run=1, ending="completed", seconds=9.0, rounds=2, calls=[],
+                       query_args_right=True, query_args=None, mails=1, mail_to_ops=True,
+                       customers_named=8, customers_expected=8, max_model_attempts=1, answer="")
+    record.requests = [{"seq": 1, "constrained": True, "seconds": 100.0, "finished": True,
+                        "prompt_tokens": 547, "completion_tokens": 63, "finish_reason": "stop",
+                        "tokens_per_second": 0.63, "generation_tokens_per_second": 0.7,
+                        "server_cpu_share": 0.35}]
+    runs, other = tmp_path / "runs.json", tmp_path / "constrained-speed.json"
+    runs.write_text(json.dumps([record.as_dict()]))
+    other.write_text(json.dumps({"bench": "bench.constrained_speed", "requests": []}))
+    monkeypatch.setattr("sys.argv", ["real_model", "--table", str(runs), str(other)])
+    real_model.main()
+    out = capsys.readouterr().out
+    assert "runs | 1 | 1/1" in out
+    assert ("runs | 1 | 1: 0.63 tok/s wall, 0.70 generating | none | 100 s: 547 prompt, "
+            "63 completion tokens (constrained) | stop 1 | 0 | 0.35") in out
+    assert "not runs, passed over: constrained-speed.json" in out
