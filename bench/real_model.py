@@ -188,7 +188,7 @@ def request_line(r: dict[str, Any]) -> str:
                if r.get("other_seconds") is not None else "")
             + (f", server CPU {r['server_cpu_share']:.2f} s per s"
                if r.get("server_cpu_share") is not None else "")
-            + f", load {r.get('load_average')}"
+            + (f", load {r['load_average']}" if r.get("load_average") is not None else "")
             + f", finish {r['finish_reason'] or '-'}"
             + (f"; {r['error']}" if r.get("error") else ""))
 
@@ -250,13 +250,23 @@ def main() -> None:
     parser.add_argument("--table", type=Path, nargs="+", default=None, metavar="JSON",
                         help="only print the totals of runs kept by --json, a row per file "
                              "(no run)")
+    parser.add_argument("--requests", action="store_true",
+                        help="with --table: each run's model requests, one line each")
     args = parser.parse_args()
     if args.table:
         # One row per file, named by it; a file that is not a list of runs
         # (bench/constrained_speed.py's, a kept request) is passed over.
         kept = {path: json.loads(path.read_text()) for path in args.table}
-        print_totals([RunRecord(**{**r, "server": path.stem})
-                      for path, runs in kept.items() if isinstance(runs, list) for r in runs])
+        records = [RunRecord(**{**r, "server": path.stem})
+                   for path, runs in kept.items() if isinstance(runs, list) for r in runs]
+        if args.requests:
+            for record in records:
+                if record.requests:
+                    print(f"{record.server} run {record.run}: {record.ending} in "
+                          f"{record.seconds:.0f} s")
+                for r in record.requests:
+                    print("    " + request_line(r))
+        print_totals(records)
         others = [path.name for path, runs in kept.items() if not isinstance(runs, list)]
         if others:
             print(f"\nnot runs, passed over: {', '.join(others)}")
