@@ -161,17 +161,20 @@ def read_answer(record: RequestRecord, answer: dict[str, Any]) -> None:
 
 
 def read_perf_log(record: RequestRecord, text: str) -> None:
-    """The last `prompt eval time` / `eval time` pair in `text` (what the
-    server logged while answering), where the answer had no timings."""
+    """The `prompt eval time` / `eval time` lines in `text` (what the server
+    logged while answering), summed, where the answer had no timings: with
+    `tools`, llama-cpp-python's `chatml-function-calling` answers one request
+    with several completions (a constrained first step, then the call's
+    arguments), each logging its own pair."""
     if record.generation_seconds is not None:
         return
     prompts, evals = _PROMPT_EVAL.findall(text), _EVAL.findall(text)
     if prompts:
-        record.prompt_seconds = float(prompts[-1][0]) / 1000
-        record.prompt_evaluated = int(prompts[-1][1])
+        record.prompt_seconds = sum(float(ms) for ms, _ in prompts) / 1000
+        record.prompt_evaluated = sum(int(n) for _, n in prompts)
     if evals:
-        record.generation_seconds = float(evals[-1][0]) / 1000
-        record.generated = int(evals[-1][1])
+        record.generation_seconds = sum(float(ms) for ms, _ in evals) / 1000
+        record.generated = sum(int(n) for _, n in evals)
 
 
 class RequestRecorder:
