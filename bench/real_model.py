@@ -225,6 +225,26 @@ def commit_of(path: Path) -> str:
     return (done.stdout.strip() or "unknown") + (" (modified)" if dirty else "")
 
 
+def print_table(paths: list[Path], requests: bool = False) -> None:
+    """The totals of kept runs, a row per file named by it (`--table`); a
+    file that is not a list of runs (bench/constrained_speed.py's, a kept
+    request) is passed over. `requests`: each run's model requests first."""
+    kept = {path: json.loads(path.read_text()) for path in paths}
+    records = [RunRecord(**{**r, "server": path.stem})
+               for path, runs in kept.items() if isinstance(runs, list) for r in runs]
+    if requests:
+        for record in records:
+            if record.requests:
+                print(f"{record.server} run {record.run}: {record.ending} in "
+                      f"{record.seconds:.0f} s")
+            for r in record.requests:
+                print("    " + request_line(r))
+    print_totals(records)
+    others = [path.name for path, runs in kept.items() if not isinstance(runs, list)]
+    if others:
+        print(f"\nnot runs, passed over: {', '.join(others)}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--server", choices=[*SERVERS, "both"], default="llama-server")
@@ -254,22 +274,7 @@ def main() -> None:
                         help="with --table: each run's model requests, one line each")
     args = parser.parse_args()
     if args.table:
-        # One row per file, named by it; a file that is not a list of runs
-        # (bench/constrained_speed.py's, a kept request) is passed over.
-        kept = {path: json.loads(path.read_text()) for path in args.table}
-        records = [RunRecord(**{**r, "server": path.stem})
-                   for path, runs in kept.items() if isinstance(runs, list) for r in runs]
-        if args.requests:
-            for record in records:
-                if record.requests:
-                    print(f"{record.server} run {record.run}: {record.ending} in "
-                          f"{record.seconds:.0f} s")
-                for r in record.requests:
-                    print("    " + request_line(r))
-        print_totals(records)
-        others = [path.name for path, runs in kept.items() if not isinstance(runs, list)]
-        if others:
-            print(f"\nnot runs, passed over: {', '.join(others)}")
+        print_table(args.table, requests=args.requests)
         return
     settings = {}
     for item in args.set:
