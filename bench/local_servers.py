@@ -10,8 +10,8 @@
   started with `--jinja`.
 - llama-cpp-python's server (`python -m llama_cpp.server`,
   `chat_format=chatml-function-calling`): `llama-cpp-python[server]==0.3.36`
-  in a venv of its own, built from source (cmake, a plain CPU build; about 30
-  minutes on two cores the first time;
+  in a venv of its own, built from source (cmake, a portable AVX2 CPU build;
+  13 to 42 minutes on the two shared cores the first time, at nice;
   LLCPP_PYTHON names one already built).
 
 Everything lands under the cache (TURNSTILE_BENCH_CACHE, default
@@ -31,7 +31,7 @@ from pathlib import Path
 
 import httpx
 
-from bench.bench_support import free_port
+from bench.bench_support import free_port, process_cpu_seconds
 
 CACHE = Path(os.environ.get("TURNSTILE_BENCH_CACHE",
                             Path.home() / ".cache" / "turnstile-bench"))
@@ -177,6 +177,15 @@ class ModelServer:
             return httpx.get(f"http://127.0.0.1:{self.port}{path}", timeout=2).status_code == 200
         except httpx.TransportError:
             return False
+
+    def cpu_seconds(self) -> float | None:
+        """CPU seconds the running server process has used (None: not running)."""
+        if not self.alive() or self.proc is None:
+            return None
+        try:
+            return process_cpu_seconds(self.proc.pid)
+        except (FileNotFoundError, ProcessLookupError):
+            return None
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None

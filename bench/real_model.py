@@ -40,7 +40,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.local_servers import MODELS, SERVERS, ModelServer, ensure_model
-from bench.real_model_checks import RunRecord, inspect_run, summary_rows
+from bench.model_requests import RequestRecorder, requests_summary
+from bench.real_model_checks import HUNG, RunRecord, inspect_run, summary_rows
 from turnstile.runtime.apps import App
 from turnstile.runtime.services import Service
 from turnstile.sales.app import build_sales_app
@@ -124,10 +125,14 @@ async def bench_server(kind: str, model: Path, args: argparse.Namespace,
     alias = MODELS[args.model].name
     server = ModelServer(kind, model, workdir / f"{kind}.log", context=args.context,
                          threads=args.threads, alias=alias)
+    # Between the worker and the server: each model request's seconds, usage,
+    # tokens/s and finish_reason (bench/model_requests.py), its body kept.
+    recorder = RequestRecorder(server.url, log=server.log, bodies=workdir / "requests",
+                               cpu=server.cpu_seconds)
     print(f"{kind}: {server.url} (log {server.log}); service {service}, "
           f"settings {settings or 'defaults'}, max round trips "
           f"{args.max_round_trips or 'as the service'}", flush=True)
-    env = {"LLM_BASE_URL": server.url, "LLM_MODEL": alias,
+    env = {"LLM_BASE_URL": recorder.url, "LLM_MODEL": alias,
            "LLM_TIMEOUT_SECONDS": str(int(args.model_timeout)),
            "TURNSTILE_CONTEXT_TOKENS": str(args.context)}
     # The worker's own log (tracebacks of failed model calls included) goes to
@@ -148,14 +153,44 @@ async def bench_server(kind: str, model: Path, args: argparse.Namespace,
                 record = await inspect_run(stack, kind, i, result, wf_id, conversation,
                                            mails_before, seconds, crash, date.today(),
                                            args.retry_bound)
+                record.requests = [r.as_dict() for r in recorder.take()]
                 records.append(record)
                 print(record.line(), flush=True)
+                for r in record.requests:
+                    print("    " + request_line(r), flush=True)
+                if HUNG in record.flags and server.alive():
+                    # The cancelled turn's request is still being generated (the
+                    # server does not stop when its client goes): start the next
+                    # run on a server of its own.
+                    server.stop()
+                    server.start()
                 if args.json:
                     args.json.with_suffix(f".{kind}.partial.json").write_text(
                         json.dumps([r.as_dict() for r in records], indent=1))
     finally:
+        recorder.close()
         server.stop()
     return records
+
+
+def request_line(r: dict[str, Any]) -> str:
+    """One model request, as `bench/model_requests.py` recorded it."""
+    gen = r.get("generation_tokens_per_second")
+    prompt = (f", read {r['prompt_evaluated']:,} in {r['prompt_seconds']:.0f} s"
+              if r.get("prompt_evaluated") is not None and r.get("prompt_seconds") is not None
+              else "")
+    return (f"request {r['seq']}: {'constrained' if r['constrained'] else 'unconstrained'}, "
+            f"{r['seconds']:.0f} s, {r['prompt_tokens'] or '?'} prompt tokens{prompt}, "
+            f"{r['completion_tokens'] or '?'} completion tokens, "
+            f"{r['tokens_per_second'] or '-'} tok/s wall"
+            + (f", {gen} tok/s generating" if gen else "")
+            + (f", {r['other_seconds']:.0f} s besides (sampling, template)"
+               if r.get("other_seconds") is not None else "")
+            + (f", server CPU {r['server_cpu_share']:.2f} s per s"
+               if r.get("server_cpu_share") is not None else "")
+            + (f", load {r['load_average']}" if r.get("load_average") is not None else "")
+            + f", finish {r['finish_reason'] or '-'}"
+            + (f"; {r['error']}" if r.get("error") else ""))
 
 
 def print_totals(records: list[RunRecord]) -> None:
@@ -167,6 +202,19 @@ def print_totals(records: list[RunRecord]) -> None:
         print(" | ".join(row))
     flags = Counter(f for r in records for f in r.flags)
     print("\nflags: " + (", ".join(f"{k} x{v}" for k, v in sorted(flags.items())) or "none"))
+    print_requests(records)
+
+
+def print_requests(records: list[RunRecord]) -> None:
+    """Per row, the model requests (bench/model_requests.py): constrained and
+    not, each with its median completion tokens/s (wall, and generating alone
+    where the server's timings say)."""
+    print("\nserver | model requests | constrained: n, median tok/s | unconstrained: n, median "
+          "tok/s | slowest request | finish reasons | unanswered | server CPU s per s (median)")
+    print("---|---|---|---|---|---|---|---")
+    for server in dict.fromkeys(r.server for r in records):
+        requests = [q for r in records if r.server == server for q in r.requests]
+        print(" | ".join([server, *requests_summary(requests)]))
 
 
 def commit_of(path: Path) -> str:
@@ -175,6 +223,26 @@ def commit_of(path: Path) -> str:
     dirty = subprocess.run(["git", "-C", str(path), "status", "--porcelain",
                             "--untracked-files=no"], capture_output=True, text=True).stdout.strip()
     return (done.stdout.strip() or "unknown") + (" (modified)" if dirty else "")
+
+
+def print_table(paths: list[Path], requests: bool = False) -> None:
+    """The totals of kept runs, a row per file named by it (`--table`); a
+    file that is not a list of runs (bench/constrained_speed.py's, a kept
+    request) is passed over. `requests`: each run's model requests first."""
+    kept = {path: json.loads(path.read_text()) for path in paths}
+    records = [RunRecord(**{**r, "server": path.stem})
+               for path, runs in kept.items() if isinstance(runs, list) for r in runs]
+    if requests:
+        for record in records:
+            if record.requests:
+                print(f"{record.server} run {record.run}: {record.ending} in "
+                      f"{record.seconds:.0f} s")
+            for r in record.requests:
+                print("    " + request_line(r))
+    print_totals(records)
+    others = [path.name for path, runs in kept.items() if not isinstance(runs, list)]
+    if others:
+        print(f"\nnot runs, passed over: {', '.join(others)}")
 
 
 def main() -> None:
@@ -202,11 +270,11 @@ def main() -> None:
     parser.add_argument("--table", type=Path, nargs="+", default=None, metavar="JSON",
                         help="only print the totals of runs kept by --json, a row per file "
                              "(no run)")
+    parser.add_argument("--requests", action="store_true",
+                        help="with --table: each run's model requests, one line each")
     args = parser.parse_args()
     if args.table:
-        # One row per file, named by it.
-        print_totals([RunRecord(**{**r, "server": path.stem})
-                      for path in args.table for r in json.loads(path.read_text())])
+        print_table(args.table, requests=args.requests)
         return
     settings = {}
     for item in args.set:

@@ -77,6 +77,9 @@ class RunRecord:
     others_named: int = 0  # customers of the database named in the answer, not the query's
     mail_names_exactly: bool = False  # the mail names the right customers, no other
     replies: list[str] = field(default_factory=list)  # every assistant reply (300 chars each)
+    # Every model request of the turn as the server answered it (wall seconds,
+    # usage, tokens/s, constrained or not, finish_reason: bench/model_requests.py).
+    requests: list[dict[str, Any]] = field(default_factory=list)
 
     def line(self) -> str:
         args = {None: "not called", True: "right", False: f"WRONG {self.query_args}"}
