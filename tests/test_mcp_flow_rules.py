@@ -115,3 +115,37 @@ async def test_an_unknown_argument_fails_the_listing(effects: Effects) -> None:
     assert note is not None and note.spec.sensitive == {} and not note.spec.trusted_results
     # Hints not believed: every tool waits for approval, its text arguments reviewed.
     assert lookup is not None and lookup.spec.sensitive == {"key": "review"}
+
+
+async def test_trusted_values_of_an_mcp_answer_vouch_for_whole_values_only(
+        client: Client, task_queue: str, tmp_path: Path, fake_llm: FakeOpenAIServer,
+        effects: Effects) -> None:
+    """`lookup` answers JSON ({"key", "value", "server"}); declared
+    `trusted_values: ["value"]`, a note carrying that value runs, and one
+    carrying the same answer's `server` (a key not named) is refused."""
+    server = stdio_server(effects, tools={
+        "add_note": MCPToolPolicy(sensitive={"text": "refuse"}),
+        "lookup": MCPToolPolicy(trusted_values=["value"])})
+    fake_llm.script(tool_reply(("c1", "lookup", {"key": "k1"})),
+                    tool_reply(("c2", "add_note", {"text": "value-of-k1"})),
+                    tool_reply(("c3", "add_note", {"text": "inventory"})),
+                    text_reply("done"))
+    async with running_worker(client, task_queue, f"sqlite:///{tmp_path}/t.db",
+                              [service(server)], llm_url=fake_llm.url) as turns:
+        result = await turns.run("look k1 up and note it")
+        vouched, other = [r for r in AuditLog(turns.rt.db).rows(result.workflow_id)
+                          if r.tool_name == "add_note"]
+    assert result.status == TurnStatus.COMPLETED, result.error
+    assert [r["text"] for r in effects.runs("add_note")] == ["value-of-k1"]
+    assert vouched.status == AuditStatus.COMPLETED
+    [source] = json.loads(vouched.provenance or "{}")["text"]
+    assert (source["kind"], source["trusted"], source["key"]) == ("value", True, "value")
+    assert other.status == AuditStatus.FLOW_REFUSED
+    [source] = json.loads(other.provenance or "{}")["text"]
+    assert (source["kind"], source["trusted"], source["tool_name"]) == ("mcp", False, "lookup")
+
+
+def test_a_wrong_trusted_values_declaration_fails_the_listing_or_load() -> None:
+    with pytest.raises(ConfigurationError):
+        parse_mcp_servers('[{"name": "x", "command": "a", "tools": {"lookup": '
+                          '{"trusted_values": 3}}}]')

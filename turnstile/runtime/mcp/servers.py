@@ -35,9 +35,12 @@ class MCPToolPolicy(BaseModel):
     # Information-flow rules (docs/information-flow.md), as `@tool(sensitive=...,
     # trusted_results=...)` declares them: argument -> allow | review | refuse
     # ({}: none is sensitive; unset: a destructive tool's defaults), and whether
-    # the tool's answers are trusted content (unset: untrusted).
+    # the tool's answers are trusted content (unset: untrusted); or, for an
+    # answer that is JSON, which whole values of it are (`@tool(trusted_values=)`:
+    # true for all, or the keys they sit under).
     sensitive: dict[str, FlowRule] | None = None
     trusted_results: bool | None = None
+    trusted_values: bool | list[str] | None = None
 
     @field_validator("sensitive", mode="before")
     @classmethod

@@ -106,6 +106,13 @@ class MCPTool(Tool):
                 raise ConfigurationError(f"MCP server {server.name!r}: {problem}")
         spec.sensitive = flow_defaults.effective(spec, declared)
         spec.trusted_results = bool(override is not None and override.trusted_results)
+        vouched = override.trusted_values if override is not None else None
+        if vouched is not None:
+            problem = flow_defaults.trusted_values_problem(spec.name, vouched,
+                                                           spec.trusted_results)
+            if problem:
+                raise ConfigurationError(f"MCP server {server.name!r}: {problem}")
+            spec.trusted_values = flow_defaults.trusted_values(vouched)
         return cls(fn=_no_call, spec=spec, args_model=MCPArguments, takes_context=False,
                    server=server, remote_name=info.name, connection=connection,
                    validator=Draft202012Validator(schema))
