@@ -321,11 +321,7 @@ class RequestRecorder:
                   events: bytes = b"") -> None:
         if record is None:
             return
-        with self._lock:
-            record.seconds = time.monotonic() - record.began
-            record.server_cpu_seconds = self._cpu_since(record)
-            record.status = status
-            record.finished = True
+        self._end(record, status=status)
         try:
             if data:
                 answer = json.loads(data)
@@ -348,11 +344,18 @@ class RequestRecorder:
     def _failed(self, record: RequestRecord | None, why: str) -> None:
         if record is None:
             return
+        self._end(record, error=why)
+
+    def _end(self, record: RequestRecord, *, status: int | None = None, error: str = "") -> None:
+        """The request's end: its wall and the server's CPU seconds, and how it ended."""
         with self._lock:
             record.seconds = time.monotonic() - record.began
             record.server_cpu_seconds = self._cpu_since(record)
+            if status is not None:
+                record.status = status
+            if error:
+                record.error = error
             record.finished = True
-            record.error = why
 
 
 def median_rate(requests: list[dict[str, Any]], key: str) -> float | None:
