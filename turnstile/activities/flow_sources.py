@@ -36,6 +36,7 @@ from turnstile.engine import attributes as attr
 from turnstile.engine.contract import CallStatus
 from turnstile.engine.messages import ChatMessage, ToolCall
 from turnstile.engine.provenance import LabelledSource, echoes_of
+from turnstile.engine.turn_rules import parsed_arguments
 from turnstile.runtime.services import Service
 
 MAX_MESSAGES = 400
@@ -135,14 +136,7 @@ def _tool(service: Service, m: ChatMessage, text: str, arguments: str
     trusted = spec is not None and spec.trusted_results
     return LabelledSource(kind="mcp" if mcp else "tool", trusted=trusted, text=_text(text),
                           tool_name=name, tool_call_id=m.tool_call_id or "",
-                          echoes=echoes_of(_parsed(arguments)))
-
-
-def _parsed(arguments: str) -> Any:
-    try:
-        return json.loads(arguments)
-    except (ValueError, RecursionError):
-        return {}
+                          echoes=echoes_of(parsed_arguments(arguments)))
 
 
 def _vouched(service: Service, m: ChatMessage, text: str) -> LabelledSource | None:
@@ -196,10 +190,7 @@ def _approved(m: ChatMessage, calls: dict[str, ToolCall],
     if isinstance(edited, dict):  # approved with edits: what the reviewer sent
         arguments = edited.get("arguments")
     else:
-        try:
-            arguments = json.loads(call.arguments or "{}")
-        except (ValueError, RecursionError):
-            return None
+        arguments = parsed_arguments(call.arguments or "{}")
     if not isinstance(arguments, dict):
         return None
     values = [(str(name), v) for name, arg in arguments.items()
