@@ -85,3 +85,22 @@ def test_no_travel_user_task_puts_a_profile_value_into_an_effect() -> None:
     for pair in suites.pairs("travel", injected=False):
         calls = suites.user_ground_truth("travel", pair.user_task)
         assert "get_user_information" not in [c.function for c in calls], pair.label
+
+
+def test_allow_takes_one_review_away_and_leaves_the_shipped_rules_as_they_are() -> None:
+    """`--allow` (rules.relaxed): an argument's rule becomes `allow`; a whole
+    tool loses its rules and its standing approval; a name that is not a
+    rule is an error, not a silent no-op; RULES itself is not changed."""
+    from bench.agentdojo import rules
+
+    one = rules.relaxed(rules.RULES, ["slack.invite_user_to_slack.user_email"])
+    assert one["slack"]["invite_user_to_slack"]["sensitive"] == {"user": "review",
+                                                                 "user_email": "allow"}
+    whole = rules.relaxed(rules.RULES, ["slack.add_user_to_channel"])
+    assert whole["slack"]["add_user_to_channel"] == {"sensitive": {"user": "allow",
+                                                                   "channel": "allow"}}
+    assert rules.RULES["slack"]["add_user_to_channel"]["requires_approval"] is True
+    assert rules.RULES["slack"]["invite_user_to_slack"]["sensitive"]["user_email"] == "review"
+    for wrong in ("slack.no_such_tool", "slack.get_webpage.body", "mail.send_email", "slack"):
+        with pytest.raises(ValueError, match="not a rule"):
+            rules.relaxed(rules.RULES, [wrong])

@@ -7,12 +7,15 @@ task), and the known checker artefacts.
 
     python -m bench.agentdojo [--suite S] [--model benign|compromised]
         [--reviewer none|perfect] [--kill-worker N] [--rules on|off] [--limit N]
-        [--json PATH]
+        [--allow SUITE.TOOL[.ARG]] [--json PATH]
 
 The benign oracle runs each user task once (no injection); the compromised
 oracle runs every (user task, injection task) pair. `--kill-worker N`: the
 worker runs as a child process and is SIGKILLed N times during the run (and
-restarted); then `turnstile check` runs on the database.
+restarted); then `turnstile check` runs on the database. `--allow`: the
+rules on, but some reviews taken away — what the calls they hold back would
+do (bench/README.md: the benign reviews that remain, and the attacks they
+stop).
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from bench.agentdojo import figures, oracles, rules as flow_rules, runner, suites
+from bench.agentdojo import app as apps, figures, oracles, rules as flow_rules, runner, suites
 from bench.agentdojo.stack import ChildWorker, InProcess
 
 log = logging.getLogger("bench.agentdojo")
@@ -45,6 +48,10 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rules", choices=("on", "off"), default=None,
                    help="the information-flow rules of bench/agentdojo/rules.py (default: on "
                         "where this Turnstile has them)")
+    p.add_argument("--allow", action="append", default=[], metavar="SUITE.TOOL[.ARG]",
+                   help="rules on, but this argument (or the whole tool, its approval too) "
+                        "allowed: what its reviews hold back (repeatable; not with "
+                        "--kill-worker)")
     p.add_argument("--kill-worker", type=int, default=0, metavar="N",
                    help="SIGKILL the worker N times during the run (and restart it)")
     p.add_argument("--limit", type=int, default=0, metavar="N",
@@ -52,7 +59,15 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--concurrency", type=int, default=4, metavar="N",
                    help="turns in flight at once")
     p.add_argument("--json", type=Path, metavar="PATH", help="write every run's outcome here")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.allow:
+        if args.rules == "off" or args.kill_worker:
+            p.error("--allow takes the rules on and no --kill-worker")
+        try:
+            flow_rules.relaxed(flow_rules.RULES, args.allow)
+        except ValueError as e:
+            p.error(str(e))
+    return args
 
 
 def plan(args: argparse.Namespace) -> list[tuple[suites.Pair, str]]:
@@ -69,8 +84,9 @@ async def run(args: argparse.Namespace, data_dir: Path) -> tuple[list[runner.Out
     app = "app_with_rules" if args.rules == "on" else "app"
     # In process, workflow code runs outside Temporal's sandbox (the figures do
     # not depend on it; the CI test and --kill-worker's worker run it inside).
+    built = apps.app_with_rules(args.allow) if args.allow else app
     stack = (ChildWorker(data_dir, app) if args.kill_worker
-             else InProcess(data_dir, app, sandbox=False))
+             else InProcess(data_dir, built, sandbox=False))
     async with stack:
         gate = asyncio.Semaphore(args.concurrency)
         done = 0
@@ -117,6 +133,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         outcomes, checked = asyncio.run(run(args, Path(tmp)))
     out = sys.stdout
     out.write(f"AgentDojo {suites.VERSION}, attack {suites.ATTACK!r}, rules {args.rules}, "
+              f"{'' if not args.allow else 'allowed ' + ', '.join(args.allow) + ', '}"
               f"reviewer {args.reviewer}, "
               f"{len(outcomes)} runs in {time.monotonic() - started:.0f} s\n")
     for line in figures.lines(outcomes):

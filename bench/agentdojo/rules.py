@@ -46,6 +46,7 @@ Not vouched, because an outsider sets them:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from turnstile.engine.specs import ToolSpec
@@ -126,3 +127,26 @@ def effective() -> dict[str, dict[str, dict[str, Any]]]:
         return RULES
     return {suite: {name: {k: v for k, v in options.items() if k != "trusted_values"}
                     for name, options in tools.items()} for suite, tools in RULES.items()}
+
+
+def relaxed(rules: dict[str, dict[str, dict[str, Any]]],
+            allowed: Sequence[str]) -> dict[str, dict[str, dict[str, Any]]]:
+    """`rules` with some reviews taken away — the counterfactual of
+    `--allow`: what would reach its effect if these calls did not wait.
+    `SUITE.TOOL.ARG` turns that argument's rule to `allow`; `SUITE.TOOL`
+    allows all of the tool's arguments and drops its `requires_approval`.
+    A name that is not in `rules` is a ValueError."""
+    out = {suite: {name: {**options, "sensitive": dict(options.get("sensitive", {}))}
+                   for name, options in tools.items()} for suite, tools in rules.items()}
+    for spec in allowed:
+        suite, _, rest = spec.partition(".")
+        tool, _, arg = rest.partition(".")
+        options = out.get(suite, {}).get(tool)
+        if options is None or (arg and arg not in options["sensitive"]):
+            raise ValueError(f"--allow {spec}: not a rule of rules.RULES (SUITE.TOOL or "
+                             "SUITE.TOOL.ARG)")
+        for name in [arg] if arg else list(options["sensitive"]):
+            options["sensitive"][name] = "allow"
+        if not arg:
+            options.pop("requires_approval", None)
+    return out

@@ -20,7 +20,7 @@ from types import TracebackType
 from typing import Any
 
 from bench.agentdojo import app as apps
-from turnstile import Database, Settings, TurnstileClient
+from turnstile import App, Database, Settings, TurnstileClient
 from turnstile.runtime.client import connect
 from turnstile.testing import TestStack
 from turnstile.testing.processes import DevServer, free_port, kill_group, spawn, wait_for
@@ -30,9 +30,10 @@ READY = b"worker serving task queue"
 
 
 class InProcess:
-    def __init__(self, data_dir: Path, app: str = "app", temporal_address: str | None = None,
-                 sandbox: bool = True) -> None:
-        self._stack = TestStack([getattr(apps, app)()], data_dir,
+    def __init__(self, data_dir: Path, app: str | App = "app",
+                 temporal_address: str | None = None, sandbox: bool = True) -> None:
+        built = getattr(apps, app)() if isinstance(app, str) else app
+        self._stack = TestStack([built], data_dir,
                                 temporal_address=temporal_address, sandbox=sandbox)
         self.client: TurnstileClient
         self.db: Database
