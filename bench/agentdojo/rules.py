@@ -136,17 +136,19 @@ def relaxed(rules: dict[str, dict[str, dict[str, Any]]],
     `SUITE.TOOL.ARG` turns that argument's rule to `allow`; `SUITE.TOOL`
     allows all of the tool's arguments and drops its `requires_approval`.
     A name that is not in `rules` is a ValueError."""
-    out = {suite: {name: {**options, "sensitive": dict(options.get("sensitive", {}))}
-                   for name, options in tools.items()} for suite, tools in rules.items()}
+    out = {suite: {name: dict(options) for name, options in tools.items()}
+           for suite, tools in rules.items()}
     for spec in allowed:
         suite, _, rest = spec.partition(".")
         tool, _, arg = rest.partition(".")
         options = out.get(suite, {}).get(tool)
-        if options is None or (arg and arg not in options["sensitive"]):
+        sensitive = dict(options.get("sensitive", {})) if options is not None else {}
+        if options is None or (arg and arg not in sensitive) or not (
+                sensitive or options.get("requires_approval")):
             raise ValueError(f"--allow {spec}: not a rule of rules.RULES (SUITE.TOOL or "
                              "SUITE.TOOL.ARG)")
-        for name in [arg] if arg else list(options["sensitive"]):
-            options["sensitive"][name] = "allow"
+        options["sensitive"] = {name: "allow" if name == arg or not arg else rule
+                                for name, rule in sensitive.items()}
         if not arg:
             options.pop("requires_approval", None)
     return out
