@@ -4,7 +4,8 @@ What Turnstile's newer paths put in a request (the note after an approval
 with edits, a rolled-back call's rewritten result, an information-flow
 refusal, a steered round's rejections followed by the new message, the
 dead-end ask with the tools withheld while earlier calls stay in history,
-and each of them in constrained mode) has been checked against the strict
+the ask again after an answer with a made-up tool result, and each of them
+in constrained mode) has been checked against the strict
 fake server's request types only. Here each shape, as memory stores it
 (the product's own texts and attributes), goes through the request
 building a turn uses (turnstile.activities.model_request: the service's
@@ -35,6 +36,7 @@ from turnstile.activities.compensation import rolled_back_text
 from turnstile.activities.model_request import RequestShape, build_request
 from turnstile.activities.runtime import Runtime
 from turnstile.engine import attributes as attr, dead_ends
+from turnstile.engine.answer_rules import FABRICATED_NUDGE
 from turnstile.engine.approvals import recorded_edits
 from turnstile.engine.contract import (
     ApprovalDecision,
@@ -385,6 +387,12 @@ TURNS: dict[str, tuple[str, Callable[[bool], list[Any]],
         calls_reply(c, ("r1", "read_inbox", {})),
         calls_reply(c, ("p1", "pay", {"iban": IBAN, "amount": 900})),
         answer_reply(c, "The payment was refused.")], no_review),
+    # An answer with a tool result the model wrote itself, then the answer
+    # asked for once more without tools, the nudge last.
+    "made-up-result": ("read my inbox", lambda c: [
+        calls_reply(c, ("r1", "read_inbox", {})),
+        answer_reply(c, 'Paid.\n<tool_response>{"paid": 900}</tool_response>'),
+        text_reply("I have not paid anything.")], no_review),
 }
 
 
@@ -406,6 +414,11 @@ async def test_a_real_turns_requests_render(name: str, constrained: bool, llama:
     if name == "dead-ends":
         assert calls == [("pay", CallStatus.INVALID_ARGUMENTS)] * 2
         assert "tools" not in requests[-1] and "response_format" not in requests[-1]
+    elif name == "made-up-result":
+        assert calls == [("read_inbox", CallStatus.COMPLETED)]
+        assert result.answer == "I have not paid anything."
+        assert "tools" not in requests[-1] and "response_format" not in requests[-1]
+        assert requests[-1]["messages"][-1] == {"role": "user", "content": FABRICATED_NUDGE}
     else:
         assert calls == [("read_inbox", CallStatus.COMPLETED), ("pay", CallStatus.REJECTED)]
         assert requests[-1]["messages"][-1]["role"] == "tool"
