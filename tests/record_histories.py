@@ -388,6 +388,33 @@ async def record_fabricated_results(client: Client, fake: FakeOpenAIServer, tmp:
                    made_up_then())
 
 
+async def record_same_reads(client: Client, fake: FakeOpenAIServer, tmp: Path,
+                            name: str) -> None:
+    """A model that reads the same thing again and again: `add` (repeatable)
+    with the same arguments in every response that offers tools, a plain
+    answer to one that offers none; a round-trip cap of 5. Recorded at
+    revision 9 as `same_reads_before` (five reads, the sixth stopped by the
+    cap: `RoundTripCapExceeded`), and from revision 10 as
+    `same_reads_answered` (three reads, the answer asked for without tools)."""
+
+    def model(request: dict[str, Any]) -> dict[str, Any]:
+        if "tools" not in request:
+            return text_reply("The sum is 5.")
+        return tool_reply((f"s{len(request['messages'])}", "add", {"a": 2, "b": 3}))
+
+    async def body(turns: Turns) -> WorkflowHandle:
+        fake.default = model
+        try:
+            h = await turns.start("add 2 and 3", workflow_id=name.replace("_", "-"),
+                                  conversation=f"c-{name}")
+            await h.result()
+        finally:
+            fake.default = None
+        return h
+
+    await scenario(client, fake, tmp, name, [make_service(max_round_trips=5)], None, body)
+
+
 async def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     OUT.mkdir(exist_ok=True)
@@ -452,6 +479,7 @@ async def main() -> None:
         await record_flow(client, fake, tmp)
         await record_grants(client, fake, tmp)
         await record_fabricated_results(client, fake, tmp)
+        await record_same_reads(client, fake, tmp, "same_reads_answered")
     finally:
         fake.close()
         server.stop()
