@@ -199,7 +199,7 @@ def test_the_apps_own_tests_run_with_plain_pytest(installed: tuple[Path, Path]) 
                           "test_loans.py"], cwd=folder, env=clean_env(), capture_output=True,
                          text=True, timeout=240)
     assert ran.returncode == 0, ran.stdout[-4000:] + ran.stderr[-2000:]
-    assert "5 passed" in ran.stdout, ran.stdout
+    assert "6 passed" in ran.stdout, ran.stdout
 
 
 def test_the_console_script_serves_and_runs_a_turn(installed: tuple[Path, Path],

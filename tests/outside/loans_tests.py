@@ -69,6 +69,24 @@ async def test_a_notice_cannot_choose_who_gets_a_reservation(tmp_path: Path) -> 
 
 
 @pytest.mark.asyncio
+async def test_the_directory_s_member_id_is_vouched_and_the_member_s_note_is_not(
+        tmp_path: Path) -> None:
+    # findMember declares trusted_values=("id",): the id the library sets may
+    # choose who gets a reservation; the note beside it, which the member
+    # writes, may not.
+    async with TestStack(app, tmp_path) as stack:
+        by_id = await stack.run("Reserve B-12 for Ada")
+        by_note = await stack.run("Reserve B-13 as Ada's note says")
+        with stack.db.connect() as conn:
+            rows = conn.execute(sa.select(reservations.c.book, reservations.c.member)).all()
+    assert by_id.answer == "Reserved B-12 for m-7", by_id.answer
+    assert str(by_note.answer).startswith("Not reserved: Not run: reserveBook refuses"), \
+        by_note.answer
+    assert "m-666" in str(by_note.answer) and "findMember" in str(by_note.answer)
+    assert [tuple(r) for r in rows] == [("B-12", "m-7")]
+
+
+@pytest.mark.asyncio
 async def test_a_standing_approval_lends_once_more_without_asking(tmp_path: Path) -> None:
     async with TestStack(app, tmp_path) as stack:
         first = await stack.start("Please lend B-9", conversation="c-regular")
