@@ -16,7 +16,8 @@ e-mail approved with the reviewer's edits through the `review` update
 `dead_end_calls`, revision 6), information-flow rules (`flow_review`,
 `flow_refused`, revision 7) and standing approvals (`grant_issued`,
 `grant_covered`, revision 8) and made-up tool results
-(`fabricated_result_reasked`, `fabricated_result_failed`, revision 9) — on
+(`fabricated_result_reasked`, `fabricated_result_failed`, revision 9) and
+the same read over and over (`same_reads_answered`, revision 10) — on
 a fresh dev server and writes each history to tests/histories/NAME.json (only
 the NAMEs given, if any). Commit the files: replaying them on every run makes
 a workflow change that would break turns in flight fail CI. Re-record only

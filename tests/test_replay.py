@@ -75,11 +75,16 @@ GRANTS = {"grant_issued", "grant_covered"}
 # which completed with it and must keep replaying so.
 FABRICATED = {"fabricated_result_reasked", "fabricated_result_failed",
               "fabricated_result_before"}
+# Revision 10: the same read in every response — at revision 9 (recorded with
+# that revision's code, commit ee15c95) to the round-trip cap, at 10 the
+# answer asked for after three reads.
+SAME_READS = {"same_reads_before", "same_reads_answered"}
 
 
 def test_the_main_scenarios_are_recorded() -> None:
     assert {p.stem for p in HISTORIES} >= (MAIN | APPROVALS_V2 | SMALL_MODELS | BY_MEANING
-                                           | DEAD_ENDS | FLOW | GRANTS | FABRICATED)
+                                           | DEAD_ENDS | FLOW | GRANTS | FABRICATED
+                                           | SAME_READS)
 
 
 def test_the_turns_of_the_earlier_revisions_are_kept() -> None:
@@ -119,3 +124,17 @@ def test_a_made_up_result_took_the_path_of_its_turn_s_revision(name: str, revisi
     assert (begun["revision"], result["status"]) == (revision, status)
     assert ("<tool_response>" in (result["answer"] or "")) == (revision < 9)
 
+
+
+@pytest.mark.parametrize(("name", "revision", "status", "round_trips"), [
+    ("same_reads_before", 9, "failed", 6),
+    ("same_reads_answered", 10, "completed", 3),
+])
+def test_the_same_reads_took_the_path_of_their_turn_s_revision(
+        name: str, revision: int, status: str, round_trips: int) -> None:
+    """Begun at revision 9 the turn read until the cap; at 10 it answers."""
+    values = _payloads(HERE / f"{name}.json")
+    begun = next(v for v in values if isinstance(v, dict) and "revision" in v)
+    result = values[-1]
+    assert (begun["revision"], result["status"], result["round_trips"]) == (
+        revision, status, round_trips)

@@ -208,8 +208,10 @@ async def test_breaker_disables_tool_after_consecutive_failures(
 
 async def test_breaker_too_many_tool_executions(client: Client, task_queue: str, tmp_path,
                                                 fake_llm: FakeOpenAIServer) -> None:
+    # Each sum new (the same read again and again ends in the answer first:
+    # tests/test_same_reads.py).
     fake_llm.default = lambda req: tool_reply((f"c{len(req['messages'])}", "add",
-                                               {"a": 1, "b": 1}))
+                                               {"a": len(req["messages"]), "b": 1}))
     async with running_worker(client, task_queue, db_url(tmp_path),
                               [make_service(breakers={"max_tool_executions": 4})],
                               llm_url=fake_llm.url) as turns:

@@ -56,6 +56,10 @@ class Breakers:
     completed: dict[str, RanCall] = field(default_factory=dict)
     completed_tools: set[str] = field(default_factory=set)  # tools with a completed call
     repeats: int = 0  # calls the repeat breaker settled in this turn
+    # Revision 10: the last result of each repeatable call by repeat key, and
+    # how many completed with the same arguments and result as before.
+    reads: dict[str, str] = field(default_factory=dict)
+    same_reads: int = 0
 
     def before_round(self, names: list[str]) -> None:
         """Raise if running these calls would exceed the turn's limits."""

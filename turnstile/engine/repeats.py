@@ -31,6 +31,17 @@ A model that repeats again after being told (`ANSWER_AFTER` repeats in a
 turn) is asked for its answer without tools (`ANSWER_NOW`), once; the answer
 goes through the same checks as any (an empty one is asked for once more).
 
+A repeatable call does run again; from revision 10 one that completes with
+the same arguments and the same result (its bounded, masked preview) as an
+earlier call of the turn is a *same read* (`same_read`): it told the model
+nothing new. After `ANSWER_AFTER` same reads the model is asked for its
+answer without tools (`READ_AGAIN_NOW`), once, the same way — a small model
+that queries the same thing again and again ends its turn there instead of
+at the round-trip cap. A status check polled until it changes is not cut
+short while its answer changes; one that answers the same three times is.
+The rule is off where the repeat breaker is (`repeat_identical=False`,
+`enabled=False`).
+
 Pure and deterministic: the workflow (workflows/tool_round.py) asks before a
 call and records each completed call.
 """
@@ -71,6 +82,12 @@ ANSWER_NOW = (
     "You asked again for calls that already ran in this turn, with the same arguments; "
     "they were not run again. Their results are above. Do not call tools now: answer the "
     "user's request in plain text with what was done.")
+
+
+READ_AGAIN_NOW = (
+    "You asked again for reads that already ran in this turn, with the same arguments, and "
+    "they returned the same results. Their results are above. Do not call tools now: answer "
+    "the user's request in plain text with what you found and what was done.")
 
 
 def repeat_key(name: str, arguments: str) -> str | None:
@@ -132,6 +149,22 @@ def remember(breakers: Breakers, name: str, arguments: list[str], ran: RanCall,
         if key:
             breakers.completed.setdefault(key, ran)
     breakers.completed_tools.add(name)
+
+
+def same_read(breakers: Breakers, tool: ToolSpec | None, name: str, arguments: str,
+              preview: str) -> None:
+    """From revision 10: record a completed call of a tool the breaker lets
+    run again; one with the same arguments and result as an earlier call of
+    the turn counts as a same read."""
+    policy = breakers.policy
+    if tool is None or guarded(tool, policy) or not (policy.enabled and policy.repeat_identical):
+        return
+    key = repeat_key(name, arguments)
+    if key is None:
+        return
+    if breakers.reads.get(key) == preview:
+        breakers.same_reads += 1
+    breakers.reads[key] = preview
 
 
 def repeated_text(name: str, earlier: RanCall, by_meaning: bool = False) -> str:

@@ -104,6 +104,14 @@ revision.
   the turn `failed` with `FabricatedToolResult` (once per turn, like the
   empty-answer re-ask). A turn begun earlier completes with such an answer,
   and replays so.
+- Revision 10: reads that tell the model nothing new
+  (turnstile.engine.repeats.same_read): a call of a tool the repeat breaker
+  lets run again (`repeatable`) that completes with the same arguments and
+  the same result as an earlier call of the turn is a same read; after
+  `ANSWER_AFTER` of them the model is asked once for its answer without
+  tools (`READ_AGAIN_NOW`), as after repeated calls — not the round-trip
+  cap after the same query five times. A turn begun earlier runs its reads
+  to the cap, and replays so.
 """
 
 from __future__ import annotations
@@ -113,7 +121,7 @@ from dataclasses import dataclass
 from turnstile.engine.activity_io import BEGIN_TURN, DESCRIBE_SERVICE
 
 TURN_VERSION = 2
-TURN_REVISION = 9
+TURN_REVISION = 10
 EVENTS_RIDE_ALONG = 1  # the revision from which turn events ride with bookkeeping
 OPENS_IN_BEGIN_TURN = 2  # the revision from which begin_turn runs steps 4 and 5
 CANCEL_ENDS_CANCELLED = 2  # ... and a cancel during an activity ends the turn Canceled
@@ -124,6 +132,7 @@ DEAD_ENDS_END_TURN = 6  # the revision from which dead-end calls end the turn (D
 FLOW_RULES_CHECKED = 7  # the revision from which sensitive arguments' provenance is checked
 STANDING_APPROVALS = 8  # the revision from which grants cover calls (claim_grant, issue_grant)
 FABRICATED_RESULTS_REASKED = 9  # ... from which an answer writing a tool result is no answer
+SAME_READS_ANSWER = 10  # ... from which reads repeated with the same result end in the answer
 
 
 @dataclass(frozen=True)
@@ -172,6 +181,10 @@ class Revision:
     @property
     def fabricated_results_reasked(self) -> bool:
         return self.number >= FABRICATED_RESULTS_REASKED
+
+    @property
+    def same_reads_answer(self) -> bool:
+        return self.number >= SAME_READS_ANSWER
 
 
 # The first activity (or local activity) each version schedules.

@@ -116,6 +116,8 @@ class ModelLoop:
             return await self._dead_end_ask()
         if self.breakers.repeats >= repeats.ANSWER_AFTER:  # only after repeat-breaker
             return await self._answer_now()
+        if s.revision.same_reads_answer and self.breakers.same_reads >= repeats.ANSWER_AFTER:
+            return await self._answer_now(same_reads=True)
         return None
 
     async def _honest_ending(self, response: io.ModelCallResult) -> io.ModelCallResult:
@@ -138,12 +140,15 @@ class ModelLoop:
         message = ChatMessage(role="assistant", content=text)
         return more.model_copy(update={"message": message, "usage": response.usage + more.usage})
 
-    async def _answer_now(self) -> str:
-        """The model keeps repeating calls that already ran (turnstile.engine.repeats):
-        its answer, asked for without tools."""
-        self.s.event("breaker", "calls repeated after the model was told; asking for the "
-                                "answer without tools")
-        response = await self._ask_again(repeats.ANSWER_NOW)
+    async def _answer_now(self, same_reads: bool = False) -> str:
+        """The model keeps repeating calls that already ran, or (revision 10)
+        reads that return what they returned (turnstile.engine.repeats): its
+        answer, asked for without tools."""
+        self.s.event("breaker", ("reads repeated with the same results" if same_reads else
+                                 "calls repeated after the model was told")
+                     + "; asking for the answer without tools")
+        response = await self._ask_again(repeats.READ_AGAIN_NOW if same_reads
+                                         else repeats.ANSWER_NOW)
         text = await self.answers.checked(response.message.content or "")
         self.s.event("answer", mask_prefix(text, 400)[:160])
         return text

@@ -253,6 +253,8 @@ class ToolRound:
                     else ())
             repeats.remember(self.breakers, call.name, [model_call.arguments, call.arguments],
                              RanCall(call_id=call.id, preview=out.preview), keys)
+            if self.s.revision.same_reads_answer:
+                repeats.same_read(self.breakers, tool, call.name, call.arguments, out.preview)
         effects = rules.after_outcome(out.status, out.is_error, out.preview, tool,
                                       self.s.argument_errors.get(call.name, 0), loop)
         self._breaker(call.name, executed=effects.executed, failed=effects.failed)
