@@ -392,14 +392,14 @@ async def record_fabricated_results(client: Client, fake: FakeOpenAIServer, tmp:
 async def record_same_reads(client: Client, fake: FakeOpenAIServer, tmp: Path,
                             name: str) -> None:
     """A model that reads the same thing again and again: `add` (repeatable)
-    with the same arguments in every response that offers tools, a plain
-    answer to one that offers none; a round-trip cap of 5. Recorded at
-    revision 9 as `same_reads_before` (five reads, the sixth stopped by the
-    cap: `RoundTripCapExceeded`), and from revision 10 as
-    `same_reads_answered` (three reads, the answer asked for without tools)."""
+    with the same arguments in every response while `add` is offered, a
+    plain answer once it is not; a round-trip cap of 5. Recorded at revision
+    9 as `same_reads_before` (five reads, the sixth stopped by the cap:
+    `RoundTripCapExceeded`; commit 5b7f429), and from revision 10 as
+    `same_reads_answered` (three reads, then `add` withheld and the answer)."""
 
     def model(request: dict[str, Any]) -> dict[str, Any]:
-        if "tools" not in request:
+        if "add" not in [t["function"]["name"] for t in request.get("tools", [])]:
             return text_reply("The sum is 5.")
         return tool_reply((f"s{len(request['messages'])}", "add", {"a": 2, "b": 3}))
 

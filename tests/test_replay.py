@@ -76,8 +76,8 @@ GRANTS = {"grant_issued", "grant_covered"}
 FABRICATED = {"fabricated_result_reasked", "fabricated_result_failed",
               "fabricated_result_before"}
 # Revision 10: the same read in every response — at revision 9 (recorded with
-# that revision's code, commit ee15c95) to the round-trip cap, at 10 the
-# answer asked for after three reads.
+# that revision's code, commit ee15c95) to the round-trip cap, at 10 the read
+# withheld after three and the answer.
 SAME_READS = {"same_reads_before", "same_reads_answered"}
 
 

@@ -56,10 +56,12 @@ class Breakers:
     completed: dict[str, RanCall] = field(default_factory=dict)
     completed_tools: set[str] = field(default_factory=set)  # tools with a completed call
     repeats: int = 0  # calls the repeat breaker settled in this turn
-    # Revision 10: the last result of each repeatable call by repeat key, and
-    # how many completed with the same arguments and result as before.
+    # Revision 10 (turnstile.engine.repeats.same_read): the last result of each
+    # repeatable call by repeat key, how many times each came back the same,
+    # and the tools withheld for it for the rest of the turn.
     reads: dict[str, str] = field(default_factory=dict)
-    same_reads: int = 0
+    same_reads: dict[str, int] = field(default_factory=dict)
+    withheld: set[str] = field(default_factory=set)
 
     def before_round(self, names: list[str]) -> None:
         """Raise if running these calls would exceed the turn's limits."""

@@ -73,13 +73,16 @@ def no_arguments(arguments: str) -> bool:
 
 
 def call_dead_end(name: str, arguments: str, tool: ToolSpec | None,
-                  disabled: bool) -> str | None:
+                  disabled: bool, withheld: bool = False) -> str | None:
     """What a call that cannot run does ("calling X with no arguments"), or
-    None for a call that may run."""
+    None for a call that may run. `withheld`: from revision 10, a read that
+    kept returning the same (turnstile.engine.repeats.same_read)."""
     if tool is None:
         return f"calling {name}, which does not exist"
     if disabled:
         return f"calling {name}, which was disabled after repeated failures"
+    if withheld:
+        return f"calling {name} again, which kept returning the same result"
     if required_arguments(tool) and no_arguments(arguments):
         return f"calling {name} with no arguments"
     return None

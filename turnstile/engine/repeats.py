@@ -34,13 +34,14 @@ goes through the same checks as any (an empty one is asked for once more).
 A repeatable call does run again; from revision 10 one that completes with
 the same arguments and the same result (its bounded, masked preview) as an
 earlier call of the turn is a *same read* (`same_read`): it told the model
-nothing new. After `ANSWER_AFTER` same reads the model is asked for its
-answer without tools (`READ_AGAIN_NOW`), once, the same way — a small model
-that queries the same thing again and again ends its turn there instead of
-at the round-trip cap. A status check polled until it changes is not cut
-short while its answer changes; one that answers the same three times is.
-The rule is off where the repeat breaker is (`repeat_identical=False`,
-`enabled=False`).
+nothing new. When the same call has come back the same `ANSWER_AFTER` times,
+its tool is withheld for the rest of the turn: no longer offered, and a call
+of it is not run (`WITHHELD_TEXT`) and is a dead end
+(turnstile.engine.dead_ends) — so the model goes on with the tools that are
+left (the query answered, the e-mail is next), or answers; a small model that
+queries the same thing again and again no longer ends at the round-trip cap.
+A status check is polled on while its answer changes. The rule is off where
+the repeat breaker is (`repeat_identical=False`, `enabled=False`).
 
 Pure and deterministic: the workflow (workflows/tool_round.py) asks before a
 call and records each completed call.
@@ -84,10 +85,10 @@ ANSWER_NOW = (
     "user's request in plain text with what was done.")
 
 
-READ_AGAIN_NOW = (
-    "You asked again for reads that already ran in this turn, with the same arguments, and "
-    "they returned the same results. Their results are above. Do not call tools now: answer "
-    "the user's request in plain text with what you found and what was done.")
+WITHHELD_TEXT = (
+    "Not run: {name} returned the same result for the same arguments {n} times in this turn, "
+    "so it is no longer offered in this turn. Its results are above: go on with the next "
+    "step, or answer the user.")
 
 
 def repeat_key(name: str, arguments: str) -> str | None:
@@ -155,7 +156,8 @@ def same_read(breakers: Breakers, tool: ToolSpec | None, name: str, arguments: s
               preview: str) -> None:
     """From revision 10: record a completed call of a tool the breaker lets
     run again; one with the same arguments and result as an earlier call of
-    the turn counts as a same read."""
+    the turn is a same read, and the `ANSWER_AFTER`th of the same call
+    withholds its tool."""
     policy = breakers.policy
     if tool is None or guarded(tool, policy) or not (policy.enabled and policy.repeat_identical):
         return
@@ -163,8 +165,19 @@ def same_read(breakers: Breakers, tool: ToolSpec | None, name: str, arguments: s
     if key is None:
         return
     if breakers.reads.get(key) == preview:
-        breakers.same_reads += 1
+        breakers.same_reads[key] = breakers.same_reads.get(key, 0) + 1
+        if breakers.same_reads[key] >= ANSWER_AFTER:
+            breakers.withheld.add(name)
     breakers.reads[key] = preview
+
+
+def is_withheld(breakers: Breakers, name: str) -> bool:
+    """Was the tool withheld for the rest of the turn (`same_read`)?"""
+    return breakers.policy.enabled and name in breakers.withheld
+
+
+def withheld_text(name: str) -> str:
+    return WITHHELD_TEXT.format(name=name, n=ANSWER_AFTER + 1)
 
 
 def repeated_text(name: str, earlier: RanCall, by_meaning: bool = False) -> str:

@@ -107,11 +107,12 @@ revision.
 - Revision 10: reads that tell the model nothing new
   (turnstile.engine.repeats.same_read): a call of a tool the repeat breaker
   lets run again (`repeatable`) that completes with the same arguments and
-  the same result as an earlier call of the turn is a same read; after
-  `ANSWER_AFTER` of them the model is asked once for its answer without
-  tools (`READ_AGAIN_NOW`), as after repeated calls — not the round-trip
-  cap after the same query five times. A turn begun earlier runs its reads
-  to the cap, and replays so.
+  the same result as an earlier call of the turn is a same read; when the
+  same call has come back the same `ANSWER_AFTER` times, its tool is
+  withheld for the rest of the turn (not offered; a call of it not run,
+  `WITHHELD_TEXT`, and a dead end), so the model goes on with the tools
+  left or answers — not the round-trip cap after the same query five
+  times. A turn begun earlier runs its reads to the cap, and replays so.
 """
 
 from __future__ import annotations
@@ -132,7 +133,7 @@ DEAD_ENDS_END_TURN = 6  # the revision from which dead-end calls end the turn (D
 FLOW_RULES_CHECKED = 7  # the revision from which sensitive arguments' provenance is checked
 STANDING_APPROVALS = 8  # the revision from which grants cover calls (claim_grant, issue_grant)
 FABRICATED_RESULTS_REASKED = 9  # ... from which an answer writing a tool result is no answer
-SAME_READS_ANSWER = 10  # ... from which reads repeated with the same result end in the answer
+SAME_READS_ANSWER = 10  # ... from which a read that keeps answering the same is withheld
 
 
 @dataclass(frozen=True)

@@ -116,8 +116,6 @@ class ModelLoop:
             return await self._dead_end_ask()
         if self.breakers.repeats >= repeats.ANSWER_AFTER:  # only after repeat-breaker
             return await self._answer_now()
-        if s.revision.same_reads_answer and self.breakers.same_reads >= repeats.ANSWER_AFTER:
-            return await self._answer_now(same_reads=True)
         return None
 
     async def _honest_ending(self, response: io.ModelCallResult) -> io.ModelCallResult:
@@ -140,23 +138,23 @@ class ModelLoop:
         message = ChatMessage(role="assistant", content=text)
         return more.model_copy(update={"message": message, "usage": response.usage + more.usage})
 
-    async def _answer_now(self, same_reads: bool = False) -> str:
-        """The model keeps repeating calls that already ran, or (revision 10)
-        reads that return what they returned (turnstile.engine.repeats): its
-        answer, asked for without tools."""
-        self.s.event("breaker", ("reads repeated with the same results" if same_reads else
-                                 "calls repeated after the model was told")
-                     + "; asking for the answer without tools")
-        response = await self._ask_again(repeats.READ_AGAIN_NOW if same_reads
-                                         else repeats.ANSWER_NOW)
+    async def _answer_now(self) -> str:
+        """The model keeps repeating calls that already ran (turnstile.engine.repeats):
+        its answer, asked for without tools."""
+        self.s.event("breaker", "calls repeated after the model was told; asking for the "
+                                "answer without tools")
+        response = await self._ask_again(repeats.ANSWER_NOW)
         text = await self.answers.checked(response.message.content or "")
         self.s.event("answer", mask_prefix(text, 400)[:160])
         return text
 
     def _dead_end(self, calls: list[ToolCall]) -> str | None:
         """A response whose every call is a dead end: what the first does."""
+        withheld = self.s.revision.same_reads_answer
         found = [dead_ends.call_dead_end(c.name, c.arguments, self.spec.tool(c.name),
-                                         self.breakers.is_disabled(c.name)) for c in calls]
+                                         self.breakers.is_disabled(c.name),
+                                         withheld and repeats.is_withheld(self.breakers, c.name))
+                 for c in calls]
         return found[0] if found and all(found) else None
 
     async def _dead_end_ask(self) -> str:
@@ -181,10 +179,13 @@ class ModelLoop:
         return text
 
     def _offered(self) -> list[str]:
-        """The tools a request offers: from revision 6 not those a breaker disabled."""
+        """The tools a request offers: from revision 6 not those a breaker
+        disabled, from revision 10 not those withheld for same reads."""
         if not self.s.revision.dead_ends_end_turn:
             return list(self.s.tool_names)
-        return [n for n in self.s.tool_names if not self.breakers.is_disabled(n)]
+        withheld = self.s.revision.same_reads_answer
+        return [n for n in self.s.tool_names if not self.breakers.is_disabled(n)
+                and not (withheld and repeats.is_withheld(self.breakers, n))]
 
     async def _ask_again(self, nudge: str) -> io.ModelCallResult:
         """Ask once more without tools, `nudge` sent after the stored conversation."""

@@ -148,6 +148,11 @@ class ToolRound:
         # success); only a tool that may still run is settled as a repeat.
         if not self.breakers.is_disabled(call.name) and self._repeated(rec, seq, call, tool):
             return
+        if self.s.revision.same_reads_answer and repeats.is_withheld(self.breakers, call.name):
+            self._settle(rec, seq, call, rules.Settle(CallStatus.FAILED,
+                                                      repeats.withheld_text(call.name),
+                                                      breaker_failure=False))
+            return
         decision = rules.before_call(call.name, tool, self.s.tool_names,
                                      self.breakers.is_disabled(call.name), loop)
         if (isinstance(decision, rules.Execute) and tool is not None
