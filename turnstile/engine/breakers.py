@@ -67,7 +67,7 @@ class Breakers:
         """Raise if running these calls would exceed the turn's limits."""
         if not self.policy.enabled:
             return
-        runnable = [n for n in names if n not in self.disabled]
+        runnable = [n for n in names if n not in self.disabled and n not in self.withheld]
         if self.executions + len(runnable) > self.policy.max_tool_executions:
             raise TooManyToolCalls(TOO_COMPLEX.format(cap=self.policy.max_tool_executions))
         switches = alternations(self.history + names, self.policy.alternation_window)
