@@ -150,3 +150,22 @@ async def test_with_the_repeat_breaker_off_the_same_reads_run_to_the_cap(
     assert result.status == TurnStatus.FAILED
     assert result.error is not None and result.error.type == "RoundTripCapExceeded"
     assert all("tools" in r for r in fake_llm.requests)
+
+
+async def test_the_withheld_read_written_as_text_is_a_dead_end_then_dead_end_calls(
+        client: Client, task_queue: str, tmp_path: Any, fake_llm: FakeOpenAIServer) -> None:
+    """Measured on Qwen2.5-Coder-0.5B: once the query was withheld the model
+    wrote its call as text; that is a dead end (not `ToolCallAsText`, whose
+    message blames the server's parser), and after the ask without tools the
+    turn ends naming what the model kept doing."""
+    written = '{"name": "add", "arguments": {"a": 2, "b": 3}}'
+    fake_llm.default = lambda r: (same_sum(r) if "add" in offered(r) else text_reply(written))
+    async with running_worker(client, task_queue, f"sqlite:///{tmp_path}/t.db",
+                              [make_service(max_round_trips=8)], llm_url=fake_llm.url) as turns:
+        result = await turns.run("add 2 and 3")
+    assert result.status == TurnStatus.FAILED
+    assert result.error is not None and result.error.type == "DeadEndCalls", result.error
+    assert "calling add again, which kept returning the same result" in result.error.message
+    assert [c.status for c in result.tool_calls] == [CallStatus.COMPLETED] * (ANSWER_AFTER + 1)
+    assert "tools" not in fake_llm.requests[-1]
+    assert len(fake_llm.requests) == ANSWER_AFTER + 1 + DEAD_END_AFTER + 1

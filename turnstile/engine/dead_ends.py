@@ -88,15 +88,20 @@ def call_dead_end(name: str, arguments: str, tool: ToolSpec | None,
     return None
 
 
-def text_dead_end(text: str, offered: list[str], disabled: Collection[str]) -> str | None:
+def text_dead_end(text: str, offered: list[str], disabled: Collection[str],
+                  withheld: Collection[str] = ()) -> str | None:
     """What an answer that is a dead end does, or None for an answer (or a
-    call written as text that parses, `ToolCallAsText`'s)."""
+    call written as text that parses, `ToolCallAsText`'s). `withheld`: from
+    revision 10, the reads no longer offered (turnstile.engine.repeats)."""
     name = answer_rules.unparsed_call(text, offered)
     if name is not None:
         return f"writing {_quoted(text)} for {name}, a call that does not parse"
     name = answer_rules.tool_call_as_text(text, sorted(disabled))
     if name is not None:
         return f"calling {name}, which was disabled after repeated failures"
+    name = answer_rules.tool_call_as_text(text, sorted(withheld))
+    if name is not None:
+        return f"calling {name} again, which kept returning the same result"
     return None
 
 

@@ -73,7 +73,9 @@ class ModelLoop:
         that is a dead end is discarded and the model asked again."""
         s = self.s
         if s.revision.dead_ends_end_turn:
-            what = dead_ends.text_dead_end(step.text, s.tool_names, self.breakers.disabled)
+            withheld = self.breakers.withheld if s.revision.same_reads_answer else set()
+            what = dead_ends.text_dead_end(step.text, s.tool_names, self.breakers.disabled,
+                                           withheld)
             if what is not None:  # never sent to the model again; ask it again
                 await self.steps.answer.discard_answer("dead_end")
                 s.event("dead_end", f"the model answered by {what}")
