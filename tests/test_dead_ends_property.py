@@ -109,6 +109,7 @@ def test_any_run_of_dead_ends_ends_the_turn_where_the_rule_says(
     # The read withheld, then called anyway (dead ends), or answered after.
     @example(replies=["same_read"] * 3 + ["valid", "same_read"], ask="answer")
     @example(replies=["same_read", "valid", "same_read", "same_read", "valid"], ask="valid")
+    @example(replies=["same_read"] * 3 + ["valid", "valid"], ask="valid")  # DeadEndCalls
     @example(replies=["same_read"] * 3 + ["answer"], ask="answer")
     def one(replies: list[str], ask: str) -> None:
         seen: list[dict[str, Any]] = []
