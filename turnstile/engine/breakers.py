@@ -58,7 +58,8 @@ class Breakers:
     repeats: int = 0  # calls the repeat breaker settled in this turn
     # Revision 10 (turnstile.engine.repeats.same_read): the last result of each
     # repeatable call by repeat key, how many times each came back the same,
-    # and the tools withheld for it for the rest of the turn.
+    # and the tools withheld for it for the rest of the turn (recorded only in
+    # turns begun at revision 10 or later, so empty in earlier ones).
     reads: dict[str, str] = field(default_factory=dict)
     same_reads: dict[str, int] = field(default_factory=dict)
     withheld: set[str] = field(default_factory=set)
@@ -79,6 +80,9 @@ class Breakers:
 
     def is_disabled(self, name: str) -> bool:
         return self.policy.enabled and name in self.disabled
+
+    def is_withheld(self, name: str) -> bool:
+        return name in self.withheld
 
     def record(self, name: str, executed: bool, failed: bool) -> bool:
         """Record one call's outcome; True when this failure disabled the tool."""

@@ -171,11 +171,6 @@ def same_read(breakers: Breakers, tool: ToolSpec | None, name: str, arguments: s
     breakers.reads[key] = preview
 
 
-def is_withheld(breakers: Breakers, name: str) -> bool:
-    """Was the tool withheld for the rest of the turn (`same_read`)?"""
-    return breakers.policy.enabled and name in breakers.withheld
-
-
 def withheld_text(name: str) -> str:
     return WITHHELD_TEXT.format(name=name, n=ANSWER_AFTER + 1)
 

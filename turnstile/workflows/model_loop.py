@@ -73,9 +73,8 @@ class ModelLoop:
         that is a dead end is discarded and the model asked again."""
         s = self.s
         if s.revision.dead_ends_end_turn:
-            withheld = self.breakers.withheld if s.revision.same_reads_answer else set()
             what = dead_ends.text_dead_end(step.text, s.tool_names, self.breakers.disabled,
-                                           withheld)
+                                           self.breakers.withheld)
             if what is not None:  # never sent to the model again; ask it again
                 await self.steps.answer.discard_answer("dead_end")
                 s.event("dead_end", f"the model answered by {what}")
@@ -152,11 +151,9 @@ class ModelLoop:
 
     def _dead_end(self, calls: list[ToolCall]) -> str | None:
         """A response whose every call is a dead end: what the first does."""
-        withheld = self.s.revision.same_reads_answer
         found = [dead_ends.call_dead_end(c.name, c.arguments, self.spec.tool(c.name),
                                          self.breakers.is_disabled(c.name),
-                                         withheld and repeats.is_withheld(self.breakers, c.name))
-                 for c in calls]
+                                         self.breakers.is_withheld(c.name)) for c in calls]
         return found[0] if found and all(found) else None
 
     async def _dead_end_ask(self) -> str:
@@ -182,12 +179,11 @@ class ModelLoop:
 
     def _offered(self) -> list[str]:
         """The tools a request offers: from revision 6 not those a breaker
-        disabled, from revision 10 not those withheld for same reads."""
+        disabled, nor (revision 10) those withheld for same reads."""
         if not self.s.revision.dead_ends_end_turn:
             return list(self.s.tool_names)
-        withheld = self.s.revision.same_reads_answer
-        return [n for n in self.s.tool_names if not self.breakers.is_disabled(n)
-                and not (withheld and repeats.is_withheld(self.breakers, n))]
+        return [n for n in self.s.tool_names
+                if not self.breakers.is_disabled(n) and not self.breakers.is_withheld(n)]
 
     async def _ask_again(self, nudge: str) -> io.ModelCallResult:
         """Ask once more without tools, `nudge` sent after the stored conversation."""

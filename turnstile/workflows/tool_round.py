@@ -148,7 +148,7 @@ class ToolRound:
         # success); only a tool that may still run is settled as a repeat.
         if not self.breakers.is_disabled(call.name) and self._repeated(rec, seq, call, tool):
             return
-        if self.s.revision.same_reads_answer and repeats.is_withheld(self.breakers, call.name):
+        if self.breakers.is_withheld(call.name):  # revision 10 (only then recorded)
             self._settle(rec, seq, call, rules.Settle(CallStatus.FAILED,
                                                       repeats.withheld_text(call.name),
                                                       breaker_failure=False))
