@@ -6,27 +6,41 @@ repeatable call does run again; when the same call has come back the same
 `ANSWER_AFTER` times its tool is withheld for the rest of the turn: no
 longer offered, a call of it not run and a dead end. The model goes on with
 the tools that are left, or answers. A read whose answer changes is polled
-on; with the repeat breaker off the rule is off. Pure rules, then real
-turns on the scripted model server over HTTP, a Temporal dev server,
+on; with the repeat breaker off the rule is off. A worker SIGKILLed after
+the withholding, a reset after the third read and a cancel keep it as the
+history says (and a next turn offers the read again). Pure rules, then
+real turns on the scripted model server over HTTP, a Temporal dev server,
 SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
+import uuid
+from pathlib import Path
 from typing import Any
 
-from temporalio.client import Client
+import pytest
+from temporalio.client import Client, WorkflowFailureError
+from temporalio.exceptions import CancelledError
 
+from tests.support.resets import reset_to, task_after
 from tests.support.services import make_service
 from tests.support.turns import running_worker
+from tests.support.waiting import wait_until
+from tests.support.worker_loss import HangingReply, ProcessTurns, activity_runs
+from tests.test_exit_paths import stored_pairing
+from turnstile.engine.activity_io import EXECUTE_TOOL
 from turnstile.engine.breakers import BreakerPolicy, Breakers
 from turnstile.engine.contract import CallStatus, TurnStatus
 from turnstile.engine.dead_ends import DEAD_END_AFTER
-from turnstile.engine.repeats import ANSWER_AFTER, is_withheld, same_read, withheld_text
+from turnstile.engine.repeats import ANSWER_AFTER, same_read, withheld_text
 from turnstile.engine.specs import ToolSpec
 from turnstile.runtime.tools import ToolRegistry, tool
 from turnstile.stores.db import Database
+from turnstile.stores.truth import disagreements
 from turnstile.testing import FakeOpenAIServer, text_reply, tool_reply
+from turnstile.testing.processes import DevServer
 
 READ = ToolSpec(name="lookup", description="a read", parameters={"type": "object"},
                 repeatable=True)
@@ -38,18 +52,18 @@ def test_only_the_same_read_with_the_same_result_counts() -> None:
     same_read(b, READ, "lookup", '{"q": 1}', "ten")
     same_read(b, READ, "lookup", '{"q": 2}', "ten")  # other arguments
     same_read(b, READ, "lookup", '{"q": 1}', "eleven")  # its answer changed
-    assert b.same_reads == {} and not is_withheld(b, "lookup")
+    assert b.same_reads == {} and not b.is_withheld("lookup")
     same_read(b, READ, "lookup", '{ "q" : 1 }', "eleven")  # the same, spelled otherwise
     same_read(b, WRITE, "send", "{}", "ok")
     same_read(b, WRITE, "send", "{}", "ok")  # the repeat breaker's, not this rule's
-    assert list(b.same_reads.values()) == [1] and not is_withheld(b, "lookup")
+    assert list(b.same_reads.values()) == [1] and not b.is_withheld("lookup")
     same_read(b, READ, "lookup", '{"q": 1}', "eleven")
-    assert is_withheld(b, "lookup") and not is_withheld(b, "send")
+    assert b.is_withheld("lookup") and not b.is_withheld("send")
     for policy in (BreakerPolicy(enabled=False), BreakerPolicy(repeat_identical=False)):
         off = Breakers(policy)
         for _ in range(ANSWER_AFTER + 2):
             same_read(off, READ, "lookup", "{}", "ten")
-        assert off.same_reads == {} and not is_withheld(off, "lookup")
+        assert off.same_reads == {} and not off.is_withheld("lookup")
 
 
 def offered(request: dict[str, Any]) -> list[str]:
@@ -169,3 +183,96 @@ async def test_the_withheld_read_written_as_text_is_a_dead_end_then_dead_end_cal
     assert [c.status for c in result.tool_calls] == [CallStatus.COMPLETED] * (ANSWER_AFTER + 1)
     assert "tools" not in fake_llm.requests[-1]
     assert len(fake_llm.requests) == ANSWER_AFTER + 1 + DEAD_END_AFTER + 1
+
+
+# --- ends of a turn with a withheld read ----------------------------------------------------
+
+def held_after_withholding(hang: HangingReply) -> Any:
+    """same_sum, but the first request without `add` is held open (by `hang`)."""
+    held = []
+
+    def model(request: dict[str, Any]) -> dict[str, Any]:
+        if "add" not in offered(request) and not held:
+            held.append(request)
+            return hang(request)
+        return same_sum(request)
+    return model
+
+
+@pytest.fixture
+def process_turns(client: Client, temporal_server: DevServer, task_queue: str, tmp_path: Path,
+                  fake_llm: FakeOpenAIServer, db: Database) -> ProcessTurns:
+    return ProcessTurns(client, temporal_server, task_queue, tmp_path, fake_llm.url, db.url)
+
+
+async def test_a_worker_killed_after_the_read_was_withheld_still_withholds_it(
+        process_turns: ProcessTurns, fake_llm: FakeOpenAIServer) -> None:
+    """`python worker.py` SIGKILLed while the first request without `add` is
+    open: the next worker rebuilds the turn from history, asks the same
+    request again (still without `add`), and the read ran three times only."""
+    hang = HangingReply()
+    fake_llm.default = held_after_withholding(hang)
+    wf_id = f"same-reads-kill-{process_turns.task_queue}"
+    first = process_turns.worker("worker1")
+    try:
+        handle = await process_turns.start(wf_id, "add 2 and 3")
+        await wait_until(hang.entered.is_set, timeout=30, what="the request without add")
+    finally:
+        first.kill()
+    second = process_turns.worker("worker2")
+    try:
+        result = await asyncio.wait_for(handle.result(), timeout=90)
+    finally:
+        hang.released.set()
+        second.stop()
+    assert result.status == TurnStatus.COMPLETED, result.error
+    assert result.answer == "The sum is 5."
+    assert [c.status for c in result.tool_calls] == [CallStatus.COMPLETED] * (ANSWER_AFTER + 1)
+    *_, held, retried = fake_llm.requests
+    assert retried["messages"] == held["messages"] and offered(retried) == offered(held)
+    assert "add" not in offered(retried) and "echo" in offered(retried)
+    runs = await activity_runs(handle, EXECUTE_TOOL)
+    assert len(runs) == ANSWER_AFTER + 1
+
+
+async def test_a_cancelled_turn_s_withheld_read_is_offered_again_in_the_next_turn(
+        client: Client, task_queue: str, db: Database, fake_llm: FakeOpenAIServer) -> None:
+    hang = HangingReply()
+    fake_llm.default = held_after_withholding(hang)
+    conv = f"c-withheld-{uuid.uuid4().hex[:6]}"
+    try:
+        async with running_worker(client, task_queue, db.url, [make_service(max_round_trips=8)],
+                                  llm_url=fake_llm.url) as turns:
+            handle = await turns.start("add 2 and 3", conversation=conv)
+            await wait_until(hang.entered.is_set, timeout=30, what="the request without add")
+            await handle.cancel()
+            with pytest.raises(WorkflowFailureError) as err:
+                await handle.result()
+            assert isinstance(err.value.cause, CancelledError)
+            before = len(fake_llm.requests)
+            nxt = await turns.run("add 2 and 3 again", conversation=conv)
+            violations = stored_pairing(db, conv)
+            truth = disagreements(db, conv)
+    finally:
+        hang.released.set()
+    assert nxt.status == TurnStatus.COMPLETED, nxt.error
+    assert "add" in offered(fake_llm.requests[before])  # withholding lasts one turn
+    assert violations == [] and truth == []
+
+
+async def test_a_turn_reset_after_its_third_read_still_withholds_it(
+        client: Client, task_queue: str, tmp_path: Any, fake_llm: FakeOpenAIServer) -> None:
+    fake_llm.default = same_sum
+    async with running_worker(client, task_queue, f"sqlite:///{tmp_path}/t.db",
+                              [make_service(max_round_trips=8)], llm_url=fake_llm.url) as turns:
+        handle = await turns.start("add 2 and 3")
+        first = await handle.result()
+        run = handle.result_run_id
+        assert run is not None
+        point = await task_after(client, handle.id, run, EXECUTE_TOOL, nth=ANSWER_AFTER + 1)
+        before = len(fake_llm.requests)
+        again = await (await reset_to(client, handle.id, run, point)).result()
+    assert first.status == again.status == TurnStatus.COMPLETED, (first.error, again.error)
+    assert again.answer == "The sum is 5."
+    [asked] = fake_llm.requests[before:]  # the reset run asks once, without `add`
+    assert "add" not in offered(asked) and "echo" in offered(asked)
