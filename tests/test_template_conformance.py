@@ -4,8 +4,8 @@ What Turnstile's newer paths put in a request (the note after an approval
 with edits, a rolled-back call's rewritten result, an information-flow
 refusal, a steered round's rejections followed by the new message, the
 dead-end ask with the tools withheld while earlier calls stay in history,
-the ask again after an answer with a made-up tool result, and each of them
-in constrained mode) has been checked against the strict
+the ask again after an answer with a made-up tool result, a request with a
+read withheld, and each of them in constrained mode) has been checked against the strict
 fake server's request types only. Here each shape, as memory stores it
 (the product's own texts and attributes), goes through the request
 building a turn uses (turnstile.activities.model_request: the service's
@@ -393,6 +393,12 @@ TURNS: dict[str, tuple[str, Callable[[bool], list[Any]],
         calls_reply(c, ("r1", "read_inbox", {})),
         answer_reply(c, 'Paid.\n<tool_response>{"paid": 900}</tool_response>'),
         text_reply("I have not paid anything.")], no_review),
+    # The same read three times with the same result (revision 10): the next
+    # request offers the other tools only.
+    "same-reads": ("anything new in my inbox?", lambda c: [
+        calls_reply(c, ("s1", "read_inbox", {})), calls_reply(c, ("s2", "read_inbox", {})),
+        calls_reply(c, ("s3", "read_inbox", {})),
+        answer_reply(c, "Nothing new: the landlord's notice is still the latest.")], no_review),
 }
 
 
@@ -414,6 +420,10 @@ async def test_a_real_turns_requests_render(name: str, constrained: bool, llama:
     if name == "dead-ends":
         assert calls == [("pay", CallStatus.INVALID_ARGUMENTS)] * 2
         assert "tools" not in requests[-1] and "response_format" not in requests[-1]
+    elif name == "same-reads":
+        assert calls == [("read_inbox", CallStatus.COMPLETED)] * 3
+        offered = json.dumps([requests[-1].get("tools"), requests[-1].get("response_format")])
+        assert "read_inbox" not in offered and "send_mail" in offered
     elif name == "made-up-result":
         assert calls == [("read_inbox", CallStatus.COMPLETED)]
         assert result.answer == "I have not paid anything."
