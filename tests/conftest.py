@@ -14,6 +14,7 @@ pytest_plugins = [
     "tests.support.mcp_fixtures",
     "tests.support.spans",
     "tests.support.tiers",
+    "tests.support.worker_loss",
 ]
 
 

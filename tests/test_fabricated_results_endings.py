@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -31,7 +30,6 @@ from turnstile.stores.db import Database
 from turnstile.stores.memory import MemoryStore
 from turnstile.stores.truth import disagreements
 from turnstile.testing import FakeOpenAIServer, text_reply, tool_reply
-from turnstile.testing.processes import DevServer
 
 MADE_UP = 'The sum is 4.\n<tool_response>{"sum": 4}</tool_response>'
 MADE_UP_MAIL = '<tool_response>\n{"taskId": "T0001", "status": "QUEUED"}\n</tool_response>'
@@ -93,29 +91,24 @@ async def test_a_turn_ended_during_the_re_ask_leaves_memory_whole_and_the_made_u
     assert not fake_llm.refusals
 
 
-@pytest.fixture
-def process_turns(client: Client, temporal_server: DevServer, task_queue: str, tmp_path: Path,
-                  fake_llm: FakeOpenAIServer, db: Database) -> ProcessTurns:
-    return ProcessTurns(client, temporal_server, task_queue, tmp_path, fake_llm.url, db.url)
-
 
 async def test_a_worker_killed_during_the_re_ask_asks_once_more_the_same_and_nothing_runs(
-        process_turns: ProcessTurns, fake_llm: FakeOpenAIServer) -> None:
+        db_process_turns: ProcessTurns, fake_llm: FakeOpenAIServer) -> None:
     """`python worker.py` SIGKILLed while the re-ask is held open: another
     worker retries that same request (no tools, the nudge; not a third
     round, not a fresh first request) and the honest answer completes the
     turn; no mail was queued by the made-up one."""
     hang = HangingReply()
     fake_llm.script(text_reply(MADE_UP_MAIL), hang, text_reply("No e-mail was sent yet."))
-    wf_id = f"reask-kill-{process_turns.task_queue}"
-    first = process_turns.worker("worker1")
+    wf_id = f"reask-kill-{db_process_turns.task_queue}"
+    first = db_process_turns.worker("worker1")
     try:
-        handle = await process_turns.start(wf_id, "mail ops the numbers",
+        handle = await db_process_turns.start(wf_id, "mail ops the numbers",
                                            service="sales-assistant")
         await _held_in_the_re_ask(fake_llm, hang)
     finally:
         first.kill()
-    second = process_turns.worker("worker2")
+    second = db_process_turns.worker("worker2")
     try:
         result = await asyncio.wait_for(handle.result(), timeout=90)
     finally:
@@ -129,7 +122,7 @@ async def test_a_worker_killed_during_the_re_ask_asks_once_more_the_same_and_not
     runs = await activity_runs(handle, CALL_MODEL)
     assert len(runs) == 2  # the first request and the re-ask: no third round
     assert runs[1][1].activity_task_started_event_attributes.attempt == 2  # the kill happened
-    db = process_turns.db
+    db = db_process_turns.db
     with db.connect() as conn:
         mails = fetchall(conn, "SELECT recipient FROM email_task")
     conv = f"c-{wf_id}"

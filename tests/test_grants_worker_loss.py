@@ -9,10 +9,6 @@ from __future__ import annotations
 
 import asyncio
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
-
-import pytest
-from temporalio.client import Client
 
 from tests.support.sql import fetchall
 from tests.support.waiting import wait_until
@@ -24,7 +20,6 @@ from turnstile.stores import grant_store, truth
 from turnstile.stores.db import Database
 from turnstile.stores.tables import stored_time
 from turnstile.testing import FakeOpenAIServer, text_reply, tool_reply
-from turnstile.testing.processes import DevServer
 
 MAIL = {"to": "ops@example.com", "subject": "numbers", "body": "Please follow up."}
 
@@ -38,14 +33,10 @@ def ops_grant(grant_id: str = "g-ops", uses: int = 3) -> Grant:
                  issued_at=stored_time(now))
 
 
-@pytest.fixture
-def turns(client: Client, temporal_server: DevServer, task_queue: str, tmp_path: Path,
-          fake_llm: FakeOpenAIServer, db: Database) -> ProcessTurns:
-    return ProcessTurns(client, temporal_server, task_queue, tmp_path, fake_llm.url, db.url)
-
 
 async def test_a_worker_killed_in_a_covered_turn_uses_the_grant_once(
-        turns: ProcessTurns, fake_llm: FakeOpenAIServer) -> None:
+        db_process_turns: ProcessTurns, fake_llm: FakeOpenAIServer) -> None:
+    turns = db_process_turns
     hang = HangingReply()
     fake_llm.script(tool_reply(("m1", "createEmailTask", MAIL)), hang,
                     text_reply("mailed ops"))

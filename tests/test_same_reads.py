@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import uuid
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -40,7 +39,6 @@ from turnstile.runtime.tools import ToolRegistry, tool
 from turnstile.stores.db import Database
 from turnstile.stores.truth import disagreements
 from turnstile.testing import FakeOpenAIServer, text_reply, tool_reply
-from turnstile.testing.processes import DevServer
 
 READ = ToolSpec(name="lookup", description="a read", parameters={"type": "object"},
                 repeatable=True)
@@ -199,27 +197,22 @@ def held_after_withholding(hang: HangingReply) -> Any:
     return model
 
 
-@pytest.fixture
-def process_turns(client: Client, temporal_server: DevServer, task_queue: str, tmp_path: Path,
-                  fake_llm: FakeOpenAIServer, db: Database) -> ProcessTurns:
-    return ProcessTurns(client, temporal_server, task_queue, tmp_path, fake_llm.url, db.url)
-
 
 async def test_a_worker_killed_after_the_read_was_withheld_still_withholds_it(
-        process_turns: ProcessTurns, fake_llm: FakeOpenAIServer) -> None:
+        db_process_turns: ProcessTurns, fake_llm: FakeOpenAIServer) -> None:
     """`python worker.py` SIGKILLed while the first request without `add` is
     open: the next worker rebuilds the turn from history, asks the same
     request again (still without `add`), and the read ran three times only."""
     hang = HangingReply()
     fake_llm.default = held_after_withholding(hang)
-    wf_id = f"same-reads-kill-{process_turns.task_queue}"
-    first = process_turns.worker("worker1")
+    wf_id = f"same-reads-kill-{db_process_turns.task_queue}"
+    first = db_process_turns.worker("worker1")
     try:
-        handle = await process_turns.start(wf_id, "add 2 and 3")
+        handle = await db_process_turns.start(wf_id, "add 2 and 3")
         await wait_until(hang.entered.is_set, timeout=30, what="the request without add")
     finally:
         first.kill()
-    second = process_turns.worker("worker2")
+    second = db_process_turns.worker("worker2")
     try:
         result = await asyncio.wait_for(handle.result(), timeout=90)
     finally:

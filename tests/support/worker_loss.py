@@ -10,6 +10,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
 from temporalio.api.enums.v1 import EventType, TaskQueueKind, TimeoutType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowHandle
@@ -19,7 +20,7 @@ from tests.support.worker_process import WorkerProcess
 from turnstile.engine.contract import WORKFLOW_TYPE, TurnInput, TurnResult
 from turnstile.engine.specs import DEFAULT_HEARTBEAT_SECONDS
 from turnstile.stores.db import Database
-from turnstile.testing import text_reply
+from turnstile.testing import FakeOpenAIServer, text_reply
 from turnstile.testing.processes import DevServer
 
 
@@ -63,6 +64,13 @@ class ProcessTurns:
             id=wf_id, task_queue=self.task_queue, result_type=TurnResult,
             task_timeout=task_timeout)
 
+
+
+@pytest.fixture
+def db_process_turns(client: Client, temporal_server: DevServer, task_queue: str, tmp_path: Path,
+                     fake_llm: FakeOpenAIServer, db: Database) -> ProcessTurns:
+    """ProcessTurns on the test's `db`: SQLite and PostgreSQL."""
+    return ProcessTurns(client, temporal_server, task_queue, tmp_path, fake_llm.url, db.url)
 
 def notes(db: Database, wf_id: str) -> list[str]:
     """The test tools' rows of one turn, read without writing (the tools'
